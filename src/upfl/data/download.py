@@ -1,0 +1,261 @@
+"""Downloads with resume, retries and checksums; offline use of archives obtained elsewhere.
+
+A download streams into ``<cache>/<filename>.part`` (resumed with an HTTP ``Range`` request after
+a dropped connection), is checked (length, sha256, and an optional validator such as "is a
+complete zip"), and only then lands in the resources folder under its final name. The sha256 is
+the known one when given; otherwise the computed one is recorded beside the file as
+``<file>.sha256`` (``sha256sum`` format) and checked on every later use. Nothing in the
+resources folder looks complete unless it passed these checks.
+"""
+
+from __future__ import annotations
+
+import errno
+import http.client
+import os
+import re
+import shutil
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Callable
+
+from tqdm import tqdm
+
+from ..files import atomic_path, sha256_file, write_text
+from .archive import ArchiveError, check_zip
+from .sources import Source
+
+CHUNK = 1 << 16
+CACHE_DIR = ".download-cache"
+
+
+class DownloadError(RuntimeError):
+    """A download or an archive failed a check; the message names the URL or file, expected and got."""
+
+
+class _Retry(Exception):
+    """A transient failure: try again (resuming from what the .part file holds)."""
+
+
+def sidecar(path: str | os.PathLike) -> Path:
+    """``<file>.sha256``: where the checksum of a downloaded file is recorded."""
+    path = Path(path)
+    return path.with_name(path.name + ".sha256")
+
+
+def read_recorded_sha256(path: str | os.PathLike) -> str | None:
+    """The checksum recorded beside ``path``, or ``None`` when there is none."""
+    side = sidecar(path)
+    if not side.exists():
+        return None
+    text = side.read_text(encoding="utf-8").split()
+    if not text or not re.fullmatch(r"[0-9a-fA-F]{64}", text[0]):
+        raise DownloadError(f"{side}: not a sha256 record (expected '<64 hex digits>  <name>')")
+    return text[0].lower()
+
+
+def record_sha256(path: str | os.PathLike, digest: str) -> None:
+    write_text(sidecar(path), f"{digest}  {Path(path).name}\n")
+
+
+def verify_file(path: str | os.PathLike, expected: str | None = None) -> str:
+    """Check a file against the known sha256, else the recorded one; record it if neither exists.
+
+    Returns the digest. A mismatch raises :class:`DownloadError` naming the file, expected and got.
+    """
+    path = Path(path)
+    got = sha256_file(path)
+    recorded = read_recorded_sha256(path)
+    want = expected.lower() if expected else recorded
+    if want is None:
+        record_sha256(path, got)
+        return got
+    if got != want:
+        origin = "known checksum" if expected else f"checksum recorded in {sidecar(path)}"
+        raise DownloadError(f"{path}: sha256 mismatch ({origin}): expected {want}, got {got}")
+    if recorded != got:
+        record_sha256(path, got)
+    return got
+
+
+def _content_range(value: str | None) -> tuple[int | None, int | None]:
+    """``bytes START-END/TOTAL`` -> ``(START, TOTAL)``; ``bytes */TOTAL`` -> ``(None, TOTAL)``."""
+    if not value:
+        return None, None
+    m = re.fullmatch(r"\s*bytes\s+(?:(\d+)-\d+|\*)/(\d+|\*)\s*", value)
+    if not m:
+        return None, None
+    start = int(m.group(1)) if m.group(1) is not None else None
+    total = int(m.group(2)) if m.group(2) != "*" else None
+    return start, total
+
+
+def _attempt(url: str, part: Path, timeout: float, progress: bool, label: str) -> None:
+    """One HTTP request appending to ``part``; returns when ``part`` holds the whole file."""
+    have = part.stat().st_size if part.exists() else 0
+    req = urllib.request.Request(url, headers={"User-Agent": "upfl-data/1", "Accept-Encoding": "identity"})
+    if have:
+        req.add_header("Range", f"bytes={have}-")
+    try:
+        resp = urllib.request.urlopen(req, timeout=timeout)
+    except urllib.error.HTTPError as e:
+        if e.code == 416 and have:
+            _, total = _content_range(e.headers.get("Content-Range"))
+            e.close()
+            if total == have:
+                return
+            part.unlink()
+            raise _Retry(f"HTTP 416 for a resume from byte {have}; restarting") from None
+        if e.code in (408, 429) or e.code >= 500:
+            raise _Retry(f"HTTP {e.code} {e.reason}") from None
+        raise DownloadError(f"{url}: HTTP {e.code} {e.reason}") from None
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
+        raise _Retry(f"{type(e).__name__}: {e}") from None
+    with resp:
+        length = resp.headers.get("Content-Length")
+        length = int(length) if length is not None and length.isdigit() else None
+        if resp.status == 206:
+            start, total = _content_range(resp.headers.get("Content-Range"))
+            if start != have:
+                part.unlink()
+                raise _Retry(f"server resumed from byte {start}, asked for {have}; restarting")
+            if total is None and length is not None:
+                total = have + length
+            mode = "ab"
+        else:
+            have, total, mode = 0, length, "wb"
+        bar = tqdm(total=total, initial=have, unit="B", unit_scale=True, desc=label,
+                   disable=not progress, leave=False)
+        try:
+            with open(part, mode) as out:
+                while True:
+                    try:
+                        block = resp.read(CHUNK)
+                    except http.client.IncompleteRead as e:
+                        out.write(e.partial)
+                        raise _Retry("connection closed mid-transfer") from None
+                    except (OSError, http.client.HTTPException) as e:
+                        raise _Retry(f"{type(e).__name__} mid-transfer: {e}") from None
+                    if not block:
+                        break
+                    out.write(block)
+                    bar.update(len(block))
+        finally:
+            bar.close()
+    size = part.stat().st_size
+    if total is not None and size < total:
+        raise _Retry(f"connection closed after {size} of {total} bytes")
+    if total is not None and size > total:
+        part.unlink()
+        raise DownloadError(f"{url}: received {size} bytes, more than the announced {total}")
+
+
+def _publish(part: Path, dest: Path) -> None:
+    """Move a finished ``.part`` onto ``dest`` (rename, or copy-then-rename across file systems)."""
+    try:
+        os.replace(part, dest)
+    except OSError as e:
+        if e.errno != errno.EXDEV:
+            raise
+        with atomic_path(dest) as tmp:
+            shutil.copyfile(part, tmp)
+        part.unlink()
+
+
+def _quarantine(part: Path) -> Path:
+    bad = part.with_name(part.name[: -len(".part")] + ".bad") if part.name.endswith(".part") else part.with_name(part.name + ".bad")
+    os.replace(part, bad)
+    return bad
+
+
+def download(url: str, dest: str | os.PathLike, *, sha256: str | None = None,
+             cache_dir: str | os.PathLike | None = None, retries: int = 5, backoff: float = 1.0,
+             timeout: float = 60.0, progress: bool = True,
+             validate: Callable[[Path], None] | None = None) -> Path:
+    """Download ``url`` to ``dest`` unless ``dest`` is already there (then only verified).
+
+    Resumes ``<cache_dir>/<name>.part`` across attempts and across calls; waits
+    ``backoff * 2**attempt`` seconds between attempts. A checksum mismatch or a failed
+    ``validate`` moves the data to ``<name>.bad`` in the cache and raises :class:`DownloadError`.
+    """
+    dest = Path(dest)
+    if dest.exists():
+        verify_file(dest, sha256)
+        return dest
+    cache = Path(cache_dir) if cache_dir is not None else dest.parent / CACHE_DIR
+    cache.mkdir(parents=True, exist_ok=True)
+    part = cache / (dest.name + ".part")
+    reasons: list[str] = []
+    for attempt in range(retries + 1):
+        if attempt:
+            time.sleep(min(backoff * 2 ** (attempt - 1), 60.0))
+        try:
+            _attempt(url, part, timeout, progress, dest.name)
+            break
+        except _Retry as e:
+            reasons.append(str(e))
+    else:
+        have = part.stat().st_size if part.exists() else 0
+        raise DownloadError(f"{url}: download incomplete after {retries + 1} attempts ({reasons[-1]}); "
+                            f"{have} bytes kept in {part}, run again to resume")
+    got = sha256_file(part)
+    if sha256 and got != sha256.lower():
+        bad = _quarantine(part)
+        raise DownloadError(f"{url}: sha256 mismatch for {dest.name}: expected {sha256.lower()}, got {got} "
+                            f"(data moved to {bad})")
+    if validate is not None:
+        try:
+            validate(part)
+        except (ArchiveError, ValueError) as e:
+            bad = _quarantine(part)
+            raise DownloadError(f"{url}: downloaded {dest.name} failed validation: {e} (data moved to {bad})") from None
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    record_sha256(dest, got)
+    _publish(part, dest)
+    return dest
+
+
+def copy_archive(src: str | os.PathLike, dest: str | os.PathLike, *, sha256: str | None = None,
+                 validate: Callable[[Path], None] | None = None) -> Path:
+    """Place an archive obtained elsewhere (``--from-archive``) at ``dest``, checked like a download."""
+    src, dest = Path(src), Path(dest)
+    if not src.is_file():
+        raise DownloadError(f"{src}: --from-archive file does not exist")
+    got = sha256_file(src)
+    if sha256 and got != sha256.lower():
+        raise DownloadError(f"{src}: sha256 mismatch for {dest.name}: expected {sha256.lower()}, got {got}")
+    if validate is not None:
+        try:
+            validate(src)
+        except (ArchiveError, ValueError) as e:
+            raise DownloadError(f"{src}: failed validation: {e}") from None
+    if src.resolve() != dest.resolve():
+        with atomic_path(dest) as tmp:
+            shutil.copyfile(src, tmp)
+    record_sha256(dest, got)
+    return dest
+
+
+def validator_for(filename: str) -> Callable[[Path], None] | None:
+    """The completeness check of a file type: zips must open with an intact central directory."""
+    return check_zip if filename.endswith(".zip") else None
+
+
+def fetch_source(source: Source, resources: str | os.PathLike, *, cache_dir: str | os.PathLike | None = None,
+                 from_archive: str | os.PathLike | None = None, **kwargs) -> Path:
+    """Make ``<resources>/<source.filename>`` present and verified: placed archive, local copy or download."""
+    dest = Path(resources) / source.filename
+    validate = validator_for(source.filename)
+    if from_archive is not None:
+        return copy_archive(from_archive, dest, sha256=source.sha256, validate=validate)
+    if dest.exists():
+        if validate is not None:
+            try:
+                validate(dest)
+            except (ArchiveError, ValueError) as e:
+                raise DownloadError(f"{dest}: archive in the resources folder failed validation: {e}") from None
+        verify_file(dest, source.sha256)
+        return dest
+    return download(source.url, dest, sha256=source.sha256, cache_dir=cache_dir, validate=validate, **kwargs)

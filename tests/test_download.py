@@ -1,0 +1,171 @@
+"""Downloads through the real code path from a local server: resume, retries, checksums, zips."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from fixtures_leaf import ArchiveServer, make_glove_zip
+from upfl.data.archive import ArchiveError, extract_zip, open_zip
+from upfl.data.download import (CACHE_DIR, DownloadError, copy_archive, download, fetch_source,
+                                read_recorded_sha256, sidecar, verify_file)
+from upfl.data.sources import SOURCES, resolve_sources
+
+
+def _payload(n: int = 300_000) -> bytes:
+    return bytes((i * 7919) % 251 for i in range(n))
+
+
+def _looks_complete(folder: Path) -> list[str]:
+    """Names in ``folder`` (not in the download cache) that could pass for a finished archive."""
+    return sorted(p.name for p in folder.iterdir() if p.name != CACHE_DIR)
+
+
+def test_download_records_checksum_and_reuses(tmp_path):
+    data = _payload()
+    with ArchiveServer({"/a.bin": data}) as srv:
+        dest = download(srv.url("/a.bin"), tmp_path / "res" / "a.bin", progress=False, backoff=0)
+        assert dest.read_bytes() == data
+        assert read_recorded_sha256(dest) == hashlib.sha256(data).hexdigest()
+        n = len(srv.log.requests)
+        download(srv.url("/a.bin"), dest, progress=False)
+        assert len(srv.log.requests) == n, "a verified file is not downloaded again"
+    assert not (tmp_path / "res" / CACHE_DIR / "a.bin.part").exists()
+
+
+def test_interrupted_download_resumes_with_range(tmp_path):
+    data = _payload()
+    with ArchiveServer({"/a.bin": data}) as srv:
+        srv.drop_once["/a.bin"] = len(data) // 2
+        dest = download(srv.url("/a.bin"), tmp_path / "a.bin", progress=False, backoff=0,
+                        sha256=hashlib.sha256(data).hexdigest())
+        ranges = [r for _, r in srv.log.requests]
+    assert dest.read_bytes() == data
+    assert ranges[0] is None and ranges[1] == f"bytes={len(data) // 2}-"
+
+
+def test_resume_across_calls_from_part_file(tmp_path):
+    data = _payload()
+    cache = tmp_path / "cache"
+    with ArchiveServer({"/a.bin": data}) as srv:
+        srv.truncate["/a.bin"] = 100_000
+        with pytest.raises(DownloadError, match="incomplete.*run again to resume"):
+            download(srv.url("/a.bin"), tmp_path / "res" / "a.bin", cache_dir=cache, retries=1,
+                     backoff=0, progress=False)
+        assert (cache / "a.bin.part").stat().st_size == 100_000
+        del srv.truncate["/a.bin"]
+        download(srv.url("/a.bin"), tmp_path / "res" / "a.bin", cache_dir=cache, progress=False)
+        assert srv.log.requests[-1][1] == "bytes=100000-"
+    assert (tmp_path / "res" / "a.bin").read_bytes() == data
+
+
+def test_truncated_transfer_is_named_error_and_nothing_complete(tmp_path):
+    data = _payload()
+    res = tmp_path / "res"
+    with ArchiveServer({"/a.zip": data}) as srv:
+        srv.truncate["/a.zip"] = 5000
+        with pytest.raises(DownloadError) as err:
+            download(srv.url("/a.zip"), res / "a.zip", retries=2, backoff=0, progress=False)
+    assert srv.url("/a.zip") in str(err.value) and "5000 bytes" in str(err.value)
+    assert _looks_complete(res) == []
+
+
+def test_truncated_archive_fails_zip_validation(tmp_path):
+    zpath = make_glove_zip(tmp_path / "src", dim=5)
+    cut = zpath.read_bytes()[:-200]
+    res = tmp_path / "res"
+    with ArchiveServer({"/glove.6B.zip": cut}) as srv:
+        src = resolve_sources(["glove"], urls={"glove": srv.url("/glove.6B.zip")})[0]
+        with pytest.raises(DownloadError, match="failed validation.*not a readable zip"):
+            fetch_source(src, res, progress=False, backoff=0)
+    assert _looks_complete(res) == []
+    assert (res / CACHE_DIR / "glove.6B.zip.bad").exists()
+
+
+def test_wrong_checksum_is_named_error_and_nothing_complete(tmp_path):
+    data = _payload(5000)
+    res = tmp_path / "res"
+    wrong = "0" * 64
+    with ArchiveServer({"/a.bin": data}) as srv:
+        with pytest.raises(DownloadError) as err:
+            download(srv.url("/a.bin"), res / "a.bin", sha256=wrong, progress=False)
+    msg = str(err.value)
+    assert "sha256 mismatch" in msg and wrong in msg and hashlib.sha256(data).hexdigest() in msg
+    assert _looks_complete(res) == []
+
+
+def test_recorded_checksum_checked_on_later_use(tmp_path):
+    dest = tmp_path / "a.bin"
+    dest.write_bytes(b"original")
+    verify_file(dest)
+    assert sidecar(dest).exists()
+    dest.write_bytes(b"tampered")
+    with pytest.raises(DownloadError, match=r"a.bin: sha256 mismatch \(checksum recorded"):
+        verify_file(dest)
+
+
+def test_retries_server_errors_then_gives_up(tmp_path):
+    with ArchiveServer({}) as srv:
+        with pytest.raises(DownloadError, match="HTTP 404"):
+            download(srv.url("/missing.zip"), tmp_path / "m.zip", retries=3, backoff=0, progress=False)
+        assert len(srv.log.requests) == 1, "a 404 is not retried"
+
+
+def test_from_archive_and_placed_archive(tmp_path):
+    zpath = make_glove_zip(tmp_path / "elsewhere", dim=5)
+    res = tmp_path / "res"
+    src = SOURCES["glove"]
+    placed = fetch_source(src, res, from_archive=zpath)
+    assert placed.read_bytes() == zpath.read_bytes() and sidecar(placed).exists()
+    again = fetch_source(src, res)
+    assert again == placed
+    with pytest.raises(DownloadError, match="sha256 mismatch"):
+        copy_archive(zpath, tmp_path / "other.zip", sha256="f" * 64)
+
+
+def test_resolve_sources_overrides_and_errors():
+    srcs = resolve_sources(["femnist", "glove"], urls={"glove": "http://mirror/g.zip"})
+    assert [s.name for s in srcs] == ["by_class", "by_write", "glove"]
+    assert srcs[-1].url == "http://mirror/g.zip"
+    with pytest.raises(KeyError, match="unknown data set or source 'mnist'"):
+        resolve_sources(["mnist"])
+
+
+def _zip_with(path: Path, entries: list[tuple[zipfile.ZipInfo | str, bytes]]) -> Path:
+    with zipfile.ZipFile(path, "w") as zf:
+        for info, data in entries:
+            zf.writestr(info, data)
+    return path
+
+
+@pytest.mark.parametrize("bad_name", ["../evil.txt", "ok/../../evil.txt", "/abs/evil.txt", "C:/evil.txt"])
+def test_escaping_entry_refused_before_writing(tmp_path, bad_name):
+    archive = _zip_with(tmp_path / "bad.zip", [("good/first.txt", b"x"), (bad_name, b"evil")])
+    target = tmp_path / "out" / "target"
+    with pytest.raises(ArchiveError, match="refusing archive.*escape"):
+        extract_zip(archive, target)
+    assert not target.exists() or list(target.rglob("*")) == []
+    assert not (tmp_path / "out" / "evil.txt").exists() and not (tmp_path / "evil.txt").exists()
+
+
+def test_symlink_entry_refused(tmp_path):
+    link = zipfile.ZipInfo("data/link")
+    link.create_system = 3
+    link.external_attr = (stat.S_IFLNK | 0o777) << 16
+    archive = _zip_with(tmp_path / "link.zip", [(link, b"/etc/passwd")])
+    with pytest.raises(ArchiveError, match="symbolic link"):
+        open_zip(archive)
+
+
+def test_extract_only_selected_members(tmp_path):
+    zpath = make_glove_zip(tmp_path, dim=5)
+    written = extract_zip(zpath, tmp_path / "x", select=lambda n: n.endswith("300d.txt"))
+    assert [p.name for p in written] == ["glove.6B.300d.txt"]
+    assert sorted(p.name for p in (tmp_path / "x").iterdir()) == ["glove.6B.300d.txt"]
+    assert not any(p.name.endswith(".tmp") for p in (tmp_path / "x").iterdir())
+    assert os.path.getsize(written[0]) > 0
