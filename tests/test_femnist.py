@@ -1,0 +1,134 @@
+"""FEMNIST from fixture NIST archives served on 127.0.0.1: LEAF steps, the paper's subset, shape."""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from fixtures_leaf import make_nist_zips, png_bytes, serve_folder
+from upfl.data.download import fetch_source
+from upfl.data.femnist import (FemnistSpec, build_femnist, device_sizes, image_vector,
+                               keep_by_class_subfolder, leaf_label, parse_by_class, parse_by_write,
+                               select_devices)
+from upfl.data.leaf import DatasetError, load_leaf, verify_checksums
+from upfl.data.shapes import leaf_train_count
+from upfl.data.sources import resolve_sources
+from upfl.data.stats import dataset_stats
+
+SMALL = FemnistSpec(num_devices=6, classes_per_device=5, train_total=62, train_min=5,
+                    train_median=9, train_max=20)
+
+
+@pytest.fixture(scope="module")
+def nist(tmp_path_factory):
+    return make_nist_zips(tmp_path_factory.mktemp("nist"))
+
+
+@pytest.fixture(scope="module")
+def built(nist, tmp_path_factory):
+    """The fixture archives downloaded through the real code path, then preprocessed."""
+    res = tmp_path_factory.mktemp("resources")
+    with serve_folder(nist.by_class.parent) as srv:
+        urls = {"by_class": srv.url("/by_class.zip"), "by_write": srv.url("/by_write.zip")}
+        paths = [fetch_source(s, res, progress=False, backoff=0) for s in resolve_sources(["femnist"], urls=urls)]
+    out = build_femnist(paths[0], paths[1], tmp_path_factory.mktemp("data") / "femnist", seed=0,
+                        spec=SMALL, progress=False)
+    return out, load_leaf(out)
+
+
+def test_leaf_labels():
+    assert [leaf_label(h) for h in ("30", "39", "41", "5a", "61", "6a", "7a")] == [0, 9, 10, 35, 36, 45, 61]
+    with pytest.raises(DatasetError, match="'2f'"):
+        leaf_label("2f")
+
+
+def test_member_name_parsing_and_leaf_filter():
+    assert parse_by_class("by_class/61/hsf_0/hsf_0_00001.png") == ("61", "hsf_0")
+    assert parse_by_class("61/train_61/x.png") == ("61", "train_61")
+    assert parse_by_class("by_class/61/hsf_0/") is None
+    assert parse_by_write("by_write/hsf_0/f0000_14/l0000_14/l0000_14_00000.png") == ("hsf_0", "f0000_14", "l0000_14")
+    assert keep_by_class_subfolder("hsf_4") and not keep_by_class_subfolder("train_61")
+    assert not keep_by_class_subfolder("hsf_mit")
+
+
+def test_image_vector_is_leaf_thumbnail_without_inversion():
+    data = png_bytes(np.random.default_rng(1))
+    vec = image_vector(data)
+    assert vec.shape == (784,) and vec.dtype == np.float32
+    assert 0.0 <= vec.min() < 0.9 and vec.max() == 1.0, "white background stays 1.0 (no inversion)"
+    img = Image.open(io.BytesIO(data)).convert("L")
+    img.thumbnail((28, 28), Image.LANCZOS)
+    np.testing.assert_allclose(vec, np.asarray(img, dtype=np.float32).reshape(-1) / 255.0)
+
+
+def test_paper_shape_of_device_sizes():
+    train, test = device_sizes(FemnistSpec())
+    assert train.sum() == 16421 and len(train) == 50
+    assert (train.min(), np.median(train), train.max()) == (79, 277.5, 1950)
+    assert 250 < train.std() < 280
+    assert all(leaf_train_count(int(a + b), 0.9) == a for a, b in zip(train, test))
+    _, test2 = device_sizes(FemnistSpec(test_total=1924))
+    assert test2.sum() == 1924
+
+
+def test_fixture_devices_have_five_classes_and_table2_shape(built):
+    out, ds = built
+    assert len(ds.train_users) == 6
+    for u in ds.users:
+        labels = set(ds.train_y[u].tolist()) | set(ds.test_y[u].tolist())
+        assert len(labels) == 5 and labels <= set(range(10)), (u, labels)
+    row = dataset_stats(ds)
+    assert row["samples_train"] == 62
+    n = sorted(len(ds.train_y[u]) for u in ds.users)
+    assert (n[0], (n[2] + n[3]) / 2, n[-1]) == (5, 9, 20)
+    assert ds.feature_shape == (784,) and ds.num_classes == 10
+    x = np.concatenate([ds.train_x[u] for u in ds.users])
+    assert x.min() >= 0 and x.max() <= 1
+    verify_checksums(out)
+
+
+def test_no_image_in_two_devices(built):
+    out, ds = built
+    index = json.loads((out / "images.json").read_text())
+    members = [m for dev in index.values() for split in dev.values() for m in split]
+    assert len(members) == len(set(members))
+    rows = np.concatenate([np.concatenate([ds.train_x[u], ds.test_x[u]]) for u in ds.users])
+    assert len(np.unique(rows, axis=0)) == len(rows)
+
+
+def test_leaf_filter_and_hash_match_counts(built, nist):
+    out, ds = built
+    meta = json.loads((out / "meta.json").read_text())
+    counts = meta["counts"]
+    assert counts["by_class_images"] == sum(nist.images_per_letter[c] for c in "abcdefghij")
+    other_classes = sum(n for c, n in nist.images_per_letter.items() if c not in "abcdefghij")
+    assert counts["by_write_unmatched"] == nist.by_write_unmatched + other_classes
+    assert set(meta["label_map"]) == set("abcdefghij") and meta["label_map"]["j"] == 9
+    assert all(len(d["classes"]) == 5 for d in meta["devices"].values())
+    assert meta["sources"]["by_class.zip"] is not None
+
+
+def test_seeded_and_reproducible(nist, built, tmp_path):
+    out, _ = built
+    again = build_femnist(nist.by_class, nist.by_write, tmp_path / "again", seed=0, spec=SMALL, progress=False)
+    other = build_femnist(nist.by_class, nist.by_write, tmp_path / "other", seed=1, spec=SMALL, progress=False)
+    sha = lambda p: json.loads((p / "meta.json").read_text())["sha256"]
+    assert sha(again) == sha(out)
+    assert sha(other) != sha(out)
+
+
+def test_pools_running_dry_is_a_named_error():
+    with pytest.raises(DatasetError, match="device 1 needs 4 images from each of 3 classes"):
+        select_devices({0: 5, 1: 5, 2: 5}, np.array([12, 12]), 3, np.random.default_rng(0))
+
+
+def test_too_few_images_for_spec(nist, tmp_path):
+    big = replace(SMALL, train_total=400, train_median=60, train_max=150)
+    with pytest.raises(DatasetError, match="needs"):
+        build_femnist(nist.by_class, nist.by_write, tmp_path / "x", spec=big, progress=False)
+    assert not (tmp_path / "x").exists()
