@@ -267,3 +267,15 @@ def serve_folder(folder: Path) -> Iterator[ArchiveServer]:
     files = {f"/{p.name}": p.read_bytes() for p in Path(folder).iterdir() if p.is_file()}
     with ArchiveServer(files) as srv:
         yield srv
+
+
+def run_data_cli(argv: list[str]) -> int:
+    """Run ``upfl data ...`` through the command module's ``register`` (as ``upfl.cli`` does)."""
+    import argparse
+
+    from upfl.commands import data as data_cmd
+
+    parser = argparse.ArgumentParser(prog="upfl")
+    data_cmd.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(argv)
+    return args.func(args)

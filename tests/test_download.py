@@ -169,3 +169,35 @@ def test_extract_only_selected_members(tmp_path):
     assert sorted(p.name for p in (tmp_path / "x").iterdir()) == ["glove.6B.300d.txt"]
     assert not any(p.name.endswith(".tmp") for p in (tmp_path / "x").iterdir())
     assert os.path.getsize(written[0]) > 0
+
+
+def test_cli_fetch_download_and_offline(tmp_path, capsys):
+    from fixtures_leaf import make_sent140_zip, run_data_cli
+
+    folder = tmp_path / "src"
+    make_sent140_zip(folder, users=5)
+    glove = make_glove_zip(folder, dim=5)
+    res = tmp_path / "res"
+    with ArchiveServer({"/s.zip": (folder / "trainingandtestdata.zip").read_bytes()}) as srv:
+        rc = run_data_cli(["data", "fetch", "sent140", "--resources", str(res), "--no-progress",
+                           "--url", f"sent140={srv.url('/s.zip')}", "--url", "glove=http://127.0.0.1:9/none",
+                           "--from-archive", str(glove)])
+    assert rc == 0
+    assert sorted(p.name for p in res.iterdir() if p.is_file()) == [
+        "glove.6B.zip", "glove.6B.zip.sha256", "trainingandtestdata.zip", "trainingandtestdata.zip.sha256"]
+    (res / "glove.6B.zip").write_bytes(b"not the recorded archive")
+    assert run_data_cli(["data", "fetch", "glove", "--resources", str(res), "--no-progress"]) == 1
+    assert "glove.6B.zip" in capsys.readouterr().err
+    assert run_data_cli(["data", "fetch", "mnist", "--resources", str(res)]) == 1
+    assert "unknown data set or source 'mnist'" in capsys.readouterr().err
+
+
+def test_cli_extract_refuses_escape(tmp_path, capsys):
+    from fixtures_leaf import run_data_cli
+
+    archive = _zip_with(tmp_path / "bad.zip", [("a.txt", b"x"), ("../../evil.txt", b"evil")])
+    assert run_data_cli(["data", "extract", str(archive), str(tmp_path / "t")]) == 1
+    assert "refusing archive" in capsys.readouterr().err and not (tmp_path / "t").exists()
+    zpath = make_glove_zip(tmp_path, dim=5)
+    assert run_data_cli(["data", "extract", str(zpath), str(tmp_path / "g"), "--member", "glove.6B.300d.txt"]) == 0
+    assert [p.name for p in (tmp_path / "g").iterdir()] == ["glove.6B.300d.txt"]

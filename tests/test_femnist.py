@@ -132,3 +132,19 @@ def test_too_few_images_for_spec(nist, tmp_path):
     with pytest.raises(DatasetError, match="needs"):
         build_femnist(nist.by_class, nist.by_write, tmp_path / "x", spec=big, progress=False)
     assert not (tmp_path / "x").exists()
+
+
+def test_cli_prepare_femnist(nist, tmp_path):
+    import shutil
+
+    from fixtures_leaf import run_data_cli
+
+    res = tmp_path / "res"
+    res.mkdir()
+    shutil.copy(nist.by_class, res)
+    shutil.copy(nist.by_write, res)
+    rc = run_data_cli(["data", "prepare", "femnist", "--resources", str(res), "--out", str(tmp_path / "f"),
+                       "--no-progress", "--num-devices", "6", "--set", "train_total=62", "--set", "train_min=5",
+                       "--set", "train_median=9", "--set", "train_max=20"])
+    assert rc == 0 and len(load_leaf(tmp_path / "f").users) == 6
+    assert (res / "by_class.zip.sha256").exists()

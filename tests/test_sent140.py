@@ -132,3 +132,25 @@ def test_too_few_tweets_writes_nothing(archives, tmp_path):
     with pytest.raises(DatasetError, match="needs"):
         build_sent140(sent.path, glove, tmp_path / "x", spec=replace(SMALL, train_total=5000), progress=False)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_prepare_sent140_reports_malformed(archives, tmp_path, capsys):
+    import shutil
+
+    from fixtures_leaf import run_data_cli
+
+    sent, glove = archives
+    res = tmp_path / "res"
+    res.mkdir()
+    shutil.copy(sent.path, res)
+    shutil.copy(glove, res)
+    rc = run_data_cli(["data", "prepare", "sent140", "--resources", str(res), "--out", str(tmp_path / "s"),
+                       "--no-progress", "--num-devices", "5", "--set", "train_total=120", "--set", "test_total=32",
+                       "--set", "train_std=6", "--set", "min_user_samples=3"])
+    assert rc == 0
+    err = capsys.readouterr().err
+    first = min(sent.malformed_lines)
+    assert "skipped 7 malformed rows" in err and f"line {first} (" in err
+    assert run_data_cli(["data", "prepare", "sent140", "--resources", str(tmp_path / "none"),
+                         "--out", str(tmp_path / "z")]) == 1
+    assert "run 'upfl data fetch sent140'" in capsys.readouterr().err

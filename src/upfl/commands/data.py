@@ -1,0 +1,172 @@
+"""``upfl data``: fetch the real data sets' archives and prepare FEMNIST and Sent140.
+
+    upfl data fetch femnist sent140 [--resources DIR] [--from-archive [NAME=]PATH] [--url NAME=URL]
+    upfl data prepare femnist --out DIR [--resources DIR] [--seed N] [--set KEY=VALUE ...]
+    upfl data extract ARCHIVE TARGET [--member NAME ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import fnmatch
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..data.archive import ArchiveError, extract_zip
+from ..data.download import DownloadError, fetch_source
+from ..data.femnist import FemnistSpec, build_femnist
+from ..data.leaf import DatasetError
+from ..data.sent140 import Sent140Spec, build_sent140
+from ..data.sources import DATASET_SOURCES, SOURCES, resolve_sources
+
+SPECS = {"femnist": FemnistSpec, "sent140": Sent140Spec}
+
+
+def _pairs(items: list[str] | None, flag: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise ValueError(f"{flag} expects NAME=VALUE, got {item!r}")
+        out[key] = value
+    return out
+
+
+def archive_assignments(items: list[str] | None) -> dict[str, Path]:
+    """``--from-archive`` values: ``NAME=PATH``, or a bare PATH whose file name is a source's."""
+    by_file = {s.filename: s.name for s in SOURCES.values()}
+    out: dict[str, Path] = {}
+    for item in items or []:
+        name, sep, path = item.partition("=")
+        if sep and name in SOURCES:
+            out[name] = Path(path)
+            continue
+        guess = by_file.get(Path(item).name)
+        if guess is None:
+            raise ValueError(f"--from-archive {item!r}: file name is none of {', '.join(by_file)}; "
+                             f"write NAME=PATH with NAME one of {', '.join(SOURCES)}")
+        out[guess] = Path(item)
+    return out
+
+
+def spec_with(dataset: str, settings: list[str] | None, num_devices: int | None = None):
+    """The data set's spec with ``--set KEY=VALUE`` overrides (values parsed as JSON, else text)."""
+    cls = SPECS[dataset]
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    changes: dict[str, Any] = {}
+    for key, raw in _pairs(settings, "--set").items():
+        if key not in fields:
+            raise ValueError(f"--set {key}: unknown {dataset} setting; known: {', '.join(fields)}")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        changes[key] = tuple(value) if isinstance(value, list) else value
+    if num_devices is not None:
+        changes["num_devices"] = num_devices
+    return dataclasses.replace(cls(), **changes)
+
+
+def cmd_fetch(args: argparse.Namespace) -> int:
+    sources = resolve_sources(args.names, urls=_pairs(args.url, "--url"), checksums=_pairs(args.sha256, "--sha256"))
+    local = archive_assignments(args.from_archive)
+    unknown = set(local) - {s.name for s in sources}
+    if unknown:
+        raise ValueError(f"--from-archive given for {sorted(unknown)}, which this fetch does not include")
+    for src in sources:
+        path = fetch_source(src, args.resources, cache_dir=args.cache, from_archive=local.get(src.name),
+                            retries=args.retries, backoff=args.backoff, timeout=args.timeout,
+                            progress=not args.no_progress)
+        print(f"{src.name:9s} {path}")
+    return 0
+
+
+def _resource(folder: Path, name: str) -> Path:
+    """An archive of the resources folder, verified (sha256, zip intact); never downloaded here."""
+    path = folder / SOURCES[name].filename
+    if not path.exists():
+        raise DownloadError(f"{path}: missing; run 'upfl data fetch {name}' (or pass --from-archive) first")
+    return fetch_source(SOURCES[name], folder)
+
+
+def cmd_prepare(args: argparse.Namespace) -> int:
+    spec = spec_with(args.dataset, args.set, args.num_devices)
+    res = Path(args.resources)
+    progress = not args.no_progress
+    paths = [_resource(res, name) for name in DATASET_SOURCES[args.dataset]]
+    build = build_femnist if args.dataset == "femnist" else build_sent140
+    out = build(*paths, args.out, seed=args.seed, spec=spec, progress=progress)
+    meta = json.loads((out / "meta.json").read_text(encoding="utf-8"))
+    bad = meta.get("malformed")
+    if bad and bad["count"]:
+        shown = ", ".join(f"line {n} ({why})" for n, why in bad["lines"][:10])
+        print(f"skipped {bad['count']} malformed rows: {shown}{' ...' if bad['count'] > 10 else ''}", file=sys.stderr)
+    print(out)
+    return 0
+
+
+def cmd_extract(args: argparse.Namespace) -> int:
+    patterns = args.member or []
+    select = (lambda n: any(fnmatch.fnmatch(n, p) or fnmatch.fnmatch(n.rsplit("/", 1)[-1], p) for p in patterns)) \
+        if patterns else None
+    for path in extract_zip(args.archive, args.target, select):
+        print(path)
+    return 0
+
+
+def _guard(func):
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return func(args)
+        except (DownloadError, ArchiveError, DatasetError, ValueError, KeyError) as e:
+            msg = e.args[0] if isinstance(e, KeyError) and e.args else e
+            print(f"upfl data: error: {msg}", file=sys.stderr)
+            return 1
+    run.__name__ = func.__name__
+    run.__doc__ = func.__doc__
+    return run
+
+
+def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``data`` with sub-commands ``fetch``, ``prepare`` and ``extract``."""
+    p = subparsers.add_parser("data", help="download and prepare the real data sets (FEMNIST, Sent140)",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="data_command", metavar="{fetch,prepare,extract}")
+    sub.required = True
+
+    def common(q: argparse.ArgumentParser) -> None:
+        q.add_argument("--resources", default="resources", help="folder of the archives (default: resources)")
+        q.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+    f = sub.add_parser("fetch", help="download (or place) archives, verified by sha256")
+    f.add_argument("names", nargs="+", help="femnist, sent140, all, or source names: " + ", ".join(SOURCES))
+    common(f)
+    f.add_argument("--cache", default=None, help="download cache for .part files (default: RESOURCES/.download-cache)")
+    f.add_argument("--from-archive", action="append", metavar="[NAME=]PATH",
+                   help="use an archive obtained elsewhere (offline machines); repeatable")
+    f.add_argument("--url", action="append", metavar="NAME=URL", help="mirror URL for a source; repeatable")
+    f.add_argument("--sha256", action="append", metavar="NAME=HEX", help="known checksum for a source; repeatable")
+    f.add_argument("--retries", type=int, default=5)
+    f.add_argument("--backoff", type=float, default=1.0, help="seconds before the first retry, doubling")
+    f.add_argument("--timeout", type=float, default=60.0, help="socket timeout in seconds")
+    f.set_defaults(func=_guard(cmd_fetch))
+
+    pr = sub.add_parser("prepare", help="build the paper's FEMNIST or Sent140 set as a LEAF folder")
+    pr.add_argument("dataset", choices=sorted(SPECS))
+    pr.add_argument("--out", required=True, help="output data set folder")
+    common(pr)
+    pr.add_argument("--seed", type=int, default=0, help="data seed (the 'data' random stream)")
+    pr.add_argument("--num-devices", type=int, default=None)
+    pr.add_argument("--set", action="append", metavar="KEY=VALUE",
+                    help="override a spec field (FemnistSpec / Sent140Spec), e.g. train_total=62")
+    pr.set_defaults(func=_guard(cmd_prepare))
+
+    e = sub.add_parser("extract", help="extract members of a zip safely (refuses escaping entries)")
+    e.add_argument("archive")
+    e.add_argument("target")
+    e.add_argument("--member", action="append", help="name or glob of members to extract; repeatable")
+    e.set_defaults(func=_guard(cmd_extract))
+    return p
