@@ -69,7 +69,7 @@ def test_malformed_rows_counted_with_line_numbers(archives):
 def test_device_sizes_paper_shape():
     train, test = device_sizes(Sent140Spec())
     assert len(train) == 52 and train.sum() == 32299 and test.sum() == 8484
-    assert abs(train.mean() - 621.1) < 0.1 and abs(train.std() - 105) < 5
+    assert abs(train.mean() - 621.1) < 0.1 and abs(train.std() - 105) < 1
 
 
 def test_group_users_whole_users_exact_sizes():

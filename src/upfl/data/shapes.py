@@ -62,10 +62,16 @@ def lognormal_sizes(n: int, total: int, minimum: int, median: float, maximum: in
 
 
 def normal_sizes(n: int, total: int, std: float, minimum: int = 1) -> np.ndarray:
-    """Sorted counts: normal quantiles with mean ``total / n`` and the given ``std``, summing to ``total``."""
+    """Sorted counts: normal quantiles with mean ``total / n`` and the given ``std``, summing to ``total``.
+
+    The quantiles are rescaled to unit standard deviation (ddof 0), so the counts' std is ``std``
+    up to rounding and the ``minimum`` floor.
+    """
     if n < 1 or total < n * minimum:
         raise ValueError(f"cannot give {n} devices at least {minimum} samples each from {total}")
-    raw = np.maximum(total / n + std * normal_quantiles(n), minimum)
+    z = normal_quantiles(n)
+    z = z / z.std() if n > 1 else z
+    raw = np.maximum(total / n + std * z, minimum)
     sizes = round_to_total(raw, total)
     return np.sort(np.maximum(sizes, minimum))
 
