@@ -1,0 +1,333 @@
+"""The run configuration: a versioned, documented schema shared by the CLI and the workflow.
+
+A run config is a YAML mapping with the sections below (``schema_version: 1``). Every key has a
+type and a default; unknown keys and wrong types are errors naming the key (``algorithm.mu``).
+Flags of ``upfl run`` override the file. Floats are written with ``repr`` (shortest round trip),
+so ``0.43`` stays ``0.43`` in paths and hashes.
+
+The config hash (:func:`config_hash`) covers everything that changes the numbers a run produces;
+it leaves out where results go (``output``) and how often progress is printed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_args, get_origin, get_type_hints
+
+import yaml
+
+SCHEMA_VERSION = 1
+
+
+class ConfigError(ValueError):
+    """A run config is invalid; the message names the key."""
+
+
+@dataclass
+class DataConfig:
+    path: str = ""
+    """Folder of a LEAF-format data set (train/ and test/ JSON files)."""
+    feature_scaling: str = "none"
+    """``none`` or ``unit_norm`` (scale every feature vector to L2 norm <= 1; needed by objective perturbation)."""
+
+
+@dataclass
+class ModelConfig:
+    name: str = "logreg"
+    """``logreg`` (multinomial logistic regression), ``binary_logreg`` (single logit, log loss), or a
+    real-data model registered in :mod:`upfl.models` (``mlp``, ``cnn``, ``lstm``)."""
+    options: dict = field(default_factory=dict)
+    """Model-specific options (see the model's docstring)."""
+
+
+@dataclass
+class AlgorithmConfig:
+    name: str = "upcycled"
+    """``fedavg``, ``fedprox`` or ``upcycled`` (Algorithm 2 on FedProx; on FedAvg with ``mu: 0`` and ``step``)."""
+    mu: float = 0.0
+    """Proximal coefficient of the local objective (FedAvg forces 0)."""
+    lam: float | None = None
+    """lambda of Eq. (5): the even-iteration coefficient is mu / (mu + lambda)."""
+    step: float | None = None
+    """The even-iteration coefficient c_1 directly (instead of ``lam``)."""
+    schedule: str = "const"
+    """``const`` (c_m = c_1), ``horizon`` (c_m = c_1 / sqrt(M), M training rounds of the run; Corollary 4.8),
+    ``inv_sqrt`` (c_m = c_1 / sqrt(m), an increasing lambda_m)."""
+
+
+@dataclass
+class DevicesConfig:
+    frac: float = 0.3
+    """Fraction of devices sampled per training round: max(floor(frac * N), 1), uniformly without replacement."""
+    straggler: float = 0.0
+    """Probability that a sampled device is a straggler (runs a uniform number of epochs in 1..E-1)."""
+    straggler_policy: str = "partial"
+    """``partial`` (aggregate stragglers' partial work, as the authors did) or ``drop`` (discard them)."""
+
+
+@dataclass
+class SolverConfig:
+    epochs: int = 20
+    """Local epochs E per training round."""
+    batch_size: int = 32
+    lr: float = 0.05
+    momentum: float = 0.5
+
+
+@dataclass
+class EvaluationConfig:
+    every: int = 1
+    """Evaluate every k iterations (the final iteration is always evaluated)."""
+    batch_size: int = 8192
+    """Samples per evaluation chunk (memory bound only; does not change results beyond float rounding)."""
+
+
+@dataclass
+class PrivacyConfig:
+    mechanism: str = "none"
+    """``none``, ``output`` (clip to tau, add N(0, sigma^2)) or ``objective`` (add <n, w>, density ~ exp(-alpha||n||))."""
+    sigma: Any = None
+    """Output-perturbation noise std: a number or a list with one value per device (in data-set order)."""
+    tau: float | None = None
+    """Output-perturbation clipping norm."""
+    alpha: Any = None
+    """Objective-perturbation noise parameter: a number or a per-device list."""
+    delta: float = 0.001
+    """delta of the reported (epsilon, delta) for output perturbation."""
+    allow_no_guarantee: bool = False
+    """Run objective perturbation even where Theorem C.2's conditions fail (epsilon reported as 'no guarantee')."""
+
+
+@dataclass
+class CheckpointConfig:
+    every: int = 10
+    """Write a checkpoint every k training rounds (0 disables checkpoints)."""
+    dir: str | None = None
+    """Checkpoint root; default ``results/checkpoints``. Each run uses ``<dir>/<config hash>/``."""
+
+
+@dataclass
+class RunConfig:
+    schema_version: int = SCHEMA_VERSION
+    seed: int = 0
+    """Run seed: keys every random stream (init, sampling, stragglers, batches, dropout, noise)."""
+    rounds: int = 160
+    """Iterations T, even ones included (FedProx 80 = Upcycled 160 in Table 1)."""
+    device: str = "auto"
+    """``auto`` (CUDA when present), ``cpu`` or ``cuda``."""
+    threads: int = 0
+    """Torch CPU threads (0 keeps torch's default)."""
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    devices: DevicesConfig = field(default_factory=DevicesConfig)
+    solver: SolverConfig = field(default_factory=SolverConfig)
+    evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
+    privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+
+
+CHOICES = {
+    "device": ("auto", "cpu", "cuda"),
+    "data.feature_scaling": ("none", "unit_norm"),
+    "algorithm.name": ("fedavg", "fedprox", "upcycled"),
+    "algorithm.schedule": ("const", "horizon", "inv_sqrt"),
+    "devices.straggler_policy": ("partial", "drop"),
+    "privacy.mechanism": ("none", "output", "objective"),
+}
+
+HASH_EXCLUDED = {"checkpoint", "evaluation.batch_size", "threads"}
+
+
+def _coerce(value: Any, hint: Any, key: str) -> Any:
+    origin, args = get_origin(hint), get_args(hint)
+    if hint is Any:
+        return value
+    if origin is not None and type(None) in args:
+        if value is None:
+            return None
+        inner = [a for a in args if a is not type(None)][0]
+        return _coerce(value, inner, key)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}: expected true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        if not math.isfinite(value):
+            raise ConfigError(f"{key}: expected a finite number, got {value!r}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}: expected a string, got {value!r}")
+        return value
+    if hint is dict or origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+        return dict(value)
+    raise ConfigError(f"{key}: unsupported type {hint}")
+
+
+def _from_dict(cls: type, doc: Any, prefix: str) -> Any:
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {doc!r}")
+    hints = get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = [k for k in doc if k not in names]
+    if unknown:
+        where = f"{prefix}." if prefix else ""
+        raise ConfigError(f"unknown config key {where}{unknown[0]!r}; known keys{' of ' + prefix if prefix else ''}: "
+                          f"{', '.join(sorted(names))}")
+    values = {}
+    for name, value in doc.items():
+        key = f"{prefix}.{name}" if prefix else name
+        hint = hints[name]
+        if dataclasses.is_dataclass(hint):
+            values[name] = _from_dict(hint, value, key)
+        else:
+            values[name] = _coerce(value, hint, key)
+    return cls(**values)
+
+
+def _check_number_list(value: Any, key: str) -> None:
+    items = value if isinstance(value, list) else [value]
+    for v in items:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            raise ConfigError(f"{key}: must be a positive number or a list of positive numbers, got {value!r}")
+
+
+def validate(cfg: RunConfig) -> RunConfig:
+    """Check values and cross-key rules; raise :class:`ConfigError` naming the key."""
+    if cfg.schema_version != SCHEMA_VERSION:
+        raise ConfigError(f"schema_version: this upfl reads version {SCHEMA_VERSION}, got {cfg.schema_version}")
+    for key, allowed in CHOICES.items():
+        value = get_key(cfg, key)
+        if value not in allowed:
+            raise ConfigError(f"{key}: must be one of {', '.join(allowed)}; got {value!r}")
+    a, d, s = cfg.algorithm, cfg.devices, cfg.solver
+    checks = [
+        ("rounds", cfg.rounds >= 1, "must be >= 1"),
+        ("threads", cfg.threads >= 0, "must be >= 0"),
+        ("algorithm.mu", a.mu >= 0, "must be >= 0"),
+        ("algorithm.lam", a.lam is None or a.lam >= 0, "must be >= 0"),
+        ("algorithm.step", a.step is None or a.step >= 0, "must be >= 0"),
+        ("devices.frac", 0 < d.frac <= 1, "must be in (0, 1]"),
+        ("devices.straggler", 0 <= d.straggler <= 1, "must be in [0, 1]"),
+        ("solver.epochs", s.epochs >= 1, "must be >= 1"),
+        ("solver.batch_size", s.batch_size >= 1, "must be >= 1"),
+        ("solver.lr", s.lr > 0, "must be > 0"),
+        ("solver.momentum", 0 <= s.momentum < 1, "must be in [0, 1)"),
+        ("evaluation.every", cfg.evaluation.every >= 1, "must be >= 1"),
+        ("evaluation.batch_size", cfg.evaluation.batch_size >= 1, "must be >= 1"),
+        ("checkpoint.every", cfg.checkpoint.every >= 0, "must be >= 0"),
+    ]
+    for key, ok, msg in checks:
+        if not ok:
+            raise ConfigError(f"{key}: {msg}, got {get_key(cfg, key)!r}")
+    if not cfg.data.path:
+        raise ConfigError("data.path: required (a LEAF-format data set folder)")
+    if d.straggler > 0 and s.epochs < 2:
+        raise ConfigError(f"devices.straggler: stragglers run 1..E-1 epochs, so they need solver.epochs >= 2 "
+                          f"(got epochs {s.epochs} with straggler probability {d.straggler})")
+    if a.name == "fedavg" and a.mu != 0:
+        raise ConfigError(f"algorithm.mu: FedAvg has no proximal term; use fedprox for mu = {a.mu}")
+    if a.name == "upcycled":
+        if a.lam is not None and a.step is not None:
+            raise ConfigError("algorithm.step: give either algorithm.lam or algorithm.step, not both")
+        if a.step is None:
+            if a.lam is None:
+                raise ConfigError("algorithm.lam: Upcycled-FL needs algorithm.lam (or algorithm.step)")
+            if a.mu + a.lam == 0:
+                raise ConfigError("algorithm.lam: mu + lambda must be > 0 (with mu = 0, give algorithm.step)")
+    elif a.lam is not None or a.step is not None:
+        raise ConfigError(f"algorithm.{'lam' if a.lam is not None else 'step'}: only used by algorithm.name upcycled")
+    p = cfg.privacy
+    if not 0 < p.delta < 1:
+        raise ConfigError(f"privacy.delta: must be in (0, 1), got {p.delta!r}")
+    if p.mechanism == "output":
+        if p.tau is None or p.tau <= 0:
+            raise ConfigError(f"privacy.tau: output perturbation needs a clipping norm tau > 0, got {p.tau!r}")
+        _check_number_list(p.sigma, "privacy.sigma")
+    elif p.mechanism == "objective":
+        _check_number_list(p.alpha, "privacy.alpha")
+        if a.mu <= 0:
+            raise ConfigError("algorithm.mu: objective perturbation (Theorem C.2) needs mu > 0")
+    return cfg
+
+
+def from_dict(doc: dict[str, Any] | None) -> RunConfig:
+    return validate(_from_dict(RunConfig, doc or {}, ""))
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{path}: a run config must be a mapping of sections")
+    return doc
+
+
+def set_key(doc: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set ``section.key`` in a nested dict (creating sections)."""
+    parts = dotted.split(".")
+    node = doc
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"{part}: expected a mapping")
+    node[parts[-1]] = value
+
+
+def get_key(cfg: RunConfig, dotted: str) -> Any:
+    node: Any = cfg
+    for part in dotted.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def to_dict(cfg: RunConfig) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def dump_yaml(cfg: RunConfig) -> str:
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False)
+
+
+def config_hash(cfg: RunConfig) -> str:
+    """SHA-256 (16 hex digits) of the result-determining part of the config."""
+    doc = to_dict(cfg)
+    for dotted in HASH_EXCLUDED:
+        parts = dotted.split(".")
+        node = doc
+        for part in parts[:-1]:
+            node = node[part]
+        node.pop(parts[-1], None)
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def upcycle_base_coefficient(cfg: RunConfig) -> float:
+    """c_1 = mu / (mu + lambda) (Eq. 5), or ``algorithm.step`` when given."""
+    a = cfg.algorithm
+    if a.step is not None:
+        return float(a.step)
+    return a.mu / (a.mu + a.lam)
