@@ -1,0 +1,29 @@
+"""The server-side mathematics of FedProx and Upcycled-FL (Algorithms 1 and 2)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def upcycle_step(w_prev: torch.Tensor, w_prev2: torch.Tensor, coefficient: float) -> torch.Tensor:
+    """Eq. (5): w^{2m} = w^{2m-1} + mu/(mu+lambda_m) (w^{2m-1} - w^{2m-2}); touches no data."""
+    return w_prev + coefficient * (w_prev - w_prev2)
+
+
+def upcycle_coefficient(c1: float, m: int, schedule: str, num_training_rounds: int) -> float:
+    """c_m for even iteration 2m: ``const`` c_1; ``horizon`` c_1/sqrt(M) (Corollary 4.8); ``inv_sqrt`` c_1/sqrt(m)."""
+    if schedule == "const":
+        return c1
+    if schedule == "horizon":
+        return c1 / math.sqrt(num_training_rounds)
+    if schedule == "inv_sqrt":
+        return c1 / math.sqrt(m)
+    raise ValueError(f"algorithm.schedule: unknown schedule {schedule!r}")
+
+
+def weighted_average(models: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
+    """Algorithm 1 line 6 over the sampled devices: sum_i p_i w_i, p_i = |D_i| / sum_j |D_j|."""
+    p = sizes.to(models.dtype) / sizes.sum()
+    return p @ models

@@ -1,0 +1,104 @@
+"""The ``upfl`` command: ``synth``, ``stats``, ``run`` here; more sub-commands from ``upfl/commands/``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+from . import __version__
+from . import config as cfgmod
+
+RUN_FLAGS = {
+    "data": ("data.path", str), "algorithm": ("algorithm.name", str), "mu": ("algorithm.mu", float),
+    "lam": ("algorithm.lam", float), "step": ("algorithm.step", float), "schedule": ("algorithm.schedule", str),
+    "rounds": ("rounds", int), "frac": ("devices.frac", float), "straggler": ("devices.straggler", float),
+    "straggler_policy": ("devices.straggler_policy", str), "epochs": ("solver.epochs", int),
+    "batch_size": ("solver.batch_size", int), "lr": ("solver.lr", float), "momentum": ("solver.momentum", float),
+    "seed": ("seed", int), "eval_every": ("evaluation.every", int), "device": ("device", str),
+    "model": ("model.name", str), "threads": ("threads", int), "checkpoint_every": ("checkpoint.every", int),
+    "checkpoint_dir": ("checkpoint.dir", str),
+}
+
+
+def resolve_run_config(args: argparse.Namespace) -> cfgmod.RunConfig:
+    doc = cfgmod.load_yaml(args.config) if args.config else {}
+    for flag, (key, _) in RUN_FLAGS.items():
+        value = getattr(args, flag)
+        if value is not None:
+            cfgmod.set_key(doc, key, value)
+    return cfgmod.from_dict(doc)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .simulation import run
+
+    cfg = resolve_run_config(args)
+    summary = run(cfg, args.out)
+    f = summary["final"]
+    print(f"final iteration {f['iteration']}: train_acc {f['train_acc']:.4f} test_acc {f['test_acc']:.4f} -> {args.out}")
+    return 0
+
+
+def cmd_synth(args: argparse.Namespace) -> int:
+    from .data import generate_synthetic
+
+    path = generate_synthetic(args.name, args.out, data_seed=args.data_seed, num_devices=args.devices,
+                              dim=args.dim, num_classes=args.classes, alpha=args.alpha, beta=args.beta)
+    print(f"wrote {path}")
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    from .data import dataset_stats, format_stats, load_leaf
+
+    print(format_stats(dataset_stats(load_leaf(args.dir))))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="upfl", description="Upcycled-FL federated simulation")
+    p.add_argument("--version", action="version", version=f"upfl {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="train one configuration")
+    r.add_argument("--config", help="run config YAML (flags override it)")
+    r.add_argument("--out", required=True, help="result folder (metrics.csv, summary.json)")
+    for flag, (key, typ) in RUN_FLAGS.items():
+        r.add_argument("--" + flag.replace("_", "-"), dest=flag, type=typ, default=None, help=key)
+    r.set_defaults(func=cmd_run)
+    s = sub.add_parser("synth", help="generate a FedProx synthetic data set")
+    s.add_argument("--name", required=True)
+    s.add_argument("--out", required=True)
+    s.add_argument("--data-seed", type=int, default=0)
+    s.add_argument("--devices", type=int, default=30)
+    s.add_argument("--dim", type=int, default=20)
+    s.add_argument("--classes", type=int, default=2)
+    s.add_argument("--alpha", type=float)
+    s.add_argument("--beta", type=float)
+    s.set_defaults(func=cmd_synth)
+    st = sub.add_parser("stats", help="print the Table 2 row of a data set")
+    st.add_argument("dir")
+    st.set_defaults(func=cmd_stats)
+    from . import commands
+
+    for mod in pkgutil.iter_modules(commands.__path__):
+        module = importlib.import_module(f"upfl.commands.{mod.name}")
+        if hasattr(module, "register"):
+            module.register(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .data import DatasetError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (cfgmod.ConfigError, DatasetError, ValueError) as e:
+        print(f"upfl {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,220 @@
+"""The federated loop of Algorithm 1 (FedProx/FedAvg) and Algorithm 2 (Upcycled-FL).
+
+Iterations t = 1..T. Upcycled-FL trains at odd t and applies Eq. (5) at even t; FedAvg/FedProx
+train at every t. Training round k (the k-th training iteration) of every algorithm draws the
+same devices and stragglers for the same seed (streams keyed by k, not by t).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import config as cfgmod
+from .algorithms import upcycle_coefficient, upcycle_step, weighted_average
+from .data import FederatedDataset, load_leaf
+from .files import atomic_path, provenance, write_json, write_text
+from .models import build_model
+from .rng import generator
+from .solver import batch_plan, local_solve
+
+METRIC_COLUMNS = ["iteration", "kind", "train_loss", "train_acc", "test_loss", "test_acc", "devices",
+                  "local_steps", "data_accesses", "wall_s", "cum_wall_s"]
+
+
+class InjectedStop(RuntimeError):
+    """Raised by tests (``stop_after``) to simulate an interrupted run."""
+
+
+def sample_clients(seed: int, round_k: int, num_devices: int, frac: float) -> list[int]:
+    """max(floor(frac N), 1) devices uniformly without replacement (training round k)."""
+    m = max(int(math.floor(frac * num_devices + 1e-9)), 1)
+    return torch.randperm(num_devices, generator=generator(seed, "sampling", round_k))[:m].tolist()
+
+
+def draw_stragglers(seed: int, round_k: int, num_devices: int, prob: float, epochs: int) -> tuple[list[bool], list[int]]:
+    """Per device: straggler flag (probability ``prob``) and its epochs, uniform in 1..E-1 for stragglers."""
+    g = generator(seed, "stragglers", round_k)
+    u = torch.rand(num_devices, generator=g)
+    short = torch.randint(1, max(epochs, 2), (num_devices,), generator=g)
+    flags = (u < prob).tolist()
+    return flags, [int(short[i]) if flags[i] else epochs for i in range(num_devices)]
+
+
+def is_training_iteration(algorithm: str, t: int) -> bool:
+    return algorithm != "upcycled" or t % 2 == 1
+
+
+@dataclass
+class Simulation:
+    cfg: cfgmod.RunConfig
+    data: FederatedDataset
+    device: torch.device
+    model: Any = None
+    devices: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        c = self.cfg
+        ds = self.data
+        self.devices = ds.train_users
+        shape = ds.feature_shape
+        self.num_classes = ds.num_classes
+        self.model = build_model(c.model.name, int(shape[0]), self.num_classes, c.model.options)
+        eye = torch.eye(self.num_classes)
+        self.xs = [self._x(ds.train_x[u]) for u in self.devices]
+        self.ys = [eye[torch.as_tensor(ds.train_y[u])].to(self.device) for u in self.devices]
+        self.sizes = torch.tensor([len(ds.train_y[u]) for u in self.devices], dtype=torch.float32)
+        self.train_x = torch.cat(self.xs)
+        self.train_y = torch.cat([torch.as_tensor(ds.train_y[u]) for u in self.devices]).to(self.device)
+        test = [u for u in ds.users if len(ds.test_y[u])]
+        self.test_x = torch.cat([self._x(ds.test_x[u]) for u in test]) if test else None
+        self.test_y = torch.cat([torch.as_tensor(ds.test_y[u]) for u in test]).to(self.device) if test else None
+
+    def _x(self, arr) -> torch.Tensor:
+        x = torch.as_tensor(arr)
+        if self.cfg.data.feature_scaling == "unit_norm":
+            x = x / x.flatten(1).norm(dim=1).clamp_min(1.0).view(-1, *([1] * (x.dim() - 1)))
+        return x.to(self.device)
+
+    def evaluate(self, w: torch.Tensor) -> dict[str, float]:
+        out = {}
+        bs = self.cfg.evaluation.batch_size
+        for name, x, y in (("train", self.train_x, self.train_y), ("test", self.test_x, self.test_y)):
+            if x is None:
+                out[f"{name}_loss"] = out[f"{name}_acc"] = float("nan")
+                continue
+            loss, correct = 0.0, 0
+            for i in range(0, len(y), bs):
+                l, c = self.model.evaluate(w, x[i:i + bs], y[i:i + bs])
+                loss, correct = loss + l, correct + c
+            out[f"{name}_loss"], out[f"{name}_acc"] = loss / len(y), correct / len(y)
+        return out
+
+    def training_round(self, w: torch.Tensor, round_k: int) -> tuple[torch.Tensor, int, int]:
+        """One training iteration: sample, local solve, aggregate. Returns (w_new, devices, steps)."""
+        c = self.cfg
+        n = len(self.devices)
+        chosen = sample_clients(c.seed, round_k, n, c.devices.frac)
+        flags, epochs = draw_stragglers(c.seed, round_k, n, c.devices.straggler, c.solver.epochs)
+        if c.devices.straggler_policy == "drop":
+            chosen = [i for i in chosen if not flags[i]]
+        if not chosen:
+            return w, 0, 0
+        gens = [generator(c.seed, "batches", round_k, i) for i in chosen]
+        plans = batch_plan([self.xs[i].shape[0] for i in chosen], [epochs[i] for i in chosen],
+                           c.solver.batch_size, gens)
+        mu = 0.0 if c.algorithm.name == "fedavg" else c.algorithm.mu
+        local, steps = local_solve(self.model, w, [self.xs[i] for i in chosen], [self.ys[i] for i in chosen],
+                                   plans, mu, c.solver.lr, c.solver.momentum)
+        return weighted_average(local, self.sizes[chosen].to(self.device)), len(chosen), steps
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "cuda" and not torch.cuda.is_available():
+        raise cfgmod.ConfigError("device: cuda requested but torch finds no CUDA device")
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(name)
+
+
+def checkpoint_dir(cfg: cfgmod.RunConfig) -> Path:
+    root = Path(cfg.checkpoint.dir or os.path.join("results", "checkpoints"))
+    return root / cfgmod.config_hash(cfg)
+
+
+def _metrics_csv(rows: list[dict[str, Any]]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=METRIC_COLUMNS, lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: (repr(v) if isinstance(v, float) else v) for k, v in r.items()})
+    return buf.getvalue()
+
+
+def run(cfg: cfgmod.RunConfig, out: str | Path, log=print, stop_after: int | None = None) -> dict[str, Any]:
+    """Run one configuration; write OUT/metrics.csv and OUT/summary.json atomically; resume from a checkpoint."""
+    cfg = cfgmod.validate(cfg)
+    device = resolve_device(cfg.device)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    data = load_leaf(cfg.data.path)
+    sim = Simulation(cfg, data, device)
+    out = Path(out)
+    ckdir = checkpoint_dir(cfg)
+    ckfile = ckdir / "state.pt"
+    T, alg = cfg.rounds, cfg.algorithm.name
+    num_training = (T + 1) // 2 if alg == "upcycled" else T
+    c1 = cfgmod.upcycle_base_coefficient(cfg) if alg == "upcycled" else 0.0
+    times = {"train_s": 0.0, "upcycle_s": 0.0, "eval_s": 0.0}
+    if cfg.checkpoint.every and ckfile.exists():
+        state = torch.load(ckfile, weights_only=False)
+        if state.get("config_hash") != cfgmod.config_hash(cfg):
+            raise RuntimeError(f"{ckfile}: checkpoint belongs to another config; remove it")
+        t0, w, w_prev, rows, times = state["t"], state["w"].to(device), state["w_prev"].to(device), state["rows"], state["times"]
+        log(f"resuming from {ckfile} at iteration {t0}")
+    else:
+        w = sim.model.init_params(generator(cfg.seed, "init")).to(device)
+        w_prev, t0 = w.clone(), 0
+        e0 = time.perf_counter()
+        rows = [{"iteration": 0, "kind": "init", **sim.evaluate(w), "devices": 0, "local_steps": 0,
+                 "data_accesses": 0, "wall_s": 0.0, "cum_wall_s": 0.0}]
+        times["eval_s"] += time.perf_counter() - e0
+    round_k = sum(1 for t in range(1, t0 + 1) if is_training_iteration(alg, t))
+    for t in range(t0 + 1, T + 1):
+        start = time.perf_counter()
+        if is_training_iteration(alg, t):
+            round_k += 1
+            w_new, ndev, steps = sim.training_round(w, round_k)
+            kind, accesses = "train", ndev
+            times["train_s"] += time.perf_counter() - start
+        else:
+            w_new = upcycle_step(w, w_prev, upcycle_coefficient(c1, t // 2, cfg.algorithm.schedule, num_training))
+            kind, ndev, steps, accesses = "upcycle", 0, 0, 0
+            times["upcycle_s"] += time.perf_counter() - start
+        w_prev, w = w, w_new
+        wall = time.perf_counter() - start
+        row = {"iteration": t, "kind": kind, "devices": ndev, "local_steps": steps, "data_accesses": accesses}
+        if t % cfg.evaluation.every == 0 or t == T:
+            e0 = time.perf_counter()
+            row.update(sim.evaluate(w))
+            times["eval_s"] += time.perf_counter() - e0
+            log(f"iter {t}/{T} {kind:7s} train_loss {row['train_loss']:.4f} train_acc {row['train_acc']:.4f} "
+                f"test_acc {row['test_acc']:.4f}")
+        else:
+            row.update({k: float("nan") for k in ("train_loss", "train_acc", "test_loss", "test_acc")})
+        row["wall_s"] = wall
+        row["cum_wall_s"] = rows[-1]["cum_wall_s"] + wall
+        rows.append({k: row[k] for k in METRIC_COLUMNS})
+        if cfg.checkpoint.every and kind == "train" and round_k % cfg.checkpoint.every == 0 and t < T:
+            ckdir.mkdir(parents=True, exist_ok=True)
+            with atomic_path(ckfile) as tmp:
+                torch.save({"config_hash": cfgmod.config_hash(cfg), "t": t, "w": w.cpu(), "w_prev": w_prev.cpu(),
+                            "rows": rows, "times": times}, tmp)
+        if stop_after is not None and t >= stop_after:
+            raise InjectedStop(f"stopped after iteration {t}")
+    final = rows[-1]
+    evaluated = [r for r in rows if not math.isnan(r["train_acc"])]
+    best = max(evaluated, key=lambda r: r["test_acc"])
+    summary = {
+        "final": {k: final[k] for k in ("iteration", "train_loss", "train_acc", "test_loss", "test_acc")},
+        "best": {k: best[k] for k in ("iteration", "train_loss", "train_acc", "test_loss", "test_acc")},
+        "config": cfgmod.to_dict(cfg), "config_hash": cfgmod.config_hash(cfg), "seed": cfg.seed,
+        **provenance(), "device": str(device),
+        "time": {**times, "total_s": final["cum_wall_s"] + times["eval_s"]},
+        "training_rounds": num_training,
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    write_text(out / "metrics.csv", _metrics_csv(rows))
+    write_json(out / "summary.json", summary)
+    if ckdir.exists():
+        shutil.rmtree(ckdir)
+    return summary

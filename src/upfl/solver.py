@@ -1,0 +1,74 @@
+"""Batched local solver: k devices run SGD with momentum on F_i(w) + mu/2 ||w - w_global||^2 (+ <n_i, w>) together.
+
+Devices are sorted by their number of SGD steps, so at step s the active devices are a prefix and
+finished devices cost nothing. Batch orders are drawn up front (one permutation per epoch per device).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+CHUNK_STEPS = 64
+
+
+def batch_plan(sizes: list[int], epochs: list[int], batch_size: int, generators: list[torch.Generator]) -> list[torch.Tensor]:
+    """Per device, a (steps_i, B) tensor of sample indices (-1 pads the last batch of each epoch)."""
+    plans = []
+    for n, e, g in zip(sizes, epochs, generators):
+        nb = math.ceil(n / batch_size)
+        perm = torch.argsort(torch.rand(e, n, generator=g), dim=1)
+        padded = torch.full((e, nb * batch_size), -1, dtype=torch.long)
+        padded[:, :n] = perm
+        plans.append(padded.reshape(e * nb, batch_size))
+    return plans
+
+
+def local_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: list[torch.Tensor],
+                plans: list[torch.Tensor], mu: float, lr: float, momentum: float,
+                linear_term: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
+    """Run every device's plan from ``w_global``; return the (k, P) local models and the total SGD steps.
+
+    ``ys`` are one-hot (n_i, C) float tensors; ``linear_term`` (k, P) adds n_i to each gradient.
+    """
+    k = len(xs)
+    steps = torch.tensor([p.shape[0] for p in plans])
+    order = torch.argsort(steps, descending=True, stable=True)
+    inverse = torch.empty_like(order)
+    inverse[order] = torch.arange(k)
+    n_max = max(x.shape[0] for x in xs)
+    dev = w_global.device
+    x_pad = torch.zeros((k, n_max + 1) + tuple(xs[0].shape[1:]), dtype=xs[0].dtype, device=dev)
+    y_pad = torch.zeros((k, n_max + 1, ys[0].shape[1]), dtype=ys[0].dtype, device=dev)
+    s_max = int(steps.max())
+    b = plans[0].shape[1]
+    idx = torch.full((k, s_max, b), -1, dtype=torch.long)
+    for j, i in enumerate(order.tolist()):
+        n = xs[i].shape[0]
+        x_pad[j, :n], y_pad[j, :n] = xs[i], ys[i]
+        idx[j, : plans[i].shape[0]] = plans[i]
+    mask_all = (idx >= 0).to(x_pad.dtype).to(dev)
+    idx = torch.where(idx >= 0, idx, n_max).to(dev)
+    sorted_steps = steps[order].tolist()
+    w = w_global.expand(k, -1).clone()
+    buf = torch.zeros_like(w)
+    lin = None if linear_term is None else linear_term[order.to(linear_term.device)]
+    rows = torch.arange(k, device=dev).view(k, 1, 1)
+    active = k
+    for s0 in range(0, s_max, CHUNK_STEPS):
+        s1 = min(s0 + CHUNK_STEPS, s_max)
+        xc, yc, mc = x_pad[rows, idx[:, s0:s1]], y_pad[rows, idx[:, s0:s1]], mask_all[:, s0:s1]
+        for s in range(s0, s1):
+            while sorted_steps[active - 1] <= s:
+                active -= 1
+            j = s - s0
+            wa, ba = w[:active], buf[:active]
+            g = model.loss_and_grad(wa, xc[:active, j], yc[:active, j], mc[:active, j])
+            if mu:
+                g.add_(wa - w_global, alpha=mu)
+            if lin is not None:
+                g.add_(lin[:active])
+            ba.mul_(momentum).add_(g)
+            wa.sub_(ba, alpha=lr)
+    return w[inverse.to(dev)], int(steps.sum())
