@@ -188,7 +188,7 @@ def _from_dict(cls: type, doc: Any, prefix: str) -> Any:
     unknown = [k for k in doc if k not in names]
     if unknown:
         where = f"{prefix}." if prefix else ""
-        raise ConfigError(f"unknown config key {where}{unknown[0]!r}; known keys{' of ' + prefix if prefix else ''}: "
+        raise ConfigError(f"unknown config key '{where}{unknown[0]}'; known keys{' of ' + prefix if prefix else ''}: "
                           f"{', '.join(sorted(names))}")
     values = {}
     for name, value in doc.items():
