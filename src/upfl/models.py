@@ -31,13 +31,14 @@ class LogisticRegression:
         return torch.baddbmm(b.unsqueeze(1), x, w)
 
     def loss_and_grad(self, params: torch.Tensor, x: torch.Tensor, y_onehot: torch.Tensor,
-                      mask: torch.Tensor) -> torch.Tensor:
-        """Gradient (k, P) of the mean cross-entropy over each device's unmasked samples.
+                      weights: torch.Tensor) -> torch.Tensor:
+        """Gradient (k, P) of the weighted cross-entropy sum_b weights[:, b] * CE_b.
 
-        ``x`` (k, B, d), ``y_onehot`` (k, B, C), ``mask`` (k, B) with 1 for real samples.
+        ``x`` (k, B, d), ``y_onehot`` (k, B, C), ``weights`` (k, B): 1/(batch size) for real samples, 0 for
+        padding, so the result is the gradient of each device's mean batch loss.
         """
         z = self.logits(params, x)
-        resid = (torch.softmax(z, dim=-1) - y_onehot) * (mask / mask.sum(1, keepdim=True).clamp_min(1)).unsqueeze(-1)
+        resid = (torch.softmax(z, dim=-1) - y_onehot) * weights.unsqueeze(-1)
         grad_w = torch.bmm(x.transpose(1, 2), resid)
         grad_b = resid.sum(1)
         return torch.cat([grad_w.flatten(1), grad_b], dim=1)

@@ -59,6 +59,7 @@ def local_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: list[
     for s0 in range(0, s_max, CHUNK_STEPS):
         s1 = min(s0 + CHUNK_STEPS, s_max)
         xc, yc, mc = x_pad[rows, idx[:, s0:s1]], y_pad[rows, idx[:, s0:s1]], mask_all[:, s0:s1]
+        mc = mc / mc.sum(-1, keepdim=True).clamp_min(1)
         for s in range(s0, s1):
             while sorted_steps[active - 1] <= s:
                 active -= 1
