@@ -176,3 +176,12 @@ def test_synthetic_generator_statistics(tmp_path):
     spread = lambda ds: float(torch.tensor([ds.train_y[u].mean() for u in ds.users]).std())
     assert spread(het) > spread(hom) > spread(iid)
     assert iid.meta["parameters"]["num_classes"] == 2 and iid.feature_shape == (20,)
+
+
+def test_drop_policy_keeps_model_on_empty_round_and_schedules_run(small_data, tmp_path):
+    s = run(make_cfg(small_data, tmp_path, **{"devices.straggler": 1.0, "devices.straggler_policy": "drop",
+                                              "algorithm.schedule": "inv_sqrt"}), tmp_path / "d", log=lambda m: None)
+    rows = [line.split(",") for line in (tmp_path / "d" / "metrics.csv").read_text().splitlines()[1:]]
+    assert all(r[6] == "0" for r in rows)
+    assert len({(r[2], r[3]) for r in rows}) == 1
+    assert s["final"]["train_acc"] == float(rows[0][3])
