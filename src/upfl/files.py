@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import platform
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -29,6 +30,17 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+def replace_dir(src: Path, dst: Path) -> None:
+    """Move a completed folder ``src`` onto ``dst``, replacing an existing ``dst`` as a whole."""
+    if dst.exists():
+        old = dst.with_name(f".{dst.name}.old-{os.getpid()}")
+        os.replace(dst, old)
+        os.replace(src, dst)
+        shutil.rmtree(old)
+    else:
+        os.replace(src, dst)
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:

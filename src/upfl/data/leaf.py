@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..files import sha256_file, write_json
+from ..files import replace_dir, sha256_file, write_json
 
 META_FILE = "meta.json"
 
@@ -210,13 +210,7 @@ def write_leaf(path: str | os.PathLike, users: list[str],
                 json.dump(_split_doc(users, xs, ys), f, separators=(",", ":"))
             files[f"{split}/data.json"] = sha256_file(file)
         write_json(tmp / META_FILE, {**meta, "sha256": files})
-        if root.exists():
-            old = root.with_name(f".{root.name}.old-{os.getpid()}")
-            os.replace(root, old)
-            os.replace(tmp, root)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, root)
+        replace_dir(tmp, root)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)

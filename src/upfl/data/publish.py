@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..files import sha256_file
+from ..files import replace_dir, sha256_file
 from .leaf import write_leaf
 
 
@@ -39,13 +39,7 @@ def write_dataset(path: str | os.PathLike, users: list[str],
         inner = write_leaf(stage / root.name, users, train, test, {**meta, "extra_files": digests})
         for name in digests:
             os.replace(side / name, inner / name)
-        if root.exists():
-            old = root.with_name(f".{root.name}.old-{os.getpid()}")
-            os.replace(root, old)
-            os.replace(inner, root)
-            shutil.rmtree(old)
-        else:
-            os.replace(inner, root)
+        replace_dir(inner, root)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     return root
