@@ -1,0 +1,50 @@
+"""Noise mechanisms on flat parameter matrices (k devices x P parameters); every draw from a passed generator."""
+
+from __future__ import annotations
+
+import torch
+
+
+def _positive(name: str, value) -> torch.Tensor:
+    t = torch.as_tensor(value, dtype=torch.float32)
+    if not torch.isfinite(t).all() or (t <= 0).any():
+        raise ValueError(f"{name} must be > 0, got {value!r}")
+    return t
+
+
+def clip_to_norm(W: torch.Tensor, tau: float) -> torch.Tensor:
+    """Scale each row of W to L2 norm <= tau (all parameters together); rows inside are unchanged.
+
+    Clipped rows are scaled to tau (1 - 1e-6), so float rounding never leaves a norm above tau.
+    """
+    _positive("tau", tau)
+    norms = W.norm(dim=1, keepdim=True)
+    scale = torch.where(norms > tau, (tau * (1 - 1e-6)) / norms, torch.ones_like(norms))
+    return W * scale
+
+
+def gaussian_output_noise(W: torch.Tensor, sigma, generator: torch.Generator) -> torch.Tensor:
+    """W + N(0, sigma^2 I) with standard deviation sigma (scalar or one value per row)."""
+    s = _positive("sigma", sigma).to(W.device)
+    s = s.view(-1, 1) if s.dim() else s
+    return W + s * torch.randn(W.shape, generator=generator, dtype=W.dtype, device=W.device)
+
+
+def output_perturbation(W: torch.Tensor, tau: float, sigma, generator: torch.Generator) -> torch.Tensor:
+    """Section 5 output perturbation of the odd-iteration release: clip to tau, then add N(0, sigma^2 I)."""
+    return gaussian_output_noise(clip_to_norm(W, tau), sigma, generator)
+
+
+def sample_objective_noise(k: int, P: int, alpha, generator: torch.Generator) -> torch.Tensor:
+    """k vectors with density proportional to exp(-alpha ||n||) in P dimensions (Theorem C.2).
+
+    ||n|| ~ Gamma(shape P, scale 1/alpha), drawn as a sum of P Exp(alpha) variables; the direction is a
+    normalised standard Gaussian (uniform on the sphere).
+    """
+    a = _positive("alpha", alpha)
+    a = a.view(-1, 1) if a.dim() else a
+    u = torch.rand((k, P), generator=generator, dtype=torch.float64).clamp_min(torch.finfo(torch.float64).tiny)
+    radius = (-torch.log(u)).sum(1, keepdim=True) / a.double()
+    direction = torch.randn((k, P), generator=generator, dtype=torch.float64)
+    direction = direction / direction.norm(dim=1, keepdim=True)
+    return (radius * direction).float()

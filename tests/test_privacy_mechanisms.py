@@ -1,0 +1,46 @@
+import pytest
+import torch
+from scipy import stats
+
+from upfl.privacy import clip_to_norm, gaussian_output_noise, output_perturbation, sample_objective_noise
+
+
+def test_clipping_bounds_norms_and_keeps_inside_rows():
+    g = torch.Generator().manual_seed(0)
+    W = torch.randn(200, 41, generator=g) * torch.linspace(0.01, 5, 200).view(-1, 1)
+    C = clip_to_norm(W, 3.0)
+    assert (C.norm(dim=1) <= 3.0).all()
+    inside = W.norm(dim=1) <= 3.0
+    assert torch.equal(C[inside], W[inside])
+    torch.testing.assert_close(C[~inside].norm(dim=1), torch.full(((~inside).sum(),), 3.0), rtol=0, atol=1e-4)
+
+
+def test_output_noise_std_is_sigma_not_sigma_squared():
+    W = torch.zeros(50, 2000)
+    noisy = gaussian_output_noise(W, 0.5, torch.Generator().manual_seed(1))
+    assert abs(float(noisy.std()) - 0.5) < 0.005
+    per_dev = gaussian_output_noise(torch.zeros(2, 100000), torch.tensor([0.2, 2.0]), torch.Generator().manual_seed(2))
+    assert abs(float(per_dev[0].std()) - 0.2) < 0.005 and abs(float(per_dev[1].std()) - 2.0) < 0.05
+    a = output_perturbation(torch.ones(3, 10), 1.0, 0.1, torch.Generator().manual_seed(3))
+    b = output_perturbation(torch.ones(3, 10), 1.0, 0.1, torch.Generator().manual_seed(3))
+    assert torch.equal(a, b)
+
+
+def test_objective_noise_radius_is_gamma_and_direction_isotropic():
+    P, alpha = 21, 10.0
+    n = sample_objective_noise(4000, P, alpha, torch.Generator().manual_seed(4))
+    radius = n.double().norm(dim=1).numpy()
+    assert stats.kstest(radius, stats.gamma(a=P, scale=1 / alpha).cdf).pvalue > 0.01
+    unit = n.double() / n.double().norm(dim=1, keepdim=True)
+    assert float(unit.mean(0).abs().max()) < 0.05
+    assert stats.kstest(unit[:, 0].numpy() ** 2, stats.beta(0.5, (P - 1) / 2).cdf).pvalue > 0.01
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda: gaussian_output_noise(torch.zeros(1, 2), -1.0, torch.Generator()), "sigma"),
+    (lambda: clip_to_norm(torch.zeros(1, 2), 0.0), "tau"),
+    (lambda: sample_objective_noise(1, 2, 0.0, torch.Generator()), "alpha"),
+])
+def test_bad_parameters_are_named(call, name):
+    with pytest.raises(ValueError, match=name):
+        call()
