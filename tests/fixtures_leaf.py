@@ -279,3 +279,16 @@ def run_data_cli(argv: list[str]) -> int:
     data_cmd.register(parser.add_subparsers(dest="command"))
     args = parser.parse_args(argv)
     return args.func(args)
+
+
+def fetch_served(folder: Path, dataset: str, files: dict[str, str], resources: Path) -> list[Path]:
+    """Serve ``folder`` on 127.0.0.1 and fetch ``dataset``'s sources from it through the real download path.
+
+    ``files`` maps each source name to its file name in ``folder``.
+    """
+    from upfl.data.download import fetch_source
+    from upfl.data.sources import resolve_sources
+
+    with serve_folder(folder) as srv:
+        urls = {name: srv.url("/" + file) for name, file in files.items()}
+        return [fetch_source(s, resources, progress=False, backoff=0) for s in resolve_sources([dataset], urls=urls)]

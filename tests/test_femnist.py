@@ -10,14 +10,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from fixtures_leaf import make_nist_zips, png_bytes, serve_folder
-from upfl.data.download import fetch_source
+from fixtures_leaf import fetch_served, make_nist_zips, png_bytes
 from upfl.data.femnist import (FemnistSpec, build_femnist, device_sizes, image_vector,
                                keep_by_class_subfolder, leaf_label, parse_by_class, parse_by_write,
                                select_devices)
 from upfl.data.leaf import DatasetError, load_leaf, verify_checksums
 from upfl.data.shapes import leaf_train_count
-from upfl.data.sources import resolve_sources
 from upfl.data.stats import dataset_stats
 
 SMALL = FemnistSpec(num_devices=6, classes_per_device=5, train_total=62, train_min=5,
@@ -33,9 +31,8 @@ def nist(tmp_path_factory):
 def built(nist, tmp_path_factory):
     """The fixture archives downloaded through the real code path, then preprocessed."""
     res = tmp_path_factory.mktemp("resources")
-    with serve_folder(nist.by_class.parent) as srv:
-        urls = {"by_class": srv.url("/by_class.zip"), "by_write": srv.url("/by_write.zip")}
-        paths = [fetch_source(s, res, progress=False, backoff=0) for s in resolve_sources(["femnist"], urls=urls)]
+    paths = fetch_served(nist.by_class.parent, "femnist",
+                         {"by_class": "by_class.zip", "by_write": "by_write.zip"}, res)
     out = build_femnist(paths[0], paths[1], tmp_path_factory.mktemp("data") / "femnist", seed=0,
                         spec=SMALL, progress=False)
     return out, load_leaf(out)

@@ -9,13 +9,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from fixtures_leaf import glove_vectors, make_glove_zip, make_sent140_zip, serve_folder
-from upfl.data.download import fetch_source
+from fixtures_leaf import fetch_served, glove_vectors, make_glove_zip, make_sent140_zip
 from upfl.data.glove import glove_subset, load_embeddings
 from upfl.data.leaf import DatasetError, load_leaf, verify_checksums
 from upfl.data.sent140 import (Malformed, Sent140Spec, build_sent140, device_sizes, encode, group_users,
                                parse_line, read_tweets, tokenize)
-from upfl.data.sources import resolve_sources
 from upfl.data.stats import dataset_stats
 
 SMALL = Sent140Spec(num_devices=5, train_total=120, test_total=32, train_std=6.0, min_user_samples=3)
@@ -31,9 +29,8 @@ def archives(tmp_path_factory):
 def built(archives, tmp_path_factory):
     sent, glove = archives
     res = tmp_path_factory.mktemp("resources")
-    with serve_folder(sent.path.parent) as srv:
-        urls = {"sent140": srv.url("/trainingandtestdata.zip"), "glove": srv.url("/glove.6B.zip")}
-        paths = [fetch_source(s, res, progress=False, backoff=0) for s in resolve_sources(["sent140"], urls=urls)]
+    paths = fetch_served(sent.path.parent, "sent140",
+                         {"sent140": "trainingandtestdata.zip", "glove": "glove.6B.zip"}, res)
     out = build_sent140(paths[0], paths[1], tmp_path_factory.mktemp("data") / "sent140", seed=0,
                         spec=SMALL, progress=False)
     return out, load_leaf(out)
