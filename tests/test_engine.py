@@ -1,7 +1,6 @@
 """Engine tests: Eq. (5), FedAvg/FedProx equivalence, batched solver vs a plain loop, determinism, resume."""
 
 import json
-import math
 
 import pytest
 import torch
