@@ -77,6 +77,9 @@ class SolverConfig:
     batch_size: int = 32
     lr: float = 0.05
     momentum: float = 0.5
+    backend: str = "auto"
+    """``auto``, ``torch`` (batched tensors; any model, CPU or CUDA) or ``numba`` (compiled CPU loop, logistic
+    regression only). ``auto`` takes ``numba`` for logistic regression on the CPU when numba is installed."""
 
 
 @dataclass
@@ -138,6 +141,7 @@ CHOICES = {
     "algorithm.name": ("fedavg", "fedprox", "upcycled"),
     "algorithm.schedule": ("const", "horizon", "inv_sqrt"),
     "devices.straggler_policy": ("partial", "drop"),
+    "solver.backend": ("auto", "torch", "numba"),
     "privacy.mechanism": ("none", "output", "objective"),
 }
 

@@ -51,7 +51,10 @@ class LogisticRegression:
         return float(loss), int((z.argmax(1) == y).sum())
 
 
-def build_model(name: str, dim: int, num_classes: int, options: dict | None = None) -> LogisticRegression:
+def build_model(name: str, dataset, options: dict | None = None) -> LogisticRegression:
+    """The model ``name`` for a :class:`upfl.data.leaf.FederatedDataset` (its feature shape, classes, side files)."""
+    if options:
+        raise ValueError(f"model.options: {name} takes no options, got {sorted(options)}")
     if name == "logreg":
-        return LogisticRegression(dim, num_classes)
+        return LogisticRegression(int(dataset.feature_shape[0]), dataset.num_classes)
     raise ValueError(f"model.name: unknown model {name!r}; available: logreg")

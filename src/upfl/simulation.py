@@ -66,9 +66,8 @@ class Simulation:
         c = self.cfg
         ds = self.data
         self.devices = ds.train_users
-        shape = ds.feature_shape
         self.num_classes = ds.num_classes
-        self.model = build_model(c.model.name, int(shape[0]), self.num_classes, c.model.options)
+        self.model = build_model(c.model.name, ds, c.model.options)
         eye = torch.eye(self.num_classes)
         self.xs = [self._x(ds.train_x[u]) for u in self.devices]
         self.ys = [eye[torch.as_tensor(ds.train_y[u])].to(self.device) for u in self.devices]
@@ -114,7 +113,8 @@ class Simulation:
                            c.solver.batch_size, gens)
         mu = 0.0 if c.algorithm.name == "fedavg" else c.algorithm.mu
         local, steps = local_solve(self.model, w, [self.xs[i] for i in chosen], [self.ys[i] for i in chosen],
-                                   plans, mu, c.solver.lr, c.solver.momentum)
+                                   plans, mu, c.solver.lr, c.solver.momentum,
+                                   generator=generator(c.seed, "dropout", round_k))
         return weighted_average(local, self.sizes[chosen].to(self.device)), len(chosen), steps
 
 

@@ -27,11 +27,15 @@ def batch_plan(sizes: list[int], epochs: list[int], batch_size: int, generators:
 
 def local_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: list[torch.Tensor],
                 plans: list[torch.Tensor], mu: float, lr: float, momentum: float,
-                linear_term: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
+                linear_term: torch.Tensor | None = None,
+                generator: torch.Generator | None = None) -> tuple[torch.Tensor, int]:
     """Run every device's plan from ``w_global``; return the (k, P) local models and the total SGD steps.
 
     ``ys`` are one-hot (n_i, C) float tensors; ``linear_term`` (k, P) adds n_i to each gradient.
+    ``generator`` (the round's ``dropout`` stream) is passed to models that draw randomness
+    (``model.needs_generator``).
     """
+    extra = {"generator": generator} if getattr(model, "needs_generator", False) else {}
     k = len(xs)
     steps = torch.tensor([p.shape[0] for p in plans])
     order = torch.argsort(steps, descending=True, stable=True)
@@ -48,7 +52,7 @@ def local_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: list[
         n = xs[i].shape[0]
         x_pad[j, :n], y_pad[j, :n] = xs[i], ys[i]
         idx[j, : plans[i].shape[0]] = plans[i]
-    mask_all = (idx >= 0).to(x_pad.dtype).to(dev)
+    mask_all = (idx >= 0).to(y_pad.dtype).to(dev)
     idx = torch.where(idx >= 0, idx, n_max).to(dev)
     sorted_steps = steps[order].tolist()
     w = w_global.expand(k, -1).clone()
@@ -65,7 +69,7 @@ def local_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: list[
                 active -= 1
             j = s - s0
             wa, ba = w[:active], buf[:active]
-            g = model.loss_and_grad(wa, xc[:active, j], yc[:active, j], mc[:active, j])
+            g = model.loss_and_grad(wa, xc[:active, j], yc[:active, j], mc[:active, j], **extra)
             if mu:
                 g.add_(wa - w_global, alpha=mu)
             if lin is not None:
