@@ -7,6 +7,8 @@ import importlib
 import pkgutil
 import sys
 
+import yaml
+
 from . import __version__
 from . import config as cfgmod
 
@@ -28,6 +30,15 @@ def resolve_run_config(args: argparse.Namespace) -> cfgmod.RunConfig:
         value = getattr(args, flag)
         if value is not None:
             cfgmod.set_key(doc, key, value)
+    for item in args.set or []:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise cfgmod.ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. privacy.sigma=0.8")
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise cfgmod.ConfigError(f"--set {key}: value {text!r} is not valid YAML: {e}") from None
+        cfgmod.set_key(doc, key, value)
     return cfgmod.from_dict(doc)
 
 
@@ -66,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", required=True, help="result folder (metrics.csv, summary.json)")
     for flag, (key, typ) in RUN_FLAGS.items():
         r.add_argument("--" + flag.replace("_", "-"), dest=flag, type=typ, default=None, help=key)
+    r.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="any run-config key, dotted (privacy.sigma=0.8); the value is read as YAML; repeatable")
     r.set_defaults(func=cmd_run)
     s = sub.add_parser("synth", help="generate a FedProx synthetic data set")
     s.add_argument("--name", required=True)

@@ -1,0 +1,235 @@
+"""The experiment grid of the workflow: named experiments of config/config.yaml expanded into runs.
+
+An experiment has groups (data sets x run entries); an entry is one algorithm with scalar or list
+values of ``mu``, ``lam`` and ``step`` (lists are zipped: ``mu: [0.1, 0.3], lam: [0.04, 0.12]`` is
+two runs). Every run gets a readable id that is also its result folder under ``results/runs/``,
+for example ``synthetic_1_1/logreg/upcycled/mu1_lam0.43/s0.9_f0.3/T160/seed0``. Two experiments
+asking for the same run share it (one job); the same id with different settings is an error.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import config as cfgmod
+
+OUTPUT_KINDS = ("table1", "time", "convergence", "lambda_sweep", "privacy_table", "privacy_tradeoff")
+JOB_KEYS = ("gpus", "threads", "runtime", "mem_mb")
+ENTRY_KEYS = {"algorithm", "rounds", "mu", "lam", "step", "schedule", "model", "set"}
+
+
+class ExperimentError(ValueError):
+    """The workflow config is inconsistent; the message names the experiment and key."""
+
+
+def fmt_number(x: Any) -> str:
+    """Shortest round-trip text of a number for paths: 1.0 -> '1', 0.43 -> '0.43', 1e-05 -> '1e-05'."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return str(x)
+    text = repr(float(x))
+    return text[:-2] if text.endswith(".0") else text
+
+
+@dataclass
+class RunSpec:
+    """One training run: its id (= result folder), data set, seed and run-config document."""
+
+    run_id: str
+    dataset: str
+    seed: int
+    doc: dict[str, Any]
+    experiments: list[str] = field(default_factory=list)
+    job: dict[str, Any] = field(default_factory=dict)
+
+    def flags(self) -> list[str]:
+        """``upfl run`` arguments (without ``--data`` and ``--out``) that reproduce :attr:`doc`."""
+        return [f"--set={key}={json.dumps(value)}" for key, value in flatten(self.doc)]
+
+
+@dataclass
+class Plan:
+    runs: dict[str, RunSpec]
+    experiments: dict[str, list[str]]
+    outputs: dict[str, dict[str, Any]]
+    targets: dict[str, list[str]]
+    datasets: list[str]
+
+
+def flatten(doc: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """Dotted (key, value) pairs of a nested mapping, in insertion order."""
+    items = []
+    for key, value in doc.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and key != "options":
+            items.extend(flatten(value, dotted + "."))
+        else:
+            items.append((dotted, value))
+    return items
+
+
+def resolve_preset(config: dict[str, Any]) -> dict[str, Any]:
+    """Apply ``presets[preset]`` (top-level keys replaced) unless ``preset`` is ``full``."""
+    config = copy.deepcopy(config)
+    name = config.get("preset", "full")
+    if name == "full":
+        return config
+    presets = config.get("presets", {})
+    if name not in presets:
+        raise ExperimentError(f"preset: unknown preset {name!r}; defined: full, {', '.join(presets)}")
+    config.update(copy.deepcopy(presets[name]))
+    return config
+
+
+def _as_list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list) else [value]
+
+
+def expand_entry(entry: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    """Zip the list-valued ``mu``/``lam``/``step`` of one run entry into single-valued entries."""
+    unknown = set(entry) - ENTRY_KEYS
+    if unknown:
+        raise ExperimentError(f"{where}: unknown key {sorted(unknown)[0]!r}; known: {', '.join(sorted(ENTRY_KEYS))}")
+    if "algorithm" not in entry or "rounds" not in entry:
+        raise ExperimentError(f"{where}: a run entry needs 'algorithm' and 'rounds'")
+    lists = {k: _as_list(entry[k]) for k in ("mu", "lam", "step") if k in entry}
+    lengths = {len(v) for v in lists.values() if len(v) != 1}
+    if len(lengths) > 1:
+        raise ExperimentError(f"{where}: mu, lam and step lists must have the same length, got "
+                              + ", ".join(f"{k}: {len(v)}" for k, v in lists.items()))
+    n = lengths.pop() if lengths else 1
+    out = []
+    for i in range(n):
+        one = {k: v for k, v in entry.items() if k not in lists}
+        one.update({k: (v[i] if len(v) > 1 else v[0]) for k, v in lists.items()})
+        out.append(one)
+    return out
+
+
+def _privacy_part(p: dict[str, Any]) -> str | None:
+    mech = p.get("mechanism", "none")
+    if mech == "none":
+        return None
+    if mech == "output":
+        return f"output_sigma{_list_text(p.get('sigma'))}_tau{fmt_number(p.get('tau'))}"
+    return f"objective_alpha{_list_text(p.get('alpha'))}"
+
+
+def _list_text(value: Any) -> str:
+    return "-".join(fmt_number(v) for v in value) if isinstance(value, list) else fmt_number(value)
+
+
+def run_id(dataset: str, doc: dict[str, Any], seed: int) -> str:
+    """The readable result path of a run (relative to ``results/runs``)."""
+    a, d = doc["algorithm"], doc["devices"]
+    params = f"mu{fmt_number(a.get('mu', 0.0))}"
+    if a.get("lam") is not None:
+        params += f"_lam{fmt_number(a['lam'])}"
+    if a.get("step") is not None:
+        params += f"_step{fmt_number(a['step'])}"
+    if a.get("schedule", "const") != "const":
+        params += f"_{a['schedule']}"
+    parts = [dataset, doc["model"]["name"], a["name"], params]
+    private = _privacy_part(doc.get("privacy", {}))
+    if private:
+        parts.append(private)
+    parts += [f"s{fmt_number(d['straggler'])}_f{fmt_number(d['frac'])}", f"T{doc['rounds']}", f"seed{seed}"]
+    return "/".join(parts)
+
+
+def _merge(doc: dict[str, Any], settings: dict[str, Any], where: str) -> None:
+    for key, value in (settings or {}).items():
+        try:
+            cfgmod.set_key(doc, key, copy.deepcopy(value))
+        except cfgmod.ConfigError as e:
+            raise ExperimentError(f"{where}.set.{key}: {e}") from None
+
+
+def _run_doc(config: dict[str, Any], exp: dict[str, Any], entry: dict[str, Any], where: str) -> dict[str, Any]:
+    doc = copy.deepcopy(config.get("run_defaults", {}))
+    _merge(doc, exp.get("set"), where)
+    doc.setdefault("model", {}).setdefault("name", "logreg")
+    doc.setdefault("devices", {}).setdefault("straggler", 0.0)
+    doc["devices"].setdefault("frac", cfgmod.DevicesConfig.frac)
+    algorithm = doc.setdefault("algorithm", {})
+    algorithm["name"] = entry["algorithm"]
+    for key in ("mu", "lam", "step", "schedule"):
+        if key in entry:
+            algorithm[key] = entry[key]
+    if "model" in entry:
+        doc["model"]["name"] = entry["model"]
+    scale = float(config.get("round_scale", 1.0))
+    doc["rounds"] = max(1, round(int(entry["rounds"]) * scale))
+    _merge(doc, entry.get("set"), where)
+    return doc
+
+
+def _check_run(doc: dict[str, Any], where: str) -> None:
+    probe = copy.deepcopy(doc)
+    probe.setdefault("data", {})["path"] = "<dataset>"
+    try:
+        cfgmod.from_dict(probe)
+    except cfgmod.ConfigError as e:
+        raise ExperimentError(f"{where}: {e}") from None
+
+
+def build_plan(config: dict[str, Any]) -> Plan:
+    """Expand every experiment of a (validated) workflow config into runs, outputs and targets."""
+    config = resolve_preset(config)
+    datasets = config.get("datasets", {})
+    seeds = [int(s) for s in config.get("seeds", [0])]
+    runs: dict[str, RunSpec] = {}
+    experiments: dict[str, list[str]] = {}
+    outputs: dict[str, dict[str, Any]] = {}
+    targets: dict[str, list[str]] = {}
+    for name, exp in config.get("experiments", {}).items():
+        job = {**{"gpus": 0, "threads": 1, "runtime": 60, "mem_mb": 4000}, **config.get("job_defaults", {}),
+               **exp.get("job", {})}
+        ids: list[str] = []
+        for gi, group in enumerate(exp.get("groups", [])):
+            for ds in group["datasets"]:
+                if ds not in datasets:
+                    raise ExperimentError(f"experiments.{name}.groups[{gi}].datasets: {ds!r} is not in datasets "
+                                          f"({', '.join(datasets)})")
+                for ei, raw in enumerate(group["runs"]):
+                    where = f"experiments.{name}.groups[{gi}].runs[{ei}]"
+                    for entry in expand_entry(raw, where):
+                        doc = _run_doc(config, exp, entry, where)
+                        _check_run(doc, where)
+                        for seed in seeds:
+                            rid = run_id(ds, doc, seed)
+                            spec = RunSpec(rid, ds, seed, {**copy.deepcopy(doc), "seed": seed})
+                            if rid in runs:
+                                if runs[rid].doc != spec.doc:
+                                    raise ExperimentError(f"{where}: run {rid} is also requested by "
+                                                          f"{runs[rid].experiments} with other settings")
+                                spec = runs[rid]
+                            else:
+                                runs[rid] = spec
+                            if name not in spec.experiments:
+                                spec.experiments.append(name)
+                            spec.job = {k: max(spec.job.get(k, 0), job[k]) for k in JOB_KEYS}
+                            if rid not in ids:
+                                ids.append(rid)
+        experiments[name] = ids
+        for oi, out in enumerate(exp.get("outputs", [])):
+            if out["kind"] not in OUTPUT_KINDS:
+                raise ExperimentError(f"experiments.{name}.outputs[{oi}].kind: {out['kind']!r}; "
+                                      f"known: {', '.join(OUTPUT_KINDS)}")
+            if out["name"] in outputs:
+                raise ExperimentError(f"experiments.{name}.outputs[{oi}].name: {out['name']!r} is used twice")
+            outputs[out["name"]] = {**out, "experiment": name}
+            targets.setdefault(out.get("target", out["name"]), []).append(out["name"])
+    used = sorted({s.dataset for s in runs.values()})
+    return Plan(runs, experiments, outputs, targets, used)
+
+
+def output_files(kind: str, name: str) -> list[str]:
+    """The files one report output writes (relative to the workflow root)."""
+    if kind in ("table1", "privacy_table"):
+        return [f"results/tables/{name}.{ext}" for ext in ("csv", "md", "tex")]
+    if kind == "time":
+        return [f"results/tables/{name}.{ext}" for ext in ("csv", "md")]
+    return [f"results/figures/{name}.{ext}" for ext in ("png", "pdf", "csv")]

@@ -1,0 +1,83 @@
+# Config handling, the run grid and input functions. The grid logic is upfl.experiments (tested with pytest).
+import re
+import shlex
+
+from upfl.experiments import ExperimentError, build_plan, output_files
+
+try:
+    PLAN = build_plan(config)
+except ExperimentError as e:
+    raise WorkflowError(f"config: {e}") from None
+
+RESOURCES = config.get("resources_dir", "resources")
+RUNS = PLAN.runs
+OUTPUTS = PLAN.outputs
+
+
+def _alternation(names):
+    return "|".join(re.escape(n) for n in sorted(names)) or "^$"
+
+
+wildcard_constraints:
+    dataset=_alternation(config["datasets"]),
+    experiment=_alternation(PLAN.experiments),
+    run=_alternation(RUNS),
+
+
+def datasets_of(source):
+    return [n for n, d in config["datasets"].items() if d["source"] == source]
+
+
+def dataset_dir(name):
+    return f"{RESOURCES}/data/{name}"
+
+
+def run_dir(run):
+    return f"results/runs/{run}"
+
+
+def run_data(wildcards):
+    return dataset_dir(RUNS[wildcards.run].dataset)
+
+
+def run_flags(wildcards):
+    return " ".join(shlex.quote(f) for f in RUNS[wildcards.run].flags())
+
+
+def run_job(key):
+    return lambda wildcards: RUNS[wildcards.run].job[key]
+
+
+def experiment_summaries(wildcards):
+    return [f"{run_dir(r)}/summary.json" for r in PLAN.experiments[wildcards.experiment]]
+
+
+def experiment_pairs(experiment):
+    return " ".join(f"{experiment}:{run_dir(r)}" for r in PLAN.experiments[experiment])
+
+
+def output_of(name):
+    out = OUTPUTS[name]
+    return output_files(out["kind"], name)
+
+
+def all_outputs():
+    files = [f for name in OUTPUTS for f in output_of(name)]
+    return files + ["results/runs.csv", "results/tables/table2.csv", "results/tables/table2.md"]
+
+
+def report_inputs(wildcards):
+    return f"results/experiments/{OUTPUTS[wildcards.name]['experiment']}/runs.csv"
+
+
+def report_args(wildcards):
+    out = OUTPUTS[wildcards.name]
+    args = [f"--experiment {out['experiment']}"]
+    args += [f"--where {shlex.quote(w)}" for w in out.get("where", [])]
+    if out.get("metrics"):
+        args.append(f"--metrics {','.join(out['metrics'])}")
+    return " ".join(args)
+
+
+def names_of(*kinds):
+    return _alternation([n for n, o in OUTPUTS.items() if o["kind"] in kinds])

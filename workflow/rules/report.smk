@@ -1,0 +1,127 @@
+# Tables and figures from the runs of each experiment (upfl report ...), and one named target per table/figure.
+
+
+rule experiment_runs:
+    input:
+        experiment_summaries,
+    output:
+        "results/experiments/{experiment}/runs.csv",
+    params:
+        pairs=lambda wc: experiment_pairs(wc.experiment),
+    log:
+        "results/logs/report/runs_{experiment}.log",
+    localrule: True
+    conda:
+        "../envs/upfl.yaml"
+    shell:
+        "upfl report runs --out {output} {params.pairs} > {log} 2>&1"
+
+
+rule all_runs:
+    input:
+        [f"results/runs/{r}/summary.json" for r in RUNS],
+    output:
+        "results/runs.csv",
+    params:
+        pairs=" ".join(experiment_pairs(e) for e in PLAN.experiments),
+    log:
+        "results/logs/report/runs.log",
+    localrule: True
+    conda:
+        "../envs/upfl.yaml"
+    shell:
+        "upfl report runs --out {output} {params.pairs} > {log} 2>&1"
+
+
+rule table2:
+    input:
+        [dataset_dir(d) for d in PLAN.datasets],
+    output:
+        csv=report("results/tables/table2.csv", category="Tables", caption="../report/table2.rst"),
+        md="results/tables/table2.md",
+    log:
+        "results/logs/report/table2.log",
+    localrule: True
+    conda:
+        "../envs/upfl.yaml"
+    shell:
+        "upfl report table2 --out-prefix results/tables/table2 {input} > {log} 2>&1"
+
+
+rule accuracy_table:
+    input:
+        report_inputs,
+    output:
+        csv=report("results/tables/{name}.csv", category="Tables", caption="../report/table1.rst"),
+        md="results/tables/{name}.md",
+        tex="results/tables/{name}.tex",
+    wildcard_constraints:
+        name=names_of("table1"),
+    params:
+        args=report_args,
+        configs=" ".join(f"--config-file {f}" for f in workflow.configfiles),
+    log:
+        "results/logs/report/{name}.log",
+    localrule: True
+    conda:
+        "../envs/upfl.yaml"
+    shell:
+        "upfl report table1 --runs {input} {params.args} {params.configs} "
+        "--out-prefix results/tables/{wildcards.name} > {log} 2>&1"
+
+
+rule time_table:
+    input:
+        report_inputs,
+    output:
+        csv=report("results/tables/{name}.csv", category="Tables", caption="../report/time.rst"),
+        md="results/tables/{name}.md",
+    wildcard_constraints:
+        name=names_of("time"),
+    params:
+        args=report_args,
+    log:
+        "results/logs/report/{name}.log",
+    localrule: True
+    conda:
+        "../envs/upfl.yaml"
+    shell:
+        "upfl report time --runs {input} {params.args} --out-prefix results/tables/{wildcards.name} > {log} 2>&1"
+
+
+rule figure:
+    input:
+        report_inputs,
+    output:
+        png=report("results/figures/{name}.png", category="Figures", caption="../report/figure.rst"),
+        pdf="results/figures/{name}.pdf",
+        csv="results/figures/{name}.csv",
+    wildcard_constraints:
+        name=names_of("convergence", "lambda_sweep"),
+    params:
+        kind=lambda wc: OUTPUTS[wc.name]["kind"],
+        args=report_args,
+    log:
+        "results/logs/report/{name}.log",
+    localrule: True
+    conda:
+        "../envs/upfl.yaml"
+    shell:
+        "upfl report figure {params.kind} --runs {input} {params.args} "
+        "--out-prefix results/figures/{wildcards.name} > {log} 2>&1"
+
+
+for _target, _names in PLAN.targets.items():
+
+    rule:
+        name:
+            _target
+        input:
+            [f for n in _names for f in output_of(n)],
+        localrule: True
+
+
+rule runs:
+    input:
+        "results/runs.csv",
+    localrule: True
