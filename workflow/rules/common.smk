@@ -1,7 +1,9 @@
 # Config handling, the run grid and input functions. The grid logic is upfl.experiments (tested with pytest).
+import json
 import re
 import shlex
 
+from upfl.data.sources import DATASET_SOURCES, SOURCES
 from upfl.experiments import ExperimentError, build_plan, output_files
 
 try:
@@ -26,6 +28,30 @@ wildcard_constraints:
 
 def datasets_of(source):
     return [n for n, d in config["datasets"].items() if d["source"] == source]
+
+
+ARCHIVES = {src.filename: name for name, src in SOURCES.items()}
+
+
+def archive_source(archive):
+    return ARCHIVES[archive]
+
+
+def source_archives(source):
+    return [f"{RESOURCES}/{SOURCES[name].filename}" for name in DATASET_SOURCES[source]]
+
+
+def source_overrides(name):
+    """`--url`/`--sha256` flags from `sources.<name>` (a mirror, a known checksum)."""
+    spec = config.get("sources", {}).get(name, {})
+    flags = [f"--url {shlex.quote(name + '=' + spec['url'])}"] if "url" in spec else []
+    flags += [f"--sha256 {name}={spec['sha256']}"] if "sha256" in spec else []
+    return " ".join(flags)
+
+
+def prepare_options(dataset):
+    options = config["datasets"][dataset].get("options", {})
+    return " ".join(f"--set {shlex.quote(k + '=' + json.dumps(v))}" for k, v in options.items())
 
 
 def dataset_dir(name):

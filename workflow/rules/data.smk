@@ -15,3 +15,42 @@ rule synthetic_dataset:
         "../envs/upfl.yaml"
     shell:
         "upfl synth --name {wildcards.dataset} --data-seed {params.data_seed} --out {output} > {log} 2>&1"
+
+
+rule fetch_archive:
+    output:
+        f"{RESOURCES}/{{archive}}",
+    params:
+        source=lambda wc: archive_source(wc.archive),
+        overrides=lambda wc: source_overrides(archive_source(wc.archive)),
+    wildcard_constraints:
+        archive=_alternation(ARCHIVES),
+    log:
+        "results/logs/data/fetch_{archive}.log",
+    localrule: True
+    conda:
+        "../envs/upfl.yaml"
+    shell:
+        "upfl data fetch {params.source} --resources {RESOURCES} --no-progress {params.overrides} > {log} 2>&1"
+
+
+rule leaf_dataset:
+    input:
+        lambda wc: source_archives(config["datasets"][wc.dataset]["source"]),
+    output:
+        directory(f"{RESOURCES}/data/{{dataset}}"),
+    params:
+        source=lambda wc: config["datasets"][wc.dataset]["source"],
+        seed=lambda wc: config["datasets"][wc.dataset].get("data_seed", 0),
+        options=lambda wc: prepare_options(wc.dataset),
+    wildcard_constraints:
+        dataset=_alternation(datasets_of("femnist") + datasets_of("sent140")),
+    log:
+        "results/logs/data/{dataset}.log",
+    resources:
+        mem_mb=16000,
+    conda:
+        "../envs/upfl.yaml"
+    shell:
+        "upfl data prepare {params.source} --resources {RESOURCES} --out {output} --seed {params.seed} "
+        "--no-progress {params.options} > {log} 2>&1"
