@@ -55,6 +55,7 @@ def expected_training_runs(config: dict) -> int:
     if preset != "full":
         config = {**config, **config["presets"][preset]}
     scale = config.get("round_scale", 1)
+    excluded = set(config.get("exclude_sources", []))
     runs = set()
     for exp in config["experiments"].values():
         straggler = exp.get("set", {}).get("devices.straggler", 0.0)
@@ -66,9 +67,11 @@ def expected_training_runs(config: dict) -> int:
                     pick = {k: (entry[k][i] if isinstance(entry.get(k), list) else entry.get(k))
                             for k in ("mu", "lam", "step")}
                     for ds in group["datasets"]:
+                        if config["datasets"][ds]["source"] in excluded:
+                            continue
                         for seed in config["seeds"]:
-                            runs.add((ds, entry["algorithm"], pick["mu"], pick["lam"], pick["step"], straggler,
-                                      max(1, round(entry["rounds"] * scale)), seed))
+                            runs.add((ds, entry.get("model", "logreg"), entry["algorithm"], pick["mu"], pick["lam"],
+                                      pick["step"], straggler, max(1, round(entry["rounds"] * scale)), seed))
     return len(runs)
 
 
@@ -87,15 +90,20 @@ def test_dry_run_lists_every_run_of_the_paper(tmp_path, preset):
     assert time.perf_counter() - start < 60
     counts = job_counts(proc.stdout)
     assert counts["train"] == expected_training_runs(config)
-    assert counts["synthetic_dataset"] == len(config["datasets"])
-    assert counts["figure"] == 4 and counts["accuracy_table"] == 1 and counts["time_table"] == 1
-    assert counts["experiment_runs"] == len(config["experiments"])
+    sources = [d["source"] for d in config["datasets"].values()]
+    assert counts["synthetic_dataset"] == sources.count("synthetic")
+    assert counts.get("leaf_dataset", 0) == (0 if preset == "quick" else 2)
+    assert counts.get("fetch_archive", 0) == (0 if preset == "quick" else 4)
+    figures = {"full": 7, "quick": 4}[preset]  # Figures 2 (two panels), 5, 8; with real data also 4, 6, 7
+    assert counts["figure"] == figures and counts["accuracy_table"] == 1 and counts["time_table"] == 1
+    assert counts["experiment_runs"] == figures + 1
 
 
 def test_single_target_builds_only_what_it_needs(tmp_path):
     proc = snakemake(workflow_copy(tmp_path), "-n", "fig2")
     counts = job_counts(proc.stdout)
-    assert counts["train"] == 3 * 3 + 5 * 3  # Figure 2 left (3 algorithms) + 5 steps, FedProx shared; 3 seeds
+    # Figure 2 left: 3 algorithms on Synthetic(0.5,0.5) and on Femnist; right: 5 steps (FedProx shared); 3 seeds
+    assert counts["train"] == 3 * 3 + 3 * 3 + 5 * 3
     assert counts["synthetic_dataset"] == 1 and "accuracy_table" not in counts
 
 

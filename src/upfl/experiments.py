@@ -184,15 +184,18 @@ def build_plan(config: dict[str, Any]) -> Plan:
     experiments: dict[str, list[str]] = {}
     outputs: dict[str, dict[str, Any]] = {}
     targets: dict[str, list[str]] = {}
+    excluded = set(config.get("exclude_sources", []))
     for name, exp in config.get("experiments", {}).items():
-        job = {**{"gpus": 0, "threads": 1, "runtime": 60, "mem_mb": 4000}, **config.get("job_defaults", {}),
-               **exp.get("job", {})}
         ids: list[str] = []
         for gi, group in enumerate(exp.get("groups", [])):
+            job = {**{"gpus": 0, "threads": 1, "runtime": 60, "mem_mb": 4000}, **config.get("job_defaults", {}),
+                   **exp.get("job", {}), **group.get("job", {})}
             for ds in group["datasets"]:
                 if ds not in datasets:
                     raise ExperimentError(f"experiments.{name}.groups[{gi}].datasets: {ds!r} is not in datasets "
                                           f"({', '.join(datasets)})")
+                if datasets[ds]["source"] in excluded:
+                    continue
                 for ei, raw in enumerate(group["runs"]):
                     where = f"experiments.{name}.groups[{gi}].runs[{ei}]"
                     for entry in expand_entry(raw, where):
@@ -213,6 +216,8 @@ def build_plan(config: dict[str, Any]) -> Plan:
                             spec.job = {k: max(spec.job.get(k, 0), job[k]) for k in JOB_KEYS}
                             if rid not in ids:
                                 ids.append(rid)
+        if not ids:
+            continue
         experiments[name] = ids
         for oi, out in enumerate(exp.get("outputs", [])):
             if out["kind"] not in OUTPUT_KINDS:

@@ -1,5 +1,6 @@
 # Config handling, the run grid and input functions. The grid logic is upfl.experiments (tested with pytest).
 import json
+import os
 import re
 import shlex
 
@@ -44,14 +45,15 @@ def source_archives(source):
 def source_overrides(name):
     """`--url`/`--sha256` flags from `sources.<name>` (a mirror, a known checksum)."""
     spec = config.get("sources", {}).get(name, {})
-    flags = [f"--url {shlex.quote(name + '=' + spec['url'])}"] if "url" in spec else []
+    url = spec.get("url")
+    flags = [f"--url {shlex.quote(f'{name}={url}')}"] if url else []
     flags += [f"--sha256 {name}={spec['sha256']}"] if "sha256" in spec else []
     return " ".join(flags)
 
 
 def prepare_options(dataset):
     options = config["datasets"][dataset].get("options", {})
-    return " ".join(f"--set {shlex.quote(k + '=' + json.dumps(v))}" for k, v in options.items())
+    return " ".join(f"--set {shlex.quote(f'{k}={json.dumps(v)}')}" for k, v in options.items())
 
 
 def dataset_dir(name):

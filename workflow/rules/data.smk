@@ -21,6 +21,7 @@ rule fetch_archive:
     output:
         f"{RESOURCES}/{{archive}}",
     params:
+        resources=lambda wc, output: os.path.dirname(output[0]),
         source=lambda wc: archive_source(wc.archive),
         overrides=lambda wc: source_overrides(archive_source(wc.archive)),
     wildcard_constraints:
@@ -31,7 +32,7 @@ rule fetch_archive:
     conda:
         "../envs/upfl.yaml"
     shell:
-        "upfl data fetch {params.source} --resources {RESOURCES} --no-progress {params.overrides} > {log} 2>&1"
+        "upfl data fetch {params.source} --resources {params.resources} --no-progress {params.overrides} > {log} 2>&1"
 
 
 rule leaf_dataset:
@@ -40,6 +41,7 @@ rule leaf_dataset:
     output:
         directory(f"{RESOURCES}/data/{{dataset}}"),
     params:
+        resources=lambda wc, input: os.path.dirname(input[0]),
         source=lambda wc: config["datasets"][wc.dataset]["source"],
         seed=lambda wc: config["datasets"][wc.dataset].get("data_seed", 0),
         options=lambda wc: prepare_options(wc.dataset),
@@ -52,5 +54,5 @@ rule leaf_dataset:
     conda:
         "../envs/upfl.yaml"
     shell:
-        "upfl data prepare {params.source} --resources {RESOURCES} --out {output} --seed {params.seed} "
+        "upfl data prepare {params.source} --resources {params.resources} --out {output} --seed {params.seed} "
         "--no-progress {params.options} > {log} 2>&1"
