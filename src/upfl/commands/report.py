@@ -1,0 +1,157 @@
+"""``upfl report``: run folders to results/runs.csv, and the paper's tables and figures from it.
+
+    upfl report runs   --out results/runs.csv [--list FILE] EXPERIMENT:RUN_DIR ...
+    upfl report table1 --runs results/runs.csv --experiment table1 --out-prefix results/tables/table1 [--config-file F]
+    upfl report table2 --out-prefix results/tables/table2 [--config-file F] DATA_DIR ...
+    upfl report time   --runs results/runs.csv --experiment table1 --out-prefix results/tables/time [--config-file F]
+    upfl report figure convergence|lambda_sweep --runs results/runs.csv --experiment EXP
+                       --out-prefix results/figures/NAME [--where KEY=VALUE[,VALUE...] ...] [--metrics train_loss,test_acc]
+                       [--x iteration|round|time (convergence), step|lam (lambda_sweep)] [--panels curves,final] [--title T]
+
+Tables: CSV (ending with a '# provenance:' line; read with pandas' comment="#"), Markdown, and LaTeX
+for Table 1. Figures: NAME.png, NAME.pdf and NAME.csv (the plotted numbers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _runs(args: argparse.Namespace):
+    """The runs table, restricted to ``--experiment`` and ``--where``."""
+    from ..report.collect import apply_where, read_runs, select_experiment
+
+    return apply_where(select_experiment(read_runs(args.runs), args.experiment), args.where)
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from ..report.collect import collect_runs, parse_run_specs, read_spec_file
+    from ..report.render import write_csv
+
+    specs = list(args.specs)
+    for path in args.list or []:
+        specs += read_spec_file(path)
+    df = collect_runs(parse_run_specs(specs))
+    write_csv(args.out, df)
+    print(f"wrote {args.out} ({len(df)} runs)")
+    return 0
+
+
+def cmd_table1(args: argparse.Namespace) -> int:
+    from ..report.render import provenance_line
+    from ..report.tables import write_table1
+
+    runs = _runs(args)
+    write_table1(runs, args.out_prefix, provenance_line(args.config_file, runs))
+    print(f"wrote {args.out_prefix}.csv, .md, .tex ({len(runs)} runs)")
+    return 0
+
+
+def cmd_table2(args: argparse.Namespace) -> int:
+    from ..report.render import provenance_line
+    from ..report.tables import write_table2
+
+    write_table2(args.data_dirs, args.out_prefix, provenance_line(args.config_file))
+    print(f"wrote {args.out_prefix}.csv, .md ({len(args.data_dirs)} data sets)")
+    return 0
+
+
+def cmd_time(args: argparse.Namespace) -> int:
+    from ..report.render import provenance_line
+    from ..report.timing import write_time
+
+    runs = _runs(args)
+    write_time(runs, args.out_prefix, provenance_line(args.config_file, runs))
+    print(f"wrote {args.out_prefix}.csv, .md ({len(runs)} runs)")
+    return 0
+
+
+def cmd_figure(args: argparse.Namespace) -> int:
+    from ..report.figures import convergence_figure, lambda_sweep_figure, parse_metrics
+    from ..report.render import provenance_line
+
+    runs = _runs(args)
+    metrics = parse_metrics(args.metrics)
+    prov = provenance_line(args.config_file, runs)
+    if args.kind == "convergence":
+        convergence_figure(runs, args.out_prefix, metrics, x=args.x or "iteration", title=args.title, provenance=prov)
+    else:
+        panels = [p.strip() for p in args.panels.split(",") if p.strip()]
+        lambda_sweep_figure(runs, args.out_prefix, metrics, x=args.x or "step", panels=panels, title=args.title,
+                            provenance=prov)
+    print(f"wrote {args.out_prefix}.png, .pdf, .csv ({len(runs)} runs)")
+    return 0
+
+
+def _guard(func):
+    """Report errors (missing files, unknown experiments, inconsistent cells) as one line, exit status 2."""
+    def run(args: argparse.Namespace) -> int:
+        from ..report.collect import ReportError
+
+        try:
+            return func(args)
+        except (ReportError, OSError) as e:
+            print(f"upfl report {args.report_command}: error: {e}", file=sys.stderr)
+            return 2
+    run.__name__ = func.__name__
+    run.__doc__ = func.__doc__
+    return run
+
+
+def _selection(q: argparse.ArgumentParser, experiment_required: bool = True) -> None:
+    q.add_argument("--runs", required=True, help="the runs table written by 'upfl report runs'")
+    q.add_argument("--experiment", required=experiment_required, help="experiment name (runs.csv 'experiments')")
+    q.add_argument("--where", action="append", metavar="KEY=VALUE[,VALUE...]",
+                   help="keep runs whose runs.csv column KEY equals a VALUE; repeatable")
+
+
+def _config_file(q: argparse.ArgumentParser) -> None:
+    q.add_argument("--config-file", default=None, help="workflow config file, named in the provenance line")
+
+
+def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``report`` with sub-commands ``runs``, ``table1``, ``table2``, ``time`` and ``figure``."""
+    p = subparsers.add_parser("report", help="runs table, the paper's tables and figures",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="report_command", metavar="{runs,table1,table2,time,figure}")
+    sub.required = True
+
+    r = sub.add_parser("runs", help="one row per run folder: config, final and best metrics, times, epsilons")
+    r.add_argument("specs", nargs="*", metavar="EXPERIMENT:RUN_DIR")
+    r.add_argument("--list", action="append", metavar="FILE", help="file of EXPERIMENT:RUN_DIR lines; repeatable")
+    r.add_argument("--out", required=True, help="CSV to write (e.g. results/runs.csv)")
+    r.set_defaults(func=_guard(cmd_runs))
+
+    t1 = sub.add_parser("table1", help="final train (test) accuracy per data set x mu x algorithm, paper beside")
+    _selection(t1)
+    t1.add_argument("--out-prefix", required=True, help="writes PREFIX.csv, PREFIX.md, PREFIX.tex")
+    _config_file(t1)
+    t1.set_defaults(func=_guard(cmd_table1))
+
+    t2 = sub.add_parser("table2", help="data set statistics computed from the data folders, paper beside")
+    t2.add_argument("data_dirs", nargs="+", metavar="DATA_DIR")
+    t2.add_argument("--out-prefix", required=True, help="writes PREFIX.csv, PREFIX.md")
+    _config_file(t2)
+    t2.set_defaults(func=_guard(cmd_table2))
+
+    tt = sub.add_parser("time", help="training time per algorithm and data set, Upcycled-FL / FedProx ratios")
+    _selection(tt)
+    tt.add_argument("--out-prefix", required=True, help="writes PREFIX.csv, PREFIX.md")
+    _config_file(tt)
+    tt.set_defaults(func=_guard(cmd_time))
+
+    f = sub.add_parser("figure", help="convergence curves or the lambda sweep (PNG, PDF and CSV)")
+    f.add_argument("kind", choices=("convergence", "lambda_sweep"))
+    _selection(f)
+    f.add_argument("--out-prefix", required=True, help="writes PREFIX.png, PREFIX.pdf, PREFIX.csv")
+    f.add_argument("--metrics", default="train_loss,test_acc", help="comma-separated: train_loss, train_acc, "
+                   "test_loss, test_acc (one row of panels each; default train_loss,test_acc)")
+    f.add_argument("--x", default=None, help="x axis: iteration (default), round or time for convergence; "
+                   "step (default, mu/(mu+lambda)) or lam for lambda_sweep")
+    f.add_argument("--panels", default="curves,final", help="lambda_sweep panels: curves (metric against "
+                   "iterations per lambda, the paper's Figure 2 right) and/or final (final value against x)")
+    f.add_argument("--title", default=None, help="figure title")
+    _config_file(f)
+    f.set_defaults(func=_guard(cmd_figure))
+    return p

@@ -1,0 +1,256 @@
+"""Run folders to ``runs.csv``: one row per run with its flattened config and results.
+
+Every table and figure of the report is computed from this one table (and, for per-iteration
+curves, from the ``metrics.csv`` of the run folders it names).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+
+class ReportError(ValueError):
+    """A report input is missing or inconsistent; the message names the file, run or key."""
+
+
+CONFIG_COLUMNS = [
+    "dataset", "algorithm", "mu", "lam", "step", "coef", "schedule", "straggler", "frac", "policy",
+    "seed", "rounds", "training_rounds", "model", "model_options", "epochs", "batch_size", "lr", "momentum",
+    "eval_every", "feature_scaling", "mechanism", "sigma", "tau", "alpha", "delta",
+]
+"""Columns of ``runs.csv`` that describe a run's configuration (``seed`` included)."""
+
+RESULT_KEYS = ("iteration", "train_loss", "train_acc", "test_loss", "test_acc")
+TIME_KEYS = ("train_s", "upcycle_s", "eval_s", "total_s")
+METRIC_NAMES = ("train_loss", "train_acc", "test_loss", "test_acc")
+
+
+def parse_run_specs(specs: Iterable[str]) -> list[tuple[str, str]]:
+    """``EXPERIMENT:RUN_DIR`` strings to ``(experiment, run_dir)`` pairs (split at the first colon)."""
+    pairs = []
+    for spec in specs:
+        exp, sep, run_dir = spec.partition(":")
+        if not sep or not exp or not run_dir:
+            raise ReportError(f"expected EXPERIMENT:RUN_DIR, got {spec!r}")
+        pairs.append((exp, run_dir))
+    return pairs
+
+
+def read_spec_file(path: str | os.PathLike) -> list[str]:
+    """Lines of a file of ``EXPERIMENT:RUN_DIR`` entries (blank lines and ``#`` comments skipped)."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise ReportError(f"{path}: run list file not found") from None
+    return [ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
+
+
+def load_summary(run_dir: str | os.PathLike) -> dict[str, Any]:
+    """The ``summary.json`` of a run folder; a missing or unreadable file is an error naming the folder."""
+    path = Path(run_dir) / "summary.json"
+    if not Path(run_dir).is_dir():
+        raise ReportError(f"run folder {run_dir}: not found")
+    if not path.is_file():
+        raise ReportError(f"run folder {run_dir}: no summary.json (the run has not finished, or the path is wrong)")
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ReportError(f"{path}: not valid JSON: {e}") from None
+    for key in ("config", "final"):
+        if key not in summary:
+            raise ReportError(f"{path}: no '{key}' entry; not a upfl run summary")
+    return summary
+
+
+def _cell(value: Any) -> Any:
+    """A config value as a CSV cell: lists and mappings as JSON text, None as missing."""
+    if value is None:
+        return np.nan
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, sort_keys=True) if value else np.nan
+    return value
+
+
+def _numbers(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+
+
+def flatten_privacy(doc: Any, prefix: str = "privacy") -> dict[str, Any]:
+    """``summary.json``'s ``privacy`` entry (epsilons) as flat columns ``privacy_<path>``.
+
+    Lists of numbers (per-device epsilons) become ``_mean``, ``_min`` and ``_max`` columns; other
+    lists become JSON text; nested mappings are joined with ``_``.
+    """
+    out: dict[str, Any] = {}
+    if isinstance(doc, dict):
+        for key, value in doc.items():
+            out.update(flatten_privacy(value, f"{prefix}_{key}"))
+    elif _numbers(doc):
+        arr = np.asarray(doc, dtype=float)
+        out.update({f"{prefix}_mean": float(arr.mean()), f"{prefix}_min": float(arr.min()),
+                    f"{prefix}_max": float(arr.max())})
+    else:
+        out[prefix] = _cell(doc)
+    return out
+
+
+def effective_coefficient(alg: dict[str, Any]) -> float:
+    """The even-iteration coefficient c_1 of Eq. (5): ``step``, or mu / (mu + lambda); NaN off Upcycled-FL."""
+    if alg.get("name") != "upcycled":
+        return math.nan
+    if alg.get("step") is not None:
+        return float(alg["step"])
+    return float(alg["mu"]) / (float(alg["mu"]) + float(alg["lam"]))
+
+
+def config_columns(summary: dict[str, Any]) -> dict[str, Any]:
+    """The config part of a ``runs.csv`` row (see :data:`CONFIG_COLUMNS`)."""
+    cfg = summary["config"]
+    alg, dev, sol = cfg.get("algorithm", {}), cfg.get("devices", {}), cfg.get("solver", {})
+    priv, data, model = cfg.get("privacy", {}), cfg.get("data", {}), cfg.get("model", {})
+    path = str(data.get("path", ""))
+    return {
+        "dataset": os.path.basename(os.path.normpath(path)) if path else "",
+        "algorithm": alg.get("name"), "mu": alg.get("mu"), "lam": _cell(alg.get("lam")),
+        "step": _cell(alg.get("step")), "coef": effective_coefficient(alg), "schedule": alg.get("schedule"),
+        "straggler": dev.get("straggler"), "frac": dev.get("frac"), "policy": dev.get("straggler_policy"),
+        "seed": summary.get("seed", cfg.get("seed")), "rounds": cfg.get("rounds"),
+        "training_rounds": _cell(summary.get("training_rounds")),
+        "model": model.get("name"), "model_options": _cell(model.get("options")),
+        "epochs": sol.get("epochs"), "batch_size": sol.get("batch_size"), "lr": sol.get("lr"),
+        "momentum": sol.get("momentum"), "eval_every": cfg.get("evaluation", {}).get("every"),
+        "feature_scaling": data.get("feature_scaling"), "mechanism": priv.get("mechanism", "none"),
+        "sigma": _cell(priv.get("sigma")), "tau": _cell(priv.get("tau")), "alpha": _cell(priv.get("alpha")),
+        "delta": _cell(priv.get("delta")),
+    }
+
+
+def run_row(run_dir: str, summary: dict[str, Any]) -> dict[str, Any]:
+    """One ``runs.csv`` row (without ``experiments``) from a run folder's summary."""
+    row = config_columns(summary)
+    for part in ("final", "best"):
+        for key in RESULT_KEYS:
+            row[f"{part}_{key}"] = summary.get(part, {}).get(key, np.nan)
+    for key in TIME_KEYS:
+        row[f"time_{key}"] = summary.get("time", {}).get(key, np.nan)
+    if "privacy" in summary:
+        row.update(flatten_privacy(summary["privacy"]))
+    for key in ("config_hash", "upfl_version", "git_commit", "torch_version", "device"):
+        row[key] = summary.get(key)
+    row["data_path"] = summary["config"].get("data", {}).get("path")
+    row["run_dir"] = run_dir
+    return row
+
+
+def collect_runs(pairs: Iterable[tuple[str, str]]) -> pd.DataFrame:
+    """The runs table: one row per distinct run folder, its experiments joined with ``;``.
+
+    Folders are the same run when their real paths are equal; the first spelling given is kept.
+    """
+    order: list[str] = []
+    spelled: dict[str, str] = {}
+    experiments: dict[str, set[str]] = {}
+    for exp, run_dir in pairs:
+        key = os.path.realpath(run_dir)
+        if key not in spelled:
+            order.append(key)
+            spelled[key] = os.path.normpath(run_dir)
+            experiments[key] = set()
+        experiments[key].add(exp)
+    if not order:
+        raise ReportError("no runs given")
+    rows = []
+    for key in order:
+        row = {"experiments": ";".join(sorted(experiments[key]))}
+        row.update(run_row(spelled[key], load_summary(spelled[key])))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def read_runs(path: str | os.PathLike) -> pd.DataFrame:
+    """Read ``runs.csv``; a missing file or missing columns are errors naming the file."""
+    try:
+        df = pd.read_csv(path, keep_default_na=True)
+    except FileNotFoundError:
+        raise ReportError(f"{path}: runs table not found (make it with 'upfl report runs')") from None
+    missing = [c for c in ("experiments", "run_dir", "dataset", "algorithm", "mu", "seed") if c not in df.columns]
+    if missing:
+        raise ReportError(f"{path}: not a runs table (missing columns {', '.join(missing)})")
+    return df
+
+
+def experiment_names(runs: pd.DataFrame) -> list[str]:
+    """All experiment names in a runs table."""
+    names: set[str] = set()
+    for cell in runs["experiments"].dropna():
+        names.update(str(cell).split(";"))
+    return sorted(names)
+
+
+def select_experiment(runs: pd.DataFrame, experiment: str | None) -> pd.DataFrame:
+    """The runs that belong to ``experiment`` (all runs when None); an unknown name is an error."""
+    if experiment is None:
+        return runs.copy()
+    mask = runs["experiments"].fillna("").map(lambda cell: experiment in str(cell).split(";"))
+    if not mask.any():
+        raise ReportError(f"experiment {experiment!r}: no runs in the runs table; known experiments: "
+                          f"{', '.join(experiment_names(runs)) or 'none'}")
+    return runs[mask].copy()
+
+
+def _matches(column: pd.Series, wanted: list[str]) -> pd.Series:
+    """Rows of ``column`` equal to one of ``wanted`` (numbers compared as numbers, 'nan' matches missing)."""
+    mask = pd.Series(False, index=column.index)
+    numeric = pd.api.types.is_numeric_dtype(column)
+    for value in wanted:
+        if value.lower() in ("nan", "none", ""):
+            mask |= column.isna()
+            continue
+        if numeric:
+            try:
+                number = float(value)
+            except ValueError:
+                raise ReportError(f"--where {column.name}={value}: {column.name} holds numbers") from None
+            mask |= np.isclose(column.astype(float), number, rtol=1e-9, atol=1e-12)
+        else:
+            mask |= column.astype(str) == value
+    return mask
+
+
+def apply_where(runs: pd.DataFrame, conditions: Iterable[str] | None) -> pd.DataFrame:
+    """Keep rows matching every ``KEY=VALUE[,VALUE...]`` condition; unknown keys and empty results are errors."""
+    for cond in conditions or []:
+        key, sep, values = cond.partition("=")
+        if not sep or not key:
+            raise ReportError(f"--where expects KEY=VALUE[,VALUE...], got {cond!r}")
+        if key not in runs.columns:
+            raise ReportError(f"--where {key}: no such column in the runs table; columns: {', '.join(runs.columns)}")
+        runs = runs[_matches(runs[key], values.split(","))]
+        if runs.empty:
+            raise ReportError(f"--where {cond}: no runs left")
+    return runs
+
+
+def load_metrics(run_dir: str | os.PathLike) -> pd.DataFrame:
+    """A run's ``metrics.csv`` (NaN where evaluation was skipped); a missing file names the folder."""
+    path = Path(run_dir) / "metrics.csv"
+    if not path.is_file():
+        raise ReportError(f"run folder {run_dir}: no metrics.csv")
+    df = pd.read_csv(path)
+    missing = [c for c in ("iteration", "kind", "cum_wall_s", *METRIC_NAMES) if c not in df.columns]
+    if missing:
+        raise ReportError(f"{path}: missing columns {', '.join(missing)}")
+    return df
+
+
+def cumulative_rounds(metrics: pd.DataFrame) -> pd.Series:
+    """Training rounds completed by each row (count of ``train`` rows so far)."""
+    return (metrics["kind"] == "train").cumsum()

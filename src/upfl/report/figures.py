@@ -1,0 +1,349 @@
+"""The paper's figures from the runs table: convergence curves (Figures 2 left, 4-8) and the lambda sweep (Figure 2 right).
+
+Every figure draws the mean over seeds as a line and the min-max range over seeds as a band (the
+paper's convention for its repeated runs), and writes ``NAME.png``, ``NAME.pdf`` and ``NAME.csv``
+(the plotted numbers).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from .. import __version__  # noqa: E402
+from ..files import atomic_path, git_commit  # noqa: E402
+from .cells import check_one_config, dataset_mus, with_cell_mu  # noqa: E402
+from .collect import METRIC_NAMES, ReportError, cumulative_rounds, load_metrics  # noqa: E402
+from .paper import ALGORITHM_ORDER, algorithm_label, dataset_label, dataset_order, metric_label  # noqa: E402
+from .render import fmt_mu, write_csv  # noqa: E402
+
+KINDS = ("convergence", "lambda_sweep")
+X_CHOICES = {"convergence": ("iteration", "round", "time"), "lambda_sweep": ("step", "lam")}
+X_LABELS = {"iteration": "Iteration", "round": "Training round", "time": "Training time (s)",
+            "step": "Step μ/(μ+λ)", "lam": "λ"}
+DEFAULT_METRICS = ("train_loss", "test_acc")
+BAND_ALPHA = 0.2
+BAND_NOTE = "Lines: mean over seeds; bands: min-max over seeds."
+
+
+def parse_metrics(text: str | None) -> list[str]:
+    """``train_loss,test_acc`` to a list; unknown names are errors listing the known ones."""
+    names = [m.strip() for m in (text or ",".join(DEFAULT_METRICS)).split(",") if m.strip()]
+    bad = [m for m in names if m not in METRIC_NAMES]
+    if bad or not names:
+        raise ReportError(f"--metrics {text}: unknown metric {', '.join(bad) or '(none)'}; known: {', '.join(METRIC_NAMES)}")
+    return names
+
+
+def _num(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def variant_label(row: dict) -> str:
+    """An Upcycled-FL run's lambda (or step) as a legend entry, e.g. ``λ = 0.21``."""
+    lam, step = _num(row.get("lam")), _num(row.get("step"))
+    if not math.isnan(lam):
+        return f"λ = {lam:g}"
+    return f"step = {step:g}" if not math.isnan(step) else ""
+
+
+def facet_title(dataset: str, mu: float, extra: str = "") -> str:
+    """``Synthetic(0.5,0.5), μ = 0.5`` (mu left out when NaN)."""
+    parts = [dataset_label(dataset)] + ([] if math.isnan(mu) else [f"μ = {fmt_mu(mu)}"])
+    return ", ".join(parts + ([extra] if extra else []))
+
+
+def assign_facets(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per (run, facet): facets are data set x mu; FedAvg joins every mu facet of its data set."""
+    runs = with_cell_mu(runs)
+    out = []
+    for r in runs.to_dict("records"):
+        mus = [r["cell_mu"]] if r["algorithm"] != "fedavg" else (dataset_mus(runs, r["dataset"]) or [math.nan])
+        for mu in mus:
+            out.append({**r, "facet_mu": mu})
+    return pd.DataFrame(out)
+
+
+def line_keys(frame: pd.DataFrame) -> pd.DataFrame:
+    """Add ``line``, the legend entry: the algorithm, with lambda (and schedule) when Upcycled-FL variants share a facet."""
+    frame = frame.copy()
+    frame["line"] = [algorithm_label(a) for a in frame["algorithm"]]
+    for _, grp in frame[frame["algorithm"] == "upcycled"].groupby(["dataset", "facet_mu"], dropna=False):
+        if grp["coef"].nunique(dropna=False) > 1 or grp["schedule"].nunique() > 1:
+            for idx in grp.index:
+                r = frame.loc[idx].to_dict()
+                frame.at[idx, "line"] = f"Upcycled-FL ({variant_label(r)}{', ' + r['schedule'] if grp['schedule'].nunique() > 1 else ''})"
+    return frame
+
+
+def _curve_rows(run: dict, metrics: Sequence[str], x: str) -> pd.DataFrame:
+    m = load_metrics(run["run_dir"])
+    xs = {"iteration": m["iteration"], "round": cumulative_rounds(m), "time": m["cum_wall_s"]}[x]
+    long = []
+    for metric in metrics:
+        part = pd.DataFrame({"iteration": m["iteration"], "x": xs.astype(float), "value": m[metric].astype(float)})
+        part = part[part["value"].notna()]
+        part["metric"] = metric
+        long.append(part)
+    out = pd.concat(long, ignore_index=True)
+    out["seed"] = run["seed"]
+    return out
+
+
+def aggregate(curves: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Mean, min and max over seeds at each iteration (x averaged over seeds), and the seed count."""
+    grouped = curves.groupby(keys + ["metric", "iteration"], dropna=False, sort=True)
+    out = grouped.agg(x=("x", "mean"), mean=("value", "mean"), min=("value", "min"), max=("value", "max"),
+                      n_seeds=("value", "size")).reset_index()
+    return out
+
+
+def curve_data(facets: pd.DataFrame, metrics: Sequence[str], x: str) -> pd.DataFrame:
+    """Aggregated curves per facet (data set, mu) and line, NaN (unevaluated) iterations dropped."""
+    parts = []
+    cache: dict[str, pd.DataFrame] = {}
+    for (dataset, mu, line), grp in facets.groupby(["dataset", "facet_mu", "line"], dropna=False, sort=False):
+        check_one_config(grp, f"figure line {line} on {facet_title(dataset, mu)}", ignore=("seed", "mu"))
+        for run in grp.to_dict("records"):
+            if run["run_dir"] not in cache:
+                cache[run["run_dir"]] = _curve_rows(run, metrics, x)
+            c = cache[run["run_dir"]].copy()
+            c["dataset"], c["mu"], c["line"] = dataset, mu, line
+            c["algorithm"], c["lam"], c["coef"] = run["algorithm"], run.get("lam"), run.get("coef")
+            parts.append(c)
+    curves = pd.concat(parts, ignore_index=True)
+    return aggregate(curves, ["dataset", "mu", "line", "algorithm", "lam", "coef"])
+
+
+def facet_list(data: pd.DataFrame) -> list[tuple[str, float]]:
+    """(data set, mu) facets in the paper's order."""
+    pairs = {(d, float(m)) for d, m in zip(data["dataset"], data["mu"])}
+    order = dataset_order([d for d, _ in pairs])
+    return sorted(pairs, key=lambda p: (order.index(p[0]), -math.inf if math.isnan(p[1]) else p[1]))
+
+
+def palette_for(lines: Sequence[str]) -> dict[str, Any]:
+    """Fixed colours per algorithm (colour-blind palette); several Upcycled-FL variants get a sequential ramp."""
+    cb = sns.color_palette("colorblind")
+    base = {"FedAvg": cb[0], "FedProx": cb[1], "Upcycled-FL": cb[2]}
+    variants = [ln for ln in lines if ln.startswith("Upcycled-FL (")]
+    ramp = sns.color_palette("rocket", n_colors=max(len(variants), 1) + 1)
+    pal = {ln: base.get(ln, cb[(i + 3) % len(cb)]) for i, ln in enumerate(lines)}
+    pal.update({ln: ramp[i] for i, ln in enumerate(variants)})
+    return pal
+
+
+def draw_band(ax, d: pd.DataFrame, color, label: str | None = None, style: str = "-") -> None:
+    """Mean line (seaborn) and the min-max band of one line."""
+    d = d.sort_values("x")
+    sns.lineplot(x=d["x"].to_numpy(), y=d["mean"].to_numpy(), color=color, ax=ax, label=label,
+                 linestyle=style, linewidth=1.3, errorbar=None)
+    ax.fill_between(d["x"], d["min"], d["max"], color=color, alpha=BAND_ALPHA, linewidth=0)
+
+
+def save_figure(fig, out_prefix: str) -> None:
+    """Save PNG and PDF atomically, with upfl's version and commit in the metadata."""
+    creator = f"upfl {__version__} (git {git_commit() or 'unknown'})"
+    for ext in ("png", "pdf"):
+        with atomic_path(f"{out_prefix}.{ext}") as tmp:
+            fig.savefig(tmp, format=ext, dpi=150, bbox_inches="tight", metadata={"Creator": creator})
+    plt.close(fig)
+
+
+def _grid(n_rows: int, n_cols: int):
+    sns.set_theme(style="whitegrid", context="paper", font_scale=1.1)
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(3.6 * n_cols, 2.8 * n_rows), squeeze=False)
+    return fig, axes
+
+
+def _line_order(data: pd.DataFrame) -> list[str]:
+    firsts = data.groupby("line", sort=False)["coef"].first()
+    def key(line: str):
+        rank = next((i for i, a in enumerate(ALGORITHM_ORDER) if line.startswith(algorithm_label(a))), 9)
+        return rank, _num(firsts.get(line))
+    return sorted(firsts.index, key=key)
+
+
+def plot_convergence(data: pd.DataFrame, metrics: Sequence[str], x: str, title: str | None):
+    """Rows: metrics; columns: facets; one band per line."""
+    facets = facet_list(data)
+    lines = _line_order(data)
+    pal = palette_for(lines)
+    fig, axes = _grid(len(metrics), len(facets))
+    for j, (dataset, mu) in enumerate(facets):
+        fd = data[(data["dataset"] == dataset) & data["mu"].map(lambda m: _same(m, mu))]
+        lam = _single_lambda(fd)
+        for i, metric in enumerate(metrics):
+            ax = axes[i][j]
+            md = fd[fd["metric"] == metric]
+            for line in [ln for ln in lines if ln in set(md["line"])]:
+                draw_band(ax, md[md["line"] == line], pal[line], label=line if i == 0 else None)
+            ax.set_ylabel(metric_label(metric))
+            ax.set_xlabel(X_LABELS[x] if i == len(metrics) - 1 else "")
+            if i == 0:
+                ax.set_title(facet_title(dataset, mu, lam))
+                ax.legend(frameon=True, fontsize="small")
+    _finish(fig, title)
+    return fig
+
+
+def _single_lambda(fd: pd.DataFrame) -> str:
+    up = fd[fd["algorithm"] == "upcycled"]
+    lams = {float(v) for v in up["lam"].dropna()} if "lam" in up else set()
+    return f"λ = {lams.pop():g}" if len(lams) == 1 and up["line"].nunique() == 1 else ""
+
+
+def _same(a, b) -> bool:
+    a, b = float(a), float(b)
+    return (math.isnan(a) and math.isnan(b)) or a == b
+
+
+def _finish(fig, title: str | None) -> None:
+    if title:
+        fig.suptitle(title)
+    fig.text(0.5, -0.01, BAND_NOTE, ha="center", va="top", fontsize="small")
+    fig.tight_layout()
+
+
+def convergence_figure(runs: pd.DataFrame, out_prefix: str, metrics: Sequence[str], x: str = "iteration",
+                       title: str | None = None, provenance: str | None = None) -> pd.DataFrame:
+    """Loss and accuracy against iterations (or training rounds, or time) of every algorithm, per facet."""
+    if x not in X_CHOICES["convergence"]:
+        raise ReportError(f"--x {x}: convergence plots against {', '.join(X_CHOICES['convergence'])}")
+    facets = line_keys(assign_facets(runs))
+    data = curve_data(facets, metrics, x)
+    fig = plot_convergence(data, metrics, x, title)
+    save_figure(fig, out_prefix)
+    data.insert(0, "panel", "curve")
+    write_csv(f"{out_prefix}.csv", data, provenance)
+    return data
+
+
+def final_data(ups: pd.DataFrame, metrics: Sequence[str], x: str) -> pd.DataFrame:
+    """Per facet and lambda: mean, min and max over seeds of the final metrics (from runs.csv)."""
+    rows = []
+    for (dataset, mu, coef), grp in ups.groupby(["dataset", "facet_mu", "coef"], dropna=False, sort=True):
+        check_one_config(grp, f"lambda sweep point {facet_title(dataset, mu)}, step {coef:g}", ignore=("seed",))
+        for metric in metrics:
+            v = grp[f"final_{metric}"].astype(float)
+            rows.append({"dataset": dataset, "mu": mu, "line": grp["line"].iloc[0], "algorithm": "upcycled",
+                         "lam": grp["lam"].iloc[0], "coef": coef, "metric": metric,
+                         "iteration": int(grp["final_iteration"].iloc[0]),
+                         "x": float(coef if x == "step" else grp["lam"].iloc[0]),
+                         "mean": v.mean(), "min": v.min(), "max": v.max(), "n_seeds": len(v)})
+    return pd.DataFrame(rows)
+
+
+def reference_final(refs: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
+    """FedProx's final metrics per facet (mean, min, max over seeds): the sweep's reference line."""
+    rows = []
+    for (dataset, mu), grp in refs.groupby(["dataset", "facet_mu"], dropna=False, sort=True):
+        check_one_config(grp, f"FedProx reference on {facet_title(dataset, mu)}", ignore=("seed",))
+        for metric in metrics:
+            v = grp[f"final_{metric}"].astype(float)
+            rows.append({"dataset": dataset, "mu": mu, "line": "FedProx", "algorithm": "fedprox", "metric": metric,
+                         "iteration": int(grp["final_iteration"].iloc[0]),
+                         "mean": v.mean(), "min": v.min(), "max": v.max(), "n_seeds": len(v)})
+    return pd.DataFrame(rows)
+
+
+def _sweep_lines(ups: pd.DataFrame) -> pd.DataFrame:
+    ups = ups.copy()
+    ups["line"] = [f"{variant_label(r)} (step {_num(r['coef']):.2f})" for r in ups.to_dict("records")]
+    return ups
+
+
+def plot_lambda_sweep(curves: pd.DataFrame, finals: pd.DataFrame, refs: pd.DataFrame, metrics: Sequence[str],
+                      x: str, panels: Sequence[str], title: str | None):
+    """Per facet: curves of every lambda against iterations (FedProx dashed), and final value against step."""
+    facets = facet_list(pd.concat([finals, curves]) if not curves.empty else finals)
+    fig, axes = _grid(len(metrics), len(facets) * len(panels))
+    ref_color = "0.25"
+    for j, (dataset, mu) in enumerate(facets):
+        sel = lambda d: d[(d["dataset"] == dataset) & d["mu"].map(lambda m: _same(m, mu))] if not d.empty else d  # noqa: E731
+        fc, ff, fr = sel(curves), sel(finals), sel(refs)
+        sweep = ff.drop_duplicates("line").sort_values("coef")["line"].tolist()
+        ramp = dict(zip(sweep, sns.color_palette("viridis", n_colors=max(len(sweep), 1))))
+        for i, metric in enumerate(metrics):
+            for k, panel in enumerate(panels):
+                ax = axes[i][j * len(panels) + k]
+                if panel == "curves":
+                    _sweep_curves(ax, fc[fc["metric"] == metric], sweep, ramp, ref_color, legend=i == 0)
+                    ax.set_xlabel("Iteration" if i == len(metrics) - 1 else "")
+                else:
+                    _sweep_final(ax, ff[ff["metric"] == metric], fr[fr["metric"] == metric] if not fr.empty else fr,
+                                 ref_color, legend=i == 0)
+                    ax.set_xlabel(X_LABELS[x] if i == len(metrics) - 1 else "")
+                ax.set_ylabel(metric_label(metric) if panel == "curves" else f"Final {metric_label(metric).lower()}")
+                if i == 0:
+                    ax.set_title(facet_title(dataset, mu))
+    _finish(fig, title)
+    return fig
+
+
+def _sweep_curves(ax, d: pd.DataFrame, sweep: list[str], ramp: dict, ref_color, legend: bool) -> None:
+    for line in sweep:
+        draw_band(ax, d[d["line"] == line], ramp[line], label=line if legend else None)
+    ref = d[d["line"] == "FedProx"]
+    if not ref.empty:
+        draw_band(ax, ref, ref_color, label="FedProx" if legend else None, style="--")
+    if legend:
+        ax.legend(frameon=True, fontsize="x-small")
+
+
+def _sweep_final(ax, d: pd.DataFrame, ref: pd.DataFrame, ref_color, legend: bool) -> None:
+    d = d.sort_values("x")
+    color = sns.color_palette("colorblind")[2]
+    sns.lineplot(x=d["x"].to_numpy(), y=d["mean"].to_numpy(), marker="o", color=color, ax=ax,
+                 label="Upcycled-FL" if legend else None, errorbar=None)
+    ax.fill_between(d["x"], d["min"], d["max"], color=color, alpha=BAND_ALPHA, linewidth=0)
+    if not ref.empty:
+        r = ref.iloc[0]
+        ax.axhline(r["mean"], color=ref_color, linestyle="--", label="FedProx" if legend else None)
+        ax.axhspan(r["min"], r["max"], color=ref_color, alpha=BAND_ALPHA / 2, linewidth=0)
+    if legend:
+        ax.legend(frameon=True, fontsize="small")
+
+
+def lambda_sweep_figure(runs: pd.DataFrame, out_prefix: str, metrics: Sequence[str], x: str = "step",
+                        panels: Sequence[str] = ("curves", "final"), title: str | None = None,
+                        provenance: str | None = None) -> pd.DataFrame:
+    """Upcycled-FL over lambda per data set x mu: curves against iterations and final value against step."""
+    if x not in X_CHOICES["lambda_sweep"]:
+        raise ReportError(f"--x {x}: the lambda sweep plots against {', '.join(X_CHOICES['lambda_sweep'])}")
+    bad = [p for p in panels if p not in ("curves", "final")]
+    if bad or not panels:
+        raise ReportError(f"--panels: choose from curves, final; got {', '.join(panels) or 'none'}")
+    facets = assign_facets(runs)
+    ups = facets[facets["algorithm"] == "upcycled"]
+    if ups.empty:
+        raise ReportError("lambda_sweep: the selected runs have no Upcycled-FL runs")
+    if x == "lam" and ups["lam"].isna().any():
+        raise ReportError("lambda_sweep --x lam: some Upcycled-FL runs give step instead of lambda; use --x step")
+    ups = _sweep_lines(ups)
+    keys = set(zip(ups["dataset"], ups["facet_mu"]))
+    in_sweep = pd.Series([k in keys for k in zip(facets["dataset"], facets["facet_mu"])], index=facets.index)
+    refs = facets[(facets["algorithm"] == "fedprox") & in_sweep].copy()
+    refs["line"] = "FedProx"
+    finals = final_data(ups, metrics, x)
+    ref_finals = reference_final(refs, metrics) if not refs.empty else pd.DataFrame()
+    curves = curve_data(pd.concat([ups, refs], ignore_index=True), metrics, "iteration") \
+        if "curves" in panels else pd.DataFrame(columns=["dataset", "mu", "line", "metric"])
+    fig = plot_lambda_sweep(curves, finals, ref_finals, metrics, x, panels, title)
+    save_figure(fig, out_prefix)
+    parts = [df.assign(panel=name) for name, df in (("curve", curves), ("final", finals),
+                                                      ("final_reference", ref_finals)) if not df.empty]
+    data = pd.concat(parts, ignore_index=True)
+    data = data[["panel"] + [c for c in data.columns if c != "panel"]]
+    write_csv(f"{out_prefix}.csv", data, provenance)
+    return data

@@ -1,0 +1,68 @@
+"""The paper's own numbers (typed in from the paper into ``paper_values/*.csv``) and display names."""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+from functools import lru_cache
+from importlib import resources
+
+import pandas as pd
+
+ALGORITHM_LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "upcycled": "Upcycled-FL"}
+ALGORITHM_ORDER = ["fedavg", "fedprox", "upcycled"]
+METRIC_LABELS = {"train_loss": "Training loss", "test_loss": "Test loss",
+                 "train_acc": "Training accuracy", "test_acc": "Test accuracy"}
+
+
+@lru_cache(maxsize=None)
+def paper_values(name: str) -> pd.DataFrame:
+    """``paper_values/<name>.csv`` as a data frame (packaged with upfl)."""
+    text = resources.files("upfl.report").joinpath("paper_values", f"{name}.csv").read_text(encoding="utf-8")
+    return pd.read_csv(io.StringIO(text), dtype={"dataset": str})
+
+
+def table1_value(dataset: str, algorithm: str, mu: float | None) -> tuple[float, float] | None:
+    """The paper's Table 1 (train, test) accuracy in percent, or None when the paper has no such cell."""
+    df = paper_values("table1")
+    rows = df[(df["dataset"] == dataset) & (df["algorithm"] == algorithm)]
+    if algorithm == "fedavg":
+        rows = rows[rows["mu"].isna()]
+    elif mu is None or (isinstance(mu, float) and math.isnan(mu)):
+        return None
+    else:
+        rows = rows[(rows["mu"] - float(mu)).abs() < 1e-9]
+    if rows.empty:
+        return None
+    row = rows.iloc[0]
+    return float(row["train_acc"]), float(row["test_acc"])
+
+
+def dataset_label(name: str) -> str:
+    """The paper's name of a data set (``synthetic_0.5_0.5`` -> ``Synthetic(0.5,0.5)``); else ``name``."""
+    df = paper_values("table2")
+    hit = df[df["dataset"] == name]
+    if not hit.empty:
+        return str(hit.iloc[0]["label"])
+    m = re.fullmatch(r"synthetic_([0-9.]+)_([0-9.]+)", name)
+    if m:
+        return f"Synthetic({m.group(1)},{m.group(2)})"
+    return name
+
+
+def algorithm_label(name: str) -> str:
+    """Display name of an algorithm (``upcycled`` -> ``Upcycled-FL``)."""
+    return ALGORITHM_LABELS.get(name, name)
+
+
+def metric_label(name: str) -> str:
+    """Axis label of a metric column (``train_loss`` -> ``Training loss``)."""
+    return METRIC_LABELS.get(name, name.replace("_", " "))
+
+
+def dataset_order(names) -> list[str]:
+    """Data sets in the paper's order (Table 2's rows), unknown ones after, sorted."""
+    known = list(paper_values("table2")["dataset"])
+    names = list(dict.fromkeys(names))
+    return [n for n in known if n in names] + sorted(n for n in names if n not in known)

@@ -1,0 +1,314 @@
+"""Report tests on real tiny runs: runs.csv, Table 1 (paper values, paired t intervals), Table 2, time, figures."""
+
+import json
+import math
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as sstats
+
+from upfl import config as cfgmod
+from upfl.cli import main
+from upfl.data import dataset_stats, generate_synthetic, load_leaf
+from upfl.report.paper import paper_values
+from upfl.report.render import tex_escape
+from upfl.report.stats import mean_interval, t_central_probability, t_quantile
+from upfl.simulation import run
+
+SEEDS = (0, 1)
+PAPER = Path(__file__).resolve().parents[2] / "shared" / "paper" / "upcycled-fl.md"
+
+
+def _run(data, out, alg, rounds, mu=0.0, lam=None, seed=0, every=1):
+    algorithm = {"name": alg, "mu": mu, **({"lam": lam} if lam is not None else {})}
+    doc = {"data": {"path": data}, "rounds": rounds, "seed": seed, "threads": 1, "algorithm": algorithm,
+           "devices": {"frac": 0.5, "straggler": 0.5}, "solver": {"epochs": 2},
+           "evaluation": {"every": every}, "checkpoint": {"every": 0}}
+    run(cfgmod.from_dict(doc), out, log=lambda *a: None)
+    return str(out)
+
+
+@pytest.fixture(scope="module")
+def runset(tmp_path_factory):
+    """Real runs: FedAvg, FedProx and Upcycled-FL (two mu), a lambda sweep point, two seeds; runs.csv."""
+    root = tmp_path_factory.mktemp("report")
+    data = str(generate_synthetic("synthetic_1_1", root / "synthetic_1_1", data_seed=0, num_devices=6))
+    runs = root / "runs"
+    dirs, specs = {}, []
+    for seed in SEEDS:
+        dirs["fedavg", seed] = _run(data, runs / f"fedavg_s{seed}", "fedavg", 4, seed=seed)
+        for mu, lam in ((0.1, 0.04), (1.0, 0.43)):
+            dirs["fedprox", mu, seed] = _run(data, runs / f"fedprox_mu{mu}_s{seed}", "fedprox", 4, mu, seed=seed)
+            dirs["upcycled", mu, seed] = _run(data, runs / f"up_mu{mu}_s{seed}", "upcycled", 8, mu, lam, seed=seed,
+                                              every=2 if mu == 0.1 else 1)
+        dirs["sweep", seed] = _run(data, runs / f"up_mu1_lam2_s{seed}", "upcycled", 8, 1.0, 2.0, seed=seed)
+        specs += [f"table1:{dirs[k]}" for k in dirs if k[-1] == seed and k[0] != "sweep"]
+        specs += [f"sweep:{dirs['sweep', seed]}", f"sweep:{dirs['upcycled', 1.0, seed]}/",
+                  f"sweep:{dirs['fedprox', 1.0, seed]}"]
+    specs.append(f"table1:{dirs['fedavg', 0]}")
+    csv = root / "results" / "runs.csv"
+    assert main(["report", "runs", "--out", str(csv), *specs]) == 0
+    return {"root": root, "data": data, "dirs": dirs, "csv": csv, "runs": pd.read_csv(csv)}
+
+
+def summary(run_dir):
+    return json.loads((Path(run_dir) / "summary.json").read_text())
+
+
+def metrics(run_dir):
+    return pd.read_csv(Path(run_dir) / "metrics.csv")
+
+
+def read_table(path):
+    return pd.read_csv(path, comment="#")
+
+
+def test_runs_csv_has_one_row_per_run_with_experiments_merged(runset):
+    df, dirs = runset["runs"], runset["dirs"]
+    assert len(df) == len(dirs) == len(set(df["run_dir"]))
+    by_dir = df.set_index("run_dir")
+    for key, run_dir in dirs.items():
+        row, s = by_dir.loc[run_dir], summary(run_dir)
+        shared = key[0] in ("fedprox", "upcycled") and key[1] == 1.0
+        expected = {"sweep"} if key[0] == "sweep" else ({"sweep", "table1"} if shared else {"table1"})
+        assert set(row["experiments"].split(";")) == expected
+        assert row["dataset"] == "synthetic_1_1" and row["algorithm"] == s["config"]["algorithm"]["name"]
+        assert row["seed"] == s["seed"] and row["rounds"] == s["config"]["rounds"]
+        assert row["mu"] == s["config"]["algorithm"]["mu"] and row["straggler"] == 0.5 and row["frac"] == 0.5
+        assert row["policy"] == "partial" and row["model"] == "logreg" and row["mechanism"] == "none"
+        for part in ("final", "best"):
+            for k, v in s[part].items():
+                assert row[f"{part}_{k}"] == pytest.approx(v, rel=1e-15)
+        for k, v in s["time"].items():
+            assert row[f"time_{k}"] == pytest.approx(v, rel=1e-15)
+        if key[0] in ("upcycled", "sweep"):
+            a = s["config"]["algorithm"]
+            assert row["lam"] == a["lam"] and row["coef"] == pytest.approx(a["mu"] / (a["mu"] + a["lam"]))
+        else:
+            assert math.isnan(row["lam"]) and math.isnan(row["coef"])
+        assert row["git_commit"] == s["git_commit"] and row["config_hash"] == s["config_hash"]
+
+
+def test_runs_csv_flattens_privacy_epsilons(runset, tmp_path):
+    src = runset["dirs"]["fedprox", 0.1, 0]
+    dst = tmp_path / "private"
+    shutil.copytree(src, dst)
+    s = summary(dst)
+    s["privacy"] = {"mechanism": "output", "epsilon": [0.5, 1.5, 1.0], "epsilon_bar": 1.0,
+                    "accountant": {"name": "paper", "delta": 0.001}}
+    (dst / "summary.json").write_text(json.dumps(s))
+    out = tmp_path / "runs.csv"
+    assert main(["report", "runs", "--out", str(out), f"priv:{dst}"]) == 0
+    row = pd.read_csv(out).iloc[0]
+    assert row["privacy_epsilon_mean"] == 1.0 and row["privacy_epsilon_min"] == 0.5
+    assert row["privacy_epsilon_max"] == 1.5 and row["privacy_epsilon_bar"] == 1.0
+    assert row["privacy_mechanism"] == "output" and row["privacy_accountant_delta"] == 0.001
+
+
+def test_runs_list_file_is_read(runset, tmp_path):
+    listing = tmp_path / "list.txt"
+    listing.write_text(f"# runs\n\nx:{runset['dirs']['fedavg', 0]}\ny:{runset['dirs']['fedavg', 0]}\n")
+    out = tmp_path / "runs.csv"
+    assert main(["report", "runs", "--out", str(out), "--list", str(listing)]) == 0
+    df = pd.read_csv(out)
+    assert len(df) == 1 and df["experiments"].iloc[0] == "x;y"
+
+
+def _cell_values(dirs, key, metric):
+    return np.array([summary(dirs[key + (s,)])["final"][metric] * 100 for s in SEEDS])
+
+
+def test_table1_numbers_equal_recomputation_from_summaries(runset, tmp_path):
+    prefix = tmp_path / "tables" / "table1"
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("seeds: [0, 1]\n")
+    assert main(["report", "table1", "--runs", str(runset["csv"]), "--experiment", "table1",
+                 "--out-prefix", str(prefix), "--config-file", str(cfg)]) == 0
+    t1 = read_table(f"{prefix}.csv")
+    assert len(t1) == 5 and list(t1["algorithm"]) == ["fedavg", "fedprox", "upcycled", "fedprox", "upcycled"]
+    pv = paper_values("table1")
+    dirs = runset["dirs"]
+    tq = sstats.t.ppf(0.975, len(SEEDS) - 1)
+    for row in t1.to_dict("records"):
+        key = ("fedavg",) if row["algorithm"] == "fedavg" else (row["algorithm"], row["mu"])
+        for metric in ("train_acc", "test_acc"):
+            vals = _cell_values(dirs, key, metric)
+            assert row[f"{metric}_mean"] == pytest.approx(vals.mean(), rel=1e-12)
+            assert row[f"{metric}_std"] == pytest.approx(vals.std(ddof=1), rel=1e-9, abs=1e-12)
+            p = pv[(pv["dataset"] == "synthetic_1_1") & (pv["algorithm"] == row["algorithm"])]
+            p = p[p["mu"].isna()] if row["algorithm"] == "fedavg" else p[np.isclose(p["mu"], row["mu"])]
+            assert row[f"paper_{metric}"] == p[metric].iloc[0]
+            assert row[f"diff_{metric}"] == pytest.approx(vals.mean() - p[metric].iloc[0])
+            if row["algorithm"] == "upcycled":
+                d = vals - _cell_values(dirs, ("fedprox", row["mu"]), metric)
+                half = tq * d.std(ddof=1) / math.sqrt(len(d))
+                assert row[f"{metric}_gain_mean"] == pytest.approx(d.mean(), abs=1e-9)
+                assert row[f"{metric}_gain_ci_low"] == pytest.approx(d.mean() - half, abs=1e-9)
+                assert row[f"{metric}_gain_ci_high"] == pytest.approx(d.mean() + half, abs=1e-9)
+                holds = row[f"claim_holds_{metric}"]
+                assert (holds in (True, "True")) == (d.mean() - half > 0)
+    md = Path(f"{prefix}.md").read_text()
+    assert md.count("| Synthetic(1,1) |") == 1 and "| μ = 0.1 |" in md and "|  | μ = 1 |" in md
+    assert "69.70 (71.12)" in md and "75.69 (76.58)" in md  # the paper's FedAvg and FedProx (mu 1) cells
+    for path in (f"{prefix}.md", f"{prefix}.tex", f"{prefix}.csv"):
+        last = [ln for ln in Path(path).read_text().splitlines() if ln.strip() and not ln.startswith("\\end")][-1]
+        shown = tex_escape(str(cfg)) if path.endswith(".tex") else str(cfg)
+        assert "upfl 0.1.0" in last and "git " in last and shown in last
+        assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", last)
+    assert "\\begin{tabular}" in Path(f"{prefix}.tex").read_text()
+
+
+def test_t_quantile_and_interval_match_scipy():
+    for df in list(range(1, 41)) + [75, 200]:
+        for level in (0.8, 0.9, 0.95, 0.99):
+            assert t_quantile(level, df) == pytest.approx(sstats.t.ppf((1 + level) / 2, df), rel=1e-10)
+        assert t_central_probability(2.1, df) == pytest.approx(2 * sstats.t.cdf(2.1, df) - 1, abs=1e-12)
+    x = np.array([0.3, -0.1, 0.8, 0.45, 0.2])
+    ci = mean_interval(x)
+    lo, hi = sstats.t.interval(0.95, len(x) - 1, loc=x.mean(), scale=sstats.sem(x))
+    assert (ci.low, ci.high) == (pytest.approx(lo, rel=1e-10), pytest.approx(hi, rel=1e-10))
+    assert ci.above_zero is False and mean_interval([1.0]).above_zero is None
+
+
+def test_paper_table1_values_are_complete():
+    pv = paper_values("table1")
+    assert set(pv["dataset"]) == {"synthetic_iid", "synthetic_0_0", "synthetic_0.5_0.5", "synthetic_1_1",
+                                  "femnist", "sent140"}
+    for _, grp in pv.groupby("dataset"):
+        assert (grp["algorithm"] == "fedavg").sum() == 1 and grp.loc[grp["algorithm"] == "fedavg", "mu"].isna().all()
+        for alg in ("fedprox", "upcycled"):
+            assert sorted(grp.loc[grp["algorithm"] == alg, "mu"]) == [0.1, 0.3, 0.5, 1.0]
+    assert ((pv[["train_acc", "test_acc"]] > 0) & (pv[["train_acc", "test_acc"]] < 100)).all().all()
+
+
+@pytest.mark.skipif(not PAPER.exists(), reason="the paper's text is not beside the checkout")
+def test_paper_table1_values_match_the_papers_text():
+    text = PAPER.read_text(encoding="utf-8")
+    body = text[text.index("Dataset\tProximal term\tAccuracy(%)"):text.index("Convergence and Heterogeneity.")]
+    cells = re.findall(r"(\d+\.\d\d)%\((\d+\.\d\d)%\)", body)
+    pv = paper_values("table1")
+    order = []
+    for dataset in pv["dataset"].drop_duplicates():
+        d = pv[pv["dataset"] == dataset]
+        for i, mu in enumerate((0.1, 0.3, 0.5, 1.0)):
+            if i == 0:
+                order.append(d[d["algorithm"] == "fedavg"].iloc[0])
+            for alg in ("fedprox", "upcycled"):
+                order.append(d[(d["algorithm"] == alg) & np.isclose(d["mu"], mu)].iloc[0])
+    assert len(cells) == len(order) == 54
+    for (train, test), row in zip(cells, order):
+        assert (float(train), float(test)) == (row["train_acc"], row["test_acc"])
+
+
+def test_table2_numbers_equal_dataset_stats(runset, tmp_path):
+    prefix = tmp_path / "table2"
+    assert main(["report", "table2", "--out-prefix", str(prefix), runset["data"]]) == 0
+    row = read_table(f"{prefix}.csv").iloc[0]
+    st = dataset_stats(load_leaf(runset["data"]))
+    for key in ("samples_total", "samples_train", "samples_test", "devices", "per_device_total_mean",
+                "per_device_total_std", "per_device_train_mean", "per_device_train_std"):
+        assert row[key] == pytest.approx(st[key], rel=1e-12)
+    paper = paper_values("table2").set_index("dataset").loc["synthetic_1_1"]
+    assert row["reading"] == "total" and row["mean"] == pytest.approx(st["per_device_total_mean"])
+    assert (row["paper_samples"], row["paper_test"], row["paper_devices"]) == \
+        (paper["samples"], paper["test"], paper["devices"])
+    md = Path(f"{prefix}.md").read_text()
+    assert f"| {st['samples_total']} | {st['samples_train']} | {st['samples_test']} |" in md
+    assert md.rstrip().splitlines()[-1].startswith("Provenance: upfl")
+
+
+def test_time_ratios_equal_recomputation_from_metrics(runset, tmp_path):
+    prefix = tmp_path / "time"
+    assert main(["report", "time", "--runs", str(runset["csv"]), "--experiment", "table1",
+                 "--out-prefix", str(prefix)]) == 0
+    tt = read_table(f"{prefix}.csv")
+    dirs = runset["dirs"]
+    pooled = {"equal_iterations": [], "equal_rounds": []}
+    for mu in (0.1, 1.0):
+        row = tt[(tt["algorithm"] == "upcycled") & np.isclose(tt["mu"], mu)].iloc[0]
+        it, rd = [], []
+        for s in SEEDS:
+            up, prox = metrics(dirs["upcycled", mu, s]), metrics(dirs["fedprox", mu, s])
+            it.append(up.loc[up["iteration"] == 4, "cum_wall_s"].iloc[0] / prox["cum_wall_s"].iloc[-1])
+            rd.append(up["cum_wall_s"].iloc[-1] / prox["cum_wall_s"].iloc[-1])
+        assert row["ratio_equal_iterations_mean"] == pytest.approx(np.mean(it), rel=1e-12)
+        assert row["ratio_equal_rounds_mean"] == pytest.approx(np.mean(rd), rel=1e-12)
+        assert row["ratio_at_iteration"] == 4 and row["ratio_at_rounds"] == 4 and row["n_pairs"] == 2
+        assert row["paper_ratio_equal_iterations"] == pytest.approx(0.52)
+        pooled["equal_iterations"] += it
+        pooled["equal_rounds"] += rd
+        cell = [summary(dirs["upcycled", mu, s])["time"] for s in SEEDS]
+        assert row["training_s_mean"] == pytest.approx(np.mean([t["train_s"] + t["upcycle_s"] for t in cell]))
+    overall = tt[tt["dataset"] == "all"].iloc[0]
+    for comp, vals in pooled.items():
+        assert overall[f"ratio_{comp}_mean"] == pytest.approx(np.mean(vals), rel=1e-12)
+    assert "48% less" in Path(f"{prefix}.md").read_text()
+
+
+def _is_png(path):
+    return Path(path).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and Path(path).stat().st_size > 5000
+
+
+def test_convergence_figure_files_and_data(runset, tmp_path):
+    prefix = tmp_path / "figs" / "conv"
+    assert main(["report", "figure", "convergence", "--runs", str(runset["csv"]), "--experiment", "table1",
+                 "--out-prefix", str(prefix), "--metrics", "train_loss,test_acc"]) == 0
+    assert _is_png(f"{prefix}.png") and Path(f"{prefix}.pdf").read_bytes()[:4] == b"%PDF"
+    data = read_table(f"{prefix}.csv")
+    assert set(data["line"]) == {"FedAvg", "FedProx", "Upcycled-FL"} and set(data["metric"]) == {"train_loss", "test_acc"}
+    assert sorted(set(data["mu"])) == [0.1, 1.0]  # FedAvg drawn in both mu facets
+    assert set(data.loc[data["line"] == "FedAvg", "mu"]) == {0.1, 1.0}
+    up = data[(data["line"] == "Upcycled-FL") & np.isclose(data["mu"], 0.1) & (data["metric"] == "test_acc")]
+    assert list(up["iteration"]) == [0, 2, 4, 6, 8]  # evaluated every 2 iterations: NaN rows skipped
+    curves = [metrics(runset["dirs"]["upcycled", 0.1, s]).set_index("iteration")["test_acc"] for s in SEEDS]
+    for r in up.to_dict("records"):
+        vals = [c[r["iteration"]] for c in curves]
+        assert (r["mean"], r["min"], r["max"]) == (pytest.approx(np.mean(vals)), min(vals), max(vals))
+        assert r["n_seeds"] == len(SEEDS)
+
+
+def test_lambda_sweep_figure_files_and_data(runset, tmp_path):
+    prefix = tmp_path / "sweep"
+    assert main(["report", "figure", "lambda_sweep", "--runs", str(runset["csv"]), "--experiment", "sweep",
+                 "--out-prefix", str(prefix), "--metrics", "test_acc"]) == 0
+    assert _is_png(f"{prefix}.png") and Path(f"{prefix}.pdf").stat().st_size > 1000
+    data = read_table(f"{prefix}.csv")
+    final = data[data["panel"] == "final"].sort_values("x")
+    assert list(final["x"]) == pytest.approx([1 / 3.0, 1 / 1.43])
+    ref = data[data["panel"] == "final_reference"].iloc[0]
+    prox = [summary(runset["dirs"]["fedprox", 1.0, s])["final"]["test_acc"] for s in SEEDS]
+    assert (ref["mean"], ref["min"], ref["max"]) == (pytest.approx(np.mean(prox)), min(prox), max(prox))
+    assert {"FedProx", "λ = 2 (step 0.33)", "λ = 0.43 (step 0.70)"} <= set(data.loc[data["panel"] == "curve", "line"])
+
+
+def test_where_filters_runs(runset, tmp_path):
+    prefix = tmp_path / "one"
+    assert main(["report", "figure", "convergence", "--runs", str(runset["csv"]), "--experiment", "table1",
+                 "--where", "mu=0,1", "--out-prefix", str(prefix)]) == 0
+    assert set(read_table(f"{prefix}.csv")["mu"]) == {1.0}
+
+
+def test_errors_name_the_problem(runset, tmp_path, capsys):
+    empty = tmp_path / "unfinished"
+    empty.mkdir()
+    assert main(["report", "runs", "--out", str(tmp_path / "r.csv"), f"table1:{empty}"]) == 2
+    err = capsys.readouterr().err
+    assert str(empty) in err and "no summary.json" in err
+    assert main(["report", "table1", "--runs", str(runset["csv"]), "--experiment", "nope",
+                 "--out-prefix", str(tmp_path / "t")]) == 2
+    err = capsys.readouterr().err
+    assert "'nope'" in err and "sweep, table1" in err
+    assert main(["report", "table1", "--runs", str(runset["csv"]), "--experiment", "sweep",
+                 "--out-prefix", str(tmp_path / "t")]) == 2
+    assert "differ in lam" in capsys.readouterr().err
+    assert main(["report", "figure", "convergence", "--runs", str(runset["csv"]), "--experiment", "table1",
+                 "--where", "colour=red", "--out-prefix", str(tmp_path / "f")]) == 2
+    assert "colour" in capsys.readouterr().err
+    assert main(["report", "time", "--runs", str(tmp_path / "missing.csv"), "--experiment", "table1",
+                 "--out-prefix", str(tmp_path / "t")]) == 2
+    assert "missing.csv" in capsys.readouterr().err
+    assert not list(tmp_path.glob("t.*")) and not list(tmp_path.glob("f.*"))
