@@ -25,7 +25,7 @@ from .data import FederatedDataset, load_leaf
 from .files import atomic_path, provenance, write_json, write_text
 from .models import build_model
 from .rng import generator
-from .solver import batch_plan, local_solve
+from .solver import batch_plan, select_local_solver
 
 METRIC_COLUMNS = ["iteration", "kind", "train_loss", "train_acc", "test_loss", "test_acc", "devices",
                   "local_steps", "data_accesses", "wall_s", "cum_wall_s"]
@@ -68,6 +68,7 @@ class Simulation:
         self.devices = ds.train_users
         self.num_classes = ds.num_classes
         self.model = build_model(c.model.name, ds, c.model.options)
+        self.local_solve = select_local_solver(c.solver.backend, self.model, self.device, c.threads)
         eye = torch.eye(self.num_classes)
         self.xs = [self._x(ds.train_x[u]) for u in self.devices]
         self.ys = [eye[torch.as_tensor(ds.train_y[u])].to(self.device) for u in self.devices]
@@ -112,9 +113,9 @@ class Simulation:
         plans = batch_plan([self.xs[i].shape[0] for i in chosen], [epochs[i] for i in chosen],
                            c.solver.batch_size, gens)
         mu = 0.0 if c.algorithm.name == "fedavg" else c.algorithm.mu
-        local, steps = local_solve(self.model, w, [self.xs[i] for i in chosen], [self.ys[i] for i in chosen],
-                                   plans, mu, c.solver.lr, c.solver.momentum,
-                                   generator=generator(c.seed, "dropout", round_k))
+        local, steps = self.local_solve(self.model, w, [self.xs[i] for i in chosen], [self.ys[i] for i in chosen],
+                                        plans, mu, c.solver.lr, c.solver.momentum,
+                                        generator=generator(c.seed, "dropout", round_k))
         return weighted_average(local, self.sizes[chosen].to(self.device)), len(chosen), steps
 
 

@@ -6,9 +6,14 @@ finished devices cost nothing. Batch orders are drawn up front (one permutation 
 
 from __future__ import annotations
 
+import functools
 import math
+from typing import Callable
 
 import torch
+
+from .config import ConfigError
+from .models import LogisticRegression
 
 CHUNK_STEPS = 64
 
@@ -77,3 +82,38 @@ def local_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: list[
             ba.mul_(momentum).add_(g)
             wa.sub_(ba, alpha=lr)
     return w[inverse.to(dev)], int(steps.sum())
+
+
+def numba_solver(threads: int = 0) -> Callable | None:
+    """The compiled logistic-regression solver (:mod:`upfl.solver_numba`), or None when numba does not import."""
+    try:
+        from . import solver_numba
+    except ImportError:
+        return None
+    return functools.partial(solver_numba.local_solve, threads=threads) if threads else solver_numba.local_solve
+
+
+def select_local_solver(backend: str, model, device: torch.device, threads: int = 0) -> Callable:
+    """The local solver of Algorithm 1 line 4 for ``solver.backend`` (``auto``, ``torch`` or ``numba``).
+
+    Both solvers share the :func:`local_solve` contract and arithmetic. ``numba`` needs numba, a
+    :class:`upfl.models.LogisticRegression` and the CPU; ``auto`` takes it when all three hold, else
+    ``torch``. ``threads`` > 0 caps numba's worker threads.
+    """
+    if backend not in ("auto", "torch", "numba"):
+        raise ConfigError(f"solver.backend: unknown backend {backend!r}; choose auto, torch or numba")
+    if backend == "torch":
+        return local_solve
+    compiled = None
+    if type(model) is not LogisticRegression:
+        reason = f"numba supports only the logreg model, not {type(model).__name__}"
+    elif torch.device(device).type != "cpu":
+        reason = f"numba runs on the CPU only, not on {device}"
+    else:
+        compiled = numba_solver(threads)
+        reason = "numba requested but numba is not installed (pip install numba)"
+    if compiled is not None:
+        return compiled
+    if backend == "auto":
+        return local_solve
+    raise ConfigError(f"solver.backend: {reason}; use solver.backend: torch or auto")

@@ -1,0 +1,184 @@
+"""Compiled CPU local solver for multinomial logistic regression (numba).
+
+The same contract and the same arithmetic as :func:`upfl.solver.local_solve` (the local step of
+Algorithm 1 line 4, which Algorithm 2 runs at odd iterations): every sampled device starts from
+the global model and runs momentum SGD on
+
+    F_i(w) + mu/2 ||w - w_global||^2 (+ <n_i, w>)
+
+over its batch plan. At each step the gradient is that of the mean cross-entropy over the real
+samples of the batch (index -1 pads the last batch of an epoch), plus ``mu (w - w_global)``, plus the
+device's linear term; then ``buf = momentum * buf + g`` and ``w -= lr * buf``.
+
+Devices are independent, so they run in parallel (``numba.prange`` over worker threads, each with a
+fixed list of devices): the result does not depend on the number of threads or on scheduling.
+Arithmetic is float32 (as the torch path), without fastmath, so repeat runs are bit-identical.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import torch
+
+DTYPE = np.float32
+"""Working precision: float32 like the torch path (parameters, momentum buffer, gradient)."""
+
+
+@numba.njit(nogil=True, cache=True)
+def batch_gradient(wt, x, y, rows, inv_count, gt, xt, zt):
+    """Gradient of sum_b inv_count * CE(softmax(W^T x_b + b), y_b) over the real rows of one batch.
+
+    ``wt`` and the output ``gt`` are (C, d + 1) = ``[W^T | b]``; ``rows`` holds sample indices (-1 is
+    padding, skipped); ``xt`` (d, B) and ``zt`` (C, B) are scratch. The logits are computed with the
+    batch as the inner (vectorised) axis, the weight gradient with the features as the inner axis.
+    """
+    d = x.shape[1]
+    num_classes = y.shape[1]
+    nb = rows.shape[0]
+    for b in range(nb):
+        r = rows[b]
+        for j in range(d):
+            xt[j, b] = x[r, j] if r >= 0 else 0
+    for c in range(num_classes):
+        bias = wt[c, d]
+        for b in range(nb):
+            zt[c, b] = bias
+        for j in range(d):
+            wv = wt[c, j]
+            for b in range(nb):
+                zt[c, b] += wv * xt[j, b]
+    gt[:] = 0
+    for b in range(nb):
+        r = rows[b]
+        if r < 0:
+            continue
+        m = zt[0, b]
+        for c in range(1, num_classes):
+            m = max(m, zt[c, b])
+        total = m * 0
+        for c in range(num_classes):
+            zt[c, b] = np.exp(zt[c, b] - m)
+            total += zt[c, b]
+        for c in range(num_classes):
+            resid = (zt[c, b] / total - y[r, c]) * inv_count
+            for j in range(d):
+                gt[c, j] += resid * x[r, j]
+            gt[c, d] += resid
+
+
+@numba.njit(nogil=True, cache=True)
+def momentum_step(wt, buf, gt, wg, lin, has_lin, mu, lr, momentum):
+    """g = grad + mu (w - w_global) (+ n_i); buf = momentum buf + g; w -= lr buf (torch.optim.SGD order).
+
+    All arrays are (C, d + 1); ``gt`` is overwritten with g.
+    """
+    w1, b1, g1, wg1 = wt.ravel(), buf.ravel(), gt.ravel(), wg.ravel()
+    if mu != 0:
+        for p in range(w1.shape[0]):
+            g1[p] += mu * (w1[p] - wg1[p])
+    if has_lin:
+        lin1 = lin.ravel()
+        for p in range(w1.shape[0]):
+            g1[p] += lin1[p]
+    for p in range(w1.shape[0]):
+        b1[p] = momentum * b1[p] + g1[p]
+        w1[p] -= lr * b1[p]
+
+
+@numba.njit(nogil=True, cache=True)
+def device_solve(wg, x, y, plan, inv_counts, lin, has_lin, hyper):
+    """One device's local solve (Algorithm 1 line 4) from the global model along ``plan`` (steps, B).
+
+    ``wg``, ``lin`` and the result are (C, d + 1) = ``[W^T | b]``; ``inv_counts[s]`` is 1 / (real
+    samples of batch s); ``hyper`` holds (mu, lr, momentum).
+    """
+    mu, lr, momentum = hyper[0], hyper[1], hyper[2]
+    wt = wg.copy()
+    buf = np.zeros_like(wt)
+    gt = np.empty_like(wt)
+    xt = np.empty((x.shape[1], plan.shape[1]), dtype=wt.dtype)
+    zt = np.empty((y.shape[1], plan.shape[1]), dtype=wt.dtype)
+    for s in range(plan.shape[0]):
+        batch_gradient(wt, x, y, plan[s], inv_counts[s], gt, xt, zt)
+        momentum_step(wt, buf, gt, wg, lin, has_lin, mu, lr, momentum)
+    return wt
+
+
+@numba.njit(parallel=True, nogil=True, cache=True)
+def solve_devices(out, wg, x, y, x_offsets, plan, inv_counts, plan_offsets, lin, has_lin, hyper,
+                  assignment, worker_offsets):
+    """Fill ``out[i]`` (C, d + 1) with device i's local model; worker t runs ``assignment[worker_offsets[t]:...]``."""
+    for t in numba.prange(worker_offsets.shape[0] - 1):
+        for q in range(worker_offsets[t], worker_offsets[t + 1]):
+            i = assignment[q]
+            a, b, s0, s1 = x_offsets[i], x_offsets[i + 1], plan_offsets[i], plan_offsets[i + 1]
+            out[i] = device_solve(wg, x[a:b], y[a:b], plan[s0:s1], inv_counts[s0:s1], lin[i], has_lin, hyper)
+
+
+def balance(costs: list[int], workers: int) -> tuple[np.ndarray, np.ndarray]:
+    """Longest-processing-time assignment of devices to ``workers``: (device order, worker offsets).
+
+    Deterministic (ties broken by device index); only the wall time depends on it, not the result.
+    """
+    loads = [0] * workers
+    lists: list[list[int]] = [[] for _ in range(workers)]
+    for i in sorted(range(len(costs)), key=lambda i: (-costs[i], i)):
+        t = min(range(workers), key=lambda t: (loads[t], t))
+        loads[t] += costs[i]
+        lists[t].append(i)
+    offsets = np.cumsum([0] + [len(ls) for ls in lists]).astype(np.int64)
+    return np.array([i for ls in lists for i in ls], dtype=np.int64), offsets
+
+
+def inverse_counts(plan: np.ndarray) -> np.ndarray:
+    """1 / (real samples) of every batch row, in float32 as the torch path's ``mask / mask.sum()``."""
+    counts = np.maximum((plan >= 0).sum(axis=1), 1).astype(DTYPE)
+    return (DTYPE(1.0) / counts).astype(DTYPE)
+
+
+def offsets_of(lengths: list[int]) -> np.ndarray:
+    return np.cumsum([0] + lengths).astype(np.int64)
+
+
+def to_class_major(params: np.ndarray, dim: int) -> np.ndarray:
+    """Flat ``[W.ravel() (d, C), b]`` rows (..., P) to the solver's (..., C, d + 1) = ``[W^T | b]``."""
+    lead = params.shape[:-1]
+    classes = params.shape[-1] // (dim + 1)
+    weights = params[..., :dim * classes].reshape(*lead, dim, classes)
+    return np.ascontiguousarray(np.concatenate([np.swapaxes(weights, -1, -2), params[..., dim * classes:, None]], -1))
+
+
+def from_class_major(params: np.ndarray) -> np.ndarray:
+    """Inverse of :func:`to_class_major`: (..., C, d + 1) to flat (..., P)."""
+    lead = params.shape[:-2]
+    weights = np.swapaxes(params[..., :-1], -1, -2).reshape(*lead, -1)
+    return np.ascontiguousarray(np.concatenate([weights, params[..., -1]], -1))
+
+
+def local_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: list[torch.Tensor],
+                plans: list[torch.Tensor], mu: float, lr: float, momentum: float,
+                linear_term: torch.Tensor | None = None, generator: torch.Generator | None = None,
+                threads: int = 0) -> tuple[torch.Tensor, int]:
+    """:func:`upfl.solver.local_solve` for :class:`upfl.models.LogisticRegression` on the CPU.
+
+    Returns the (k, P) local models (float32, input device order) and the total SGD steps.
+    ``generator`` is ignored (the model draws nothing); ``threads`` > 0 caps the worker threads
+    (default: numba's thread count).
+    """
+    k = len(xs)
+    steps = [int(p.shape[0]) for p in plans]
+    workers = max(1, min(k, threads or numba.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
+    assignment, worker_offsets = balance(steps, workers)
+    x = torch.cat(xs).numpy().astype(DTYPE, copy=False)
+    y = torch.cat(ys).numpy().astype(DTYPE, copy=False)
+    plan = torch.cat(plans).numpy().astype(np.int64, copy=False)
+    dim = x.shape[1]
+    has_lin = linear_term is not None
+    lin = to_class_major(linear_term.numpy().astype(DTYPE, copy=False), dim) if has_lin else np.zeros((k, 0, 0), DTYPE)
+    wg = to_class_major(w_global.numpy().astype(DTYPE, copy=False), dim)
+    hyper = np.array([mu, lr, momentum], dtype=DTYPE)
+    out = np.empty((k,) + wg.shape, dtype=DTYPE)
+    solve_devices(out, wg, x, y, offsets_of([int(t.shape[0]) for t in xs]), plan, inverse_counts(plan),
+                  offsets_of(steps), lin, has_lin, hyper, assignment, worker_offsets)
+    return torch.from_numpy(from_class_major(out)), sum(steps)

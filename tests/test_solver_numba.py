@@ -1,0 +1,134 @@
+"""The compiled (numba) local solver: agreement with the torch solver and a plain SGD loop, runs, errors."""
+
+import sys
+
+import pytest
+import torch
+
+from upfl import config as cfgmod
+from upfl.data import generate_synthetic
+from upfl.models import LogisticRegression
+from upfl.simulation import run
+from upfl.solver import batch_plan, local_solve, select_local_solver
+
+solver_numba = pytest.importorskip("upfl.solver_numba")
+
+
+def reference_local_solve(x, labels, w0, plan, mu, lr, momentum, lin, num_classes):
+    """Plain torch.optim.SGD(momentum) on CE + mu/2 ||w - w0||^2 + <lin, w>, one batch row at a time."""
+    w = w0.clone().requires_grad_(True)
+    opt = torch.optim.SGD([w], lr=lr, momentum=momentum)
+    for batch in plan:
+        idx = batch[batch >= 0]
+        opt.zero_grad()
+        W, b = w[:-num_classes].view(-1, num_classes), w[-num_classes:]
+        loss = (torch.nn.functional.cross_entropy(x[idx] @ W + b, labels[idx])
+                + mu / 2 * (w - w0).pow(2).sum() + lin @ w)
+        loss.backward()
+        opt.step()
+    return w.detach()
+
+
+def small_problem(num_classes, batch_size=8):
+    g = torch.Generator().manual_seed(4)
+    model = LogisticRegression(5, num_classes)
+    sizes, epochs = [3, 40, 17, 65, 9], [2, 5, 1, 3, 4]
+    xs = [torch.randn(n, 5, generator=g) for n in sizes]
+    labels = [torch.randint(0, num_classes, (n,), generator=g) for n in sizes]
+    ys = [torch.eye(num_classes)[y] for y in labels]
+    w0 = torch.randn(model.num_params, generator=g) * 0.1
+    lin = torch.randn(len(sizes), model.num_params, generator=g) * 0.05
+    plans = batch_plan(sizes, epochs, batch_size, [torch.Generator().manual_seed(i) for i in range(len(sizes))])
+    return model, w0, xs, labels, ys, plans, lin
+
+
+@pytest.mark.parametrize("num_classes", [2, 3])
+def test_numba_matches_torch_solver_and_sgd_loop(num_classes):
+    model, w0, xs, labels, ys, plans, lin = small_problem(num_classes)
+    fast, steps = solver_numba.local_solve(model, w0, xs, ys, plans, 0.3, 0.05, 0.5, linear_term=lin)
+    batched, batched_steps = local_solve(model, w0, xs, ys, plans, 0.3, 0.05, 0.5, linear_term=lin)
+    assert steps == batched_steps == sum(p.shape[0] for p in plans)
+    assert fast.dtype == torch.float32 and fast.shape == (len(xs), model.num_params)
+    torch.testing.assert_close(fast, batched, rtol=0, atol=1e-6)
+    for i in range(len(xs)):
+        ref = reference_local_solve(xs[i], labels[i], w0, plans[i], 0.3, 0.05, 0.5, lin[i], num_classes)
+        torch.testing.assert_close(fast[i], ref, rtol=0, atol=1e-6)
+
+
+def test_numba_without_prox_or_linear_term_matches_torch_solver():
+    model, w0, xs, _, ys, plans, _ = small_problem(2)
+    fast, _ = solver_numba.local_solve(model, w0, xs, ys, plans, 0.0, 0.1, 0.9)
+    batched, _ = local_solve(model, w0, xs, ys, plans, 0.0, 0.1, 0.9)
+    torch.testing.assert_close(fast, batched, rtol=0, atol=1e-6)
+
+
+def test_numba_result_does_not_depend_on_thread_count():
+    model, w0, xs, _, ys, plans, lin = small_problem(3)
+    one, _ = solver_numba.local_solve(model, w0, xs, ys, plans, 0.3, 0.05, 0.5, linear_term=lin, threads=1)
+    many, _ = solver_numba.local_solve(model, w0, xs, ys, plans, 0.3, 0.05, 0.5, linear_term=lin)
+    assert torch.equal(one, many)
+
+
+def test_balance_covers_every_device_once():
+    order, offsets = solver_numba.balance([5, 9, 1, 9, 3], 2)
+    assert sorted(order.tolist()) == [0, 1, 2, 3, 4]
+    assert offsets.tolist()[0] == 0 and offsets.tolist()[-1] == 5
+    loads = [sum([5, 9, 1, 9, 3][i] for i in order[offsets[t]:offsets[t + 1]]) for t in range(2)]
+    assert sorted(loads) == [13, 14]
+
+
+@pytest.fixture(scope="module")
+def small_data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("data")
+    return str(generate_synthetic("synthetic_1_1", root / "s11", data_seed=3, num_devices=8))
+
+
+def make_cfg(data, backend, **over):
+    doc = {"data": {"path": data}, "rounds": 8, "device": "cpu",
+           "algorithm": {"name": "upcycled", "mu": 1.0, "lam": 0.43},
+           "devices": {"frac": 0.5, "straggler": 0.5}, "solver": {"epochs": 4, "backend": backend},
+           "checkpoint": {"every": 0}}
+    for key, value in over.items():
+        cfgmod.set_key(doc, key, value)
+    return cfgmod.from_dict(doc)
+
+
+def metric_rows(path):
+    return [line.split(",")[:9] for line in (path / "metrics.csv").read_text().splitlines()]
+
+
+def test_full_run_numba_matches_torch_and_repeats_bit_identically(small_data, tmp_path):
+    quiet = lambda m: None
+    a = run(make_cfg(small_data, "numba"), tmp_path / "a", log=quiet)
+    run(make_cfg(small_data, "numba"), tmp_path / "b", log=quiet)
+    run(make_cfg(small_data, "numba", threads=1), tmp_path / "c", log=quiet)
+    t = run(make_cfg(small_data, "torch"), tmp_path / "t", log=quiet)
+    assert metric_rows(tmp_path / "a") == metric_rows(tmp_path / "b") == metric_rows(tmp_path / "c")
+    for key in ("train_loss", "train_acc", "test_loss", "test_acc"):
+        assert a["final"][key] == pytest.approx(t["final"][key], abs=1e-5)
+
+
+class NotLogReg:
+    num_params = 3
+
+
+def test_select_local_solver_auto_and_named_errors(monkeypatch):
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    logreg = LogisticRegression(3, 2)
+    assert select_local_solver("torch", logreg, cpu) is local_solve
+    assert select_local_solver("auto", logreg, cpu) is solver_numba.local_solve
+    assert select_local_solver("numba", logreg, cpu) is solver_numba.local_solve
+    assert select_local_solver("numba", logreg, cpu, threads=1).keywords == {"threads": 1}
+    assert select_local_solver("auto", NotLogReg(), cpu) is local_solve
+    assert select_local_solver("auto", logreg, cuda) is local_solve
+    with pytest.raises(cfgmod.ConfigError, match="solver.backend: numba supports only the logreg model"):
+        select_local_solver("numba", NotLogReg(), cpu)
+    with pytest.raises(cfgmod.ConfigError, match="solver.backend: numba runs on the CPU only"):
+        select_local_solver("numba", logreg, cuda)
+    with pytest.raises(cfgmod.ConfigError, match="solver.backend: unknown backend"):
+        select_local_solver("jax", logreg, cpu)
+    monkeypatch.setitem(sys.modules, "upfl.solver_numba", None)
+    monkeypatch.delattr("upfl.solver_numba", raising=False)
+    assert select_local_solver("auto", logreg, cpu) is local_solve
+    with pytest.raises(cfgmod.ConfigError, match="solver.backend: numba requested but numba is not installed"):
+        select_local_solver("numba", logreg, cpu)
