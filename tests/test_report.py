@@ -124,10 +124,11 @@ def _cell_values(dirs, key, metric):
 
 def test_table1_numbers_equal_recomputation_from_summaries(runset, tmp_path):
     prefix = tmp_path / "tables" / "table1"
-    cfg = tmp_path / "config.yaml"
+    cfg, quick = tmp_path / "config.yaml", tmp_path / "quick.yaml"
     cfg.write_text("seeds: [0, 1]\n")
+    quick.write_text("round_scale: 0.25\n")
     assert main(["report", "table1", "--runs", str(runset["csv"]), "--experiment", "table1",
-                 "--out-prefix", str(prefix), "--config-file", str(cfg)]) == 0
+                 "--out-prefix", str(prefix), "--config-file", str(cfg), "--config-file", str(quick)]) == 0
     t1 = read_table(f"{prefix}.csv")
     assert len(t1) == 5 and list(t1["algorithm"]) == ["fedavg", "fedprox", "upcycled", "fedprox", "upcycled"]
     pv = paper_values("table1")
@@ -156,8 +157,8 @@ def test_table1_numbers_equal_recomputation_from_summaries(runset, tmp_path):
     assert "69.70 (71.12)" in md and "75.69 (76.58)" in md  # the paper's FedAvg and FedProx (mu 1) cells
     for path in (f"{prefix}.md", f"{prefix}.tex", f"{prefix}.csv"):
         last = [ln for ln in Path(path).read_text().splitlines() if ln.strip() and not ln.startswith("\\end")][-1]
-        shown = tex_escape(str(cfg)) if path.endswith(".tex") else str(cfg)
-        assert "upfl 0.1.0" in last and "git " in last and shown in last
+        shown = [tex_escape(str(f)) if path.endswith(".tex") else str(f) for f in (cfg, quick)]
+        assert "upfl 0.1.0" in last and "git " in last and all(f in last for f in shown)
         assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", last)
     assert "\\begin{tabular}" in Path(f"{prefix}.tex").read_text()
 

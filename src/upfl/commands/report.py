@@ -1,9 +1,9 @@
 """``upfl report``: run folders to results/runs.csv, and the paper's tables and figures from it.
 
     upfl report runs   --out results/runs.csv [--list FILE] EXPERIMENT:RUN_DIR ...
-    upfl report table1 --runs results/runs.csv --experiment table1 --out-prefix results/tables/table1 [--config-file F]
-    upfl report table2 --out-prefix results/tables/table2 [--config-file F] DATA_DIR ...
-    upfl report time   --runs results/runs.csv --experiment table1 --out-prefix results/tables/time [--config-file F]
+    upfl report table1 --runs results/runs.csv --experiment table1 --out-prefix results/tables/table1 [--config-file F ...]
+    upfl report table2 --out-prefix results/tables/table2 [--config-file F ...] DATA_DIR ...
+    upfl report time   --runs results/runs.csv --experiment table1 --out-prefix results/tables/time [--config-file F ...]
     upfl report figure convergence|lambda_sweep --runs results/runs.csv --experiment EXP
                        --out-prefix results/figures/NAME [--where KEY=VALUE[,VALUE...] ...] [--metrics train_loss,test_acc]
                        [--x iteration|round|time (convergence), step|lam (lambda_sweep)] [--panels curves,final] [--title T]
@@ -107,7 +107,8 @@ def _selection(q: argparse.ArgumentParser, experiment_required: bool = True) -> 
 
 
 def _config_file(q: argparse.ArgumentParser) -> None:
-    q.add_argument("--config-file", default=None, help="workflow config file, named in the provenance line")
+    q.add_argument("--config-file", action="append", default=None, metavar="FILE",
+                   help="workflow config file, named with its sha256 in the provenance line; repeatable")
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:

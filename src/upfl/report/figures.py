@@ -174,17 +174,36 @@ def _line_order(data: pd.DataFrame) -> list[str]:
     return sorted(firsts.index, key=key)
 
 
+def panel_layout(facets: Sequence[tuple[str, float]], n_metrics: int) -> tuple[int, int, dict]:
+    """Grid positions: one facet per data set gives rows = metrics, columns = facets; several mu per
+    data set give a block of metric rows per data set and one column per mu. Returns (rows, cols, {facet: (row0, col)})."""
+    datasets = list(dict.fromkeys(d for d, _ in facets))
+    if len(datasets) == len(facets):
+        return n_metrics, len(facets), {f: (0, j) for j, f in enumerate(facets)}
+    mus = sorted({mu for _, mu in facets}, key=lambda m: -math.inf if math.isnan(m) else m)
+    col = {mu: j for j, mu in enumerate(mus)}
+    pos = {}
+    for d, mu in facets:
+        key = next(m for m in col if _same(m, mu))
+        pos[(d, mu)] = (datasets.index(d) * n_metrics, col[key])
+    return n_metrics * len(datasets), len(mus), pos
+
+
 def plot_convergence(data: pd.DataFrame, metrics: Sequence[str], x: str, title: str | None):
-    """Rows: metrics; columns: facets; one band per line."""
+    """Metric panels per facet (see :func:`panel_layout`); one band per line."""
     facets = facet_list(data)
     lines = _line_order(data)
     pal = palette_for(lines)
-    fig, axes = _grid(len(metrics), len(facets))
-    for j, (dataset, mu) in enumerate(facets):
+    n_rows, n_cols, pos = panel_layout(facets, len(metrics))
+    fig, axes = _grid(n_rows, n_cols)
+    used = set()
+    for dataset, mu in facets:
+        row0, j = pos[(dataset, mu)]
         fd = data[(data["dataset"] == dataset) & data["mu"].map(lambda m: _same(m, mu))]
         lam = _single_lambda(fd)
         for i, metric in enumerate(metrics):
-            ax = axes[i][j]
+            ax = axes[row0 + i][j]
+            used.add((row0 + i, j))
             md = fd[fd["metric"] == metric]
             for line in [ln for ln in lines if ln in set(md["line"])]:
                 draw_band(ax, md[md["line"] == line], pal[line], label=line if i == 0 else None)
@@ -193,6 +212,10 @@ def plot_convergence(data: pd.DataFrame, metrics: Sequence[str], x: str, title: 
             if i == 0:
                 ax.set_title(facet_title(dataset, mu, lam))
                 ax.legend(frameon=True, fontsize="small")
+    for r in range(n_rows):
+        for c in range(n_cols):
+            if (r, c) not in used:
+                axes[r][c].set_visible(False)
     _finish(fig, title)
     return fig
 

@@ -24,13 +24,15 @@ def report_date() -> str:
     return when.strftime("%Y-%m-%d %H:%M UTC")
 
 
-def provenance_line(config_file: str | None = None, runs: pd.DataFrame | None = None) -> str:
-    """``upfl <version>, git <commit>, config <file> (sha256 ...), <date>`` plus the runs' own commits."""
+def provenance_line(config_files: str | Sequence[str] | None = None, runs: pd.DataFrame | None = None) -> str:
+    """``upfl <version>; git <commit>; config <file> (sha256 ...); <date>`` plus the runs' own commits."""
+    if isinstance(config_files, str):
+        config_files = [config_files]
     parts = [f"upfl {__version__}", f"git {git_commit() or 'unknown'}"]
-    if config_file:
+    for config_file in config_files or []:
         digest = sha256_file(config_file)[:12] if Path(config_file).is_file() else "file not found"
         parts.append(f"config {config_file} (sha256 {digest})")
-    else:
+    if not config_files:
         parts.append("config none given")
     if runs is not None and "git_commit" in runs.columns:
         commits = sorted({str(c) for c in runs["git_commit"].dropna()})

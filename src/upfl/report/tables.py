@@ -106,7 +106,7 @@ def _missing(value) -> bool:
 
 
 TABLE1_HEADER = ["Dataset", "μ", "FedAvg", "paper", "Δ", "FedProx", "paper", "Δ", "Upcycled-FL", "paper", "Δ",
-                 "Upcycled − FedProx train [95% CI]", "test [95% CI]", "claim holds"]
+                 "Upcycled − FedProx train [95% CI]", "test [95% CI]", "claim holds", "paper: Upcycled − FedProx"]
 
 
 def table1_rows(frame: pd.DataFrame) -> list[list[str]]:
@@ -129,7 +129,9 @@ def table1_rows(frame: pd.DataFrame) -> list[list[str]]:
                 up = r if alg == "upcycled" else up
                 line += [_ours(r), _pair_text(r["paper_train_acc"], r["paper_test_acc"]),
                          _pair_text(r["diff_train_acc"], r["diff_test_acc"], signed=True)]
-            line += [_ci_text(up, "train_acc"), _ci_text(up, "test_acc"), holds_text(up)]
+            line += [_ci_text(up, "train_acc"), _ci_text(up, "test_acc"), holds_text(up),
+                     _pair_text(up.get("paper_train_acc_gain", math.nan), up.get("paper_test_acc_gain", math.nan),
+                                signed=True)]
             lines.append(line)
     return lines
 
