@@ -27,6 +27,10 @@ CONFIG_COLUMNS = [
 ]
 """Columns of ``runs.csv`` that describe a run's configuration (``seed`` included)."""
 
+TEXT_COLUMNS = ("experiments", "dataset", "algorithm", "schedule", "policy", "model", "mechanism", "run_dir",
+                "data_path", "config_hash", "git_commit", "upfl_version", "torch_version", "device")
+"""Columns of ``runs.csv`` read as text whatever they look like (a data set called ``2`` stays ``'2'``)."""
+
 RESULT_KEYS = ("iteration", "train_loss", "train_acc", "test_loss", "test_acc")
 TIME_KEYS = ("train_s", "upcycle_s", "eval_s", "total_s")
 METRIC_NAMES = ("train_loss", "train_acc", "test_loss", "test_acc")
@@ -178,7 +182,7 @@ def collect_runs(pairs: Iterable[tuple[str, str]]) -> pd.DataFrame:
 def read_runs(path: str | os.PathLike) -> pd.DataFrame:
     """Read ``runs.csv``; a missing file or missing columns are errors naming the file."""
     try:
-        df = pd.read_csv(path, keep_default_na=True)
+        df = pd.read_csv(path, dtype={c: str for c in TEXT_COLUMNS})
     except FileNotFoundError:
         raise ReportError(f"{path}: runs table not found (make it with 'upfl report runs')") from None
     missing = [c for c in ("experiments", "run_dir", "dataset", "algorithm", "mu", "seed") if c not in df.columns]
