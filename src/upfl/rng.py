@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import hashlib
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 STREAMS = ("init", "sampling", "stragglers", "batches", "dropout", "noise", "data")
 
@@ -26,8 +30,10 @@ def derive_seed(seed: int, stream: str, *keys: int) -> int:
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
-def generator(seed: int, stream: str, *keys: int, device: str | torch.device = "cpu") -> torch.Generator:
-    """A ``torch.Generator`` for one stream and key tuple."""
+def generator(seed: int, stream: str, *keys: int, device: "str | torch.device" = "cpu") -> "torch.Generator":
+    """A ``torch.Generator`` for one stream and key tuple (torch is imported here, not with the module)."""
+    import torch
+
     g = torch.Generator(device=device)
     g.manual_seed(derive_seed(seed, stream, *keys))
     return g
