@@ -1,0 +1,38 @@
+"""Check the typed-in Table 1 values (src/upfl/report/paper_values/table1.csv) against the paper's text.
+
+Usage: python tools/check_paper_values.py [PATH_TO_PAPER_MD]   (default ../shared/paper/upcycled-fl.md)
+The paper is not part of the repository, so this is a maintainer's check, not a test.
+"""
+
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from upfl.report.paper import paper_values
+
+
+def main(path: str) -> int:
+    text = Path(path).read_text(encoding="utf-8")
+    body = text[text.index("Dataset\tProximal term\tAccuracy(%)"):text.index("Convergence and Heterogeneity.")]
+    cells = re.findall(r"(\d+\.\d\d)%\((\d+\.\d\d)%\)", body)
+    pv = paper_values("table1")
+    order = []
+    for dataset in pv["dataset"].drop_duplicates():
+        d = pv[pv["dataset"] == dataset]
+        for i, mu in enumerate((0.1, 0.3, 0.5, 1.0)):
+            if i == 0:
+                order.append(d[d["algorithm"] == "fedavg"].iloc[0])
+            for alg in ("fedprox", "upcycled"):
+                order.append(d[(d["algorithm"] == alg) & np.isclose(d["mu"], mu)].iloc[0])
+    bad = [(row["dataset"], row["algorithm"], row["mu"], cell) for cell, row in zip(cells, order)
+           if (float(cell[0]), float(cell[1])) != (row["train_acc"], row["test_acc"])]
+    print(f"{len(cells)} cells in the paper, {len(order)} typed; {len(bad)} differ")
+    for b in bad:
+        print("  differs:", b)
+    return 0 if len(cells) == len(order) and not bad else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else str(Path(__file__).resolve().parents[2] / "shared/paper/upcycled-fl.md")))
