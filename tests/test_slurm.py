@@ -1,0 +1,130 @@
+"""The SLURM profile for real: a tiny workflow submitted through `--workflow-profile profiles/slurm` to a
+single-node SLURM cluster on localhost (tests/slurm_cluster.py), one training job asking for the GPU.
+
+Needs root and `apt-get install slurmctld slurmd slurm-client munge` (.ci/run installs them); without
+them the test fails and says so. Run only this test with `python -m pytest -m slurm`.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from slurm_cluster import SlurmClusterError, slurm_cluster
+from upfl.experiments import build_plan
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slurm
+TIMEOUT = 420  # seconds for snakemake, under `timeout -s INT` (snakemake ignores SIGTERM while it waits)
+
+CONFIG = """\
+preset: full
+seeds: [0]
+run_defaults:
+  device: cpu
+  solver: {epochs: 2, batch_size: 32, lr: 0.05, momentum: 0.5}
+  devices: {frac: 0.3}
+  evaluation: {every: 1}
+  checkpoint: {every: 1}
+job_defaults: {gpus: 0, threads: 1, runtime: 10, mem_mb: 400}
+datasets:
+  synthetic_iid: {source: synthetic}
+experiments:
+  cpu_runs:
+    set: {devices.straggler: 0.9}
+    groups:
+      - datasets: [synthetic_iid]
+        runs:
+          - {algorithm: fedavg, rounds: 2}
+          - {algorithm: fedprox, rounds: 2, mu: 1}
+          - {algorithm: upcycled, rounds: 4, mu: 1, lam: 0.43}
+  gpu_runs:
+    set: {devices.straggler: 0.5}
+    job: {gpus: 1}
+    groups:
+      - datasets: [synthetic_iid]
+        runs:
+          - {algorithm: fedprox, rounds: 2, mu: 1}
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    try:
+        with slurm_cluster() as c:
+            pids = [p.pid for p in c.processes.values()]
+            yield c
+    except SlurmClusterError as e:
+        pytest.fail(f"local SLURM cluster: {e}", pytrace=False)
+    time.sleep(0.5)
+    alive = [pid for pid in pids if Path(f"/proc/{pid}").exists()]
+    assert not alive, f"SLURM daemons still running after the cluster stopped: {alive}"
+
+
+def workflow_copy(tmp_path: Path) -> Path:
+    wd = tmp_path / "wf"
+    wd.mkdir()
+    shutil.copy(ROOT / "Snakefile", wd)
+    for folder in ("workflow", "config", "profiles"):
+        shutil.copytree(ROOT / folder, wd / folder)
+    (wd / "config" / "config.yaml").write_text(CONFIG)
+    return wd
+
+
+def test_slurm_profile_runs_the_training_jobs_on_slurm_with_a_gpu(cluster, tmp_path):
+    wd = workflow_copy(tmp_path)
+    plan = build_plan(yaml.safe_load(CONFIG))
+    runs = sorted(plan.runs)
+    gpu_runs = [r for r in runs if plan.runs[r].job["gpus"] == 1]
+    assert len(runs) == 4 and len(gpu_runs) == 1
+    targets = [f"results/runs/{r}/summary.json" for r in runs]
+    # Jobs inherit the submitting environment (the plugin submits with `sbatch --export=ALL`): put this
+    # interpreter's bin folder (upfl, snakemake) first on PATH so the jobs find them without an activated venv.
+    env = {**cluster.env, "PYTHONUNBUFFERED": "1",
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{cluster.env['PATH']}"}
+    cmd = ["timeout", "-s", "INT", "-k", "30", str(TIMEOUT), sys.executable, "-m", "snakemake",
+           "--workflow-profile", "profiles/slurm", "--jobs", "4", "--verbose", *targets]
+    start = time.monotonic()
+    proc = subprocess.run(cmd, cwd=wd, env=env, capture_output=True, text=True, timeout=TIMEOUT + 60)
+    elapsed = time.monotonic() - start
+    log = proc.stdout + proc.stderr
+    (tmp_path / "snakemake.log").write_text(log)
+    assert proc.returncode == 0, f"snakemake exited {proc.returncode} after {elapsed:.0f} s:\n{log[-6000:]}\n{cluster.logs()}"
+
+    for target in targets:
+        assert (wd / target).stat().st_size > 0, target
+
+    # Every training job was submitted with sbatch (none ran locally), on the profile's partition.
+    calls = [line.strip() for line in log.splitlines() if "sbatch call:" in line]
+    submitted = dict(re.findall(r"Job (\d+) has been submitted with SLURM jobid (\d+)", log))
+    assert len(calls) == len(runs) and len(submitted) == len(runs), log[-6000:]
+    assert all(re.search(r" -p '?gpu'? ", c) for c in calls), calls
+    # The GPU run's submission, and only it, asked for the GPU.
+    gpu_calls = [c for c in calls if "--gpus=1" in c]
+    assert len(gpu_calls) == 1, calls
+    assert f"--comment rule_train_wildcards_{gpu_runs[0].replace('/', '_')} " in gpu_calls[0], gpu_calls[0]
+
+    # SLURM ran them: every job completed on the node; the GPU job asked SLURM for gres:gpu:1 and SLURM gave
+    # it one (the gres plugin sets CUDA_VISIBLE_DEVICES in the job; the job step logs its environment).
+    jobs = {jobid: cluster.job(jobid) for jobid in submitted.values()}
+    assert all(j["JobState"] == "COMPLETED" and j["NodeList"] == cluster.node for j in jobs.values()), jobs
+    gpu_jobs = [jobid for jobid, j in jobs.items() if j.get("TresPerJob") == "gres:gpu:1"]
+    assert len(gpu_jobs) == 1, {jobid: j.get("TresPerJob") for jobid, j in jobs.items()}
+    slurm_logs = {p.stem: p for p in (wd / ".snakemake" / "slurm_logs" / "rule_train").rglob("*.log")}
+    assert sorted(slurm_logs) == sorted(submitted.values()), slurm_logs
+    assert gpu_runs[0].replace("/", "_") == slurm_logs[gpu_jobs[0]].parent.name
+    for jobid, path in slurm_logs.items():
+        text = path.read_text()
+        assert "1 of 1 steps (100%) done" in text, text[-3000:]
+        gpus_seen = "'CUDA_VISIBLE_DEVICES': '0'" in text and "'SLURM_JOB_GPUS': '0'" in text
+        assert gpus_seen == (jobid in gpu_jobs), (jobid, text[-3000:])
+    print(f"\nsnakemake through profiles/slurm: {elapsed:.1f} s")
+    print("\n".join(re.sub(r" --wrap=.*", " --wrap=...", c) for c in calls))
+    print("\n".join(line.strip() for line in log.splitlines() if "has been submitted with SLURM jobid" in line))
+    print(f"GPU job {gpu_jobs[0]}: TresPerJob={jobs[gpu_jobs[0]]['TresPerJob']}, CUDA_VISIBLE_DEVICES=0 in its log")
