@@ -24,6 +24,8 @@ from .algorithms import upcycle_coefficient, upcycle_step, weighted_average
 from .data import FederatedDataset, load_leaf
 from .files import atomic_path, provenance, write_json, write_text
 from .models import build_model
+from .privacy.accounting import per_device, privacy_report
+from .privacy.mechanisms import output_perturbation, sample_objective_noise
 from .rng import generator
 from .solver import batch_plan, select_local_solver
 
@@ -69,6 +71,10 @@ class Simulation:
         self.num_classes = ds.num_classes
         self.model = build_model(c.model.name, ds, c.model.options)
         self.local_solve = select_local_solver(c.solver.backend, self.model, self.device, c.threads)
+        p = c.privacy
+        n = len(self.devices)
+        self.sigmas = per_device(p.sigma, n, "privacy.sigma") if p.mechanism == "output" else None
+        self.alphas = per_device(p.alpha, n, "privacy.alpha") if p.mechanism == "objective" else None
         eye = torch.eye(self.num_classes)
         self.xs = [self._x(ds.train_x[u]) for u in self.devices]
         self.ys = [eye[torch.as_tensor(ds.train_y[u])].to(self.device) for u in self.devices]
@@ -113,10 +119,29 @@ class Simulation:
         plans = batch_plan([self.xs[i].shape[0] for i in chosen], [epochs[i] for i in chosen],
                            c.solver.batch_size, gens)
         mu = 0.0 if c.algorithm.name == "fedavg" else c.algorithm.mu
+        linear = self.objective_noise(round_k, chosen) if self.alphas is not None else None
         local, steps = self.local_solve(self.model, w, [self.xs[i] for i in chosen], [self.ys[i] for i in chosen],
-                                        plans, mu, c.solver.lr, c.solver.momentum,
+                                        plans, mu, c.solver.lr, c.solver.momentum, linear_term=linear,
                                         generator=generator(c.seed, "dropout", round_k))
+        if self.sigmas is not None:
+            local = self.output_noise(local, round_k, chosen)
         return weighted_average(local, self.sizes[chosen].to(self.device)), len(chosen), steps
+
+    def objective_noise(self, round_k: int, chosen: list[int]) -> torch.Tensor:
+        """Objective perturbation (Section 5): n_i ~ exp(-alpha_i ||n||) over the model's parameters, one per
+        device and training round from the ``noise`` stream keyed (seed, round, device); added as <n_i, w>."""
+        P = self.model.num_params
+        rows = [sample_objective_noise(1, P, self.alphas[i], generator(self.cfg.seed, "noise", round_k, i))
+                for i in chosen]
+        return torch.cat(rows).to(self.device)
+
+    def output_noise(self, local: torch.Tensor, round_k: int, chosen: list[int]) -> torch.Tensor:
+        """Output perturbation (Section 5): clip each released model to norm tau, add N(0, sigma_i^2 I)."""
+        tau = self.cfg.privacy.tau
+        rows = [output_perturbation(local[j:j + 1].cpu(), tau, self.sigmas[i],
+                                    generator(self.cfg.seed, "noise", round_k, i))
+                for j, i in enumerate(chosen)]
+        return torch.cat(rows).to(local.device)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -149,6 +174,7 @@ def run(cfg: cfgmod.RunConfig, out: str | Path, log=print, stop_after: int | Non
         torch.set_num_threads(cfg.threads)
     data = load_leaf(cfg.data.path)
     sim = Simulation(cfg, data, device)
+    privacy = privacy_report(cfg, data, sim.model)
     out = Path(out)
     ckdir = checkpoint_dir(cfg)
     ckfile = ckdir / "state.pt"
@@ -212,6 +238,7 @@ def run(cfg: cfgmod.RunConfig, out: str | Path, log=print, stop_after: int | Non
         **provenance(), "device": str(device),
         "time": {**times, "total_s": final["cum_wall_s"] + times["eval_s"]},
         "training_rounds": num_training,
+        "privacy": privacy,
     }
     out.mkdir(parents=True, exist_ok=True)
     write_text(out / "metrics.csv", _metrics_csv(rows))
