@@ -50,7 +50,7 @@ def job_counts(output: str) -> dict[str, int]:
 
 
 def expected_training_runs(config: dict) -> int:
-    """Distinct (data set, algorithm, mu, lam, step, stragglers, iterations, seed) of the config, counted here."""
+    """Distinct runs of the config (data set, model, algorithm, mu, lam, step, other settings, iterations, seed)."""
     preset = config.get("preset", "full")
     if preset != "full":
         config = {**config, **config["presets"][preset]}
@@ -58,11 +58,13 @@ def expected_training_runs(config: dict) -> int:
     excluded = set(config.get("exclude_sources", []))
     runs = set()
     for exp in config["experiments"].values():
-        straggler = exp.get("set", {}).get("devices.straggler", 0.0)
+        settings = dict(exp.get("set", {}))
         for group in exp["groups"]:
             for entry in group["runs"]:
                 lists = [entry[k] for k in ("mu", "lam", "step") if isinstance(entry.get(k), list)]
                 n = len(lists[0]) if lists else 1
+                own = {**settings, **entry.get("set", {})}
+                model = entry.get("model", own.pop("model.name", "logreg"))
                 for i in range(n):
                     pick = {k: (entry[k][i] if isinstance(entry.get(k), list) else entry.get(k))
                             for k in ("mu", "lam", "step")}
@@ -70,8 +72,8 @@ def expected_training_runs(config: dict) -> int:
                         if config["datasets"][ds]["source"] in excluded:
                             continue
                         for seed in config["seeds"]:
-                            runs.add((ds, entry.get("model", "logreg"), entry["algorithm"], pick["mu"], pick["lam"],
-                                      pick["step"], straggler, max(1, round(entry["rounds"] * scale)), seed))
+                            runs.add((ds, model, entry["algorithm"], pick["mu"], pick["lam"], pick["step"],
+                                      tuple(sorted(own.items())), max(1, round(entry["rounds"] * scale)), seed))
     return len(runs)
 
 
@@ -94,8 +96,10 @@ def test_dry_run_lists_every_run_of_the_paper(tmp_path, preset):
     assert counts["synthetic_dataset"] == sources.count("synthetic")
     assert counts.get("leaf_dataset", 0) == (0 if preset == "quick" else 2)
     assert counts.get("fetch_archive", 0) == (0 if preset == "quick" else 4)
-    figures = {"full": 7, "quick": 4}[preset]  # Figures 2 (two panels), 5, 8; with real data also 4, 6, 7
+    # Figures 2 (two panels), 5, 8, 9, 11; with real data also 4, 6, 7
+    figures = {"full": 9, "quick": 6}[preset]
     assert counts["figure"] == figures and counts["accuracy_table"] == 1 and counts["time_table"] == 1
+    assert counts["privacy_table"] == 2
     assert counts["experiment_runs"] == figures + 1
 
 

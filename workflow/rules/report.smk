@@ -89,6 +89,28 @@ rule time_table:
         "upfl report time --runs {input} {params.args} --out-prefix results/tables/{wildcards.name} > {log} 2>&1"
 
 
+rule privacy_table:
+    input:
+        report_inputs,
+    output:
+        csv=report("results/tables/{name}.csv", category="Tables", caption="../report/privacy.rst"),
+        md="results/tables/{name}.md",
+        tex="results/tables/{name}.tex",
+    wildcard_constraints:
+        name=names_of("privacy_table"),
+    params:
+        args=report_args,
+        configs=" ".join(f"--config-file {f}" for f in workflow.configfiles),
+    log:
+        "results/logs/report/{name}.log",
+    localrule: True
+    conda:
+        "../envs/upfl.yaml"
+    shell:
+        "upfl report privacy-table --runs {input} {params.args} {params.configs} "
+        "--out-prefix results/tables/{wildcards.name} > {log} 2>&1"
+
+
 rule figure:
     input:
         report_inputs,
@@ -97,7 +119,7 @@ rule figure:
         pdf="results/figures/{name}.pdf",
         csv="results/figures/{name}.csv",
     wildcard_constraints:
-        name=names_of("convergence", "lambda_sweep"),
+        name=names_of("convergence", "lambda_sweep", "privacy_tradeoff"),
     params:
         kind=lambda wc: OUTPUTS[wc.name]["kind"],
         args=report_args,
