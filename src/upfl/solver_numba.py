@@ -38,8 +38,12 @@ def batch_gradient(wt, x, y, rows, inv_count, gt, xt, zt):
     nb = rows.shape[0]
     for b in range(nb):
         r = rows[b]
-        for j in range(d):
-            xt[j, b] = x[r, j] if r >= 0 else 0
+        if r >= 0:
+            for j in range(d):
+                xt[j, b] = x[r, j]
+        else:
+            for j in range(d):
+                xt[j, b] = 0
     for c in range(num_classes):
         bias = wt[c, d]
         for b in range(nb):
@@ -48,7 +52,6 @@ def batch_gradient(wt, x, y, rows, inv_count, gt, xt, zt):
             wv = wt[c, j]
             for b in range(nb):
                 zt[c, b] += wv * xt[j, b]
-    gt[:] = 0
     for b in range(nb):
         r = rows[b]
         if r < 0:
@@ -61,7 +64,14 @@ def batch_gradient(wt, x, y, rows, inv_count, gt, xt, zt):
             zt[c, b] = np.exp(zt[c, b] - m)
             total += zt[c, b]
         for c in range(num_classes):
-            resid = (zt[c, b] / total - y[r, c]) * inv_count
+            zt[c, b] = (zt[c, b] / total - y[r, c]) * inv_count
+    gt[:] = 0
+    for b in range(nb):
+        r = rows[b]
+        if r < 0:
+            continue
+        for c in range(num_classes):
+            resid = zt[c, b]
             for j in range(d):
                 gt[c, j] += resid * x[r, j]
             gt[c, d] += resid
