@@ -3,9 +3,10 @@
 FedProx 80 and 160 iterations and Upcycled-FL 160 (lambda 0.43), for each local-solver backend
 (``torch`` and ``numba``), each backend in its own process (peak RSS per backend). The numba solver
 is first compiled in a process with an empty cache (cold compile) and then loaded from that cache in
-the measuring process; the measuring process warms up before the runs, so the per-round figures are
-steady state and the warm-up is reported separately. A second pass replays the FedProx rounds piece
-by piece (draws, batch plan, local solve, aggregation) to show where a round's time goes.
+the measuring process. Either happens when a Simulation selects its solver, before the first
+iteration, so the per-round figures are steady state and the warm-up is reported separately. A
+second pass replays the FedProx rounds piece by piece (draws, batch plan, local solve, aggregation)
+and times the evaluation, to show where a round's time goes.
 
 Run: python benchmarks/engine.py     (writes benchmarks/results/engine.json and prints it)
 """
@@ -42,15 +43,15 @@ def w1_config(data: str, alg: str, rounds: int, extra: dict, backend: str):
 
 
 def warm_up(backend: str) -> float:
-    """Seconds for the first local solve of a tiny problem (numba: compile or cache load)."""
+    """Seconds to select the backend's solver: for numba the import, then the compile or cache load.
+
+    :func:`upfl.solver.select_local_solver` does this once per :class:`upfl.simulation.Simulation`,
+    before the first iteration, so none of it is in the per-round figures.
+    """
     from upfl.models import LogisticRegression
-    from upfl.solver import batch_plan, select_local_solver
-    model = LogisticRegression(3, 2)
-    solve = select_local_solver(backend, model, torch.device("cpu"))
-    xs, ys = [torch.zeros(4, 3)], [torch.eye(2)[[0, 1, 0, 1]]]
-    plans = batch_plan([4], [1], 2, [torch.Generator().manual_seed(0)])
+    from upfl.solver import select_local_solver
     t0 = time.perf_counter()
-    solve(model, model.init_params(torch.Generator().manual_seed(0)), xs, ys, plans, 1.0, 0.05, 0.5)
+    select_local_solver(backend, LogisticRegression(3, 2), torch.device("cpu"))
     return time.perf_counter() - t0
 
 

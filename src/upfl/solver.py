@@ -85,11 +85,13 @@ def local_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: list[
 
 
 def numba_solver(threads: int = 0) -> Callable | None:
-    """The compiled logistic-regression solver (:mod:`upfl.solver_numba`), or None when numba does not import."""
+    """The compiled logistic-regression solver (:mod:`upfl.solver_numba`), compiled or loaded from
+    numba's cache now; None when numba does not import."""
     try:
         from . import solver_numba
     except ImportError:
         return None
+    solver_numba.warm_up()
     return functools.partial(solver_numba.local_solve, threads=threads) if threads else solver_numba.local_solve
 
 

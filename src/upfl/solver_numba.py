@@ -192,3 +192,14 @@ def local_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: list[
     solve_devices(out, wg, x, y, offsets_of([int(t.shape[0]) for t in xs]), plan, inverse_counts(plan),
                   offsets_of(steps), lin, has_lin, hyper, assignment, worker_offsets)
     return torch.from_numpy(from_class_major(out)), sum(steps)
+
+
+def warm_up() -> None:
+    """Compile the kernels, or load them from numba's cache, on a one-sample problem.
+
+    :func:`upfl.solver.select_local_solver` calls it, so that the compile (seconds, once per
+    installation and source change) or the cache load (under a second) is not charged to the first
+    training round of a run.
+    """
+    local_solve(None, torch.zeros(4), [torch.zeros(1, 1)], [torch.tensor([[1.0, 0.0]])],
+                [torch.zeros(1, 1, dtype=torch.long)], 1.0, 0.1, 0.5)
