@@ -28,9 +28,12 @@ def workflow_copy(tmp_path: Path) -> Path:
     return wd
 
 
-def snakemake(wd: Path, *args: str, timeout: int = 600, check: bool = True) -> subprocess.CompletedProcess:
+def snakemake(wd: Path, *args: str, timeout: int = 600, check: bool = True,
+              profile: bool = False) -> subprocess.CompletedProcess:
+    """Run Snakemake in `wd`; without `profile` the workflow's default profile is switched off."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run(SNAKEMAKE + ["--workflow-profile", "none", *args], cwd=wd, env=env,
+    profile_args = [] if profile else ["--workflow-profile", "none"]
+    proc = subprocess.run(SNAKEMAKE + profile_args + list(args), cwd=wd, env=env,
                           capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
@@ -213,7 +216,9 @@ def test_sigint_in_the_middle_then_restart_finishes_cleanly(tmp_path):
     assert len(done_before) < total, "the workflow finished before it could be interrupted"
     for summary in runs.rglob("summary.json"):
         assert (summary.parent / "metrics.csv").exists()
-    snakemake(wd, "--cores", "2")
+    # The restart a user types: the default profile (profiles/default, rerun-incomplete) reruns the
+    # jobs the interrupt left incomplete.
+    snakemake(wd, "--cores", "2", profile=True)
     done = [p.parent for p in runs.rglob("summary.json")]
     assert len(done) == total
     for d in done:
