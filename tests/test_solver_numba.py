@@ -7,11 +7,10 @@ import torch
 
 from upfl import config as cfgmod
 from upfl.data import generate_synthetic
-from upfl.models import LogisticRegression
+from upfl import solver_numba
+from upfl.models import BinaryLogisticRegression, LogisticRegression
 from upfl.simulation import run
 from upfl.solver import batch_plan, local_solve, select_local_solver
-
-solver_numba = pytest.importorskip("upfl.solver_numba")
 
 
 def reference_local_solve(x, labels, w0, plan, mu, lr, momentum, lin, num_classes):
@@ -53,6 +52,39 @@ def test_numba_matches_torch_solver_and_sgd_loop(num_classes):
     for i in range(len(xs)):
         ref = reference_local_solve(xs[i], labels[i], w0, plans[i], 0.3, 0.05, 0.5, lin[i], num_classes)
         torch.testing.assert_close(fast[i], ref, rtol=0, atol=1e-6)
+
+
+def reference_binary_solve(x, labels, w0, plan, mu, lr, momentum, lin):
+    """torch.optim.SGD(momentum) on the mean log(1 + exp(-s <theta, [x, 1]/sqrt 2>)) + prox + <lin, theta>."""
+    w = w0.clone().requires_grad_(True)
+    opt = torch.optim.SGD([w], lr=lr, momentum=momentum)
+    xt = torch.cat([x, torch.ones(len(x), 1)], 1) / 2 ** 0.5
+    sign = 2.0 * labels - 1.0
+    for batch in plan:
+        idx = batch[batch >= 0]
+        opt.zero_grad()
+        loss = (torch.nn.functional.softplus(-sign[idx] * (xt[idx] @ w)).mean()
+                + mu / 2 * (w - w0).pow(2).sum() + lin @ w)
+        loss.backward()
+        opt.step()
+    return w.detach()
+
+
+def test_numba_binary_logreg_matches_torch_solver_and_sgd_loop():
+    _, _, xs, labels, ys, plans, _ = small_problem(2)
+    model = BinaryLogisticRegression(5)
+    g = torch.Generator().manual_seed(9)
+    w0 = torch.randn(model.num_params, generator=g) * 0.1
+    lin = torch.randn(len(xs), model.num_params, generator=g) * 0.05
+    fast, steps = solver_numba.local_solve(model, w0, xs, ys, plans, 0.3, 0.05, 0.5, linear_term=lin)
+    batched, batched_steps = local_solve(model, w0, xs, ys, plans, 0.3, 0.05, 0.5, linear_term=lin)
+    assert steps == batched_steps and fast.shape == (len(xs), model.num_params)
+    torch.testing.assert_close(fast, batched, rtol=0, atol=1e-6)
+    for i in range(len(xs)):
+        ref = reference_binary_solve(xs[i], labels[i].float(), w0, plans[i], 0.3, 0.05, 0.5, lin[i])
+        torch.testing.assert_close(fast[i], ref, rtol=0, atol=1e-6)
+    plain, _ = solver_numba.local_solve(model, w0, xs, ys, plans, 0.0, 0.1, 0.9)
+    torch.testing.assert_close(plain, local_solve(model, w0, xs, ys, plans, 0.0, 0.1, 0.9)[0], rtol=0, atol=1e-6)
 
 
 def test_numba_without_prox_or_linear_term_matches_torch_solver():
@@ -108,6 +140,20 @@ def test_full_run_numba_matches_torch_and_repeats_bit_identically(small_data, tm
         assert a["final"][key] == pytest.approx(t["final"][key], abs=1e-5)
 
 
+def test_private_binary_runs_numba_match_torch(small_data, tmp_path):
+    """The privacy experiments' model (binary_logreg on unit-norm features) with both mechanisms."""
+    quiet = lambda m: None
+    for mechanism in ({"mechanism": "objective", "alpha": 10.0}, {"mechanism": "output", "tau": 1.0, "sigma": 0.1}):
+        over = {"model.name": "binary_logreg", "data.feature_scaling": "unit_norm", "algorithm.mu": 1.0,
+                "privacy": mechanism}
+        name = mechanism["mechanism"]
+        a = run(make_cfg(small_data, "numba", **over), tmp_path / f"{name}_numba", log=quiet)
+        t = run(make_cfg(small_data, "torch", **over), tmp_path / f"{name}_torch", log=quiet)
+        assert a["privacy"] == t["privacy"]
+        for key in ("train_loss", "train_acc", "test_loss", "test_acc"):
+            assert a["final"][key] == pytest.approx(t["final"][key], abs=1e-5)
+
+
 class NotLogReg:
     num_params = 3
 
@@ -121,7 +167,8 @@ def test_select_local_solver_auto_and_named_errors(monkeypatch):
     assert select_local_solver("numba", logreg, cpu, threads=1).keywords == {"threads": 1}
     assert select_local_solver("auto", NotLogReg(), cpu) is local_solve
     assert select_local_solver("auto", logreg, cuda) is local_solve
-    with pytest.raises(cfgmod.ConfigError, match="solver.backend: numba supports only the logreg model"):
+    assert select_local_solver("auto", BinaryLogisticRegression(3), cpu) is solver_numba.local_solve
+    with pytest.raises(cfgmod.ConfigError, match="solver.backend: numba supports only the logreg and binary_logreg"):
         select_local_solver("numba", NotLogReg(), cpu)
     with pytest.raises(cfgmod.ConfigError, match="solver.backend: numba runs on the CPU only"):
         select_local_solver("numba", logreg, cuda)

@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 
 from .config import ConfigError
-from .models import LogisticRegression
+from .models import BinaryLogisticRegression, LogisticRegression
 
 CHUNK_STEPS = 64
 
@@ -99,16 +99,16 @@ def select_local_solver(backend: str, model, device: torch.device, threads: int 
     """The local solver of Algorithm 1 line 4 for ``solver.backend`` (``auto``, ``torch`` or ``numba``).
 
     Both solvers share the :func:`local_solve` contract and arithmetic. ``numba`` needs numba, a
-    :class:`upfl.models.LogisticRegression` and the CPU; ``auto`` takes it when all three hold, else
-    ``torch``. ``threads`` > 0 caps numba's worker threads.
+    :class:`upfl.models.LogisticRegression` or :class:`upfl.models.BinaryLogisticRegression` and the
+    CPU; ``auto`` takes it when all three hold, else ``torch``. ``threads`` > 0 caps numba's worker threads.
     """
     if backend not in ("auto", "torch", "numba"):
         raise ConfigError(f"solver.backend: unknown backend {backend!r}; choose auto, torch or numba")
     if backend == "torch":
         return local_solve
     compiled = None
-    if type(model) is not LogisticRegression:
-        reason = f"numba supports only the logreg model, not {type(model).__name__}"
+    if type(model) not in (LogisticRegression, BinaryLogisticRegression):
+        reason = f"numba supports only the logreg and binary_logreg models, not {type(model).__name__}"
     elif torch.device(device).type != "cpu":
         reason = f"numba runs on the CPU only, not on {device}"
     else:

@@ -1,4 +1,4 @@
-"""Compiled CPU local solver for multinomial logistic regression (numba).
+"""Compiled CPU local solver for multinomial and binary logistic regression (numba).
 
 The same contract and the same arithmetic as :func:`upfl.solver.local_solve` (the local step of
 Algorithm 1 line 4, which Algorithm 2 runs at odd iterations): every sampled device starts from
@@ -6,9 +6,10 @@ the global model and runs momentum SGD on
 
     F_i(w) + mu/2 ||w - w_global||^2 (+ <n_i, w>)
 
-over its batch plan. At each step the gradient is that of the mean cross-entropy over the real
-samples of the batch (index -1 pads the last batch of an epoch), plus ``mu (w - w_global)``, plus the
-device's linear term; then ``buf = momentum * buf + g`` and ``w -= lr * buf``.
+over its batch plan. At each step the gradient is that of the mean loss over the real samples of
+the batch (index -1 pads the last batch of an epoch; cross-entropy for ``logreg``, the log loss for
+``binary_logreg``), plus ``mu (w - w_global)``, plus the device's linear term; then
+``buf = momentum * buf + g`` and ``w -= lr * buf``.
 
 Devices are independent, so they run in parallel (``numba.prange`` over worker threads, each with a
 fixed list of devices): the result does not depend on the number of threads or on scheduling.
@@ -20,6 +21,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 import torch
+
+from .models import BinaryLogisticRegression
 
 DTYPE = np.float32
 """Working precision: float32 like the torch path (parameters, momentum buffer, gradient)."""
@@ -78,6 +81,30 @@ def batch_gradient(wt, x, y, rows, inv_count, gt, xt, zt):
 
 
 @numba.njit(nogil=True, cache=True)
+def binary_batch_gradient(wt, x, y, rows, inv_count, gt):
+    """Gradient of sum_b inv_count * log(1 + exp(-s_b <theta, x~_b>)), s_b = 2 y_b - 1, over the real rows.
+
+    :class:`upfl.models.BinaryLogisticRegression`: ``wt`` and the output ``gt`` are (1, P) = theta,
+    ``x`` holds the features x~ (bias already folded in), ``y`` the one-hot labels (column 1 = positive).
+    The coefficient is -s sigma(-s z) = -s / (1 + exp(s z)).
+    """
+    p = x.shape[1]
+    one = wt[0, 0] * 0 + 1
+    gt[:] = 0
+    for b in range(rows.shape[0]):
+        r = rows[b]
+        if r < 0:
+            continue
+        z = wt[0, 0] * 0
+        for j in range(p):
+            z += wt[0, j] * x[r, j]
+        sign = y[r, 1] + y[r, 1] - one
+        coef = -sign / (one + np.exp(sign * z)) * inv_count
+        for j in range(p):
+            gt[0, j] += coef * x[r, j]
+
+
+@numba.njit(nogil=True, cache=True)
 def momentum_step(wt, buf, gt, wg, lin, has_lin, mu, lr, momentum):
     """g = grad + mu (w - w_global) (+ n_i); buf = momentum buf + g; w -= lr buf (torch.optim.SGD order).
 
@@ -97,11 +124,11 @@ def momentum_step(wt, buf, gt, wg, lin, has_lin, mu, lr, momentum):
 
 
 @numba.njit(nogil=True, cache=True)
-def device_solve(wg, x, y, plan, inv_counts, lin, has_lin, hyper):
+def device_solve(wg, x, y, plan, inv_counts, lin, has_lin, hyper, binary):
     """One device's local solve (Algorithm 1 line 4) from the global model along ``plan`` (steps, B).
 
-    ``wg``, ``lin`` and the result are (C, d + 1) = ``[W^T | b]``; ``inv_counts[s]`` is 1 / (real
-    samples of batch s); ``hyper`` holds (mu, lr, momentum).
+    ``wg``, ``lin`` and the result are (C, d + 1) = ``[W^T | b]``, or (1, P) = theta when ``binary``;
+    ``inv_counts[s]`` is 1 / (real samples of batch s); ``hyper`` holds (mu, lr, momentum).
     """
     mu, lr, momentum = hyper[0], hyper[1], hyper[2]
     wt = wg.copy()
@@ -110,20 +137,23 @@ def device_solve(wg, x, y, plan, inv_counts, lin, has_lin, hyper):
     xt = np.empty((x.shape[1], plan.shape[1]), dtype=wt.dtype)
     zt = np.empty((y.shape[1], plan.shape[1]), dtype=wt.dtype)
     for s in range(plan.shape[0]):
-        batch_gradient(wt, x, y, plan[s], inv_counts[s], gt, xt, zt)
+        if binary:
+            binary_batch_gradient(wt, x, y, plan[s], inv_counts[s], gt)
+        else:
+            batch_gradient(wt, x, y, plan[s], inv_counts[s], gt, xt, zt)
         momentum_step(wt, buf, gt, wg, lin, has_lin, mu, lr, momentum)
     return wt
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
 def solve_devices(out, wg, x, y, x_offsets, plan, inv_counts, plan_offsets, lin, has_lin, hyper,
-                  assignment, worker_offsets):
+                  assignment, worker_offsets, binary):
     """Fill ``out[i]`` (C, d + 1) with device i's local model; worker t runs ``assignment[worker_offsets[t]:...]``."""
     for t in numba.prange(worker_offsets.shape[0] - 1):
         for q in range(worker_offsets[t], worker_offsets[t + 1]):
             i = assignment[q]
             a, b, s0, s1 = x_offsets[i], x_offsets[i + 1], plan_offsets[i], plan_offsets[i + 1]
-            out[i] = device_solve(wg, x[a:b], y[a:b], plan[s0:s1], inv_counts[s0:s1], lin[i], has_lin, hyper)
+            out[i] = device_solve(wg, x[a:b], y[a:b], plan[s0:s1], inv_counts[s0:s1], lin[i], has_lin, hyper, binary)
 
 
 def balance(costs: list[int], workers: int) -> tuple[np.ndarray, np.ndarray]:
@@ -170,7 +200,8 @@ def local_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: list[
                 plans: list[torch.Tensor], mu: float, lr: float, momentum: float,
                 linear_term: torch.Tensor | None = None, generator: torch.Generator | None = None,
                 threads: int = 0) -> tuple[torch.Tensor, int]:
-    """:func:`upfl.solver.local_solve` for :class:`upfl.models.LogisticRegression` on the CPU.
+    """:func:`upfl.solver.local_solve` for :class:`upfl.models.LogisticRegression` and
+    :class:`upfl.models.BinaryLogisticRegression` on the CPU.
 
     Returns the (k, P) local models (float32, input device order) and the total SGD steps.
     ``generator`` is ignored (the model draws nothing); ``threads`` > 0 caps the worker threads
@@ -180,18 +211,22 @@ def local_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: list[
     steps = [int(p.shape[0]) for p in plans]
     workers = max(1, min(k, threads or numba.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
     assignment, worker_offsets = balance(steps, workers)
-    x = torch.cat(xs).numpy().astype(DTYPE, copy=False)
+    binary = isinstance(model, BinaryLogisticRegression)
+    x = torch.cat(xs)
+    x = (model.features(x) if binary else x).numpy().astype(DTYPE, copy=False)
     y = torch.cat(ys).numpy().astype(DTYPE, copy=False)
     plan = torch.cat(plans).numpy().astype(np.int64, copy=False)
     dim = x.shape[1]
+    layout = (lambda a: np.ascontiguousarray(a[..., None, :])) if binary else (lambda a: to_class_major(a, dim))
     has_lin = linear_term is not None
-    lin = to_class_major(linear_term.numpy().astype(DTYPE, copy=False), dim) if has_lin else np.zeros((k, 0, 0), DTYPE)
-    wg = to_class_major(w_global.numpy().astype(DTYPE, copy=False), dim)
+    lin = layout(linear_term.numpy().astype(DTYPE, copy=False)) if has_lin else np.zeros((k, 0, 0), DTYPE)
+    wg = layout(w_global.numpy().astype(DTYPE, copy=False))
     hyper = np.array([mu, lr, momentum], dtype=DTYPE)
     out = np.empty((k,) + wg.shape, dtype=DTYPE)
     solve_devices(out, wg, x, y, offsets_of([int(t.shape[0]) for t in xs]), plan, inverse_counts(plan),
-                  offsets_of(steps), lin, has_lin, hyper, assignment, worker_offsets)
-    return torch.from_numpy(from_class_major(out)), sum(steps)
+                  offsets_of(steps), lin, has_lin, hyper, assignment, worker_offsets, binary)
+    flat = np.ascontiguousarray(out[:, 0, :]) if binary else from_class_major(out)
+    return torch.from_numpy(flat), sum(steps)
 
 
 def warm_up() -> None:
