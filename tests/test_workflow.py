@@ -55,13 +55,16 @@ def job_counts(output: str) -> dict[str, int]:
 def expected_training_runs(config: dict) -> int:
     """Distinct runs of the config (data set, model, algorithm, mu, lam, step, other settings, iterations, seed)."""
     preset = config.get("preset", "full")
+    preset_seeds = False
     if preset != "full":
+        preset_seeds = "seeds" in config["presets"][preset]
         config = {**config, **config["presets"][preset]}
     scale = config.get("round_scale", 1)
     excluded = set(config.get("exclude_sources", []))
     runs = set()
     for exp in config["experiments"].values():
         settings = dict(exp.get("set", {}))
+        seeds = config["seeds"] if preset_seeds else exp.get("seeds", config["seeds"])  # a preset's seeds win
         for group in exp["groups"]:
             for entry in group["runs"]:
                 lists = [entry[k] for k in ("mu", "lam", "step") if isinstance(entry.get(k), list)]
@@ -74,7 +77,7 @@ def expected_training_runs(config: dict) -> int:
                     for ds in group["datasets"]:
                         if config["datasets"][ds]["source"] in excluded:
                             continue
-                        for seed in config["seeds"]:
+                        for seed in seeds:
                             runs.add((ds, model, entry["algorithm"], pick["mu"], pick["lam"], pick["step"],
                                       tuple(sorted(own.items())), max(1, round(entry["rounds"] * scale)), seed))
     return len(runs)
@@ -99,11 +102,12 @@ def test_dry_run_lists_every_run_of_the_paper(tmp_path, preset):
     assert counts["synthetic_dataset"] == sources.count("synthetic")
     assert counts.get("leaf_dataset", 0) == (0 if preset == "quick" else 2)
     assert counts.get("fetch_archive", 0) == (0 if preset == "quick" else 4)
-    # Figures 2 (two panels), 5, 8, 9, 11; with real data also 4, 6, 7
-    figures = {"full": 9, "quick": 6}[preset]
+    # Figures 2 (two panels), 3 (two panels), 5, 8, 9, 11, the privacy trade-off; with real data also 4, 6, 7
+    figures = {"full": 12, "quick": 9}[preset]
     assert counts["figure"] == figures and counts["accuracy_table"] == 1 and counts["time_table"] == 1
     assert counts["privacy_table"] == 2
-    assert counts["experiment_runs"] == figures + 1
+    # one runs.csv per experiment: table1, fig2 (two), fig5, fig8, the three privacy ones; real data: fig4, 6, 7
+    assert counts["experiment_runs"] == {"full": 11, "quick": 8}[preset]
 
 
 def test_single_target_builds_only_what_it_needs(tmp_path):

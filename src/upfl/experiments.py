@@ -71,7 +71,11 @@ def flatten(doc: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
 
 
 def resolve_preset(config: dict[str, Any]) -> dict[str, Any]:
-    """Apply ``presets[preset]`` (top-level keys replaced) unless ``preset`` is ``full``."""
+    """Apply ``presets[preset]`` (top-level keys replaced) unless ``preset`` is ``full``.
+
+    A preset that sets ``seeds`` also replaces the experiments' own ``seeds``: the quick preset's two
+    seeds hold for every experiment, the 10-seed privacy experiments included.
+    """
     config = copy.deepcopy(config)
     name = config.get("preset", "full")
     if name == "full":
@@ -80,6 +84,9 @@ def resolve_preset(config: dict[str, Any]) -> dict[str, Any]:
     if name not in presets:
         raise ExperimentError(f"preset: unknown preset {name!r}; defined: full, {', '.join(presets)}")
     config.update(copy.deepcopy(presets[name]))
+    if "seeds" in presets[name]:
+        for exp in config.get("experiments", {}).values():
+            exp.pop("seeds", None)
     return config
 
 
@@ -187,6 +194,7 @@ def build_plan(config: dict[str, Any]) -> Plan:
     excluded = set(config.get("exclude_sources", []))
     for name, exp in config.get("experiments", {}).items():
         ids: list[str] = []
+        exp_seeds = [int(s) for s in exp.get("seeds", seeds)]
         for gi, group in enumerate(exp.get("groups", [])):
             job = {**{"gpus": 0, "threads": 1, "runtime": 60, "mem_mb": 4000}, **config.get("job_defaults", {}),
                    **exp.get("job", {}), **group.get("job", {})}
@@ -201,7 +209,7 @@ def build_plan(config: dict[str, Any]) -> Plan:
                     for entry in expand_entry(raw, where):
                         doc = _run_doc(config, exp, entry, where)
                         _check_run(doc, where)
-                        for seed in seeds:
+                        for seed in exp_seeds:
                             rid = run_id(ds, doc, seed)
                             spec = RunSpec(rid, ds, seed, {**copy.deepcopy(doc), "seed": seed})
                             if rid in runs:

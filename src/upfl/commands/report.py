@@ -4,12 +4,14 @@
     upfl report table1 --runs results/runs.csv --experiment table1 --out-prefix results/tables/table1 [--config-file F ...]
     upfl report table2 --out-prefix results/tables/table2 [--config-file F ...] DATA_DIR ...
     upfl report time   --runs results/runs.csv --experiment table1 --out-prefix results/tables/time [--config-file F ...]
-    upfl report figure convergence|lambda_sweep --runs results/runs.csv --experiment EXP
+    upfl report privacy-table --runs results/runs.csv --experiment privacy_output --out-prefix results/tables/NAME
+                       [--where KEY=VALUE[,VALUE...] ...] [--config-file F ...]
+    upfl report figure convergence|lambda_sweep|privacy_tradeoff --runs results/runs.csv --experiment EXP
                        --out-prefix results/figures/NAME [--where KEY=VALUE[,VALUE...] ...] [--metrics train_loss,test_acc]
                        [--x iteration|round|time (convergence), step|lam (lambda_sweep)] [--panels curves,final] [--title T]
 
 Tables: CSV (ending with a '# provenance:' line; read with pandas' comment="#"), Markdown, and LaTeX
-for Table 1. Figures: NAME.png, NAME.pdf and NAME.csv (the plotted numbers).
+for Table 1 and the privacy table. Figures: NAME.png, NAME.pdf and NAME.csv (the plotted numbers).
 """
 
 from __future__ import annotations
@@ -67,13 +69,31 @@ def cmd_time(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_privacy_table(args: argparse.Namespace) -> int:
+    from ..report.privacy import write_privacy_table
+    from ..report.render import provenance_line
+
+    runs = _runs(args)
+    frame, claims = write_privacy_table(runs, args.out_prefix, provenance_line(args.config_file, runs))
+    print(f"wrote {args.out_prefix}.csv, .md, .tex ({len(runs)} runs, {len(frame)} variant rows, "
+          f"{len(claims)} claim rows)")
+    return 0
+
+
 def cmd_figure(args: argparse.Namespace) -> int:
     from ..report.figures import convergence_figure, lambda_sweep_figure, parse_metrics
     from ..report.render import provenance_line
 
     runs = _runs(args)
-    metrics = parse_metrics(args.metrics)
     prov = provenance_line(args.config_file, runs)
+    if args.kind == "privacy_tradeoff":
+        from ..report.privacy import FIGURE_METRICS, privacy_tradeoff_figure
+
+        metrics = parse_metrics(args.metrics or ",".join(FIGURE_METRICS))
+        privacy_tradeoff_figure(runs, args.out_prefix, metrics, title=args.title, provenance=prov)
+        print(f"wrote {args.out_prefix}.png, .pdf, .csv ({len(runs)} runs)")
+        return 0
+    metrics = parse_metrics(args.metrics)
     if args.kind == "convergence":
         convergence_figure(runs, args.out_prefix, metrics, x=args.x or "iteration", title=args.title, provenance=prov)
     else:
@@ -112,10 +132,10 @@ def _config_file(q: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add ``report`` with sub-commands ``runs``, ``table1``, ``table2``, ``time`` and ``figure``."""
+    """Add ``report`` with sub-commands ``runs``, ``table1``, ``table2``, ``time``, ``privacy-table`` and ``figure``."""
     p = subparsers.add_parser("report", help="runs table, the paper's tables and figures",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="report_command", metavar="{runs,table1,table2,time,figure}")
+    sub = p.add_subparsers(dest="report_command", metavar="{runs,table1,table2,time,privacy-table,figure}")
     sub.required = True
 
     r = sub.add_parser("runs", help="one row per run folder: config, final and best metrics, times, epsilons")
@@ -142,12 +162,21 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     _config_file(tt)
     tt.set_defaults(func=_guard(cmd_time))
 
-    f = sub.add_parser("figure", help="convergence curves or the lambda sweep (PNG, PDF and CSV)")
-    f.add_argument("kind", choices=("convergence", "lambda_sweep"))
+    pt = sub.add_parser("privacy-table", help="private FedProx vs private Upcycled-FL: accuracy and epsilon-bar "
+                        "per mechanism (equal noise, equal epsilon), the paper's claims beside")
+    _selection(pt)
+    pt.add_argument("--out-prefix", required=True, help="writes PREFIX.csv, PREFIX.md, PREFIX.tex")
+    _config_file(pt)
+    pt.set_defaults(func=_guard(cmd_privacy_table))
+
+    f = sub.add_parser("figure", help="convergence curves, the lambda sweep or the privacy-accuracy trade-off "
+                       "(PNG, PDF and CSV)")
+    f.add_argument("kind", choices=("convergence", "lambda_sweep", "privacy_tradeoff"))
     _selection(f)
     f.add_argument("--out-prefix", required=True, help="writes PREFIX.png, PREFIX.pdf, PREFIX.csv")
-    f.add_argument("--metrics", default="train_loss,test_acc", help="comma-separated: train_loss, train_acc, "
-                   "test_loss, test_acc (one row of panels each; default train_loss,test_acc)")
+    f.add_argument("--metrics", default=None, help="comma-separated: train_loss, train_acc, "
+                   "test_loss, test_acc (one row of panels each; default train_loss,test_acc, "
+                   "test_acc,train_acc for privacy_tradeoff)")
     f.add_argument("--x", default=None, help="x axis: iteration (default), round or time for convergence; "
                    "step (default, mu/(mu+lambda)) or lam for lambda_sweep")
     f.add_argument("--panels", default="curves,final", help="lambda_sweep panels: curves (metric against "

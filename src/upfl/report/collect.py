@@ -217,6 +217,8 @@ def _matches(column: pd.Series, wanted: list[str]) -> pd.Series:
     for value in wanted:
         if value.lower() in ("nan", "none", ""):
             mask |= column.isna()
+            if not numeric and value:  # a text value spelled like that (mechanism=none) matches too
+                mask |= column.astype(str) == value
             continue
         if numeric:
             try:

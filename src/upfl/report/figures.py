@@ -29,6 +29,8 @@ X_CHOICES = {"convergence": ("iteration", "round", "time"), "lambda_sweep": ("st
 X_LABELS = {"iteration": "Iteration", "round": "Training round", "time": "Training time (s)",
             "step": "Step μ/(μ+λ)", "lam": "λ"}
 DEFAULT_METRICS = ("train_loss", "test_acc")
+PRIVACY_KEYS = ("mechanism", "sigma", "tau", "alpha")
+"""runs.csv columns of a run's privacy setting, carried into the convergence figure's CSV."""
 BAND_ALPHA = 0.2
 BAND_NOTE = "Lines: mean over seeds; bands: min-max over seeds."
 
@@ -74,8 +76,23 @@ def assign_facets(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def privacy_label(row: dict, show_tau: bool = False) -> str:
+    """A run's privacy setting as a legend entry: ``σ = 1`` (``σ = 1, τ = 10``), ``α = 10``, ``non-private``."""
+    mech = row.get("mechanism")
+    mech = "none" if not isinstance(mech, str) else mech
+    if mech == "output":
+        sigma, tau = row.get("sigma"), row.get("tau")
+        text = f"σ = {_num(sigma):g}" if not math.isnan(_num(sigma)) else f"σ = {sigma}"
+        return text + (f", τ = {_num(tau):g}" if show_tau else "")
+    if mech == "objective":
+        alpha = row.get("alpha")
+        return f"α = {_num(alpha):g}" if not math.isnan(_num(alpha)) else f"α = {alpha}"
+    return "non-private"
+
+
 def line_keys(frame: pd.DataFrame) -> pd.DataFrame:
-    """Add ``line``, the legend entry: the algorithm, with lambda (and schedule) when Upcycled-FL variants share a facet."""
+    """Add ``line``, the legend entry: the algorithm, with lambda (and schedule) when Upcycled-FL variants share a facet,
+    and with the privacy setting (noise level, or 'non-private') in every facet that holds a private run."""
     frame = frame.copy()
     frame["line"] = [algorithm_label(a) for a in frame["algorithm"]]
     for _, grp in frame[frame["algorithm"] == "upcycled"].groupby(["dataset", "facet_mu"], dropna=False):
@@ -83,7 +100,22 @@ def line_keys(frame: pd.DataFrame) -> pd.DataFrame:
             for idx in grp.index:
                 r = frame.loc[idx].to_dict()
                 frame.at[idx, "line"] = f"Upcycled-FL ({variant_label(r)}{', ' + r['schedule'] if grp['schedule'].nunique() > 1 else ''})"
+    if "mechanism" in frame.columns:
+        mech = frame["mechanism"].fillna("none").astype(str)
+        for _, grp in frame.groupby(["dataset", "facet_mu"], dropna=False):
+            if (mech[grp.index] == "none").all():
+                continue
+            show_tau = grp.loc[mech[grp.index] == "output", "tau"].nunique() > 1 if "tau" in grp else False
+            for idx in grp.index:
+                r = frame.loc[idx].to_dict()
+                line, extra = r["line"], privacy_label(r, show_tau)
+                frame.at[idx, "line"] = f"{line[:-1]}, {extra})" if line.endswith(")") else f"{line} ({extra})"
     return frame
+
+
+def line_style(line: str) -> str:
+    """Dashed for the non-private references of a private figure, solid otherwise."""
+    return "--" if "non-private" in line else "-"
 
 
 def _curve_rows(run: dict, metrics: Sequence[str], x: str) -> pd.DataFrame:
@@ -120,9 +152,11 @@ def curve_data(facets: pd.DataFrame, metrics: Sequence[str], x: str) -> pd.DataF
             c = cache[run["run_dir"]].copy()
             c["dataset"], c["mu"], c["line"] = dataset, mu, line
             c["algorithm"], c["lam"], c["coef"] = run["algorithm"], run.get("lam"), run.get("coef")
+            for key in PRIVACY_KEYS:
+                c[key] = run.get(key, "none" if key == "mechanism" else math.nan)
             parts.append(c)
     curves = pd.concat(parts, ignore_index=True)
-    return aggregate(curves, ["dataset", "mu", "line", "algorithm", "lam", "coef"])
+    return aggregate(curves, ["dataset", "mu", "line", "algorithm", "lam", "coef", *PRIVACY_KEYS])
 
 
 def facet_list(data: pd.DataFrame) -> list[tuple[str, float]]:
@@ -140,6 +174,10 @@ def palette_for(lines: Sequence[str]) -> dict[str, Any]:
     ramp = sns.color_palette("rocket", n_colors=max(len(variants), 1) + 1)
     pal = {ln: base.get(ln, cb[(i + 3) % len(cb)]) for i, ln in enumerate(lines)}
     pal.update({ln: ramp[i] for i, ln in enumerate(variants)})
+    for name, colour in (("FedAvg", cb[0]), ("FedProx", cb[1])):
+        others = [ln for ln in lines if ln.startswith(f"{name} (")]
+        shades = sns.dark_palette(colour, n_colors=len(others) + 2, reverse=True)
+        pal.update({ln: shades[i] for i, ln in enumerate(others)})
     return pal
 
 
@@ -170,7 +208,8 @@ def _line_order(data: pd.DataFrame) -> list[str]:
     firsts = data.groupby("line", sort=False)["coef"].first()
     def key(line: str):
         rank = next((i for i, a in enumerate(ALGORITHM_ORDER) if line.startswith(algorithm_label(a))), 9)
-        return rank, _num(firsts.get(line))
+        coef = _num(firsts.get(line))
+        return rank, -math.inf if math.isnan(coef) else coef, line
     return sorted(firsts.index, key=key)
 
 
@@ -206,7 +245,8 @@ def plot_convergence(data: pd.DataFrame, metrics: Sequence[str], x: str, title: 
             used.add((row0 + i, j))
             md = fd[fd["metric"] == metric]
             for line in [ln for ln in lines if ln in set(md["line"])]:
-                draw_band(ax, md[md["line"] == line], pal[line], label=line if i == 0 else None)
+                draw_band(ax, md[md["line"] == line], pal[line], label=line if i == 0 else None,
+                          style=line_style(line))
             ax.set_ylabel(metric_label(metric))
             ax.set_xlabel(X_LABELS[x] if i == len(metrics) - 1 else "")
             if i == 0:
