@@ -545,7 +545,7 @@ def plot_tradeoff(data: pd.DataFrame, metrics: Sequence[str], title: str | None)
                 ax.axhline(r["mean"], color=colours.get(r["algorithm"], cb[4]), linestyle=":", linewidth=1.2,
                            label=f"{algorithm_label(r['algorithm'])}, non-private" if i == 0 else None)
             if drawn:
-                ax.set_xscale("log")
+                log_axis(ax)
             else:
                 guarantee = "; ".join(sorted({g for g in pts["guarantee"] if g})) or "no epsilon"
                 ax.text(0.5, 0.5, guarantee, ha="center", va="center", transform=ax.transAxes, fontsize="small")
@@ -564,6 +564,18 @@ def plot_tradeoff(data: pd.DataFrame, metrics: Sequence[str], title: str | None)
     fig.legend(list(legend.values()), list(legend), loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=True,
                fontsize="small")
     return fig
+
+
+def log_axis(ax) -> None:
+    """Log x axis with plain-number labels at 1, 2, 5 x 10^k and unlabelled minor ticks (no overlapping labels)."""
+    from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
+    ax.set_xscale("log")
+    low, high = ax.get_xlim()
+    subs = (1.0, 2.0, 5.0) if high / low < 1e3 else (1.0,)
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=subs))
+    if high / low < 1e3:
+        ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
 
 
 def privacy_tradeoff_figure(runs: pd.DataFrame, out_prefix: str, metrics: Sequence[str] = FIGURE_METRICS,
