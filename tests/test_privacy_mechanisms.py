@@ -26,6 +26,17 @@ def test_output_noise_std_is_sigma_not_sigma_squared():
     assert torch.equal(a, b)
 
 
+def test_one_generator_per_row_draws_each_row_as_its_own_release():
+    W = torch.randn(4, 30, generator=torch.Generator().manual_seed(5)) * 3
+    sigmas = torch.tensor([0.5, 1.0, 2.0, 0.1])
+    together = output_perturbation(W, 2.0, sigmas, [torch.Generator().manual_seed(10 + i) for i in range(4)])
+    for i in range(4):
+        alone = output_perturbation(W[i:i + 1], 2.0, float(sigmas[i]), torch.Generator().manual_seed(10 + i))
+        assert torch.equal(together[i:i + 1], alone)
+    with pytest.raises(ValueError, match="generator: one per row"):
+        gaussian_output_noise(W, 1.0, [torch.Generator()])
+
+
 def test_objective_noise_radius_is_gamma_and_direction_isotropic():
     P, alpha = 21, 10.0
     n = sample_objective_noise(4000, P, alpha, torch.Generator().manual_seed(4))

@@ -137,11 +137,9 @@ class Simulation:
 
     def output_noise(self, local: torch.Tensor, round_k: int, chosen: list[int]) -> torch.Tensor:
         """Output perturbation (Section 5): clip each released model to norm tau, add N(0, sigma_i^2 I)."""
-        tau = self.cfg.privacy.tau
-        rows = [output_perturbation(local[j:j + 1].cpu(), tau, self.sigmas[i],
-                                    generator(self.cfg.seed, "noise", round_k, i))
-                for j, i in enumerate(chosen)]
-        return torch.cat(rows).to(local.device)
+        sigmas = torch.tensor([self.sigmas[i] for i in chosen], dtype=torch.float32)
+        gens = [generator(self.cfg.seed, "noise", round_k, i) for i in chosen]
+        return output_perturbation(local.cpu(), self.cfg.privacy.tau, sigmas, gens).to(local.device)
 
 
 def resolve_device(name: str) -> torch.device:

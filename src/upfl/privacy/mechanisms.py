@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
 
 
@@ -23,14 +25,26 @@ def clip_to_norm(W: torch.Tensor, tau: float) -> torch.Tensor:
     return W * scale
 
 
-def gaussian_output_noise(W: torch.Tensor, sigma, generator: torch.Generator) -> torch.Tensor:
-    """W + N(0, sigma^2 I) with standard deviation sigma (scalar or one value per row)."""
+def gaussian_output_noise(W: torch.Tensor, sigma, generator: torch.Generator | Sequence[torch.Generator]) -> torch.Tensor:
+    """W + N(0, sigma^2 I) with standard deviation sigma (scalar or one value per row).
+
+    ``generator`` is one generator for the whole matrix or one per row (row i drawn from generator i,
+    exactly as ``gaussian_output_noise(W[i:i+1], sigma_i, generator[i])``).
+    """
     s = _positive("sigma", sigma).to(W.device)
     s = s.view(-1, 1) if s.dim() else s
-    return W + s * torch.randn(W.shape, generator=generator, dtype=W.dtype, device=W.device)
+    if isinstance(generator, torch.Generator):
+        noise = torch.randn(W.shape, generator=generator, dtype=W.dtype, device=W.device)
+    else:
+        if len(generator) != W.shape[0]:
+            raise ValueError(f"generator: one per row needed, got {len(generator)} for {W.shape[0]} rows")
+        noise = torch.cat([torch.randn((1,) + W.shape[1:], generator=g, dtype=W.dtype, device=W.device)
+                           for g in generator])
+    return W + s * noise
 
 
-def output_perturbation(W: torch.Tensor, tau: float, sigma, generator: torch.Generator) -> torch.Tensor:
+def output_perturbation(W: torch.Tensor, tau: float, sigma,
+                        generator: torch.Generator | Sequence[torch.Generator]) -> torch.Tensor:
     """Section 5 output perturbation of the odd-iteration release: clip to tau, then add N(0, sigma^2 I)."""
     return gaussian_output_noise(clip_to_norm(W, tau), sigma, generator)
 
