@@ -322,9 +322,11 @@ class CNNNet(nn.Module):
     Fixed choices where the paper is silent: the 784 features are a 1 x 28 x 28 image; the
     convolution has padding 1 (same size), stride 1, a bias, and a ReLU; no pooling; flatten
     (3 * 28 * 28 = 2352) -> 1000 -> ReLU -> dropout -> 100 -> ReLU -> dropout -> classes.
+    On the CPU a per-device loop is faster than vmap (benchmarks/real_data.py: 0.21 s against 0.25 s
+    per solver step of 15 devices, 2 threads), so ``auto`` picks it there.
     """
 
-    batching = {"cpu": "vmap", "cuda": "vmap"}
+    batching = {"cpu": "loop", "cuda": "vmap"}
 
     def __init__(self, side: int, channels: int, hidden: tuple[int, ...], num_classes: int):
         super().__init__()
