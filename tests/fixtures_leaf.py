@@ -182,8 +182,9 @@ class ArchiveServer:
     announces the whole length and sends at most ``n`` bytes of it.
     """
 
-    def __init__(self, files: dict[str, bytes]):
+    def __init__(self, files: dict[str, bytes], port: int = 0):
         self.files = dict(files)
+        self.port = port
         self.drop_once: dict[str, int] = {}
         self.truncate: dict[str, int] = {}
         self.no_range = False
@@ -248,7 +249,7 @@ class ArchiveServer:
         return Handler
 
     def __enter__(self) -> "ArchiveServer":
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", self.port), self._handler())
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02},
                                         daemon=True)
@@ -262,10 +263,10 @@ class ArchiveServer:
 
 
 @contextlib.contextmanager
-def serve_folder(folder: Path) -> Iterator[ArchiveServer]:
-    """Serve every file of ``folder`` at ``/<name>``."""
+def serve_folder(folder: Path, port: int = 0) -> Iterator[ArchiveServer]:
+    """Serve every file of ``folder`` at ``/<name>`` (on ``port``; 0: a free one)."""
     files = {f"/{p.name}": p.read_bytes() for p in Path(folder).iterdir() if p.is_file()}
-    with ArchiveServer(files) as srv:
+    with ArchiveServer(files, port=port) as srv:
         yield srv
 
 
@@ -292,3 +293,47 @@ def fetch_served(folder: Path, dataset: str, files: dict[str, str], resources: P
     with serve_folder(folder) as srv:
         urls = {name: srv.url("/" + file) for name, file in files.items()}
         return [fetch_source(s, resources, progress=False, backoff=0) for s in resolve_sources([dataset], urls=urls)]
+
+
+def make_leaf_archives(folder: Path) -> dict[str, Path]:
+    """All four fixture archives in ``folder``, by source name (by_class, by_write, sent140, glove)."""
+    nist = make_nist_zips(folder)
+    return {"by_class": nist.by_class, "by_write": nist.by_write,
+            "sent140": make_sent140_zip(folder).path, "glove": make_glove_zip(folder)}
+
+
+def mirror_config(srv: ArchiveServer, archives: dict[str, Path]) -> dict[str, dict[str, str]]:
+    """The workflow's ``sources`` mapping pointing every archive at ``srv``."""
+    return {name: {"url": srv.url("/" + path.name)} for name, path in archives.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python tests/fixtures_leaf.py serve [--port 8765] [--dir DIR]``: build and serve the archives.
+
+    The server of config/fixtures.yaml's mirrors (``snakemake --configfile config/fixtures.yaml``);
+    runs until interrupted.
+    """
+    import argparse
+    import tempfile
+    import time
+
+    parser = argparse.ArgumentParser(prog="fixtures_leaf.py", description=main.__doc__)
+    parser.add_argument("command", choices=["serve"])
+    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--dir", default=None, help="where to write the archives (default: a temp folder)")
+    args = parser.parse_args(argv)
+    folder = Path(args.dir or tempfile.mkdtemp(prefix="upfl-fixtures-"))
+    archives = make_leaf_archives(folder)
+    with serve_folder(folder, port=args.port) as srv:
+        for name, path in archives.items():
+            print(f"{name:9s} {srv.url('/' + path.name)}", flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -5,14 +5,16 @@ import re
 import shlex
 
 from upfl.data.sources import DATASET_SOURCES, SOURCES
-from upfl.experiments import ExperimentError, build_plan, output_files
+from upfl.experiments import ExperimentError, build_plan, output_files, resolve_preset
 
 try:
+    # The config with the preset's keys in place (its `datasets`, `resources_dir`): what the rules read.
+    CONFIG = resolve_preset(config)
     PLAN = build_plan(config)
 except ExperimentError as e:
     raise WorkflowError(f"config: {e}") from None
 
-RESOURCES = config.get("resources_dir", "resources")
+RESOURCES = CONFIG.get("resources_dir", "resources")
 RUNS = PLAN.runs
 OUTPUTS = PLAN.outputs
 
@@ -22,13 +24,13 @@ def _alternation(names):
 
 
 wildcard_constraints:
-    dataset=_alternation(config["datasets"]),
+    dataset=_alternation(CONFIG["datasets"]),
     experiment=_alternation(PLAN.experiments),
     run=_alternation(RUNS),
 
 
 def datasets_of(source):
-    return [n for n, d in config["datasets"].items() if d["source"] == source]
+    return [n for n, d in CONFIG["datasets"].items() if d["source"] == source]
 
 
 ARCHIVES = {src.filename: name for name, src in SOURCES.items()}
@@ -44,7 +46,7 @@ def source_archives(source):
 
 def source_overrides(name):
     """`--url`/`--sha256` flags from `sources.<name>` (a mirror, a known checksum)."""
-    spec = config.get("sources", {}).get(name, {})
+    spec = CONFIG.get("sources", {}).get(name, {})
     url = spec.get("url")
     flags = [f"--url {shlex.quote(f'{name}={url}')}"] if url else []
     flags += [f"--sha256 {name}={spec['sha256']}"] if "sha256" in spec else []
@@ -52,7 +54,8 @@ def source_overrides(name):
 
 
 def prepare_options(dataset):
-    options = config["datasets"][dataset].get("options", {})
+    """`--set KEY=VALUE` flags of `upfl data prepare` from `datasets.<name>.options` (spec fields)."""
+    options = CONFIG["datasets"][dataset].get("options", {})
     return " ".join(f"--set {shlex.quote(f'{k}={json.dumps(v)}')}" for k, v in options.items())
 
 

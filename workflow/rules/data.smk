@@ -5,7 +5,7 @@ rule synthetic_dataset:
     output:
         directory(f"{RESOURCES}/data/{{dataset}}"),
     params:
-        data_seed=lambda wc: config["datasets"][wc.dataset].get("data_seed", 0),
+        data_seed=lambda wc: CONFIG["datasets"][wc.dataset].get("data_seed", 0),
     log:
         f"results/logs/data/{{dataset}}.log",
     wildcard_constraints:
@@ -17,6 +17,8 @@ rule synthetic_dataset:
         "upfl synth --name {wildcards.dataset} --data-seed {params.data_seed} --out {output} > {log} 2>&1"
 
 
+# One archive per job: `--source` makes `sent140` the tweets archive alone (as a data set name it would
+# also fetch glove, from LEAF's URL, racing the glove job).
 rule fetch_archive:
     output:
         f"{RESOURCES}/{{archive}}",
@@ -32,18 +34,18 @@ rule fetch_archive:
     conda:
         "../envs/upfl.yaml"
     shell:
-        "upfl data fetch {params.source} --resources {params.resources} --no-progress {params.overrides} > {log} 2>&1"
+        "upfl data fetch --source {params.source} --resources {params.resources} --no-progress {params.overrides} > {log} 2>&1"
 
 
 rule leaf_dataset:
     input:
-        lambda wc: source_archives(config["datasets"][wc.dataset]["source"]),
+        lambda wc: source_archives(CONFIG["datasets"][wc.dataset]["source"]),
     output:
         directory(f"{RESOURCES}/data/{{dataset}}"),
     params:
         resources=lambda wc, input: os.path.dirname(input[0]),
-        source=lambda wc: config["datasets"][wc.dataset]["source"],
-        seed=lambda wc: config["datasets"][wc.dataset].get("data_seed", 0),
+        source=lambda wc: CONFIG["datasets"][wc.dataset]["source"],
+        seed=lambda wc: CONFIG["datasets"][wc.dataset].get("data_seed", 0),
         options=lambda wc: prepare_options(wc.dataset),
     wildcard_constraints:
         dataset=_alternation(datasets_of("femnist") + datasets_of("sent140")),

@@ -1,6 +1,7 @@
 """``upfl data``: fetch the real data sets' archives and prepare FEMNIST and Sent140.
 
     upfl data fetch femnist sent140 [--resources DIR] [--from-archive [NAME=]PATH] [--url NAME=URL]
+    upfl data fetch --source by_class sent140 ...   (archive sources, not data sets)
     upfl data prepare femnist --out DIR [--resources DIR] [--seed N] [--set KEY=VALUE ...]
     upfl data extract ARCHIVE TARGET [--member NAME ...]
 """
@@ -71,7 +72,15 @@ def spec_with(dataset: str, settings: list[str] | None, num_devices: int | None 
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
-    sources = resolve_sources(args.names, urls=_pairs(args.url, "--url"), checksums=_pairs(args.sha256, "--sha256"))
+    urls, checksums = _pairs(args.url, "--url"), _pairs(args.sha256, "--sha256")
+    if args.source:
+        # NAMES are archive sources, not data sets: `sent140` is the tweets archive alone, without glove.
+        unknown = [n for n in args.names if n not in SOURCES]
+        if unknown:
+            raise KeyError(f"--source: unknown source {unknown[0]!r}; known sources: {', '.join(SOURCES)}")
+        sources = [s for s in resolve_sources(["all"], urls=urls, checksums=checksums) if s.name in args.names]
+    else:
+        sources = resolve_sources(args.names, urls=urls, checksums=checksums)
     local = archive_assignments(args.from_archive)
     unknown = set(local) - {s.name for s in sources}
     if unknown:
@@ -144,6 +153,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     f = sub.add_parser("fetch", help="download (or place) archives, verified by sha256")
     f.add_argument("names", nargs="+", help="femnist, sent140, all, or source names: " + ", ".join(SOURCES))
     common(f)
+    f.add_argument("--source", action="store_true",
+                   help="NAMES are archive sources only (sent140 = the tweets archive, without glove)")
     f.add_argument("--cache", default=None, help="download cache for .part files (default: RESOURCES/.download-cache)")
     f.add_argument("--from-archive", action="append", metavar="[NAME=]PATH",
                    help="use an archive obtained elsewhere (offline machines); repeatable")
