@@ -3,7 +3,6 @@ downloaded by `fetch_archive`, prepared by `leaf_dataset`, trained (MLP, CNN, LS
 
 import json
 import time
-from pathlib import Path
 
 import pytest
 import yaml
