@@ -205,8 +205,11 @@ def test_tiny_preset_end_to_end_then_nothing_to_do(tmp_path):
 def test_sigint_in_the_middle_then_restart_finishes_cleanly(tmp_path):
     wd = tiny_workflow(tmp_path, rounds=400)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # A shell without job control starts background commands with SIGINT ignored, and an ignored signal
+    # is inherited: restore the default so snakemake sees Ctrl-C as in a terminal, however pytest was started.
     proc = subprocess.Popen(SNAKEMAKE + ["--workflow-profile", "none", "--cores", "2"], cwd=wd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     runs = wd / "results" / "runs"
     deadline = time.time() + 300
     while time.time() < deadline and not list(runs.rglob("summary.json")):
