@@ -22,7 +22,7 @@ from ..files import atomic_path, git_commit  # noqa: E402
 from .cells import check_one_config, dataset_mus, with_cell_mu  # noqa: E402
 from .collect import METRIC_NAMES, ReportError, cumulative_rounds, load_metrics  # noqa: E402
 from .paper import ALGORITHM_ORDER, algorithm_label, dataset_label, dataset_order, metric_label  # noqa: E402
-from .render import fmt_mu, write_csv  # noqa: E402
+from .render import as_number, fmt_mu, write_csv  # noqa: E402
 
 KINDS = ("convergence", "lambda_sweep")
 X_CHOICES = {"convergence": ("iteration", "round", "time"), "lambda_sweep": ("step", "lam")}
@@ -44,16 +44,9 @@ def parse_metrics(text: str | None) -> list[str]:
     return names
 
 
-def _num(value: Any) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return math.nan
-
-
 def variant_label(row: dict) -> str:
     """An Upcycled-FL run's lambda (or step) as a legend entry, e.g. ``λ = 0.21``."""
-    lam, step = _num(row.get("lam")), _num(row.get("step"))
+    lam, step = as_number(row.get("lam")), as_number(row.get("step"))
     if not math.isnan(lam):
         return f"λ = {lam:g}"
     return f"step = {step:g}" if not math.isnan(step) else ""
@@ -82,11 +75,11 @@ def privacy_label(row: dict, show_tau: bool = False) -> str:
     mech = "none" if not isinstance(mech, str) else mech
     if mech == "output":
         sigma, tau = row.get("sigma"), row.get("tau")
-        text = f"σ = {_num(sigma):g}" if not math.isnan(_num(sigma)) else f"σ = {sigma}"
-        return text + (f", τ = {_num(tau):g}" if show_tau else "")
+        text = f"σ = {as_number(sigma):g}" if not math.isnan(as_number(sigma)) else f"σ = {sigma}"
+        return text + (f", τ = {as_number(tau):g}" if show_tau else "")
     if mech == "objective":
         alpha = row.get("alpha")
-        return f"α = {_num(alpha):g}" if not math.isnan(_num(alpha)) else f"α = {alpha}"
+        return f"α = {as_number(alpha):g}" if not math.isnan(as_number(alpha)) else f"α = {alpha}"
     return "non-private"
 
 
@@ -208,7 +201,7 @@ def _line_order(data: pd.DataFrame) -> list[str]:
     firsts = data.groupby("line", sort=False)["coef"].first()
     def key(line: str):
         rank = next((i for i, a in enumerate(ALGORITHM_ORDER) if line.startswith(algorithm_label(a))), 9)
-        coef = _num(firsts.get(line))
+        coef = as_number(firsts.get(line))
         return rank, -math.inf if math.isnan(coef) else coef, line
     return sorted(firsts.index, key=key)
 
@@ -322,7 +315,7 @@ def reference_final(refs: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
 
 def _sweep_lines(ups: pd.DataFrame) -> pd.DataFrame:
     ups = ups.copy()
-    ups["line"] = [f"{variant_label(r)} (step {_num(r['coef']):.2f})" for r in ups.to_dict("records")]
+    ups["line"] = [f"{variant_label(r)} (step {as_number(r['coef']):.2f})" for r in ups.to_dict("records")]
     return ups
 
 

@@ -34,7 +34,7 @@ from ..privacy.accounting import NO_GLM, OFF_BY_ONE_NOTE, OUTPUT_NOTE, SGD_CAVEA
 from .cells import check_one_config, paired
 from .collect import ReportError
 from .paper import algorithm_label, dataset_label, dataset_order, metric_label, paper_values
-from .render import fmt, latex_table, markdown_table, write_csv, write_markdown
+from .render import as_number, fmt, latex_table, markdown_table, write_csv, write_markdown
 from .stats import mean_interval
 
 LEVEL = 0.95
@@ -66,20 +66,13 @@ VARIANT_LABELS = {"fedprox_private": "FedProx, private", "upcycled_equal_noise":
 PROTOCOL_VARIANT = {"equal noise": "upcycled_equal_noise", "equal epsilon": "upcycled_equal_epsilon"}
 
 
-def _num(value: Any) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return math.nan
-
-
 def _missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 def _text(value: Any) -> str:
     """A noise parameter as printed: ``1``, ``0.7071``; a per-device list (JSON text) as given."""
-    number = _num(value)
+    number = as_number(value)
     if not math.isnan(number):
         return f"{number:g}"
     return "" if _missing(value) else str(value)
@@ -96,7 +89,7 @@ def noise_text(mechanism: str, row: dict) -> str:
 
 def noise_value(mechanism: str, row: dict) -> float:
     """The number that orders noise levels: sigma (output), alpha (objective; more alpha is less noise)."""
-    return _num(row.get("sigma" if mechanism == "output" else "alpha"))
+    return as_number(row.get("sigma" if mechanism == "output" else "alpha"))
 
 
 def eps_column(accountant: str) -> str:
@@ -135,7 +128,7 @@ def setting_row(dataset: str, mech: str, alg: str, noise: str, cell: pd.DataFram
         "noise_value": noise_value(mech, first), "sigma": first.get("sigma"), "tau": first.get("tau"),
         "alpha": first.get("alpha"), "delta": first.get("delta"), "mu": first.get("mu"), "lam": first.get("lam"),
         "model": first.get("model"), "rounds": int(first["rounds"]),
-        "training_rounds": _num(first.get("training_rounds")), "n_seeds": len(cell),
+        "training_rounds": as_number(first.get("training_rounds")), "n_seeds": len(cell),
         "seeds": " ".join(str(int(s)) for s in sorted(cell["seed"])),
     }
     for key in ACC:
@@ -157,7 +150,7 @@ def setting_row(dataset: str, mech: str, alg: str, noise: str, cell: pd.DataFram
 
 
 def _primary_eps(row: dict) -> float:
-    return _num(row.get(f"eps_{PRIMARY[row['mechanism']]}")) if row["mechanism"] in PRIMARY else math.nan
+    return as_number(row.get(f"eps_{PRIMARY[row['mechanism']]}")) if row["mechanism"] in PRIMARY else math.nan
 
 
 def blocks(runs: pd.DataFrame) -> list[dict[str, Any]]:
@@ -233,7 +226,7 @@ def _privacy_loss(claim: dict, block: dict, up: dict, prox: dict) -> list[dict[s
     for acc in ACCOUNTANTS[claim["mechanism"]]:
         if acc == "theorem_c2_paper_sum":
             continue
-        a, b = _num(up.get(f"eps_{acc}")), _num(prox.get(f"eps_{acc}"))
+        a, b = as_number(up.get(f"eps_{acc}")), as_number(prox.get(f"eps_{acc}"))
         value = (b - a) / b * 100.0 if b > 0 else math.nan
         holds = None if math.isnan(value) else bool(value > 0)
         rows.append({**_claim_base(claim, block["dataset"], block, up), "accountant": acc,
@@ -445,7 +438,7 @@ def write_privacy_table(runs: pd.DataFrame, out_prefix: str, provenance: str) ->
     both = both[["section"] + [c for c in both.columns if c != "section"]]
     write_csv(f"{out_prefix}.csv", both, provenance)
     mechs = [m for m in MECHANISMS if m in set(frame["block_mechanism"])]
-    deltas = sorted({_num(d) for d in frame.loc[frame["mechanism"] == "output", "delta"]} - {math.nan})
+    deltas = sorted({as_number(d) for d in frame.loc[frame["mechanism"] == "output", "delta"]} - {math.nan})
     sections = [CAPTION + f"\n\nSettings: {settings_text(runs)}."]
     tex = []
     for mech in mechs:
@@ -493,7 +486,7 @@ def tradeoff_data(runs: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
                 rows.append({"panel": "point" if mech != "none" else "nonprivate_reference", "dataset": dataset,
                              "mechanism": mech, "algorithm": alg, "line": algorithm_label(alg), "noise": noise,
                              "sigma": s["sigma"], "tau": s["tau"], "alpha": s["alpha"], "accountant": acc,
-                             "metric": metric, "x": _num(s.get(f"eps_{acc}")) if acc else math.nan,
+                             "metric": metric, "x": as_number(s.get(f"eps_{acc}")) if acc else math.nan,
                              "mean": float(v.mean()), "min": float(v.min()), "max": float(v.max()),
                              "n_seeds": len(v), "iteration": int(cell["final_iteration"].iloc[0]),
                              "guarantee": s.get("guarantee", "")})

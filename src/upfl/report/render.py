@@ -6,7 +6,7 @@ import datetime as dt
 import math
 import os
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import pandas as pd
 
@@ -15,6 +15,14 @@ from ..files import git_commit, sha256_file, write_text
 
 PROVENANCE_PREFIX = "# provenance: "
 """CSV tables end with one line starting with this; read them with ``pd.read_csv(path, comment="#")``."""
+
+
+def as_number(value: Any) -> float:
+    """``float(value)``, or NaN for a missing or non-numeric cell (runs.csv cells are text or numbers)."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
 
 
 def report_date() -> str:
