@@ -60,13 +60,14 @@ def test_dry_run_counts_of_the_fixtures_preset(tmp_path):
     proc = snakemake(workflow_copy(tmp_path), "-n", "--configfile", "config/fixtures.yaml")
     counts = job_counts(proc.stdout)
     config = fixtures_config()
-    assert counts["train"] == expected_training_runs(config) == 20
+    assert counts["train"] == expected_training_runs(config) == 38
     assert "synthetic_dataset" not in counts
     assert counts["fetch_archive"] == 4 and counts["leaf_dataset"] == 2
-    # Table 1 and the time table (real-data rows only); Figures 2 (left), 4, 6, 7; runs.csv per experiment
+    # Table 1 and the time table (real-data rows only); Figures 2 (left), 4, 6, 7, 10, 12 (two panels);
+    # the real-data privacy table; runs.csv per experiment
     assert counts["accuracy_table"] == 1 and counts["time_table"] == 1 and counts["table2"] == 1
-    assert counts["figure"] == 4 and counts["experiment_runs"] == 5
-    assert "privacy_table" not in counts
+    assert counts["figure"] == 7 and counts["experiment_runs"] == 7
+    assert counts["privacy_table"] == 1
 
 
 def test_archives_downloaded_from_the_mirrors_with_recorded_checksums(pipeline):
@@ -100,7 +101,7 @@ def test_prepared_sets_have_the_leaf_layout_and_device_counts(pipeline):
 def test_every_run_finished_with_its_iterations(pipeline):
     wd = pipeline[0]
     plan = build_plan(fixtures_config())
-    assert len(plan.runs) == 20
+    assert len(plan.runs) == 38
     models = set()
     for rid, spec in plan.runs.items():
         d = wd / "results" / "runs" / rid
@@ -116,12 +117,14 @@ def test_real_data_tables_and_figures_then_nothing_to_do(pipeline):
     wd, _, _, elapsed, _ = pipeline
     for name in ("tables/table1.md", "tables/table1.csv", "tables/time.md", "tables/table2.csv", "runs.csv"):
         assert (wd / "results" / name).stat().st_size > 0, name
-    for fig in ("fig2_convergence", "fig4", "fig6", "fig7"):
+    for fig in ("fig2_convergence", "fig4", "fig6", "fig7", "fig10", "fig12_objective", "fig12_output"):
         png = wd / "results" / "figures" / f"{fig}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", fig
     assert not (wd / "results" / "figures" / "fig5.png").exists(), "no synthetic experiment in this preset"
     table = (wd / "results" / "tables" / "table1.md").read_text().lower()
     assert "femnist" in table and "sent140" in table
+    privacy = (wd / "results" / "tables" / "privacy_real.md").read_text()
+    assert "no guarantee (not a GLM)" in privacy and "FEMNIST" in privacy and "Sent140" in privacy
     again = snakemake(wd, "--cores", "2", "-n", *CONFIGS)
     assert "Nothing to be done" in again.stdout + again.stderr
     assert elapsed < 300
