@@ -102,12 +102,15 @@ def test_dry_run_lists_every_run_of_the_paper(tmp_path, preset):
     assert counts["synthetic_dataset"] == sources.count("synthetic")
     assert counts.get("leaf_dataset", 0) == (0 if preset == "quick" else 2)
     assert counts.get("fetch_archive", 0) == (0 if preset == "quick" else 4)
-    # Figures 2 (two panels), 3 (two panels), 5, 8, 9, 11, the privacy trade-off; with real data also 4, 6, 7
-    figures = {"full": 12, "quick": 9}[preset]
-    assert counts["figure"] == figures and counts["accuracy_table"] == 1 and counts["time_table"] == 1
-    assert counts["privacy_table"] == 2
-    # one runs.csv per experiment: table1, fig2 (two), fig5, fig8, the three privacy ones; real data: fig4, 6, 7
-    assert counts["experiment_runs"] == {"full": 11, "quick": 8}[preset]
+    # Synthetic: Figures 2 (two panels), 3 (two panels), 5, 8, 9, 11, the privacy trade-off; the privacy tables
+    # of output and objective perturbation; with real data also Figures 4, 6, 7, 10, 12 (two panels) and the
+    # real-data privacy table. One runs.csv per experiment: table1, fig2 (two), fig5, fig8, the three
+    # synthetic privacy experiments; real data: fig4, fig6, fig7, fig10, fig12.
+    real = preset == "full"
+    assert counts["figure"] == (15 if real else 9)
+    assert counts["accuracy_table"] == 1 and counts["time_table"] == 1
+    assert counts["privacy_table"] == (3 if real else 2)
+    assert counts["experiment_runs"] == (13 if real else 8)
 
 
 def test_single_target_builds_only_what_it_needs(tmp_path):
