@@ -131,6 +131,19 @@ def _config_file(q: argparse.ArgumentParser) -> None:
                    help="workflow config file, named with its sha256 in the provenance line; repeatable")
 
 
+def _table_parser(sub: argparse._SubParsersAction, name: str, help_text: str, writes: str, func,
+                  selection: bool = True) -> argparse.ArgumentParser:
+    """A table sub-command: run selection (unless ``selection`` is false), ``--out-prefix``, ``--config-file``."""
+    q = sub.add_parser(name, help=help_text)
+    if selection:
+        _selection(q)
+    suffixes = ", ".join(f"PREFIX.{ext.strip()}" for ext in writes.split(","))
+    q.add_argument("--out-prefix", required=True, help=f"writes {suffixes}")
+    _config_file(q)
+    q.set_defaults(func=_guard(func))
+    return q
+
+
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``report`` with sub-commands ``runs``, ``table1``, ``table2``, ``time``, ``privacy-table`` and ``figure``."""
     p = subparsers.add_parser("report", help="runs table, the paper's tables and figures",
@@ -144,30 +157,16 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     r.add_argument("--out", required=True, help="CSV to write (e.g. results/runs.csv)")
     r.set_defaults(func=_guard(cmd_runs))
 
-    t1 = sub.add_parser("table1", help="final train (test) accuracy per data set x mu x algorithm, paper beside")
-    _selection(t1)
-    t1.add_argument("--out-prefix", required=True, help="writes PREFIX.csv, PREFIX.md, PREFIX.tex")
-    _config_file(t1)
-    t1.set_defaults(func=_guard(cmd_table1))
-
-    t2 = sub.add_parser("table2", help="data set statistics computed from the data folders, paper beside")
+    _table_parser(sub, "table1", "final train (test) accuracy per data set x mu x algorithm, paper beside",
+                  "csv, md, tex", cmd_table1)
+    t2 = _table_parser(sub, "table2", "data set statistics computed from the data folders, paper beside",
+                       "csv, md", cmd_table2, selection=False)
     t2.add_argument("data_dirs", nargs="+", metavar="DATA_DIR")
-    t2.add_argument("--out-prefix", required=True, help="writes PREFIX.csv, PREFIX.md")
-    _config_file(t2)
-    t2.set_defaults(func=_guard(cmd_table2))
-
-    tt = sub.add_parser("time", help="training time per algorithm and data set, Upcycled-FL / FedProx ratios")
-    _selection(tt)
-    tt.add_argument("--out-prefix", required=True, help="writes PREFIX.csv, PREFIX.md")
-    _config_file(tt)
-    tt.set_defaults(func=_guard(cmd_time))
-
-    pt = sub.add_parser("privacy-table", help="private FedProx vs private Upcycled-FL: accuracy and epsilon-bar "
-                        "per mechanism (equal noise, equal epsilon), the paper's claims beside")
-    _selection(pt)
-    pt.add_argument("--out-prefix", required=True, help="writes PREFIX.csv, PREFIX.md, PREFIX.tex")
-    _config_file(pt)
-    pt.set_defaults(func=_guard(cmd_privacy_table))
+    _table_parser(sub, "time", "training time per algorithm and data set, Upcycled-FL / FedProx ratios",
+                  "csv, md", cmd_time)
+    _table_parser(sub, "privacy-table", "private FedProx vs private Upcycled-FL: accuracy and epsilon-bar per "
+                  "mechanism (equal noise, equal epsilon), the paper's claims beside", "csv, md, tex",
+                  cmd_privacy_table)
 
     f = sub.add_parser("figure", help="convergence curves, the lambda sweep or the privacy-accuracy trade-off "
                        "(PNG, PDF and CSV)")
