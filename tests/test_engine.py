@@ -184,3 +184,14 @@ def test_drop_policy_keeps_model_on_empty_round_and_schedules_run(small_data, tm
     assert all(r[6] == "0" for r in rows)
     assert len({(r[2], r[3]) for r in rows}) == 1
     assert s["final"]["train_acc"] == float(rows[0][3])
+
+
+def test_set_items_are_yaml_values_and_bad_items_are_named_errors():
+    doc = cfgmod.apply_settings({"algorithm": {"name": "fedprox"}},
+                                ["algorithm.mu=0.5", "privacy.sigma=[1, 2]", "model.name=mlp"])
+    assert doc == {"algorithm": {"name": "fedprox", "mu": 0.5}, "privacy": {"sigma": [1, 2]},
+                   "model": {"name": "mlp"}}
+    with pytest.raises(cfgmod.ConfigError, match=r"--set 'algorithm.mu': expected KEY=VALUE"):
+        cfgmod.apply_settings({}, ["algorithm.mu"])
+    with pytest.raises(cfgmod.ConfigError, match=r"--set privacy.sigma: value '\[1' is not valid YAML"):
+        cfgmod.apply_settings({}, ["privacy.sigma=[1"])

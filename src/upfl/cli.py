@@ -7,7 +7,6 @@ import importlib
 import pkgutil
 import sys
 
-import yaml
 
 from . import __version__
 from . import config as cfgmod
@@ -30,15 +29,7 @@ def resolve_run_config(args: argparse.Namespace) -> cfgmod.RunConfig:
         value = getattr(args, flag)
         if value is not None:
             cfgmod.set_key(doc, key, value)
-    for item in args.set or []:
-        key, sep, text = item.partition("=")
-        if not sep or not key:
-            raise cfgmod.ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. privacy.sigma=0.8")
-        try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            raise cfgmod.ConfigError(f"--set {key}: value {text!r} is not valid YAML: {e}") from None
-        cfgmod.set_key(doc, key, value)
+    cfgmod.apply_settings(doc, args.set)
     return cfgmod.from_dict(doc)
 
 

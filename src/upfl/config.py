@@ -301,6 +301,20 @@ def set_key(doc: dict[str, Any], dotted: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
+def apply_settings(doc: dict[str, Any], items: list[str] | None) -> dict[str, Any]:
+    """Apply ``--set KEY=VALUE`` items to a config document in place (values read as YAML); returns ``doc``."""
+    for item in items or []:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. privacy.sigma=0.8")
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise ConfigError(f"--set {key}: value {text!r} is not valid YAML: {e}") from None
+        set_key(doc, key, value)
+    return doc
+
+
 def get_key(cfg: RunConfig, dotted: str) -> Any:
     node: Any = cfg
     for part in dotted.split("."):

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-import yaml
 
 from .. import config as cfgmod
 
@@ -24,16 +23,7 @@ OBJECTIVE_COLUMNS = [("theorem_c2", "eps C.2 (M_i terms)"), ("theorem_c2_paper_s
 
 def load_config(path: str, settings: list[str] | None) -> cfgmod.RunConfig:
     """The run config at ``path`` with ``--set KEY=VALUE`` overrides (values read as YAML)."""
-    doc = cfgmod.load_yaml(path)
-    for item in settings or []:
-        key, sep, text = item.partition("=")
-        if not sep or not key:
-            raise cfgmod.ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. privacy.sigma=0.8")
-        try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            raise cfgmod.ConfigError(f"--set {key}: value {text!r} is not valid YAML: {e}") from None
-        cfgmod.set_key(doc, key, value)
+    doc = cfgmod.apply_settings(cfgmod.load_yaml(path), settings)
     return cfgmod.from_dict(doc)
 
 
