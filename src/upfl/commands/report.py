@@ -40,13 +40,20 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_table1(args: argparse.Namespace) -> int:
+def _runs_table(args: argparse.Namespace, write, suffixes: str) -> tuple:
+    """Select the runs, call ``write(runs, out_prefix, provenance)``, say what was written."""
     from ..report.render import provenance_line
-    from ..report.tables import write_table1
 
     runs = _runs(args)
-    write_table1(runs, args.out_prefix, provenance_line(args.config_file, runs))
-    print(f"wrote {args.out_prefix}.csv, .md, .tex ({len(runs)} runs)")
+    result = write(runs, args.out_prefix, provenance_line(args.config_file, runs))
+    print(f"wrote {args.out_prefix}{suffixes} ({len(runs)} runs)")
+    return runs, result
+
+
+def cmd_table1(args: argparse.Namespace) -> int:
+    from ..report.tables import write_table1
+
+    _runs_table(args, write_table1, ".csv, .md, .tex")
     return 0
 
 
@@ -60,23 +67,17 @@ def cmd_table2(args: argparse.Namespace) -> int:
 
 
 def cmd_time(args: argparse.Namespace) -> int:
-    from ..report.render import provenance_line
     from ..report.timing import write_time
 
-    runs = _runs(args)
-    write_time(runs, args.out_prefix, provenance_line(args.config_file, runs))
-    print(f"wrote {args.out_prefix}.csv, .md ({len(runs)} runs)")
+    _runs_table(args, write_time, ".csv, .md")
     return 0
 
 
 def cmd_privacy_table(args: argparse.Namespace) -> int:
     from ..report.privacy import write_privacy_table
-    from ..report.render import provenance_line
 
-    runs = _runs(args)
-    frame, claims = write_privacy_table(runs, args.out_prefix, provenance_line(args.config_file, runs))
-    print(f"wrote {args.out_prefix}.csv, .md, .tex ({len(runs)} runs, {len(frame)} variant rows, "
-          f"{len(claims)} claim rows)")
+    _, (frame, claims) = _runs_table(args, write_privacy_table, ".csv, .md, .tex")
+    print(f"{len(frame)} variant rows, {len(claims)} claim rows")
     return 0
 
 
