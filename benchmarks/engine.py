@@ -86,7 +86,8 @@ def round_profile(data: str, backend: str, rounds: int) -> dict:
     from upfl.algorithms import weighted_average
     from upfl.data import load_leaf
     from upfl.rng import generator
-    from upfl.simulation import Simulation, draw_stragglers, sample_clients
+    from upfl.draws import draw_stragglers, sample_clients
+    from upfl.simulation import Simulation
     from upfl.solver import batch_plan
     cfg = w1_config(data, "fedprox", rounds, {}, backend)
     sim = Simulation(cfg, load_leaf(data), torch.device("cpu"))

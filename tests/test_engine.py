@@ -10,7 +10,8 @@ from upfl.algorithms import upcycle_coefficient, upcycle_step, weighted_average
 from upfl.cli import main
 from upfl.data import generate_synthetic, load_leaf
 from upfl.models import LogisticRegression
-from upfl.simulation import InjectedStop, draw_stragglers, run, sample_clients
+from upfl.draws import draw_stragglers, sample_clients
+from upfl.simulation import InjectedStop, run
 from upfl.solver import batch_plan, local_solve
 
 

@@ -7,6 +7,7 @@ import math
 import pytest
 import yaml
 
+import upfl.draws as draws
 import upfl.simulation as simulation
 from upfl import config as cfgmod
 from upfl.cli import main
@@ -250,8 +251,8 @@ def test_release_counts_drop_policy_brute_force_over_the_engine_draws(tiny_data)
     expected = [0] * n
     for t in range(1, 31, 2):
         k = (t + 1) // 2
-        flags, _ = simulation.draw_stragglers(4, k, n, 0.3, 3)
-        for i in simulation.sample_clients(4, k, n, 0.4):
+        flags, _ = draws.draw_stragglers(4, k, n, 0.3, 3)
+        for i in draws.sample_clients(4, k, n, 0.4):
             expected[i] += not flags[i]
     assert release_counts(cfg, n) == expected
     assert 0 < sum(expected) < 15 * 12

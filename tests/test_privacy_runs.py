@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from upfl import config as cfgmod
-from upfl import simulation
+from upfl import draws, simulation
 from upfl.data import generate_synthetic, load_leaf
 from upfl.privacy import NoGuaranteeError, clip_to_norm, release_counts
 
@@ -99,7 +99,7 @@ def test_objective_noise_enters_the_local_solve_as_a_linear_term(data, tmp_path,
     sim.local_solve = spy
     w0 = sim.model.init_params(torch.Generator().manual_seed(0))
     sim.training_round(w0, 3)
-    chosen = simulation.sample_clients(cfg.seed, 3, len(sim.devices), cfg.devices.frac)
+    chosen = draws.sample_clients(cfg.seed, 3, len(sim.devices), cfg.devices.frac)
     assert seen["linear"].shape == (len(chosen), sim.model.num_params)
     assert torch.equal(seen["linear"], sim.objective_noise(3, chosen))
     assert not torch.equal(sim.objective_noise(3, chosen), sim.objective_noise(4, chosen))

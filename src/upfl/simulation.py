@@ -1,8 +1,7 @@
 """The federated loop of Algorithm 1 (FedProx/FedAvg) and Algorithm 2 (Upcycled-FL).
 
 Iterations t = 1..T. Upcycled-FL trains at odd t and applies Eq. (5) at even t; FedAvg/FedProx
-train at every t. Training round k (the k-th training iteration) of every algorithm draws the
-same devices and stragglers for the same seed (streams keyed by k, not by t).
+train at every t. The draws of training round k (devices, stragglers) live in :mod:`upfl.draws`.
 """
 
 from __future__ import annotations
@@ -22,6 +21,7 @@ import torch
 from . import config as cfgmod
 from .algorithms import upcycle_coefficient, upcycle_step, weighted_average
 from .data import FederatedDataset, load_leaf
+from .draws import is_training_iteration, round_participants, training_rounds_before
 from .files import atomic_path, provenance, write_json, write_text
 from .models import build_model
 from .privacy.accounting import per_device, privacy_report
@@ -35,25 +35,6 @@ METRIC_COLUMNS = ["iteration", "kind", "train_loss", "train_acc", "test_loss", "
 
 class InjectedStop(RuntimeError):
     """Raised by tests (``stop_after``) to simulate an interrupted run."""
-
-
-def sample_clients(seed: int, round_k: int, num_devices: int, frac: float) -> list[int]:
-    """max(floor(frac N), 1) devices uniformly without replacement (training round k)."""
-    m = max(int(math.floor(frac * num_devices + 1e-9)), 1)
-    return torch.randperm(num_devices, generator=generator(seed, "sampling", round_k))[:m].tolist()
-
-
-def draw_stragglers(seed: int, round_k: int, num_devices: int, prob: float, epochs: int) -> tuple[list[bool], list[int]]:
-    """Per device: straggler flag (probability ``prob``) and its epochs, uniform in 1..E-1 for stragglers."""
-    g = generator(seed, "stragglers", round_k)
-    u = torch.rand(num_devices, generator=g)
-    short = torch.randint(1, max(epochs, 2), (num_devices,), generator=g)
-    flags = (u < prob).tolist()
-    return flags, [int(short[i]) if flags[i] else epochs for i in range(num_devices)]
-
-
-def is_training_iteration(algorithm: str, t: int) -> bool:
-    return algorithm != "upcycled" or t % 2 == 1
 
 
 @dataclass
@@ -109,10 +90,7 @@ class Simulation:
         """One training iteration: sample, local solve, aggregate. Returns (w_new, devices, steps)."""
         c = self.cfg
         n = len(self.devices)
-        chosen = sample_clients(c.seed, round_k, n, c.devices.frac)
-        flags, epochs = draw_stragglers(c.seed, round_k, n, c.devices.straggler, c.solver.epochs)
-        if c.devices.straggler_policy == "drop":
-            chosen = [i for i in chosen if not flags[i]]
+        chosen, epochs = round_participants(c, round_k, n)
         if not chosen:
             return w, 0, 0
         gens = [generator(c.seed, "batches", round_k, i) for i in chosen]
@@ -193,7 +171,7 @@ def run(cfg: cfgmod.RunConfig, out: str | Path, log=print, stop_after: int | Non
         rows = [{"iteration": 0, "kind": "init", **sim.evaluate(w), "devices": 0, "local_steps": 0,
                  "data_accesses": 0, "wall_s": 0.0, "cum_wall_s": 0.0}]
         times["eval_s"] += time.perf_counter() - e0
-    round_k = sum(1 for t in range(1, t0 + 1) if is_training_iteration(alg, t))
+    round_k = training_rounds_before(alg, t0)
     for t in range(t0 + 1, T + 1):
         start = time.perf_counter()
         if is_training_iteration(alg, t):

@@ -104,31 +104,23 @@ def per_device(value: Any, num_devices: int, key: str) -> list[float]:
 
 def training_rounds(cfg) -> int:
     """Training rounds of a run of ``cfg.rounds`` iterations: ceil(T/2) for Upcycled-FL (odd t), else T."""
-    from ..simulation import is_training_iteration
+    from ..draws import training_rounds_before
 
-    return sum(1 for t in range(1, cfg.rounds + 1) if is_training_iteration(cfg.algorithm.name, t))
+    return training_rounds_before(cfg.algorithm.name, cfg.rounds)
 
 
 def participation(cfg, num_devices: int) -> list[list[int]]:
     """The devices that train (and so release a noisy model) in each training round k = 1..K.
 
-    Exactly the engine's draws (:mod:`upfl.simulation`): iterations t = 1..T, training round k is the
+    Exactly the engine's draws (:mod:`upfl.draws`): iterations t = 1..T, training round k is the
     k-th t with ``is_training_iteration`` (odd t for Upcycled-FL, every t otherwise);
     ``sample_clients(seed, k, N, frac)``; under ``straggler_policy: drop`` the stragglers of
     ``draw_stragglers(seed, k, N, p, E)`` are removed (they release nothing); under ``partial`` they
     train fewer epochs and do release.
     """
-    from ..simulation import draw_stragglers, sample_clients
+    from ..draws import round_participants
 
-    c = cfg
-    rounds = []
-    for k in range(1, training_rounds(c) + 1):
-        chosen = sample_clients(c.seed, k, num_devices, c.devices.frac)
-        if c.devices.straggler_policy == "drop":
-            flags, _ = draw_stragglers(c.seed, k, num_devices, c.devices.straggler, c.solver.epochs)
-            chosen = [i for i in chosen if not flags[i]]
-        rounds.append(chosen)
-    return rounds
+    return [round_participants(cfg, k, num_devices)[0] for k in range(1, training_rounds(cfg) + 1)]
 
 
 def release_counts(cfg, num_devices: int) -> list[int]:
