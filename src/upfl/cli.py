@@ -33,13 +33,35 @@ def resolve_run_config(args: argparse.Namespace) -> cfgmod.RunConfig:
     return cfgmod.from_dict(doc)
 
 
+EXIT_INPUT = 2
+"""Exit status for bad input: config, flags, data set, --out, an unusable checkpoint."""
+EXIT_BUSY = 4
+"""Exit status when another run holds this run's checkpoint (same config, data, code and --out)."""
+
+
+def _acc(value) -> str:
+    return "null" if value is None else f"{value:.4f}"
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    from .checkpoints import CheckpointBusy
+    from .divergence import EXIT_DIVERGED
     from .simulation import run
 
     cfg = resolve_run_config(args)
-    summary = run(cfg, args.out)
+    try:
+        summary = run(cfg, args.out, force=args.force)
+    except CheckpointBusy as e:
+        print(f"upfl run: error: {e}", file=sys.stderr)
+        return EXIT_BUSY
     f = summary["final"]
-    print(f"final iteration {f['iteration']}: train_acc {f['train_acc']:.4f} test_acc {f['test_acc']:.4f} -> {args.out}")
+    if summary["diverged"]:
+        d = summary["diverged"]
+        print(f"upfl run: diverged at iteration {d['iteration']} ({d['kind']}): {d['what']}; "
+              f"summary.json records it -> {args.out}", file=sys.stderr)
+        return EXIT_DIVERGED
+    print(f"final iteration {f['iteration']}: train_acc {_acc(f['train_acc'])} test_acc {_acc(f['test_acc'])} "
+          f"-> {args.out}")
     return 0
 
 
@@ -60,7 +82,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="upfl", description="Upcycled-FL federated simulation")
+    p = argparse.ArgumentParser(prog="upfl", description="Upcycled-FL federated simulation",
+                                epilog="exit status of 'upfl run': 0 done, 2 bad input (config, flags, data, --out, "
+                                       "checkpoint), 3 diverged (summary.json written, see README), 4 another run "
+                                       "holds this run's checkpoint")
     p.add_argument("--version", action="version", version=f"upfl {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="train one configuration")
@@ -70,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
         r.add_argument("--" + flag.replace("_", "-"), dest=flag, type=typ, default=None, help=key)
     r.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="any run-config key, dotted (privacy.sigma=0.8); the value is read as YAML; repeatable")
+    r.add_argument("--force", action="store_true", help="overwrite an OUT that holds another config's results")
     r.set_defaults(func=cmd_run)
     s = sub.add_parser("synth", help="generate a FedProx synthetic data set")
     s.add_argument("--name", required=True)
@@ -101,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except (cfgmod.ConfigError, DatasetError, ValueError) as e:
         print(f"upfl {args.command}: error: {e}", file=sys.stderr)
-        return 2
+        return EXIT_INPUT
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import platform
 import shutil
@@ -16,9 +17,36 @@ from typing import Any, Iterator
 from . import __version__
 
 
+def current_umask() -> int:
+    """The process umask, read without changing it where Linux allows (``/proc/self/status``)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def publish_mode(path: str | os.PathLike) -> None:
+    """Give a finished temporary file or folder the mode a plain ``open``/``mkdir`` would have given it.
+
+    ``mkstemp`` and ``mkdtemp`` create 0600 files and 0700 folders whatever the umask; published
+    results must be readable by whoever the umask lets read them (0644 / 0755 under umask 022).
+    """
+    base = 0o777 if os.path.isdir(path) else 0o666
+    os.chmod(path, base & ~current_umask())
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; rename it onto ``path`` only if the block succeeds."""
+    """Yield a temporary path beside ``path``; rename it onto ``path`` only if the block succeeds.
+
+    The temporary file stays private (0600) while it is written; the published file follows the umask.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -26,6 +54,8 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        if tmp_path.exists():
+            publish_mode(tmp_path)
         os.replace(tmp_path, path)
     finally:
         if tmp_path.exists():
@@ -33,7 +63,11 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 
 
 def replace_dir(src: Path, dst: Path) -> None:
-    """Move a completed folder ``src`` onto ``dst``, replacing an existing ``dst`` as a whole."""
+    """Move a completed folder ``src`` onto ``dst``, replacing an existing ``dst`` as a whole.
+
+    ``src`` (typically from ``mkdtemp``, 0700) is given the umask's folder mode first.
+    """
+    publish_mode(src)
     if dst.exists():
         old = dst.with_name(f".{dst.name}.old-{os.getpid()}")
         os.replace(dst, old)
@@ -49,15 +83,25 @@ def write_text(path: str | os.PathLike, text: str) -> None:
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:
-    write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
+    """Write ``obj`` as strict JSON: NaN and infinities become ``null`` (never a bare ``NaN``)."""
+    write_text(path, json.dumps(json_safe(obj), indent=2, sort_keys=False, allow_nan=False) + "\n")
 
 
-def _json_default(o: Any) -> Any:
-    if hasattr(o, "item"):
-        return o.item()
-    if isinstance(o, Path):
-        return str(o)
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+def json_safe(obj: Any) -> Any:
+    """``obj`` with numpy/torch scalars as Python numbers, paths as text and non-finite floats as ``None``."""
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    if not isinstance(obj, (str, int, float, bool, type(None))) and hasattr(obj, "item"):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, (str, int, float, bool, type(None))):
+        return obj
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:

@@ -9,8 +9,6 @@ from __future__ import annotations
 import csv
 import io
 import math
-import os
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,13 +18,16 @@ import torch
 
 from . import config as cfgmod
 from .algorithms import upcycle_coefficient, upcycle_step, weighted_average
+from .checkpoints import open_checkpoint
 from .data import FederatedDataset, load_leaf
+from .divergence import diverged_entry, loss_problem, weights_problem
 from .draws import is_training_iteration, round_participants, training_rounds_before
-from .files import atomic_path, provenance, write_json, write_text
+from .files import provenance, write_json, write_text
 from .models import build_model
 from .privacy.accounting import per_device, privacy_report
 from .privacy.mechanisms import output_perturbation, sample_objective_noise
 from .rng import generator
+from .runfolder import check_out
 from .solver import batch_plan, select_local_solver
 
 METRIC_COLUMNS = ["iteration", "kind", "train_loss", "train_acc", "test_loss", "test_acc", "devices",
@@ -50,6 +51,7 @@ class Simulation:
         ds = self.data
         self.devices = ds.train_users
         self.num_classes = ds.num_classes
+        ds.check_labels()
         self.model = build_model(c.model.name, ds, c.model.options)
         self.local_solve = select_local_solver(c.solver.backend, self.model, self.device, c.threads)
         p = c.privacy
@@ -128,11 +130,6 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def checkpoint_dir(cfg: cfgmod.RunConfig) -> Path:
-    root = Path(cfg.checkpoint.dir or os.path.join("results", "checkpoints"))
-    return root / cfgmod.config_hash(cfg)
-
-
 def _metrics_csv(rows: list[dict[str, Any]]) -> str:
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=METRIC_COLUMNS, lineterminator="\n")
@@ -142,28 +139,53 @@ def _metrics_csv(rows: list[dict[str, Any]]) -> str:
     return buf.getvalue()
 
 
-def run(cfg: cfgmod.RunConfig, out: str | Path, log=print, stop_after: int | None = None) -> dict[str, Any]:
-    """Run one configuration; write OUT/metrics.csv and OUT/summary.json atomically; resume from a checkpoint."""
+def run(cfg: cfgmod.RunConfig, out: str | Path, log=print, stop_after: int | None = None,
+        force: bool = False) -> dict[str, Any]:
+    """Run one configuration; write OUT/metrics.csv and OUT/summary.json atomically; resume from a checkpoint.
+
+    A non-finite weight vector or loss stops the run: its summary records ``diverged`` (see
+    :mod:`upfl.divergence`). OUT is checked before any work (:func:`upfl.runfolder.check_out`).
+    """
     cfg = cfgmod.validate(cfg)
+    out = check_out(out, cfgmod.config_hash(cfg), force)
     device = resolve_device(cfg.device)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     data = load_leaf(cfg.data.path)
     sim = Simulation(cfg, data, device)
+    log(f"{cfg.data.path}: {sim.num_classes} classes ({data.num_classes_source}), "
+        f"{len(sim.devices)} training devices, {data.test_samples} test samples")
+    if sim.test_x is None:
+        log(f"warning: {cfg.data.path} has an empty test split; test metrics are null and no best iteration is chosen")
     privacy = privacy_report(cfg, data, sim.model)
-    out = Path(out)
-    ckdir = checkpoint_dir(cfg)
-    ckfile = ckdir / "state.pt"
+    ckpt = open_checkpoint(cfg, out, cfg.data.path) if cfg.checkpoint.every else None
+    if ckpt is not None:
+        ckpt.acquire()
+    try:
+        return _run_loop(cfg, sim, data, device, out, ckpt, privacy, log, stop_after)
+    finally:
+        if ckpt is not None:
+            ckpt.release()
+
+
+def _run_loop(cfg, sim, data, device, out, ckpt, privacy, log, stop_after) -> dict[str, Any]:
     T, alg = cfg.rounds, cfg.algorithm.name
     num_training = (T + 1) // 2 if alg == "upcycled" else T
     c1 = cfgmod.upcycle_base_coefficient(cfg) if alg == "upcycled" else 0.0
     times = {"train_s": 0.0, "upcycle_s": 0.0, "eval_s": 0.0}
-    if cfg.checkpoint.every and ckfile.exists():
-        state = torch.load(ckfile, weights_only=False)
-        if state.get("config_hash") != cfgmod.config_hash(cfg):
-            raise RuntimeError(f"{ckfile}: checkpoint belongs to another config; remove it")
+    has_test = sim.test_x is not None
+    diverged: dict[str, Any] | None = None
+    state = None
+    if ckpt is not None:
+        ckpt.prune_stale(log)
+        shape = (sim.model.num_params,)
+        state = ckpt.load({"w": shape, "w_prev": shape}, T)
+    if state is not None:
         t0, w, w_prev, rows, times = state["t"], state["w"].to(device), state["w_prev"].to(device), state["rows"], state["times"]
-        log(f"resuming from {ckfile} at iteration {t0}")
+        log(f"resuming from {ckpt.file} at iteration {t0}")
+        problem = weights_problem(w) or weights_problem(w_prev)
+        if problem:
+            diverged = diverged_entry(t0, rows[-1].get("kind", "train"), f"{problem} (in the checkpoint)")
     else:
         w = sim.model.init_params(generator(cfg.seed, "init")).to(device)
         w_prev, t0 = w.clone(), 0
@@ -171,8 +193,13 @@ def run(cfg: cfgmod.RunConfig, out: str | Path, log=print, stop_after: int | Non
         rows = [{"iteration": 0, "kind": "init", **sim.evaluate(w), "devices": 0, "local_steps": 0,
                  "data_accesses": 0, "wall_s": 0.0, "cum_wall_s": 0.0}]
         times["eval_s"] += time.perf_counter() - e0
+        problem = loss_problem(rows[0], has_test)
+        if problem:
+            diverged = diverged_entry(0, "init", problem)
     round_k = training_rounds_before(alg, t0)
     for t in range(t0 + 1, T + 1):
+        if diverged:
+            break
         start = time.perf_counter()
         if is_training_iteration(alg, t):
             round_k += 1
@@ -186,10 +213,12 @@ def run(cfg: cfgmod.RunConfig, out: str | Path, log=print, stop_after: int | Non
         w_prev, w = w, w_new
         wall = time.perf_counter() - start
         row = {"iteration": t, "kind": kind, "devices": ndev, "local_steps": steps, "data_accesses": accesses}
-        if t % cfg.evaluation.every == 0 or t == T:
+        problem = weights_problem(w)
+        if t % cfg.evaluation.every == 0 or t == T or problem:
             e0 = time.perf_counter()
             row.update(sim.evaluate(w))
             times["eval_s"] += time.perf_counter() - e0
+            problem = problem or loss_problem(row, has_test)
             log(f"iter {t}/{T} {kind:7s} train_loss {row['train_loss']:.4f} train_acc {row['train_acc']:.4f} "
                 f"test_acc {row['test_acc']:.4f}")
         else:
@@ -197,21 +226,27 @@ def run(cfg: cfgmod.RunConfig, out: str | Path, log=print, stop_after: int | Non
         row["wall_s"] = wall
         row["cum_wall_s"] = rows[-1]["cum_wall_s"] + wall
         rows.append({k: row[k] for k in METRIC_COLUMNS})
-        if cfg.checkpoint.every and kind == "train" and round_k % cfg.checkpoint.every == 0 and t < T:
-            ckdir.mkdir(parents=True, exist_ok=True)
-            with atomic_path(ckfile) as tmp:
-                torch.save({"config_hash": cfgmod.config_hash(cfg), "t": t, "w": w.cpu(), "w_prev": w_prev.cpu(),
-                            "rows": rows, "times": times}, tmp)
+        if problem:
+            diverged = diverged_entry(t, kind, problem)
+            log(f"diverged at iteration {t}: {problem}; stopping")
+            break
+        if ckpt is not None and kind == "train" and round_k % cfg.checkpoint.every == 0 and t < T:
+            ckpt.save({"config_hash": cfgmod.config_hash(cfg), "t": t, "w": w.cpu(), "w_prev": w_prev.cpu(),
+                       "rows": rows, "times": times})
         if stop_after is not None and t >= stop_after:
             raise InjectedStop(f"stopped after iteration {t}")
     final = rows[-1]
-    evaluated = [r for r in rows if not math.isnan(r["train_acc"])]
-    best = max(evaluated, key=lambda r: r["test_acc"])
+    keys = ("iteration", "train_loss", "train_acc", "test_loss", "test_acc")
+    evaluated = [r for r in rows if math.isfinite(r["test_acc"])] if not diverged else []
+    best = max(evaluated, key=lambda r: r["test_acc"]) if evaluated else None
     summary = {
-        "final": {k: final[k] for k in ("iteration", "train_loss", "train_acc", "test_loss", "test_acc")},
-        "best": {k: best[k] for k in ("iteration", "train_loss", "train_acc", "test_loss", "test_acc")},
+        "diverged": diverged or False,
+        "final": {k: final[k] for k in keys},
+        "best": {k: best[k] for k in keys} if best else None,
         "config": cfgmod.to_dict(cfg), "config_hash": cfgmod.config_hash(cfg), "seed": cfg.seed,
         **provenance(), "device": str(device),
+        "num_classes": sim.num_classes, "num_classes_source": data.num_classes_source,
+        "test_samples": data.test_samples,
         "time": {**times, "total_s": final["cum_wall_s"] + times["eval_s"]},
         "training_rounds": num_training,
         "privacy": privacy,
@@ -219,6 +254,6 @@ def run(cfg: cfgmod.RunConfig, out: str | Path, log=print, stop_after: int | Non
     out.mkdir(parents=True, exist_ok=True)
     write_text(out / "metrics.csv", _metrics_csv(rows))
     write_json(out / "summary.json", summary)
-    if ckdir.exists():
-        shutil.rmtree(ckdir)
+    if ckpt is not None:
+        ckpt.remove()
     return summary

@@ -42,6 +42,8 @@ class FederatedDataset:
     test_y: dict[str, np.ndarray]
     meta: dict[str, Any] = field(default_factory=dict)
     path: str | None = None
+    files: dict[str, dict[str, str]] = field(default_factory=dict)
+    """``files[split][user]``: the JSON file a user's data came from (for error messages)."""
 
     @property
     def train_users(self) -> list[str]:
@@ -61,12 +63,32 @@ class FederatedDataset:
         ys = [y for y in list(self.train_y.values()) + list(self.test_y.values()) if len(y)]
         return int(max(int(y.max()) for y in ys)) + 1
 
+    @property
+    def num_classes_source(self) -> str:
+        """Where :attr:`num_classes` comes from: ``meta.json`` or the largest label (no meta.json entry)."""
+        return "meta.json" if "num_classes" in self.meta else "largest label + 1 (meta.json has no num_classes)"
+
+    @property
+    def test_samples(self) -> int:
+        return int(sum(len(y) for y in self.test_y.values()))
+
+    def check_labels(self) -> None:
+        """Raise :class:`DatasetError` naming the file and user of the first label outside 0..num_classes-1."""
+        k = self.num_classes
+        for split, ys in (("train", self.train_y), ("test", self.test_y)):
+            for user, y in ys.items():
+                bad = np.flatnonzero((y < 0) | (y >= k))
+                if len(bad):
+                    file = self.files.get(split, {}).get(user, f"{self.path}/{split}")
+                    raise DatasetError(f"{file}: user {user!r}: label {bad[0]} is {int(y[bad[0]])}, outside "
+                                       f"0..{k - 1} (num_classes {k} from {self.num_classes_source})")
+
 
 def _fail(file: Path, msg: str) -> None:
     raise DatasetError(f"{file}: {msg}")
 
 
-def _read_split(folder: Path, x_dtype: str) -> tuple[list[str], dict[str, np.ndarray], dict[str, np.ndarray]]:
+def _read_split(folder: Path, x_dtype: str, where: dict[str, str]) -> tuple[list[str], dict[str, np.ndarray], dict[str, np.ndarray]]:
     if not folder.is_dir():
         raise DatasetError(f"{folder}: missing folder (a LEAF data set needs train/ and test/ folders)")
     files = sorted(folder.glob("*.json"))
@@ -138,6 +160,7 @@ def _read_split(folder: Path, x_dtype: str) -> tuple[list[str], dict[str, np.nda
             else:
                 xs[user] = x_arr.astype(np.float32)
             ys[user] = np.asarray(y, dtype=np.int64)
+            where[user] = str(file)
             users.append(user)
         extra = set(map(str, user_data)) - set(map(str, f_users))
         if extra:
@@ -160,8 +183,9 @@ def load_leaf(path: str | os.PathLike) -> FederatedDataset:
     x_dtype = meta.get("x_dtype", "float32")
     if x_dtype not in ("float32", "int64"):
         raise DatasetError(f"{meta_file}: x_dtype must be 'float32' or 'int64', got {x_dtype!r}")
-    tr_users, tr_x, tr_y = _read_split(root / "train", x_dtype)
-    te_users, te_x, te_y = _read_split(root / "test", x_dtype)
+    files: dict[str, dict[str, str]] = {"train": {}, "test": {}}
+    tr_users, tr_x, tr_y = _read_split(root / "train", x_dtype, files["train"])
+    te_users, te_x, te_y = _read_split(root / "test", x_dtype, files["test"])
     if not tr_users or sum(len(y) for y in tr_y.values()) == 0:
         raise DatasetError(f"{root / 'train'}: no training samples")
     shapes = {x.shape[1:] for x in list(tr_x.values()) + list(te_x.values()) if len(x)}
@@ -178,7 +202,12 @@ def load_leaf(path: str | os.PathLike) -> FederatedDataset:
             if u not in xs:
                 xs[u] = np.zeros((0,) + shape, dtype=np.int64 if x_dtype == "int64" else np.float32)
                 ys[u] = np.zeros((0,), dtype=np.int64)
-    return FederatedDataset(users, tr_x, tr_y, te_x, te_y, meta=meta, path=str(root))
+    ds = FederatedDataset(users, tr_x, tr_y, te_x, te_y, meta=meta, path=str(root), files=files)
+    if "num_classes" in meta:
+        if isinstance(meta["num_classes"], bool) or not isinstance(meta["num_classes"], int) or meta["num_classes"] < 1:
+            raise DatasetError(f"{meta_file}: num_classes must be a positive integer, got {meta['num_classes']!r}")
+        ds.check_labels()
+    return ds
 
 
 def _split_doc(users: list[str], xs: dict[str, np.ndarray], ys: dict[str, np.ndarray]) -> dict[str, Any]:

@@ -1,0 +1,202 @@
+"""Checkpoints of a run: where they live, what they are keyed by, how they are read safely.
+
+A checkpoint is ``<root>/<key>/state.pt``. The key (:func:`checkpoint_key`) covers everything a
+resumed run must share with the run that wrote it: the config hash, the data's content
+(:func:`data_fingerprint`), the code that computes the numbers (:func:`code_fingerprint`) and the
+result folder OUT. The default root is ``OUT/.checkpoints`` (created at the first checkpoint, removed
+when the run ends), so a run never writes outside its own folder unless ``checkpoint.dir`` says so.
+
+Concurrency: a run holds an exclusive ``flock`` on ``<root>/<key>/lock`` (the file holds its PID) for
+as long as it runs; a second run with the same key (same config, data, code and OUT) is refused with
+:class:`CheckpointBusy` instead of resuming a checkpoint that is still being written. Runs with
+different OUT folders have different keys and never share a checkpoint.
+
+Reading: ``torch.load(weights_only=True)``, so a planted pickle cannot run code; every failure
+(unreadable, truncated, wrong shapes, another key) is a :class:`CheckpointError` that names the file
+and says it can be removed.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import config as cfgmod
+from .files import atomic_path, sha256_file
+
+FORMAT = 1
+DEFAULT_DIRNAME = ".checkpoints"
+STATE_FILE = "state.pt"
+LOCK_FILE = "lock"
+NUMERIC_EXCLUDED = ("report", "commands", "cli.py")
+"""Parts of the package that cannot change a run's numbers (left out of :func:`code_fingerprint`)."""
+
+
+class CheckpointError(ValueError):
+    """A checkpoint cannot be used; the message names the file and says it can be removed."""
+
+
+class CheckpointBusy(RuntimeError):
+    """Another process holds the checkpoint of this run (same config, data, code and OUT)."""
+
+
+def data_fingerprint(path: str | os.PathLike) -> str:
+    """SHA-256 (16 hex digits) over the relative path and sha256 of every file of a data set folder.
+
+    Regenerating the data at the same path (other seed, other source, edited files) changes it.
+    """
+    root = Path(path)
+    h = hashlib.sha256()
+    for file in sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith(".")):
+        h.update(f"{file.relative_to(root).as_posix()}\0{sha256_file(file)}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def code_fingerprint() -> str:
+    """SHA-256 (16 hex digits) of the package sources that compute a run's numbers, and torch's version.
+
+    A checkpoint written by other code (an edited solver, another torch) is not resumed.
+    """
+    pkg = Path(__file__).resolve().parent
+    h = hashlib.sha256(torch.__version__.encode())
+    for file in sorted(pkg.rglob("*.py")):
+        rel = file.relative_to(pkg)
+        if rel.parts[0] in NUMERIC_EXCLUDED:
+            continue
+        h.update(f"{rel.as_posix()}\0{sha256_file(file)}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def checkpoint_key(cfg: cfgmod.RunConfig, out: str | os.PathLike, data_fp: str, code_fp: str) -> str:
+    """The checkpoint folder name: config hash, data and code fingerprints and the real path of OUT."""
+    text = "\n".join([cfgmod.config_hash(cfg), data_fp, code_fp, os.path.realpath(out)])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def checkpoint_root(cfg: cfgmod.RunConfig, out: str | os.PathLike) -> Path:
+    """``checkpoint.dir`` when set, else ``OUT/.checkpoints``."""
+    return Path(cfg.checkpoint.dir) if cfg.checkpoint.dir else Path(out) / DEFAULT_DIRNAME
+
+
+class Checkpoint:
+    """One run's checkpoint slot: lock it, load it, save to it, remove it."""
+
+    def __init__(self, root: Path, key: str, owned_root: bool):
+        self.root, self.key, self.owned_root = Path(root), key, owned_root
+        self.dir = self.root / key
+        self.file = self.dir / STATE_FILE
+        self._lock_fd: int | None = None
+
+    def acquire(self) -> None:
+        """Take the exclusive lock of this slot (creating its folder); :class:`CheckpointBusy` if held."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            if e.errno in (errno.EAGAIN, errno.EACCES):
+                raise CheckpointBusy(f"{self.dir}: another run of the same config, data and --out is running "
+                                     f"(PID {holder}); wait for it or use another --out") from None
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._lock_fd = fd
+
+    def release(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def prune_stale(self, log) -> None:
+        """Remove other slots of an OUT-owned root (other config, data or code) that no run holds."""
+        if not self.owned_root or not self.root.is_dir():
+            return
+        for other in self.root.iterdir():
+            if other.name == self.key or not other.is_dir():
+                continue
+            lock = other / LOCK_FILE
+            if lock.exists():
+                fd = os.open(lock, os.O_RDWR)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    continue
+                finally:
+                    os.close(fd)
+            shutil.rmtree(other, ignore_errors=True)
+            log(f"removed stale checkpoint {other} (made for another config, data set or code version)")
+
+    def remove(self) -> None:
+        """Delete this slot (and the OUT-owned root when nothing else is left in it)."""
+        self.release()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        if self.owned_root:
+            try:
+                self.root.rmdir()
+            except OSError:
+                pass
+
+    def save(self, state: dict[str, Any]) -> None:
+        """Write ``state`` (plain tensors, lists, dicts, numbers, strings) atomically."""
+        with atomic_path(self.file) as tmp:
+            torch.save({"format": FORMAT, "key": self.key, **state}, tmp)
+
+    def load(self, shapes: dict[str, tuple[int, ...]], rounds: int) -> dict[str, Any] | None:
+        """The checkpoint's state, or ``None`` when there is none; :class:`CheckpointError` when unusable.
+
+        ``shapes`` gives the expected shape of each weight tensor (``w``, ``w_prev``); ``rounds`` is T.
+        """
+        if not self.file.exists():
+            return None
+        try:
+            state = torch.load(self.file, map_location="cpu", weights_only=True)
+        except Exception as e:  # any unpickling, zip or I/O failure: the file is not a usable checkpoint
+            self._fail(f"not a readable checkpoint ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})")
+        self._check(state, shapes, rounds)
+        return state
+
+    def _fail(self, reason: str) -> None:
+        raise CheckpointError(f"{self.file}: {reason}; remove it (rm -r {self.dir}) to start the run over")
+
+    def _check(self, state: Any, shapes: dict[str, tuple[int, ...]], rounds: int) -> None:
+        if not isinstance(state, dict):
+            self._fail(f"holds a {type(state).__name__}, not a checkpoint mapping")
+        missing = [k for k in ("format", "key", "t", "rows", "times", *shapes) if k not in state]
+        if missing:
+            self._fail(f"missing entries {', '.join(missing)}")
+        if state["format"] != FORMAT:
+            self._fail(f"checkpoint format {state['format']!r}, this upfl reads {FORMAT}")
+        if state["key"] != self.key:
+            self._fail(f"written for key {state['key']!r}, not this run's {self.key!r}")
+        t = state["t"]
+        if isinstance(t, bool) or not isinstance(t, int) or not 1 <= t < rounds:
+            self._fail(f"iteration {t!r} is not in 1..{rounds - 1}")
+        for name, shape in shapes.items():
+            value = state[name]
+            if not isinstance(value, torch.Tensor) or tuple(value.shape) != tuple(shape):
+                got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+                self._fail(f"{name} has shape {got}, this model needs {tuple(shape)}")
+        rows = state["rows"]
+        if not isinstance(rows, list) or len(rows) != t + 1 or not all(isinstance(r, dict) for r in rows):
+            self._fail(f"metrics rows do not match iteration {t}")
+        if not isinstance(state["times"], dict):
+            self._fail("times entry is not a mapping")
+        extra = state.get("algorithm_state")
+        if extra is not None and not (isinstance(extra, dict) and all(
+                isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in extra.items())):
+            self._fail("algorithm_state is not a mapping of names to tensors")
+
+
+def open_checkpoint(cfg: cfgmod.RunConfig, out: str | os.PathLike, data_path: str | os.PathLike) -> Checkpoint:
+    """The checkpoint slot of a run (not locked, nothing created yet)."""
+    key = checkpoint_key(cfg, out, data_fingerprint(data_path), code_fingerprint())
+    return Checkpoint(checkpoint_root(cfg, out), key, owned_root=not cfg.checkpoint.dir)

@@ -1,0 +1,43 @@
+"""Divergence: a run whose weights or losses stop being finite is flagged, never reported as a result.
+
+The simulation checks the global model after every iteration and the losses whenever it evaluates;
+the first failure stops the run. ``summary.json`` then holds ``diverged`` (see :func:`diverged_entry`),
+``final`` holds the failing iteration's metrics (``null`` where not finite), ``best`` is ``null``,
+and ``upfl run`` exits with :data:`EXIT_DIVERGED`. The report keeps such runs out of means and
+intervals and marks their cells ("diverged 2/3 seeds").
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+EXIT_DIVERGED = 3
+"""Exit status of ``upfl run`` for a diverged run (2: bad input; 4: the run's checkpoint is busy)."""
+
+
+def weights_problem(w: torch.Tensor) -> str | None:
+    """``None`` when every entry of ``w`` is finite, else what is wrong (e.g. ``'weights: 12 of 42 entries NaN'``)."""
+    finite = torch.isfinite(w)
+    if bool(finite.all()):
+        return None
+    nan = int(torch.isnan(w).sum())
+    inf = int(w.numel() - int(finite.sum()) - nan)
+    parts = ([f"{nan} NaN"] if nan else []) + ([f"{inf} infinite"] if inf else [])
+    return f"weights: {' and '.join(parts)} of {w.numel()} entries"
+
+
+def loss_problem(row: dict[str, Any], has_test: bool) -> str | None:
+    """``None`` when the evaluated losses of ``row`` are finite (test only when a test split exists)."""
+    for key in ("train_loss", "test_loss") if has_test else ("train_loss",):
+        value = row.get(key)
+        if value is not None and not math.isfinite(value):
+            return f"{key} = {value}"
+    return None
+
+
+def diverged_entry(iteration: int, kind: str, what: str) -> dict[str, Any]:
+    """The ``diverged`` value of ``summary.json`` for a run that failed at ``iteration``."""
+    return {"iteration": iteration, "kind": kind, "what": what}
