@@ -27,7 +27,10 @@ CONFIG_COLUMNS = [
 ]
 """Columns of ``runs.csv`` that describe a run's configuration (``seed`` included)."""
 
-TEXT_COLUMNS = ("experiments", "dataset", "algorithm", "schedule", "policy", "model", "mechanism", "run_dir",
+DIVERGED_COLUMNS = ("diverged", "diverged_iteration", "diverged_what")
+"""``runs.csv`` columns of a diverged run (``summary.json``'s ``diverged``): flag, first bad iteration, what."""
+
+TEXT_COLUMNS = ("diverged_what", "experiments", "dataset", "algorithm", "schedule", "policy", "model", "mechanism", "run_dir",
                 "data_path", "config_hash", "git_commit", "upfl_version", "torch_version", "device")
 """Columns of ``runs.csv`` read as text whatever they look like (a data set called ``2`` stays ``'2'``)."""
 
@@ -140,9 +143,15 @@ def config_columns(summary: dict[str, Any]) -> dict[str, Any]:
 def run_row(run_dir: str, summary: dict[str, Any]) -> dict[str, Any]:
     """One ``runs.csv`` row (without ``experiments``) from a run folder's summary."""
     row = config_columns(summary)
+    diverged = summary.get("diverged") or {}
+    row["diverged"] = bool(diverged)
+    row["diverged_iteration"] = diverged.get("iteration", np.nan) if diverged else np.nan
+    row["diverged_what"] = diverged.get("what", np.nan) if diverged else np.nan
     for part in ("final", "best"):
+        values = summary.get(part) or {}
         for key in RESULT_KEYS:
-            row[f"{part}_{key}"] = summary.get(part, {}).get(key, np.nan)
+            value = values.get(key)
+            row[f"{part}_{key}"] = np.nan if value is None else value
     for key in TIME_KEYS:
         row[f"time_{key}"] = summary.get("time", {}).get(key, np.nan)
     if "privacy" in summary:
@@ -189,6 +198,32 @@ def read_runs(path: str | os.PathLike) -> pd.DataFrame:
     if missing:
         raise ReportError(f"{path}: not a runs table (missing columns {', '.join(missing)})")
     return df
+
+
+def is_diverged(runs: pd.DataFrame) -> pd.Series:
+    """Rows whose run diverged (column ``diverged``; a runs table without it has none)."""
+    if "diverged" not in runs.columns:
+        return pd.Series(False, index=runs.index)
+    return runs["diverged"].map(lambda v: str(v).strip().lower() in ("true", "1", "1.0"))
+
+
+def converged(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs that did not diverge: the only ones that enter means, intervals and curves."""
+    return runs[~is_diverged(runs)]
+
+
+def diverged_note(cell: pd.DataFrame) -> str:
+    """``'diverged 2/3 seeds'`` for a cell with diverged runs, else ``''``."""
+    n = int(is_diverged(cell).sum())
+    return f"diverged {n}/{len(cell)} seeds" if n else ""
+
+
+def require_converged(runs: pd.DataFrame, what: str) -> pd.DataFrame:
+    """``converged(runs)``; a selection where every run diverged is an error naming ``what``."""
+    ok = converged(runs)
+    if ok.empty and not runs.empty:
+        raise ReportError(f"{what}: every selected run diverged ({len(runs)} runs; see diverged_what in runs.csv)")
+    return ok
 
 
 def experiment_names(runs: pd.DataFrame) -> list[str]:

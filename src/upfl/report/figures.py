@@ -20,7 +20,7 @@ import seaborn as sns  # noqa: E402
 from .. import __version__  # noqa: E402
 from ..files import atomic_path, git_commit  # noqa: E402
 from .cells import check_one_config, dataset_mus, with_cell_mu  # noqa: E402
-from .collect import METRIC_NAMES, ReportError, cumulative_rounds, load_metrics  # noqa: E402
+from .collect import METRIC_NAMES, ReportError, cumulative_rounds, load_metrics, require_converged  # noqa: E402
 from .paper import ALGORITHM_ORDER, algorithm_label, dataset_label, dataset_order, metric_label  # noqa: E402
 from .render import as_number, fmt_mu, write_csv  # noqa: E402
 
@@ -276,7 +276,7 @@ def convergence_figure(runs: pd.DataFrame, out_prefix: str, metrics: Sequence[st
     """Loss and accuracy against iterations (or training rounds, or time) of every algorithm, per facet."""
     if x not in X_CHOICES["convergence"]:
         raise ReportError(f"--x {x}: convergence plots against {', '.join(X_CHOICES['convergence'])}")
-    facets = line_keys(assign_facets(runs))
+    facets = line_keys(assign_facets(require_converged(runs, "convergence figure")))
     data = curve_data(facets, metrics, x)
     fig = plot_convergence(data, metrics, x, title)
     save_figure(fig, out_prefix)
@@ -380,7 +380,7 @@ def lambda_sweep_figure(runs: pd.DataFrame, out_prefix: str, metrics: Sequence[s
     bad = [p for p in panels if p not in ("curves", "final")]
     if bad or not panels:
         raise ReportError(f"--panels: choose from curves, final; got {', '.join(panels) or 'none'}")
-    facets = assign_facets(runs)
+    facets = assign_facets(require_converged(runs, "lambda sweep figure"))
     ups = facets[facets["algorithm"] == "upcycled"]
     if ups.empty:
         raise ReportError("lambda_sweep: the selected runs have no Upcycled-FL runs")

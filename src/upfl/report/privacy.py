@@ -32,7 +32,7 @@ import pandas as pd
 from ..files import write_text
 from ..privacy.accounting import NO_GLM, OFF_BY_ONE_NOTE, OUTPUT_NOTE, SGD_CAVEAT
 from .cells import check_one_config, paired
-from .collect import ReportError
+from .collect import ReportError, converged, diverged_note, require_converged
 from .paper import algorithm_label, dataset_label, dataset_order, metric_label, paper_values
 from .render import as_number, fmt, latex_table, markdown_table, write_csv, write_markdown
 from .stats import mean_interval
@@ -123,13 +123,14 @@ def setting_row(dataset: str, mech: str, alg: str, noise: str, cell: pd.DataFram
     if cell["seed"].duplicated().any():
         raise ReportError(f"{what}: several runs with the same seed ({sorted(cell['seed'])})")
     first = cell.iloc[0].to_dict()
+    note, cell = diverged_note(cell), converged(cell)
     row: dict[str, Any] = {
         "dataset": dataset, "label": dataset_label(dataset), "mechanism": mech, "algorithm": alg, "noise": noise,
         "noise_value": noise_value(mech, first), "sigma": first.get("sigma"), "tau": first.get("tau"),
         "alpha": first.get("alpha"), "delta": first.get("delta"), "mu": first.get("mu"), "lam": first.get("lam"),
         "model": first.get("model"), "rounds": int(first["rounds"]),
         "training_rounds": as_number(first.get("training_rounds")), "n_seeds": len(cell),
-        "seeds": " ".join(str(int(s)) for s in sorted(cell["seed"])),
+        "seeds": " ".join(str(int(s)) for s in sorted(cell["seed"])), "diverged": note,
     }
     for key in ACC:
         values = cell[f"final_{key}"].astype(float) * 100.0
@@ -332,12 +333,12 @@ def claims_frame(runs: pd.DataFrame, paper: pd.DataFrame | None = None) -> pd.Da
 
 
 def _acc_text(row: dict, key: str) -> str:
+    note = row.get("diverged") or ""
     mean = row.get(f"{key}_mean")
     if _missing(mean):
-        return ""
-    if row["n_seeds"] < 2:
-        return fmt(mean)
-    return f"{fmt(mean)} [{fmt(row[f'{key}_min'])}, {fmt(row[f'{key}_max'])}]"
+        return note if isinstance(note, str) else ""
+    text = fmt(mean) if row["n_seeds"] < 2 else f"{fmt(mean)} [{fmt(row[f'{key}_min'])}, {fmt(row[f'{key}_max'])}]"
+    return f"{text}; {note}" if isinstance(note, str) and note else text
 
 
 def _eps_text(row: dict, acc: str) -> str:
@@ -479,6 +480,9 @@ def tradeoff_data(runs: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
     rows = []
     for dataset, mech, alg, noise, cell in iter_settings(runs):
         s = setting_row(dataset, mech, alg, noise, cell)
+        cell = converged(cell)
+        if cell.empty:
+            continue
         accs = FIGURE_ACCOUNTANTS.get(mech, ("",))
         for acc in accs:
             for metric in metrics:
@@ -576,7 +580,7 @@ def privacy_tradeoff_figure(runs: pd.DataFrame, out_prefix: str, metrics: Sequen
     """Final accuracy against epsilon-bar (log x) for every algorithm and noise level; PNG, PDF and CSV."""
     from .figures import save_figure
 
-    data = tradeoff_data(runs, metrics)
+    data = tradeoff_data(require_converged(runs, "privacy_tradeoff"), metrics)
     fig = plot_tradeoff(data, metrics, title)
     save_figure(fig, out_prefix)
     write_csv(f"{out_prefix}.csv", data, provenance)

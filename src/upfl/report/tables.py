@@ -11,7 +11,7 @@ import pandas as pd
 
 from ..files import write_text
 from .cells import check_one_config, dataset_mus, iter_cells, paired
-from .collect import ReportError
+from .collect import ReportError, converged, diverged_note
 from .paper import algorithm_label, dataset_label, paper_values, table1_value
 from .render import fmt, fmt_mu, latex_table, markdown_table, mean_std, write_csv, write_markdown
 from .stats import mean_interval
@@ -30,12 +30,14 @@ def table1_cell(dataset: str, alg: str, mu: float, cell: pd.DataFrame) -> dict[s
     check_one_config(cell, what)
     if cell["seed"].duplicated().any():
         raise ReportError(f"{what}: several runs with the same seed ({sorted(cell['seed'])})")
+    ok = converged(cell)
     row: dict[str, Any] = {"dataset": dataset, "label": dataset_label(dataset), "algorithm": alg,
                            "mu": mu, "lam": cell["lam"].iloc[0], "rounds": int(cell["rounds"].iloc[0]),
-                           "n_seeds": len(cell), "seeds": " ".join(str(int(s)) for s in sorted(cell["seed"]))}
+                           "n_seeds": len(ok), "seeds": " ".join(str(int(s)) for s in sorted(ok["seed"])),
+                           "n_diverged": len(cell) - len(ok), "diverged": diverged_note(cell)}
     paper = table1_value(dataset, alg, None if math.isnan(mu) else mu)
     for i, key in enumerate(ACC):
-        values = _pct(cell[f"final_{key}"])
+        values = _pct(ok[f"final_{key}"])
         row[f"{key}_mean"] = float(values.mean())
         row[f"{key}_std"] = float(values.std(ddof=1)) if len(values) > 1 else math.nan
         row[f"paper_{key}"] = paper[i] if paper else math.nan
@@ -62,7 +64,7 @@ def table1_frame(runs: pd.DataFrame) -> pd.DataFrame:
     if not cells:
         raise ReportError("table1: no runs")
     rows = [table1_cell(*c) for c in cells]
-    index = {(r["dataset"], r["algorithm"], r["mu"]): (r, c[3]) for r, c in zip(rows, cells)}
+    index = {(r["dataset"], r["algorithm"], r["mu"]): (r, converged(c[3])) for r, c in zip(rows, cells)}
     for (dataset, alg, mu), (row, cell) in index.items():
         if alg != "upcycled" or (dataset, "fedprox", mu) not in index:
             continue
@@ -72,7 +74,12 @@ def table1_frame(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def _ours(row: dict) -> str:
-    return f"{mean_std(row['train_acc_mean'], row['train_acc_std'])} ({mean_std(row['test_acc_mean'], row['test_acc_std'])})"
+    """Mean ± std (train, test) over the converged seeds, with 'diverged k/n seeds' where any diverged."""
+    note = row.get("diverged") or ""
+    if not row["n_seeds"]:
+        return note
+    text = f"{mean_std(row['train_acc_mean'], row['train_acc_std'])} ({mean_std(row['test_acc_mean'], row['test_acc_std'])})"
+    return f"{text}; {note}" if note else text
 
 
 def _pair_text(a, b, signed: bool = False) -> str:
@@ -161,7 +168,8 @@ def paper_notes(frame: pd.DataFrame) -> list[str]:
 TABLE1_CAPTION = ("Training (testing) accuracy in % at the final iteration: mean ± sample std over seeds; paper: "
                   "the paper's Table 1 value; Δ: ours − paper (percentage points). Upcycled − FedProx: the "
                   "difference per seed (same seed, same device draws), its mean and 95% t interval; the claim "
-                  "holds when the interval lies above 0.")
+                  "holds when the interval lies above 0. A run whose weights or losses stopped being finite "
+                  "('diverged k/n seeds') is left out of means, intervals and pairs.")
 
 
 def write_table1(runs: pd.DataFrame, out_prefix: str, provenance: str) -> pd.DataFrame:

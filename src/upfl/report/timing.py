@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from .cells import check_one_config, iter_cells
-from .collect import ReportError, cumulative_rounds, load_metrics
+from .collect import ReportError, cumulative_rounds, is_diverged, load_metrics, require_converged
 from .paper import algorithm_label, dataset_label, paper_values
 from .render import fmt, fmt_mu, markdown_table, mean_std, write_csv, write_markdown
 from .stats import mean_interval
@@ -103,7 +103,7 @@ def ratio_columns(pairs: pd.DataFrame) -> dict[str, Any]:
 
 def time_frame(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per data set x algorithm x mu; ratio columns on Upcycled-FL rows; an 'all' row pools every pair."""
-    cells = list(iter_cells(runs))
+    cells = list(iter_cells(require_converged(runs, "time")))
     if not cells:
         raise ReportError("time: no runs")
     rows = [time_row(*c) for c in cells]
@@ -189,6 +189,9 @@ def write_time(runs: pd.DataFrame, out_prefix: str, provenance: str) -> pd.DataF
     sections = [TIME_NOTE + sources + ".", "## Training time per algorithm and data set\n",
                 markdown_table(TIME_HEADER, time_rows(frame)), "## Upcycled-FL / FedProx\n",
                 markdown_table(RATIO_HEADER, ratio_rows(frame))]
+    n_diverged = int(is_diverged(runs).sum())
+    if n_diverged:
+        sections.insert(1, f"{n_diverged} diverged run(s) left out (see diverged_what in runs.csv).")
     write_markdown(f"{out_prefix}.md", "Training time", sections, provenance)
     return frame
 
