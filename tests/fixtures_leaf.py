@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import hashlib
 import io
 import re
 import threading
@@ -172,6 +173,12 @@ def glove_vectors(path: Path, member: str = "glove.6B.300d.txt") -> dict[str, np
 @dataclass
 class ServerLog:
     requests: list[tuple[str, str | None]] = field(default_factory=list)
+    if_range: list[str | None] = field(default_factory=list)
+
+
+def etag_of(data: bytes) -> str:
+    """The strong ETag the fixture server gives ``data`` (changes with the content)."""
+    return '"' + hashlib.sha256(data).hexdigest()[:20] + '"'
 
 
 class ArchiveServer:
@@ -179,7 +186,10 @@ class ArchiveServer:
 
     ``drop_once[path] = n``: the first full request for ``path`` announces the whole length,
     sends ``n`` bytes and closes the connection. ``truncate[path] = n``: every response
-    announces the whole length and sends at most ``n`` bytes of it.
+    announces the whole length and sends at most ``n`` bytes of it. Responses carry a strong
+    ``ETag`` (from the content) and a ``Last-Modified`` unless ``validators`` is False;
+    ``if_range`` is ``"honour"`` (a resume whose ``If-Range`` names another version gets the whole
+    new file, as RFC 9110 asks) or ``"ignore"`` (ranges served whatever ``If-Range`` says).
     """
 
     def __init__(self, files: dict[str, bytes], port: int = 0):
@@ -188,6 +198,9 @@ class ArchiveServer:
         self.drop_once: dict[str, int] = {}
         self.truncate: dict[str, int] = {}
         self.no_range = False
+        self.validators = True
+        self.if_range = "honour"
+        self.last_modified = "Wed, 01 Jan 2025 00:00:00 GMT"
         self.log = ServerLog()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -212,12 +225,17 @@ class ArchiveServer:
             def do_GET(self):
                 rng = self.headers.get("Range")
                 server.log.requests.append((self.path, rng))
+                server.log.if_range.append(self.headers.get("If-Range"))
                 data = server.files.get(self.path)
                 if data is None:
                     self.send_error(404)
                     return
                 start = 0
                 m = re.fullmatch(r"bytes=(\d+)-", rng or "")
+                cond = self.headers.get("If-Range")
+                if m and cond is not None and server.if_range == "honour" and \
+                        (not server.validators or cond not in (etag_of(data), server.last_modified)):
+                    m = None
                 if m and not server.no_range:
                     start = int(m.group(1))
                     if start >= len(data):
@@ -231,6 +249,9 @@ class ArchiveServer:
                 else:
                     self.send_response(200)
                 body = data[start:]
+                if server.validators:
+                    self.send_header("ETag", etag_of(data))
+                    self.send_header("Last-Modified", server.last_modified)
                 self.send_header("Content-Length", str(len(body)))
                 self.send_header("Content-Type", "application/octet-stream")
                 self.end_headers()

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..data.archive import ArchiveError, extract_zip
-from ..data.download import DownloadError, fetch_source
+from ..data.download import DownloadError, fetch_source, read_recorded_sha256
 from ..data.femnist import FemnistSpec, build_femnist
 from ..data.leaf import DatasetError
 from ..data.sent140 import Sent140Spec, build_sent140
@@ -71,7 +71,18 @@ def spec_with(dataset: str, settings: list[str] | None, num_devices: int | None 
     return dataclasses.replace(cls(), **changes)
 
 
+def check_fetch_flags(args: argparse.Namespace) -> None:
+    """Named errors for flag values a download cannot use (before anything is fetched)."""
+    if args.retries < 0:
+        raise ValueError(f"--retries: must be >= 0 (attempts after the first), got {args.retries}")
+    if args.backoff < 0:
+        raise ValueError(f"--backoff: must be >= 0 seconds, got {args.backoff}")
+    if args.timeout <= 0:
+        raise ValueError(f"--timeout: must be > 0 seconds, got {args.timeout}")
+
+
 def cmd_fetch(args: argparse.Namespace) -> int:
+    check_fetch_flags(args)
     urls, checksums = _pairs(args.url, "--url"), _pairs(args.sha256, "--sha256")
     if args.source:
         # NAMES are archive sources, not data sets: `sent140` is the tweets archive alone, without glove.
@@ -95,10 +106,14 @@ def cmd_fetch(args: argparse.Namespace) -> int:
 
 def _resource(folder: Path, name: str) -> Path:
     """An archive of the resources folder, verified (sha256, zip intact); never downloaded here."""
-    path = folder / SOURCES[name].filename
+    source = SOURCES[name]
+    path = folder / source.filename
     if not path.exists():
         raise DownloadError(f"{path}: missing; run 'upfl data fetch {name}' (or pass --from-archive) first")
-    return fetch_source(SOURCES[name], folder)
+    if read_recorded_sha256(path) is not None:
+        # verified when it was fetched (against the known sha256, or a mirror's); check that record
+        source = dataclasses.replace(source, sha256=None)
+    return fetch_source(source, folder)
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:

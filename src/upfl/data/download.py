@@ -1,20 +1,30 @@
 """Downloads with resume, retries and checksums; offline use of archives obtained elsewhere.
 
-A download streams into ``<cache>/<filename>.part`` (resumed with an HTTP ``Range`` request after
-a dropped connection), is checked (length, sha256, and an optional validator such as "is a
-complete zip"), and only then lands in the resources folder under its final name. The sha256 is
-the known one when given; otherwise the computed one is recorded beside the file as
-``<file>.sha256`` (``sha256sum`` format) and checked on every later use. Nothing in the
-resources folder looks complete unless it passed these checks.
+A download streams into ``<cache>/<filename>.part``, is checked (length, sha256, and a validator:
+a zip with a known sha256 must open; a zip without one must pass every member's CRC-32), and only
+then lands in the resources folder under its final name. The sha256 is the known one when given;
+otherwise the computed one is recorded beside the file as ``<file>.sha256`` (``sha256sum`` format)
+and checked on every later use. Nothing in the resources folder looks complete unless it passed
+these checks.
+
+Resuming: ``<filename>.part.json`` records the URL, the server's ETag / Last-Modified and the sha256
+of the bytes written so far. A ``.part`` is resumed (``Range`` + ``If-Range``) only if that record
+exists and its bytes still match; the server's answer must confirm the same object, else the
+download starts over. Concurrent fetches of one archive take turns through ``<filename>.lock``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
+import hashlib
 import http.client
+import json
 import os
 import re
 import shutil
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -23,8 +33,8 @@ from typing import Callable
 
 from tqdm import tqdm
 
-from ..files import atomic_path, sha256_file, write_text
-from .archive import ArchiveError, check_zip
+from ..files import atomic_path, sha256_file, write_json, write_text
+from .archive import ArchiveError, check_zip, verify_zip
 from .sources import Source
 
 CHUNK = 1 << 16
@@ -92,12 +102,80 @@ def _content_range(value: str | None) -> tuple[int | None, int | None]:
     return start, total
 
 
-def _attempt(url: str, part: Path, timeout: float, progress: bool, label: str) -> None:
-    """One HTTP request appending to ``part``; returns when ``part`` holds the whole file."""
-    have = part.stat().st_size if part.exists() else 0
+def _strong_validator(etag: str | None, last_modified: str | None) -> str | None:
+    """The ``If-Range`` value that names this exact object: a strong ETag, else Last-Modified, else None."""
+    if etag and not etag.startswith("W/"):
+        return etag
+    return last_modified or None
+
+
+def state_file(part: Path) -> Path:
+    """``<name>.part.json``: which object a ``.part`` holds (URL, ETag, Last-Modified) and its verified prefix."""
+    return part.with_name(part.name + ".json")
+
+
+def _save_state(part: Path, state: dict, size: int, digest: str) -> None:
+    write_json(state_file(part), {**state, "size": size, "sha256": digest})
+
+
+def _discard(part: Path) -> None:
+    for p in (part, state_file(part)):
+        if p.exists():
+            p.unlink()
+
+
+def _resume_point(url: str, part: Path, log: Callable[[str], None]) -> tuple[int, dict, "hashlib._Hash"]:
+    """How many bytes of ``part`` may be resumed, the object they belong to, and their running sha256.
+
+    A ``.part`` is resumed only when its state file names the same URL and a strong validator, and the
+    first ``size`` bytes still hash to the recorded sha256 (bytes past it, written after the last record,
+    are cut). Anything else (a corrupted or foreign ``.part``) is discarded and the download starts over.
+    """
+    h = hashlib.sha256()
+    if not part.exists():
+        _discard(part)
+        return 0, {}, h
+    try:
+        state = json.loads(state_file(part).read_text(encoding="utf-8"))
+        size, digest = int(state["size"]), str(state["sha256"])
+    except (OSError, ValueError, KeyError, TypeError):
+        state, size, digest = None, 0, ""
+    reason = None
+    if state is None:
+        reason = "no record of what it holds"
+    elif state.get("url") != url:
+        reason = f"it was started from {state.get('url')}"
+    elif not _strong_validator(state.get("etag"), state.get("last_modified")):
+        reason = "the server gave no ETag or Last-Modified to confirm a resume against"
+    elif part.stat().st_size < size:
+        reason = f"it holds {part.stat().st_size} bytes, {size} were recorded"
+    if reason is None:
+        with open(part, "r+b") as f:
+            f.truncate(size)
+            while block := f.read(CHUNK * 16):
+                h.update(block)
+        if h.hexdigest() != digest:
+            reason = "its bytes no longer match the sha256 recorded while downloading (corrupted)"
+    if reason:
+        log(f"{part}: not resuming ({reason}); starting over")
+        _discard(part)
+        return 0, {}, hashlib.sha256()
+    return size, state, h
+
+
+def _attempt(url: str, part: Path, timeout: float, progress: bool, label: str,
+             log: Callable[[str], None] = lambda m: None) -> None:
+    """One HTTP request writing to ``part``; returns when ``part`` holds the whole file.
+
+    A resume sends ``Range`` with ``If-Range`` (the object's strong ETag or Last-Modified): a server
+    that honours it answers 206 only for the same object, else 200 with the whole new object; a 206
+    whose ETag or Last-Modified differs from the recorded one (a server ignoring ``If-Range``) restarts.
+    """
+    have, state, h = _resume_point(url, part, log)
     req = urllib.request.Request(url, headers={"User-Agent": "upfl-data/1", "Accept-Encoding": "identity"})
     if have:
         req.add_header("Range", f"bytes={have}-")
+        req.add_header("If-Range", _strong_validator(state.get("etag"), state.get("last_modified")))
     try:
         resp = urllib.request.urlopen(req, timeout=timeout)
     except urllib.error.HTTPError as e:
@@ -106,7 +184,7 @@ def _attempt(url: str, part: Path, timeout: float, progress: bool, label: str) -
             e.close()
             if total == have:
                 return
-            part.unlink()
+            _discard(part)
             raise _Retry(f"HTTP 416 for a resume from byte {have}; restarting") from None
         if e.code in (408, 429) or e.code >= 500:
             raise _Retry(f"HTTP {e.code} {e.reason}") from None
@@ -116,39 +194,59 @@ def _attempt(url: str, part: Path, timeout: float, progress: bool, label: str) -
     with resp:
         length = resp.headers.get("Content-Length")
         length = int(length) if length is not None and length.isdigit() else None
+        etag, modified = resp.headers.get("ETag"), resp.headers.get("Last-Modified")
         if resp.status == 206:
             start, total = _content_range(resp.headers.get("Content-Range"))
             if start != have:
-                part.unlink()
+                _discard(part)
                 raise _Retry(f"server resumed from byte {start}, asked for {have}; restarting")
+            if (etag or None) != state.get("etag") or (modified or None) != state.get("last_modified"):
+                _discard(part)
+                raise _Retry("server sent part of another version of the file (ETag/Last-Modified changed); "
+                              "restarting")
             if total is None and length is not None:
                 total = have + length
             mode = "ab"
         else:
-            have, total, mode = 0, length, "wb"
+            have, total, mode, h = 0, length, "wb", hashlib.sha256()
+            state = {"url": url, "etag": etag or None, "last_modified": modified or None}
         bar = tqdm(total=total, initial=have, unit="B", unit_scale=True, desc=label,
                    disable=not progress, leave=False)
+        written, since = have, 0
         try:
             with open(part, mode) as out:
-                while True:
-                    try:
-                        block = resp.read(CHUNK)
-                    except http.client.IncompleteRead as e:
-                        out.write(e.partial)
-                        raise _Retry("connection closed mid-transfer") from None
-                    except (OSError, http.client.HTTPException) as e:
-                        raise _Retry(f"{type(e).__name__} mid-transfer: {e}") from None
-                    if not block:
-                        break
-                    out.write(block)
-                    bar.update(len(block))
+                try:
+                    while True:
+                        try:
+                            block = resp.read(CHUNK)
+                        except http.client.IncompleteRead as e:
+                            out.write(e.partial)
+                            h.update(e.partial)
+                            written += len(e.partial)
+                            raise _Retry("connection closed mid-transfer") from None
+                        except (OSError, http.client.HTTPException) as e:
+                            raise _Retry(f"{type(e).__name__} mid-transfer: {e}") from None
+                        if not block:
+                            break
+                        out.write(block)
+                        h.update(block)
+                        written += len(block)
+                        since += len(block)
+                        bar.update(len(block))
+                        if since >= STATE_EVERY:
+                            out.flush()
+                            _save_state(part, state, written, h.hexdigest())
+                            since = 0
+                finally:
+                    out.flush()
+                    _save_state(part, state, written, h.hexdigest())
         finally:
             bar.close()
     size = part.stat().st_size
     if total is not None and size < total:
         raise _Retry(f"connection closed after {size} of {total} bytes")
     if total is not None and size > total:
-        part.unlink()
+        _discard(part)
         raise DownloadError(f"{url}: received {size} bytes, more than the announced {total}")
 
 
@@ -167,32 +265,65 @@ def _publish(part: Path, dest: Path) -> None:
 def _quarantine(part: Path) -> Path:
     bad = part.with_name(part.name[: -len(".part")] + ".bad") if part.name.endswith(".part") else part.with_name(part.name + ".bad")
     os.replace(part, bad)
+    if state_file(part).exists():
+        state_file(part).unlink()
     return bad
+
+
+@contextlib.contextmanager
+def _fetch_lock(cache: Path, name: str, log: Callable[[str], None]):
+    """Hold ``<cache>/<name>.lock`` (``flock``): a second fetch of the same archive waits for the first."""
+    cache.mkdir(parents=True, exist_ok=True)
+    fd = os.open(cache / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            log(f"{name}: another process is fetching it; waiting for it to finish")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def download(url: str, dest: str | os.PathLike, *, sha256: str | None = None,
              cache_dir: str | os.PathLike | None = None, retries: int = 5, backoff: float = 1.0,
              timeout: float = 60.0, progress: bool = True,
-             validate: Callable[[Path], None] | None = None) -> Path:
+             validate: Callable[[Path], None] | None = None,
+             log: Callable[[str], None] | None = None) -> Path:
     """Download ``url`` to ``dest`` unless ``dest`` is already there (then only verified).
 
-    Resumes ``<cache_dir>/<name>.part`` across attempts and across calls; waits
-    ``backoff * 2**attempt`` seconds between attempts. A checksum mismatch or a failed
-    ``validate`` moves the data to ``<name>.bad`` in the cache and raises :class:`DownloadError`.
+    Resumes ``<cache_dir>/<name>.part`` across attempts and across calls when the server confirms the
+    same object (``If-Range``); waits ``backoff * 2**attempt`` seconds between attempts. Two processes
+    fetching the same ``dest`` take turns (a lock in the cache); the second finds it published and
+    verifies it. A checksum mismatch or a failed ``validate`` moves the data to ``<name>.bad`` in the
+    cache and raises :class:`DownloadError`.
     """
+    log = log or _stderr
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise DownloadError(f"retries must be an integer >= 0, got {retries!r}")
+    if timeout <= 0 or backoff < 0:
+        raise DownloadError(f"timeout must be > 0 and backoff >= 0, got timeout {timeout!r}, backoff {backoff!r}")
     dest = Path(dest)
     if dest.exists():
         verify_file(dest, sha256)
         return dest
     cache = Path(cache_dir) if cache_dir is not None else dest.parent / CACHE_DIR
-    cache.mkdir(parents=True, exist_ok=True)
+    with _fetch_lock(cache, dest.name, log):
+        if dest.exists():
+            verify_file(dest, sha256)
+            return dest
+        return _download_locked(url, dest, cache, sha256, retries, backoff, timeout, progress, validate, log)
+
+
+def _download_locked(url, dest, cache, sha256, retries, backoff, timeout, progress, validate, log) -> Path:
     part = cache / (dest.name + ".part")
     reasons: list[str] = []
     for attempt in range(retries + 1):
         if attempt:
             time.sleep(min(backoff * 2 ** (attempt - 1), 60.0))
         try:
-            _attempt(url, part, timeout, progress, dest.name)
+            _attempt(url, part, timeout, progress, dest.name, log)
             break
         except _Retry as e:
             reasons.append(str(e))
@@ -213,8 +344,14 @@ def download(url: str, dest: str | os.PathLike, *, sha256: str | None = None,
             raise DownloadError(f"{url}: downloaded {dest.name} failed validation: {e} (data moved to {bad})") from None
     dest.parent.mkdir(parents=True, exist_ok=True)
     record_sha256(dest, got)
+    if state_file(part).exists():
+        state_file(part).unlink()
     _publish(part, dest)
     return dest
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
 
 
 def copy_archive(src: str | os.PathLike, dest: str | os.PathLike, *, sha256: str | None = None,
@@ -238,19 +375,24 @@ def copy_archive(src: str | os.PathLike, dest: str | os.PathLike, *, sha256: str
     return dest
 
 
-def validator_for(filename: str) -> Callable[[Path], None] | None:
-    """The completeness check of a file type: zips must open with an intact central directory."""
-    return check_zip if filename.endswith(".zip") else None
+def validator_for(filename: str, sha256: str | None = None) -> Callable[[Path], None] | None:
+    """The check of a file type before it is published: a zip with a known sha256 must open with an intact
+    central directory; a zip without one (trust on first use) must also pass every member's CRC-32."""
+    if not filename.endswith(".zip"):
+        return None
+    return check_zip if sha256 else verify_zip
 
 
 def fetch_source(source: Source, resources: str | os.PathLike, *, cache_dir: str | os.PathLike | None = None,
                  from_archive: str | os.PathLike | None = None, **kwargs) -> Path:
     """Make ``<resources>/<source.filename>`` present and verified: placed archive, local copy or download."""
     dest = Path(resources) / source.filename
-    validate = validator_for(source.filename)
+    validate = validator_for(source.filename, source.sha256)
     if from_archive is not None:
         return copy_archive(from_archive, dest, sha256=source.sha256, validate=validate)
     if dest.exists():
+        if read_recorded_sha256(dest) is not None:
+            validate = validator_for(source.filename, "recorded")
         if validate is not None:
             try:
                 validate(dest)
@@ -259,3 +401,7 @@ def fetch_source(source: Source, resources: str | os.PathLike, *, cache_dir: str
         verify_file(dest, source.sha256)
         return dest
     return download(source.url, dest, sha256=source.sha256, cache_dir=cache_dir, validate=validate, **kwargs)
+
+
+STATE_EVERY = 8 << 20
+"""Bytes between two records of a ``.part`` file's verified prefix (:func:`state_file`)."""

@@ -1,9 +1,20 @@
 """Where the real data sets come from: the archives LEAF downloads, as data.
 
-Each :class:`Source` names one archive, the URL LEAF's scripts fetch it from and, where known,
-its sha256. No checksum is published for these archives, so ``sha256`` is ``None``: the first
-download records the computed one beside the file (``<file>.sha256``) and every later use checks
-it. A config (or ``upfl data fetch --url NAME=URL``) can point any source at a mirror.
+Each :class:`Source` names one archive, the URL LEAF's scripts fetch it from (over https: every host
+here serves it) and, where a checksum has been published for the fixed upstream file, its sha256:
+
+- ``sent140`` (trainingandtestdata.zip, 81363704 bytes): the sha256 in TensorFlow Datasets' checksum
+  file for Sentiment140 (``tensorflow_datasets/datasets/sentiment140/checksums.tsv``), so even the
+  first download is verified.
+- ``by_class``, ``by_write`` (NIST SD19) and ``glove`` (GloVe 6B): no checksum is published that we
+  could cite, so ``sha256`` is ``None``: trust on first use, but only after every zip member passes its
+  CRC-32 check; the computed sha256 is then recorded beside the file (``<file>.sha256``) and every
+  later use checks it.
+
+A config (or ``upfl data fetch --url NAME=URL``) can point any source at a mirror. A known checksum
+belongs to the upstream URL: a mirror is checked against the sha256 given with it (``--sha256``,
+``sources.NAME.sha256``), else trusted on first use after the CRC check (a mirror may hold another
+build of the archive, as the test fixtures do).
 """
 
 from __future__ import annotations
@@ -32,11 +43,12 @@ SOURCES: dict[str, Source] = {
         description="NIST SD19 images grouped by writer (FEMNIST devices)"),
     "sent140": Source(
         "sent140", "trainingandtestdata.zip",
-        "http://cs.stanford.edu/people/alecmgo/trainingandtestdata.zip",
+        "https://cs.stanford.edu/people/alecmgo/trainingandtestdata.zip",
+        sha256="004a3772c8a7ff9bbfeb875880f47f0679d93fc63e5cf9cff72d54a8a6162e57",
         members=("training.1600000.processed.noemoticon.csv",),
         description="Sentiment140 tweets (1.6M training rows)"),
     "glove": Source(
-        "glove", "glove.6B.zip", "http://nlp.stanford.edu/data/glove.6B.zip",
+        "glove", "glove.6B.zip", "https://nlp.stanford.edu/data/glove.6B.zip",
         members=("glove.6B.300d.txt",),
         description="GloVe 6B word vectors (only the 300d file is read)"),
 }
@@ -73,7 +85,7 @@ def resolve_sources(names: list[str] | tuple[str, ...], urls: dict[str, str] | N
     for name in picked:
         src = SOURCES[name]
         if name in urls:
-            src = replace(src, url=urls[name])
+            src = replace(src, url=urls[name], sha256=None)
         if name in checksums:
             src = replace(src, sha256=checksums[name].lower())
         out.append(src)
