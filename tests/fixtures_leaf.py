@@ -12,6 +12,7 @@ import hashlib
 import io
 import re
 import threading
+import time
 import zipfile
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -201,6 +202,7 @@ class ArchiveServer:
         self.validators = True
         self.if_range = "honour"
         self.last_modified = "Wed, 01 Jan 2025 00:00:00 GMT"
+        self.delay = 0.0
         self.log = ServerLog()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -226,6 +228,8 @@ class ArchiveServer:
                 rng = self.headers.get("Range")
                 server.log.requests.append((self.path, rng))
                 server.log.if_range.append(self.headers.get("If-Range"))
+                if server.delay:
+                    time.sleep(server.delay)
                 data = server.files.get(self.path)
                 if data is None:
                     self.send_error(404)
@@ -336,7 +340,6 @@ def main(argv: list[str] | None = None) -> int:
     """
     import argparse
     import tempfile
-    import time
 
     parser = argparse.ArgumentParser(prog="fixtures_leaf.py", description=main.__doc__)
     parser.add_argument("command", choices=["serve"])

@@ -23,6 +23,7 @@ import fcntl
 import hashlib
 import os
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -158,7 +159,9 @@ class Checkpoint:
         if not self.file.exists():
             return None
         try:
-            state = torch.load(self.file, map_location="cpu", weights_only=True)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # torch's notes on foreign pickle protocols
+                state = torch.load(self.file, map_location="cpu", weights_only=True)
         except Exception as e:  # any unpickling, zip or I/O failure: the file is not a usable checkpoint
             self._fail(f"not a readable checkpoint ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})")
         self._check(state, shapes, rounds)
