@@ -111,7 +111,8 @@ class CheckpointConfig:
     every: int = 10
     """Write a checkpoint every k training rounds (0 disables checkpoints)."""
     dir: str | None = None
-    """Checkpoint root; default ``results/checkpoints``. Each run uses ``<dir>/<config hash>/``."""
+    """Checkpoint root; default ``OUT/.checkpoints`` (inside the run's own folder, removed when the run ends).
+    Each run uses ``<dir>/<key>/`` keyed by config hash, data content, code and OUT (:mod:`upfl.checkpoints`)."""
 
 
 @dataclass
