@@ -135,11 +135,14 @@ def test_cli_prepare_sent140_reports_malformed(archives, tmp_path, capsys):
     import shutil
 
     from fixtures_leaf import run_data_cli
+    from upfl.files import sha256_file
 
     sent, glove = archives
     res = tmp_path / "res"
     res.mkdir()
-    shutil.copy(sent.path, res)
+    # the fixture is not the upstream archive (whose sha256 upfl knows): place it with its own checksum
+    assert run_data_cli(["data", "fetch", "--source", "sent140", "--resources", str(res), "--no-progress",
+                         "--from-archive", str(sent.path), "--sha256", f"sent140={sha256_file(sent.path)}"]) == 0
     shutil.copy(glove, res)
     rc = run_data_cli(["data", "prepare", "sent140", "--resources", str(res), "--out", str(tmp_path / "s"),
                        "--no-progress", "--num-devices", "5", "--set", "train_total=120", "--set", "test_total=32",
