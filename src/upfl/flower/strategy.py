@@ -1,0 +1,163 @@
+"""Upcycled-FL (Algorithm 2) as a Flower strategy wrapping a base strategy.
+
+Flower numbers rounds t = 1, 2, ... like the paper's iterations. At odd t the base strategy samples
+nodes, sends them the global arrays and aggregates their replies (Algorithm 1 lines 3-6, FedProx's
+``proximal-mu`` included). At even t = 2m :class:`UpcycledFL` sends nothing, neither training nor
+evaluation messages, and returns w^{2m} = w^{2m-1} + c_m (w^{2m-1} - w^{2m-2}) (Eq. 5), computed
+with :func:`upfl.algorithms.upcycle_step`. Clients therefore release data-dependent models in the
+odd rounds only: a private client (clipping and Gaussian noise before its reply) is released
+ceil(T/2) times in T rounds instead of T times.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable
+from logging import INFO
+
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Result, Strategy
+from flwr.supercore import log
+
+from ..algorithms import upcycle_coefficient, upcycle_step
+
+
+def is_upcycle_round(server_round: int) -> bool:
+    """Algorithm 2: even rounds are server-only extrapolations."""
+    return server_round % 2 == 0
+
+
+def training_round(server_round: int) -> int:
+    """k, the number of training rounds among rounds 1..t (odd t only train): keys the clients' random draws."""
+    return (server_round + 1) // 2
+
+
+class UpcycledFL(Strategy):
+    """Every even round: no messages, global arrays w + c (w - w_prev); every odd round: ``base``.
+
+    Parameters
+    ----------
+    base : Strategy
+        The strategy of the training rounds, e.g. ``FedProx(proximal_mu=1.0)`` or ``FedAvg()``.
+    lam : float, optional
+        lambda of Eq. (5); the coefficient is c_1 = mu / (mu + lambda) with mu the base strategy's
+        ``proximal_mu`` (0 for strategies without one).
+    step : float, optional
+        c_1 directly (the authors' code takes this tuned scalar); give ``lam`` or ``step``.
+    schedule : str
+        ``const`` (c_m = c_1), ``horizon`` (c_1 / sqrt(M), M = ceil(T/2) training rounds) or
+        ``inv_sqrt`` (c_1 / sqrt(m)); see :func:`upfl.algorithms.upcycle_coefficient`.
+    """
+
+    def __init__(self, base: Strategy, *, lam: float | None = None, step: float | None = None,
+                 schedule: str = "const") -> None:
+        if (lam is None) == (step is None):
+            raise ValueError("UpcycledFL: give exactly one of lam (c = mu/(mu+lam)) or step (c directly)")
+        mu = float(getattr(base, "proximal_mu", 0.0))
+        if step is not None:
+            if step < 0:
+                raise ValueError(f"UpcycledFL: step must be >= 0, got {step!r}")
+            c1 = float(step)
+        else:
+            if lam < 0 or mu + lam <= 0:
+                raise ValueError(f"UpcycledFL: need lam >= 0 and mu + lam > 0 (mu {mu}, lam {lam}); "
+                                 "with mu = 0 give step")
+            c1 = mu / (mu + lam)
+        upcycle_coefficient(c1, 1, schedule, 1)
+        self.base, self.lam, self.step, self.schedule, self.c1 = base, lam, step, schedule, c1
+        self.num_rounds = 0
+        self.messages_sent: Counter[int] = Counter()
+        """Messages (training and evaluation) this strategy handed to the grid, per round."""
+        self._before_training: ArrayRecord | None = None
+        self._upcycled: ArrayRecord | None = None
+
+    def coefficient(self, server_round: int) -> float:
+        """c_m of even round t = 2m."""
+        return upcycle_coefficient(self.c1, server_round // 2, self.schedule, training_round(self.num_rounds))
+
+    def releases(self, num_rounds: int) -> int:
+        """Rounds in which a sampled client releases a data-dependent model: ceil(T/2) (the base: T)."""
+        return training_round(num_rounds)
+
+    def summary(self) -> None:
+        log(INFO, "\t├──> Upcycled-FL: even rounds send no message; w + c (w - w_prev)")
+        how = f"step {self.step}" if self.step is not None else f"mu/(mu+lambda), lambda {self.lam}"
+        log(INFO, "\t│\t└── c_1 = %.6g (%s), schedule %s", self.c1, how, self.schedule)
+        self.base.summary()
+
+    def start(self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3, timeout: float = 3600,
+              train_config: ConfigRecord | None = None, evaluate_config: ConfigRecord | None = None,
+              evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None) -> Result:
+        self.num_rounds = num_rounds
+        self._before_training = self._upcycled = None
+        return super().start(grid, initial_arrays, num_rounds, timeout, train_config, evaluate_config, evaluate_fn)
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                        grid: Grid) -> Iterable[Message]:
+        if is_upcycle_round(server_round):
+            if self._before_training is None:
+                raise RuntimeError(f"UpcycledFL: round {server_round} has no preceding training round")
+            w, w_prev = arrays.to_torch_state_dict(), self._before_training.to_torch_state_dict()
+            c = self.coefficient(server_round)
+            self._upcycled = ArrayRecord({k: upcycle_step(w[k], w_prev[k], c) for k in w})
+            self.messages_sent[server_round] += 0
+            return []
+        self._before_training = arrays
+        config["training-round"] = training_round(server_round)
+        messages = list(self.base.configure_train(server_round, arrays, config, grid))
+        self.messages_sent[server_round] += len(messages)
+        return messages
+
+    def aggregate_train(self, server_round: int,
+                        replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        if is_upcycle_round(server_round):
+            upcycled, self._upcycled = self._upcycled, None
+            return upcycled, None
+        return self.base.aggregate_train(server_round, replies)
+
+    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                           grid: Grid) -> Iterable[Message]:
+        if is_upcycle_round(server_round):
+            return []
+        messages = list(self.base.configure_evaluate(server_round, arrays, config, grid))
+        self.messages_sent[server_round] += len(messages)
+        return messages
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+        if is_upcycle_round(server_round):
+            return None
+        return self.base.aggregate_evaluate(server_round, replies)
+
+
+class CountingGrid:
+    """A Grid proxy that counts the messages that actually go out, per ``server-round`` of their config.
+
+    Pass it to ``strategy.start(grid=CountingGrid(grid), ...)``; ``sent[t]`` is the number of messages
+    of round t (a round absent from ``sent`` sent none).
+    """
+
+    def __init__(self, grid: Grid, configrecord_key: str = "config") -> None:
+        self.grid, self.key = grid, configrecord_key
+        self.sent: Counter[int] = Counter()
+
+    def _count(self, messages: Iterable[Message]) -> list[Message]:
+        messages = list(messages)
+        for m in messages:
+            self.sent[int(m.content[self.key]["server-round"])] += 1
+        return messages
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
+        return self.grid.send_and_receive(self._count(messages), timeout=timeout)
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        return self.grid.push_messages(self._count(messages))
+
+    def __getattr__(self, name: str):
+        return getattr(self.grid, name)
+
+
+def as_flat(arrays: ArrayRecord, key: str = "params") -> torch.Tensor:
+    """The flat parameter vector of an :mod:`upfl.models` model stored under ``key``."""
+    return torch.from_numpy(arrays[key].numpy().copy())
