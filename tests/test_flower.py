@@ -1,0 +1,202 @@
+"""upfl.flower: the UpcycledFL strategy on a grid double, and Flower's simulation engine (Ray) against ``upfl run``.
+
+Needs the ``flower`` extra (``pip install -e ".[flower]"``; ``.ci/run`` installs it); without flwr the
+module is skipped as a whole. The engine tests start Ray (about 40 s of start-up on two busy cores each).
+"""
+
+import csv
+
+import numpy as np
+import pytest
+import torch
+
+flwr = pytest.importorskip("flwr", reason="the flower extra is not installed (pip install -e '.[flower]')")
+
+from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict  # noqa: E402
+from flwr.serverapp.strategy import FedAvg, FedProx  # noqa: E402
+from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
+
+from upfl import config as cfgmod  # noqa: E402
+from upfl import simulation  # noqa: E402
+from upfl.config import ConfigError  # noqa: E402
+from upfl.data import generate_synthetic  # noqa: E402
+from upfl.flower import CountingGrid, UpcycledFL, make_client_app, make_server_app, run_config_to_upfl  # noqa: E402
+from upfl.flower.apps import RUN_CONFIG_KEYS  # noqa: E402
+
+NUM_DEVICES = 5
+
+
+class ReplyGrid:
+    """A grid double: node j answers a training message with 0.5 w + j and num-examples j."""
+
+    def __init__(self, nodes=(1, 2, 3)):
+        self.nodes = list(nodes)
+        self.calls = []
+
+    def get_node_ids(self):
+        return self.nodes
+
+    def send_and_receive(self, messages, *, timeout=None):
+        messages = list(messages)
+        self.calls.append([(m.metadata.message_type, int(m.content["config"]["server-round"])) for m in messages])
+        replies = []
+        for m in messages:
+            j = m.metadata.dst_node_id
+            metrics = MetricRecord({"num-examples": j})
+            content = RecordDict({"metrics": metrics})
+            if m.metadata.message_type == "train":
+                w = m.content["arrays"]["params"].numpy()
+                content["arrays"] = ArrayRecord({"params": Array((0.5 * w + j).astype(np.float32))})
+            replies.append(Message(content, reply_to=m))
+        return replies
+
+
+@pytest.fixture
+def task_identity(monkeypatch):
+    """Flower stamps messages with the running task's identity; a grid double runs outside any task."""
+    for name in ("_task_id", "_run_id", "_node_id"):
+        monkeypatch.setattr(TaskIdentity, name, 1)
+
+
+def expected_fedprox_rounds(w0, rounds, c):
+    """The hand computation for ReplyGrid: training averages 0.5 w + j with weights j = 1, 2, 3; even rounds Eq. (5)."""
+    bias = (1 * 1 + 2 * 2 + 3 * 3) / 6
+    ws, prev = [w0], w0
+    for t in range(1, rounds + 1):
+        w = ws[-1]
+        if t % 2:
+            prev, new = w, 0.5 * w + bias
+        else:
+            new = w + c * (w - prev)
+        ws.append(new)
+    return ws
+
+
+def test_upcycled_strategy_sends_nothing_in_even_rounds_and_extrapolates(task_identity):
+    grid = ReplyGrid()
+    counting = CountingGrid(grid)
+    strategy = UpcycledFL(FedProx(proximal_mu=1.0, fraction_evaluate=1.0, min_evaluate_nodes=1), lam=0.43)
+    seen = {}
+    w0 = np.array([0.25, -1.0, 2.0], dtype=np.float32)
+    strategy.start(counting, ArrayRecord({"params": Array(w0)}), num_rounds=6,
+                   evaluate_fn=lambda t, arrays: seen.__setitem__(t, arrays["params"].numpy().copy()))
+    want = expected_fedprox_rounds(w0.astype(np.float64), 6, 1.0 / 1.43)
+    for t in range(7):
+        np.testing.assert_allclose(seen[t], want[t], rtol=0, atol=1e-5)
+    # Six rounds: two calls each (train, evaluate); the even rounds' calls carry no message at all.
+    sent = [len(c) for c in grid.calls]
+    assert sent == [3, 3, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0]
+    assert {t for call in grid.calls for _, t in call} == {1, 3, 5}
+    assert dict(counting.sent) == {1: 6, 3: 6, 5: 6}
+    assert [strategy.messages_sent[t] for t in range(1, 7)] == [6, 0, 6, 0, 6, 0]
+    # FedProx's proximal-mu and the training-round key reach the clients of training rounds.
+    assert strategy.releases(6) == 3
+
+
+def test_upcycled_strategy_on_fedavg_with_a_step_and_schedule(task_identity):
+    strategy = UpcycledFL(FedAvg(fraction_evaluate=0.0), step=0.7, schedule="inv_sqrt")
+    seen = {}
+    w0 = np.zeros(2, dtype=np.float32)
+    strategy.start(ReplyGrid(), ArrayRecord({"params": Array(w0)}), num_rounds=4,
+                   evaluate_fn=lambda t, a: seen.__setitem__(t, a["params"].numpy().copy()))
+    w1 = np.full(2, 14 / 6)
+    w2 = w1 + 0.7 * (w1 - 0)
+    w3 = 0.5 * w2 + 14 / 6
+    w4 = w3 + 0.7 / np.sqrt(2) * (w3 - w2)
+    np.testing.assert_allclose(seen[4], w4, rtol=0, atol=1e-5)
+    assert strategy.coefficient(4) == pytest.approx(0.7 / np.sqrt(2))
+
+
+def test_upcycled_strategy_rejects_bad_coefficients():
+    with pytest.raises(ValueError, match="exactly one of lam"):
+        UpcycledFL(FedAvg(), lam=0.5, step=0.5)
+    with pytest.raises(ValueError, match="with mu = 0 give step"):
+        UpcycledFL(FedAvg(), lam=0.0)
+    with pytest.raises(ValueError, match="unknown schedule"):
+        UpcycledFL(FedAvg(), step=0.5, schedule="sometimes")
+
+
+def test_run_config_maps_to_a_validated_upfl_config(tmp_path):
+    cfg = run_config_to_upfl({"data-path": str(tmp_path), "algorithm": "upcycled", "mu": 1.0, "lam": 0.43,
+                              "local-epochs": 3, "out-dir": "x"})
+    assert (cfg.algorithm.mu, cfg.algorithm.lam, cfg.solver.epochs, cfg.checkpoint.every) == (1.0, 0.43, 3, 0)
+    with pytest.raises(ConfigError, match="'local_epochs' is unknown"):
+        run_config_to_upfl({"data-path": "d", "local_epochs": 3})
+    with pytest.raises(ConfigError, match="run config 'fraction-train'"):
+        run_config_to_upfl({"data-path": "d", "algorithm": "fedavg", "fraction-train": 1.5})
+    for dotted in RUN_CONFIG_KEYS.values():  # every Flower key names a real RunConfig key
+        cfgmod.get_key(cfgmod.RunConfig(), dotted)
+
+
+@pytest.fixture(scope="module")
+def flower_data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("flower")
+    return str(generate_synthetic("synthetic_1_1", root / "s11", data_seed=5, num_devices=NUM_DEVICES))
+
+
+def upfl_run_models(run_config, tmp_path, monkeypatch):
+    """``upfl run`` (:func:`upfl.simulation.run`) of the same config; the global model of every iteration, read
+    where run evaluates it (every iteration, ``evaluation.every: 1``)."""
+    seen = []
+    evaluate = simulation.Simulation.evaluate
+
+    def recording(self, w):
+        seen.append(w.detach().cpu().clone())
+        return evaluate(self, w)
+
+    cfg = run_config_to_upfl(run_config)
+    cfg.checkpoint.dir = str(tmp_path / "ck")
+    with monkeypatch.context() as m:
+        m.setattr(simulation.Simulation, "evaluate", recording)
+        simulation.run(cfgmod.validate(cfg), tmp_path / "upfl", log=lambda *_: None)
+    return seen
+
+
+def flower_run(run_config, tmp_path):
+    from flwr.simulation import run_simulation
+
+    run_config = {**run_config, "out-dir": str(tmp_path / "flower")}
+    models = {}
+    run_simulation(server_app=make_server_app(run_config, on_round=lambda t, w: models.__setitem__(t, w.clone())),
+                   client_app=make_client_app(run_config), num_supernodes=NUM_DEVICES,
+                   backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+                                   "init_args": {"num_cpus": 2, "num_gpus": 0}})
+    with open(tmp_path / "flower" / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    return models, rows
+
+
+def assert_same_rounds(flower_models, upfl_models, rounds):
+    assert sorted(flower_models) == list(range(rounds + 1))
+    assert len(upfl_models) == rounds + 1
+    diffs = [float((flower_models[t] - upfl_models[t]).abs().max()) for t in range(rounds + 1)]
+    print("max |flower - upfl run| per round:", ["%.2e" % d for d in diffs])
+    assert max(diffs) <= 1e-5, diffs
+    return max(diffs)
+
+
+def test_flower_simulation_equals_upfl_run_and_even_rounds_send_nothing(flower_data, tmp_path, monkeypatch):
+    """FedProx-based Upcycled-FL, every node sampled, no stragglers, full-batch steps: the same global model
+    after every round as ``upfl run``; even rounds send zero messages."""
+    rounds = 6
+    run_config = {"num-server-rounds": rounds, "data-path": flower_data, "algorithm": "upcycled", "mu": 1.0,
+                  "lam": 0.43, "fraction-train": 1.0, "straggler": 0.0, "local-epochs": 3, "batch-size": 10_000,
+                  "lr": 0.05, "seed": 2}
+    flower_models, rows = flower_run(run_config, tmp_path)
+    assert_same_rounds(flower_models, upfl_run_models(run_config, tmp_path, monkeypatch), rounds)
+    messages = {int(r["iteration"]): int(r["messages"]) for r in rows}
+    assert messages == {0: 0, 1: NUM_DEVICES, 2: 0, 3: NUM_DEVICES, 4: 0, 5: NUM_DEVICES, 6: 0}
+    assert [r["kind"] for r in rows] == ["init"] + ["train", "upcycle"] * 3
+    assert not torch.equal(flower_models[2], flower_models[1])
+
+
+def test_flower_private_stragglers_minibatches_equal_upfl_run(flower_data, tmp_path, monkeypatch):
+    """Output perturbation on the client (clip, Gaussian noise), stragglers' partial work and mini-batches, FedAvg
+    base with a given step: Flower reproduces ``upfl run`` too, since every draw is keyed (seed, round, device)."""
+    rounds = 4
+    run_config = {"num-server-rounds": rounds, "data-path": flower_data, "algorithm": "upcycled", "step": 0.6,
+                  "fraction-train": 1.0, "straggler": 0.5, "local-epochs": 3, "batch-size": 8, "seed": 1,
+                  "privacy-mechanism": "output", "privacy-tau": 1.0, "privacy-sigma": 0.05}
+    flower_models, rows = flower_run(run_config, tmp_path)
+    assert_same_rounds(flower_models, upfl_run_models(run_config, tmp_path, monkeypatch), rounds)
+    assert [int(r["messages"]) for r in rows] == [0, NUM_DEVICES, 0, NUM_DEVICES, 0]
