@@ -1,0 +1,1 @@
+"""Upcycled-FL in Flower: the ServerApp and ClientApp of upfl.flower."""
