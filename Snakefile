@@ -10,6 +10,10 @@ configfile: "config/config.yaml"
 validate(config, schema="workflow/schemas/config.schema.yaml")
 
 
+# The report's front page: what was built, where, and how to get the full paper.
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"

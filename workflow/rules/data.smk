@@ -11,8 +11,6 @@ rule synthetic_dataset:
     wildcard_constraints:
         dataset=_alternation(datasets_of("synthetic")),
     localrule: True
-    conda:
-        "../envs/upfl.yaml"
     shell:
         "upfl synth --name {wildcards.dataset} --data-seed {params.data_seed} --out {output} > {log} 2>&1"
 
@@ -31,8 +29,6 @@ rule fetch_archive:
     log:
         "results/logs/data/fetch_{archive}.log",
     localrule: True
-    conda:
-        "../envs/upfl.yaml"
     shell:
         "upfl data fetch --source {params.source} --resources {params.resources} --no-progress {params.overrides} > {log} 2>&1"
 
@@ -53,8 +49,6 @@ rule leaf_dataset:
         "results/logs/data/{dataset}.log",
     resources:
         mem_mb=16000,
-    conda:
-        "../envs/upfl.yaml"
     shell:
         "upfl data prepare {params.source} --resources {params.resources} --out {output} --seed {params.seed} "
         "--no-progress {params.options} > {log} 2>&1"

@@ -11,8 +11,6 @@ rule experiment_runs:
     log:
         "results/logs/report/runs_{experiment}.log",
     localrule: True
-    conda:
-        "../envs/upfl.yaml"
     shell:
         "upfl report runs --out {output} {params.pairs} > {log} 2>&1"
 
@@ -27,8 +25,6 @@ rule all_runs:
     log:
         "results/logs/report/runs.log",
     localrule: True
-    conda:
-        "../envs/upfl.yaml"
     shell:
         "upfl report runs --out {output} {params.pairs} > {log} 2>&1"
 
@@ -42,8 +38,6 @@ rule table2:
     log:
         "results/logs/report/table2.log",
     localrule: True
-    conda:
-        "../envs/upfl.yaml"
     shell:
         "upfl report table2 --out-prefix results/tables/table2 {input} > {log} 2>&1"
 
@@ -63,8 +57,6 @@ rule accuracy_table:
     log:
         "results/logs/report/{name}.log",
     localrule: True
-    conda:
-        "../envs/upfl.yaml"
     shell:
         "upfl report table1 --runs {input} {params.args} {params.configs} "
         "--out-prefix results/tables/{wildcards.name} > {log} 2>&1"
@@ -83,8 +75,6 @@ rule time_table:
     log:
         "results/logs/report/{name}.log",
     localrule: True
-    conda:
-        "../envs/upfl.yaml"
     shell:
         "upfl report time --runs {input} {params.args} --out-prefix results/tables/{wildcards.name} > {log} 2>&1"
 
@@ -104,8 +94,6 @@ rule privacy_table:
     log:
         "results/logs/report/{name}.log",
     localrule: True
-    conda:
-        "../envs/upfl.yaml"
     shell:
         "upfl report privacy-table --runs {input} {params.args} {params.configs} "
         "--out-prefix results/tables/{wildcards.name} > {log} 2>&1"
@@ -126,8 +114,6 @@ rule figure:
     log:
         "results/logs/report/{name}.log",
     localrule: True
-    conda:
-        "../envs/upfl.yaml"
     shell:
         "upfl report figure {params.kind} --runs {input} {params.args} "
         "--out-prefix results/figures/{wildcards.name} > {log} 2>&1"

@@ -22,8 +22,6 @@ rule train:
         gpu=run_job("gpus"),
         runtime=run_job("runtime"),
         mem_mb=run_job("mem_mb"),
-    conda:
-        "../envs/upfl.yaml"
     shell:
         "upfl run --data {input} --out {params.out} --threads {threads} {params.flags} > {log} 2>&1 "
         "|| [ $? -eq 3 ]"
