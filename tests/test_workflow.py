@@ -211,6 +211,12 @@ def test_tiny_preset_end_to_end_then_nothing_to_do(tmp_path):
     assert "Synthetic" in table or "synthetic" in table
     again = snakemake(wd, "--cores", "2", "-n")
     assert "Nothing to be done" in again.stdout + again.stderr
+    # `--report` reports what exists: a figure that was never built (a single target, another preset) is left out.
+    for f in (wd / "results" / "figures").glob("fig_tiny.*"):
+        f.unlink()
+    snakemake(wd, "--report", "results/report.html")
+    report = (wd / "results" / "report.html").read_text(encoding="utf-8")
+    assert "table1.csv" in report and "fig_tiny.png" not in report
 
 
 def test_sigint_in_the_middle_then_restart_finishes_cleanly(tmp_path):
@@ -245,3 +251,9 @@ def test_sigint_in_the_middle_then_restart_finishes_cleanly(tmp_path):
     assert not list((wd / "results").rglob("*.tmp*"))
     again = snakemake(wd, "--cores", "2", "-n")
     assert "Nothing to be done" in again.stdout + again.stderr
+    # `--report` reports what exists: a figure that was never built (a single target, another preset) is left out.
+    for f in (wd / "results" / "figures").glob("fig_tiny.*"):
+        f.unlink()
+    snakemake(wd, "--report", "results/report.html")
+    report = (wd / "results" / "report.html").read_text(encoding="utf-8")
+    assert "table1.csv" in report and "fig_tiny.png" not in report
