@@ -200,3 +200,62 @@ def test_flower_private_stragglers_minibatches_equal_upfl_run(flower_data, tmp_p
     flower_models, rows = flower_run(run_config, tmp_path)
     assert_same_rounds(flower_models, upfl_run_models(run_config, tmp_path, monkeypatch), rounds)
     assert [int(r["messages"]) for r in rows] == [0, NUM_DEVICES, 0, NUM_DEVICES, 0]
+
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.workflow
+def test_example_app_runs_with_flwr_run(tmp_path):
+    """examples/flower as its README runs it (`flwr run . --stream ...`), on a 6-device set and 4 rounds.
+
+    `flwr run` starts a local SuperLink in the background unless one answers on its port, and gives it 15 s,
+    too little on a busy two-core machine; the test starts that SuperLink itself (the command line Flower would
+    use), so that it owns the process and stops it afterwards.
+    """
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    app = tmp_path / "app"
+    shutil.copytree(root / "examples" / "flower", app, ignore=shutil.ignore_patterns("data", "runs"))
+    data = generate_synthetic("synthetic_1_1", tmp_path / "data", data_seed=0, num_devices=6)
+    port, control = free_port(), free_port()
+    bindir = Path(sys.executable).parent
+    env = {**os.environ, "FLWR_HOME": str(tmp_path / "flwr"), "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(port),
+           "FLWR_LOCAL_CONTROL_API_PORT": str(control), "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+           "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    out = tmp_path / "runs"
+    superlink = subprocess.Popen([str(bindir / "flower-superlink"), "--insecure", "--simulation", "--isolation",
+                                  "subprocess", "--host", "127.0.0.1", "--port", str(port)], env=env,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert superlink.poll() is None, "flower-superlink exited"
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "flower-superlink did not answer within 180 s"
+                time.sleep(0.5)
+        cmd = ["flwr", "run", ".", "--stream", "--federation-config", "num-supernodes=6", "--run-config",
+               f"num-server-rounds=4 local-epochs=2 data-path='{data}' out-dir='{out}'"]
+        proc = subprocess.run(cmd, cwd=app, env=env, capture_output=True, text=True, timeout=900)
+    finally:
+        superlink.terminate()
+        superlink.wait(timeout=60)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    with open(out / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["messages"]) for r in rows] == [0, 1, 0, 1, 0]  # max(floor(0.3 * 6), 1) = 1 node per training round
+    assert [r["kind"] for r in rows] == ["init", "train", "upcycle", "train", "upcycle"]

@@ -104,7 +104,11 @@ def run_config_to_upfl(run_config: dict[str, Any]) -> cfgmod.RunConfig:
 
 @functools.lru_cache(maxsize=4)
 def _simulation(run_config_json: str) -> Simulation:
-    """One :class:`Simulation` (data, model, solver) per process and run config: reused across messages."""
+    """One :class:`Simulation` (data, model, solver) per process and run config: reused across messages.
+
+    Each ClientApp process (a Ray actor in simulation) loads the whole data set once and trains the device of
+    the node it serves: simple and exact for simulation; a deployment would load one device's data per node.
+    """
     cfg = run_config_to_upfl(json.loads(run_config_json))
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
