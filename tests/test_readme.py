@@ -85,9 +85,11 @@ def test_readme_quick_start_runs_verbatim_in_a_fresh_copy(tmp_path):
         assert (results / name).stat().st_size > 0, name
     report = (results / "report.html").read_text(encoding="utf-8")
     assert "table1.csv" in report and "fig5.png" in report
-    assert "quick" in report and "The full paper" in report  # the front page (workflow/report/workflow.rst)
+    # The front page (workflow/report/workflow.rst) names the preset that was selected and how to get the paper.
+    assert "config-preset-quick" in report and "The full paper" in report
     assert (results / "README.md").exists()
     # The newcomer's next command: the report of the full config after the quick preset reports what exists.
     run_line("snakemake --report results/report_full.html", wd)
     full = (results / "report_full.html").read_text(encoding="utf-8")
     assert "table1.csv" in full and "fig5.png" in full and "fig4.png" not in full
+    assert "config-preset-full" in full
