@@ -98,7 +98,6 @@ def worker_upfl(data: str, out: str) -> None:
     from upfl.flower import run_config_to_upfl
     from upfl.simulation import run
     cfg = run_config_to_upfl({**W1, "data-path": data})
-    cfg.checkpoint.dir = os.path.join(out, "ck")
     run(cfgmod.validate(cfg), out, log=lambda *_: None)
 
 

@@ -145,7 +145,6 @@ def upfl_run_models(run_config, tmp_path, monkeypatch):
         return evaluate(self, w)
 
     cfg = run_config_to_upfl(run_config)
-    cfg.checkpoint.dir = str(tmp_path / "ck")
     with monkeypatch.context() as m:
         m.setattr(simulation.Simulation, "evaluate", recording)
         simulation.run(cfgmod.validate(cfg), tmp_path / "upfl", log=lambda *_: None)
