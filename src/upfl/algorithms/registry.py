@@ -10,12 +10,26 @@ import dataclasses
 from ..config import AlgorithmConfig, ConfigError
 from .base import Algorithm
 from .fedavg import FedAvg
+from .fedadam import FedAdam
+from .fedavgm import FedAvgM
+from .feddyn import FedDyn
+from .fednova import FedNova
 from .fedprox import FedProx
+from .fedyogi import FedYogi
+from .pfedme import PFedMe
+from .scaffold import Scaffold
 from .upcycled import PREFIX, Upcycled, base_name
 
 ALGORITHMS: dict[str, type[Algorithm]] = {
     "fedavg": FedAvg,
     "fedprox": FedProx,
+    "fedavgm": FedAvgM,
+    "fednova": FedNova,
+    "scaffold": Scaffold,
+    "fedadam": FedAdam,
+    "fedyogi": FedYogi,
+    "feddyn": FedDyn,
+    "pfedme": PFedMe,
 }
 
 UPCYCLING_KEYS = ("lam", "step", "schedule")
