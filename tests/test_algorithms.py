@@ -348,3 +348,56 @@ def test_cli_algorithm_and_set(small_data, tmp_path):
     assert alg["name"] == "upcycled_fedavgm" and alg["server_momentum"] == 0.9 and alg["nesterov"] is False
     assert main(["run", "--data", small_data, "--out", str(tmp_path / "bad"), "--algorithm", "fedprox",
                  "--set", "algorithm.tau=0.1"]) == 2
+
+
+def fake_run(root, name, seed, accs, walls, straggler=0.9, **alg):
+    """A run folder with a hand-made metrics.csv (one row per iteration) and summary.json."""
+    from upfl.experiments import run_id
+
+    doc = {"data": {"path": "/x/synthetic_1_1"}, "algorithm": {"name": name, **alg},
+           "devices": {"straggler": straggler, "frac": 0.3}, "model": {"name": "logreg"}, "rounds": len(accs)}
+    out = root / run_id("synthetic_1_1", doc, seed)
+    out.mkdir(parents=True)
+    lines = ["iteration,kind,train_loss,train_acc,test_loss,test_acc,devices,local_steps,data_accesses,wall_s,cum_wall_s",
+             "0,init,1,0,1,0,0,0,0,0,0"]
+    upcycled = is_upcycled(name)
+    for t, (acc, wall) in enumerate(zip(accs, walls), start=1):
+        kind = "upcycle" if upcycled and t % 2 == 0 else "train"
+        lines.append(f"{t},{kind},1,{acc},1,{acc},3,10,3,0.1,{wall}")
+    (out / "metrics.csv").write_text("\n".join(lines) + "\n")
+    final = {"iteration": len(accs), "train_loss": 1, "train_acc": accs[-1], "test_loss": 1, "test_acc": accs[-1]}
+    (out / "summary.json").write_text(json.dumps({"config": doc, "final": final, "best": final, "seed": seed,
+                                                  "training_rounds": (len(accs) + 1) // 2 if upcycled else len(accs)}))
+    return str(out)
+
+
+def test_ablation_reports_pair_on_seed_and_measure_equal_wall_time(tmp_path):
+    from upfl.report.ablations import bases_frame, momentum_frame, write_bases_table, write_momentum_table
+    from upfl.report.collect import collect_runs
+
+    pairs = []
+    for seed, shift in ((0, 0.0), (1, 0.02), (2, 0.04)):
+        pairs.append(fake_run(tmp_path, "fedprox", seed, [0.5, 0.6 + shift], [1.0, 2.0], mu=1.0))
+        pairs.append(fake_run(tmp_path, "fedavgm", seed, [0.5, 0.65 + shift], [1.0, 2.0], mu=1.0,
+                              server_momentum=0.5, nesterov=True))
+        # Upcycled: 4 iterations; at FedProx's wall time (2.0 s) it has reached iteration 3
+        pairs.append(fake_run(tmp_path, "upcycled", seed, [0.5, 0.55, 0.7 + shift, 0.8 + 2 * shift],
+                              [1.0, 1.01, 2.0, 2.01], mu=1.0, lam=0.43))
+    runs = collect_runs([("ablation_momentum", p) for p in pairs])
+    assert set(runs["algorithm_options"].fillna("")) == {"", "server_momentum=0.5;nesterov=True"}
+    frame = momentum_frame(runs).set_index("variant")
+    assert list(frame.index) == ["FedProx", "FedProx + momentum (β = 0.5, Nesterov)", "Upcycled-FL"]
+    mom, up = frame.loc["FedProx + momentum (β = 0.5, Nesterov)"], frame.loc["Upcycled-FL"]
+    assert mom["gain"] == pytest.approx(0.05) and mom["gain_high"] - mom["gain_low"] == pytest.approx(0, abs=1e-9)
+    assert up["gain"] == pytest.approx(0.2 + 0.02) and up["n_pairs"] == 3  # 0.8 + 2s - (0.6 + s), s = 0, .02, .04
+    assert up["wall_gain"] == pytest.approx(0.1)  # iteration 3 (0.7 + s) against FedProx's 0.6 + s
+    assert up["gain_low"] < up["gain"] < up["gain_high"]
+    write_momentum_table(runs, str(tmp_path / "t"), "prov")
+    assert "Upcycled-FL" in (tmp_path / "t.md").read_text()
+
+    base_pairs = [p for p in pairs if "/fedavgm/" not in p]
+    bases = bases_frame(collect_runs([("upcycling_bases", p) for p in base_pairs]))
+    row = bases.iloc[0]
+    assert row["base"] == "fedprox" and row["verdict"] == "gain" and row["gain"] == pytest.approx(0.22)
+    write_bases_table(collect_runs([("upcycling_bases", p) for p in base_pairs]), str(tmp_path / "b"), "prov")
+    assert "FedProx" in (tmp_path / "b.md").read_text()
