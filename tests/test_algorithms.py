@@ -401,3 +401,16 @@ def test_ablation_reports_pair_on_seed_and_measure_equal_wall_time(tmp_path):
     assert row["base"] == "fedprox" and row["verdict"] == "gain" and row["gain"] == pytest.approx(0.22)
     write_bases_table(collect_runs([("upcycling_bases", p) for p in base_pairs]), str(tmp_path / "b"), "prov")
     assert "FedProx" in (tmp_path / "b.md").read_text()
+
+
+@pytest.mark.parametrize("name", ["scaffold", "feddyn", "fednova"])
+def test_compiled_solver_gives_the_torch_solver_numbers_for_corrected_objectives(small_data, tmp_path, name):
+    options = BASE_OPTIONS[name]
+    torch_cfg = make_cfg(small_data, tmp_path, name, **options)
+    numba_cfg = cfgmod.from_dict({**cfgmod.to_dict(torch_cfg), "solver": {**cfgmod.to_dict(torch_cfg)["solver"],
+                                                                          "backend": "numba"}})
+    _, a = training_rounds(torch_cfg, small_data, 3)
+    sim, b = training_rounds(numba_cfg, small_data, 3)
+    assert sim.local_solve is not local_solve
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x, y, rtol=0, atol=1e-5)
