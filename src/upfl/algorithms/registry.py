@@ -18,7 +18,7 @@ from .fedprox import FedProx
 from .fedyogi import FedYogi
 from .pfedme import PFedMe
 from .scaffold import Scaffold
-from .upcycled import PREFIX, Upcycled, base_name
+from .upcycled import PREFIX, Upcycled, base_name, is_upcycled
 
 ALGORITHMS: dict[str, type[Algorithm]] = {
     "fedavg": FedAvg,
@@ -42,10 +42,6 @@ class AlgorithmPrivacyError(ConfigError):
 def algorithm_names() -> list[str]:
     """Every valid ``algorithm.name``: the bases, ``upcycled`` and ``upcycled_<base>`` for every base but FedProx."""
     return list(ALGORITHMS) + [PREFIX] + [f"{PREFIX}_{b}" for b in ALGORITHMS if b != "fedprox"]
-
-
-def is_upcycled(name: str) -> bool:
-    return name == PREFIX or name.startswith(PREFIX + "_")
 
 
 def algorithm_class(name: str) -> type[Algorithm]:

@@ -16,6 +16,11 @@ PREFIX = "upcycled"
 """``upcycled`` is Upcycled FedProx (the paper's Upcycled-FL); ``upcycled_<base>`` upcycles any other base."""
 
 
+def is_upcycled(name: str) -> bool:
+    """Whether an algorithm name is an upcycled one (``upcycled`` or ``upcycled_<base>``)."""
+    return name == PREFIX or name.startswith(PREFIX + "_")
+
+
 def base_name(name: str) -> str:
     """The base algorithm of an algorithm name: ``upcycled`` -> ``fedprox``, ``upcycled_fedavgm`` -> ``fedavgm``."""
     if name == PREFIX:
