@@ -323,7 +323,7 @@ def test_checkpoint_resume_of_a_stateful_base_equals_an_uninterrupted_run(small_
     cfg = make_cfg(small_data, tmp_path, name, rounds=6, **options)
     with pytest.raises(InjectedStop):
         run(cfg, tmp_path / "cut", stop_after=3, **QUIET)
-    state = torch.load(next((tmp_path / "ck").glob("*/state.pt")), weights_only=True)
+    state = torch.load(next(tmp_path.rglob("state.pt")), weights_only=True)
     assert state["algorithm_state"] and all(isinstance(v, torch.Tensor) for v in state["algorithm_state"].values())
     resumed = run(cfg, tmp_path / "cut", **QUIET)
     full = run(make_cfg(small_data, tmp_path / "other", name, rounds=6, **options), tmp_path / "full", **QUIET)

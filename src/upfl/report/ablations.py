@@ -23,7 +23,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from .cells import paired  # noqa: E402
-from .collect import ReportError, cumulative_rounds, load_metrics  # noqa: E402
+from .collect import ReportError, converged, cumulative_rounds, load_metrics  # noqa: E402
 from .figures import save_figure  # noqa: E402
 from .paper import algorithm_label, dataset_label, dataset_order  # noqa: E402
 from .render import fmt, markdown_table, write_csv, write_markdown  # noqa: E402
@@ -100,7 +100,9 @@ def verdict(low: float, high: float) -> str:
 
 
 def momentum_frame(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per data set x variant: accuracy at equal training rounds and equal wall time, gains over FedProx."""
+    """One row per data set x variant: accuracy at equal training rounds and equal wall time, gains over FedProx.
+    Diverged runs are left out (as everywhere in the report)."""
+    runs = converged(runs)
     rows = []
     for dataset in dataset_order(runs["dataset"]):
         sub = runs[runs["dataset"] == dataset].copy()
@@ -125,7 +127,9 @@ def momentum_frame(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def bases_frame(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per data set x straggler level x base: the base, its upcycled version and the paired gain."""
+    """One row per data set x straggler level x base: the base, its upcycled version and the paired gain
+    (diverged runs left out)."""
+    runs = converged(runs)
     rows = []
     for dataset in dataset_order(runs["dataset"]):
         for straggler in sorted(set(runs.loc[runs["dataset"] == dataset, "straggler"].astype(float))):
@@ -206,6 +210,7 @@ def _curves(cell: pd.DataFrame, x: str) -> pd.DataFrame:
 
 def momentum_figure(runs: pd.DataFrame, out_prefix: str, provenance: str) -> None:
     """Test accuracy against training rounds (top) and training time (bottom), one column per data set."""
+    runs = converged(runs)
     datasets = dataset_order(runs["dataset"])
     sns.set_theme(style="whitegrid", context="paper", font_scale=1.0)
     fig, axes = plt.subplots(2, len(datasets), figsize=(4.2 * len(datasets), 6.0), squeeze=False)
@@ -237,6 +242,7 @@ def momentum_figure(runs: pd.DataFrame, out_prefix: str, provenance: str) -> Non
 def schedule_figure(runs: pd.DataFrame, out_prefix: str, provenance: str) -> None:
     """Top: final test accuracy against c_1 per schedule (mean and 95% CI over seeds), FedProx as a line.
     Bottom: test accuracy against training rounds for each schedule at its best c_1."""
+    runs = converged(runs)
     datasets = dataset_order(runs["dataset"])
     sns.set_theme(style="whitegrid", context="paper", font_scale=1.0)
     fig, axes = plt.subplots(2, len(datasets), figsize=(4.2 * len(datasets), 6.0), squeeze=False)
