@@ -79,7 +79,8 @@ def expected_training_runs(config: dict) -> int:
                             continue
                         for seed in seeds:
                             runs.add((ds, model, entry["algorithm"], pick["mu"], pick["lam"], pick["step"],
-                                      tuple(sorted(own.items())), max(1, round(entry["rounds"] * scale)), seed))
+                                      entry.get("schedule", "const"), tuple(sorted(own.items())),
+                                      max(1, round(entry["rounds"] * scale)), seed))
     return len(runs)
 
 
@@ -113,12 +114,14 @@ def test_dry_run_lists_every_run_of_the_paper(tmp_path, preset):
     # Synthetic: Figures 2 (two panels), 3 (two panels), 5, 8, 9, 11, the privacy trade-off; the privacy tables
     # of output and objective perturbation; with real data also Figures 4, 6, 7, 10, 12 (two panels) and the
     # real-data privacy table. One runs.csv per experiment: table1, fig2 (two), fig5, fig8, the three
-    # synthetic privacy experiments; real data: fig4, fig6, fig7, fig10, fig12.
+    # synthetic privacy experiments; real data: fig4, fig6, fig7, fig10, fig12. Issue 10's ablations: the momentum
+    # curves and the schedule figure, the momentum and bases tables, three more runs.csv.
     real = preset == "full"
-    assert counts["figure"] == (15 if real else 9)
+    assert counts["figure"] == (17 if real else 11)
     assert counts["accuracy_table"] == 1 and counts["time_table"] == 1
     assert counts["privacy_table"] == (3 if real else 2)
-    assert counts["experiment_runs"] == (13 if real else 8)
+    assert counts["ablation_table"] == 2
+    assert counts["experiment_runs"] == (16 if real else 11)
 
 
 def test_single_target_builds_only_what_it_needs(tmp_path):

@@ -48,16 +48,39 @@ class ModelConfig:
 @dataclass
 class AlgorithmConfig:
     name: str = "upcycled"
-    """``fedavg``, ``fedprox`` or ``upcycled`` (Algorithm 2 on FedProx; on FedAvg with ``mu: 0`` and ``step``)."""
+    """A base algorithm (``fedavg``, ``fedprox``, ``fedavgm``, ``fedadam``, ``fedyogi``, ``scaffold``, ``feddyn``,
+    ``pfedme``, ``fednova``), ``upcycled`` (Algorithm 2 on FedProx: the paper's Upcycled-FL) or ``upcycled_<base>``
+    (upcycling on any other base). See docs/algorithms.md and :mod:`upfl.algorithms.registry`."""
     mu: float = 0.0
-    """Proximal coefficient of the local objective (FedAvg forces 0)."""
+    """Proximal coefficient of the local objective (bases with a proximal term; 0 for the others)."""
     lam: float | None = None
-    """lambda of Eq. (5): the even-iteration coefficient is mu / (mu + lambda)."""
+    """lambda of Eq. (5): the even-iteration coefficient is mu / (mu + lambda) (upcycled algorithms)."""
     step: float | None = None
-    """The even-iteration coefficient c_1 directly (instead of ``lam``)."""
+    """The even-iteration coefficient c_1 directly (instead of ``lam``; upcycled algorithms)."""
     schedule: str = "const"
     """``const`` (c_m = c_1), ``horizon`` (c_m = c_1 / sqrt(M), M training rounds of the run; Corollary 4.8),
     ``inv_sqrt`` (c_m = c_1 / sqrt(m), an increasing lambda_m)."""
+    server_lr: float | None = None
+    """Server learning rate (fedavgm, fedadam, fedyogi, scaffold, fednova; pFedMe's beta). None: the algorithm's
+    default (1 for all but fedadam and fedyogi, 0.03 for those)."""
+    server_momentum: float = 0.3
+    """fedavgm: momentum beta of the server SGD on the pseudo-gradient w - sum_i p_i w_i (the authors' 0.3)."""
+    nesterov: bool = True
+    """fedavgm: Nesterov momentum (the authors' choice) or plain heavy ball."""
+    beta1: float = 0.9
+    """fedadam, fedyogi: first-moment decay (Reddi et al. 2021)."""
+    beta2: float = 0.99
+    """fedadam, fedyogi: second-moment decay (Reddi et al. 2021)."""
+    tau: float = 0.001
+    """fedadam, fedyogi: adaptivity epsilon tau (Reddi et al. 2021); the second moment starts at tau^2."""
+    alpha: float = 0.01
+    """feddyn: the dynamic regulariser's alpha (Acar et al. 2021)."""
+    personal_lambda: float = 15.0
+    """pfedme: lambda of the Moreau envelope (T. Dinh et al. 2020)."""
+    personal_steps: int = 5
+    """pfedme: K, gradient steps on the personal problem per local step."""
+    personal_lr: float = 0.01
+    """pfedme: the personal problem's learning rate."""
 
 
 @dataclass
@@ -139,7 +162,6 @@ class RunConfig:
 CHOICES = {
     "device": ("auto", "cpu", "cuda"),
     "data.feature_scaling": ("none", "unit_norm"),
-    "algorithm.name": ("fedavg", "fedprox", "upcycled"),
     "algorithm.schedule": ("const", "horizon", "inv_sqrt"),
     "devices.straggler_policy": ("partial", "drop"),
     "solver.backend": ("auto", "torch", "numba"),
@@ -228,6 +250,15 @@ def validate(cfg: RunConfig) -> RunConfig:
         ("algorithm.mu", a.mu >= 0, "must be >= 0"),
         ("algorithm.lam", a.lam is None or a.lam >= 0, "must be >= 0"),
         ("algorithm.step", a.step is None or a.step >= 0, "must be >= 0"),
+        ("algorithm.server_lr", a.server_lr is None or a.server_lr > 0, "must be > 0"),
+        ("algorithm.server_momentum", 0 <= a.server_momentum < 1, "must be in [0, 1)"),
+        ("algorithm.beta1", 0 <= a.beta1 < 1, "must be in [0, 1)"),
+        ("algorithm.beta2", 0 <= a.beta2 < 1, "must be in [0, 1)"),
+        ("algorithm.tau", a.tau > 0, "must be > 0"),
+        ("algorithm.alpha", a.alpha > 0, "must be > 0"),
+        ("algorithm.personal_lambda", a.personal_lambda > 0, "must be > 0"),
+        ("algorithm.personal_steps", a.personal_steps >= 1, "must be >= 1"),
+        ("algorithm.personal_lr", a.personal_lr > 0, "must be > 0"),
         ("devices.frac", 0 < d.frac <= 1, "must be in (0, 1]"),
         ("devices.straggler", 0 <= d.straggler <= 1, "must be in [0, 1]"),
         ("solver.epochs", s.epochs >= 1, "must be >= 1"),
@@ -246,18 +277,9 @@ def validate(cfg: RunConfig) -> RunConfig:
     if d.straggler > 0 and s.epochs < 2:
         raise ConfigError(f"devices.straggler: stragglers run 1..E-1 epochs, so they need solver.epochs >= 2 "
                           f"(got epochs {s.epochs} with straggler probability {d.straggler})")
-    if a.name == "fedavg" and a.mu != 0:
-        raise ConfigError(f"algorithm.mu: FedAvg has no proximal term; use fedprox for mu = {a.mu}")
-    if a.name == "upcycled":
-        if a.lam is not None and a.step is not None:
-            raise ConfigError("algorithm.step: give either algorithm.lam or algorithm.step, not both")
-        if a.step is None:
-            if a.lam is None:
-                raise ConfigError("algorithm.lam: Upcycled-FL needs algorithm.lam (or algorithm.step)")
-            if a.mu + a.lam == 0:
-                raise ConfigError("algorithm.lam: mu + lambda must be > 0 (with mu = 0, give algorithm.step)")
-    elif a.lam is not None or a.step is not None:
-        raise ConfigError(f"algorithm.{'lam' if a.lam is not None else 'step'}: only used by algorithm.name upcycled")
+    from .algorithms import check_algorithm_config
+
+    check_algorithm_config(cfg)
     p = cfg.privacy
     if not 0 < p.delta < 1:
         raise ConfigError(f"privacy.delta: must be in (0, 1), got {p.delta!r}")
@@ -342,11 +364,3 @@ def config_hash(cfg: RunConfig) -> str:
         node.pop(parts[-1], None)
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-
-
-def upcycle_base_coefficient(cfg: RunConfig) -> float:
-    """c_1 = mu / (mu + lambda) (Eq. 5), or ``algorithm.step`` when given."""
-    a = cfg.algorithm
-    if a.step is not None:
-        return float(a.step)
-    return a.mu / (a.mu + a.lam)

@@ -1,7 +1,7 @@
 """The random draws of a federated run, shared by the simulation loop and the privacy accountant.
 
-Iterations t = 1..T; training round k is the k-th iteration that trains (every t for FedAvg/FedProx, odd t
-for Upcycled-FL). Round k of every algorithm draws the same devices and stragglers for the same seed:
+Iterations t = 1..T; training round k is the k-th iteration that trains (every t for a base algorithm, odd t
+for Upcycled-FL and every upcycled base, ``upcycled_<base>``). Round k of every algorithm draws the same devices and stragglers for the same seed:
 the streams are keyed by k, not by t.
 """
 
@@ -15,8 +15,9 @@ from .rng import generator
 
 
 def is_training_iteration(algorithm: str, t: int) -> bool:
-    """Algorithm 2: Upcycled-FL trains at odd t only (even t is Eq. (5)); every other algorithm trains at every t."""
-    return algorithm != "upcycled" or t % 2 == 1
+    """Algorithm 2: Upcycled-FL (``upcycled``, ``upcycled_<base>``) trains at odd t only (even t is Eq. (5));
+    every base algorithm trains at every t."""
+    return not (algorithm == "upcycled" or algorithm.startswith("upcycled_")) or t % 2 == 1
 
 
 def training_rounds_before(algorithm: str, t: int) -> int:

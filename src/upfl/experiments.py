@@ -16,7 +16,8 @@ from typing import Any
 
 from . import config as cfgmod
 
-OUTPUT_KINDS = ("table1", "time", "convergence", "lambda_sweep", "privacy_table", "privacy_tradeoff")
+OUTPUT_KINDS = ("table1", "time", "convergence", "lambda_sweep", "privacy_table", "privacy_tradeoff", "momentum_table",
+                "bases_table", "momentum_curves", "schedule_figure")
 JOB_KEYS = ("gpus", "threads", "runtime", "mem_mb")
 ENTRY_KEYS = {"algorithm", "rounds", "mu", "lam", "step", "schedule", "model", "set"}
 
@@ -138,6 +139,9 @@ def run_id(dataset: str, doc: dict[str, Any], seed: int) -> str:
         params += f"_step{fmt_number(a['step'])}"
     if a.get("schedule", "const") != "const":
         params += f"_{a['schedule']}"
+    for key, value in a.items():
+        if key not in ("name", "mu", "lam", "step", "schedule"):
+            params += f"_{key}{fmt_number(value)}"
     parts = [dataset, doc["model"]["name"], a["name"], params]
     private = _privacy_part(doc.get("privacy", {}))
     if private:
@@ -243,6 +247,6 @@ def output_files(kind: str, name: str) -> list[str]:
     """The files one report output writes (relative to the workflow root)."""
     if kind in ("table1", "privacy_table"):
         return [f"results/tables/{name}.{ext}" for ext in ("csv", "md", "tex")]
-    if kind == "time":
+    if kind in ("time", "momentum_table", "bases_table"):
         return [f"results/tables/{name}.{ext}" for ext in ("csv", "md")]
     return [f"results/figures/{name}.{ext}" for ext in ("png", "pdf", "csv")]

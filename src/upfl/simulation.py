@@ -1,7 +1,8 @@
-"""The federated loop of Algorithm 1 (FedProx/FedAvg) and Algorithm 2 (Upcycled-FL).
+"""The federated loop of Algorithm 1 and Algorithm 2, for every algorithm of :mod:`upfl.algorithms`.
 
-Iterations t = 1..T. Upcycled-FL trains at odd t and applies Eq. (5) at even t; FedAvg/FedProx
-train at every t. The draws of training round k (devices, stragglers) live in :mod:`upfl.draws`.
+Iterations t = 1..T. A base algorithm trains at every t; an upcycled one trains at odd t and applies Eq. (5)
+at even t. What a device minimises and how the server aggregates are the algorithm's hooks; this loop
+never branches on algorithm names. The draws of training round k (devices, stragglers) live in :mod:`upfl.draws`.
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ from typing import Any
 import torch
 
 from . import config as cfgmod
-from .algorithms import upcycle_coefficient, upcycle_step, weighted_average
+from .algorithms import ClientRound, build_algorithm
 from .checkpoints import open_checkpoint
 from .data import FederatedDataset, load_leaf
 from .divergence import diverged_entry, loss_problem, weights_problem
-from .draws import is_training_iteration, round_participants, training_rounds_before
+from .draws import round_participants, training_rounds_before
 from .files import provenance, write_json, write_text
 from .models import build_model
 from .privacy.accounting import per_device, privacy_report
@@ -54,6 +55,8 @@ class Simulation:
         ds.check_labels()
         self.model = build_model(c.model.name, ds, c.model.options)
         self.local_solve = select_local_solver(c.solver.backend, self.model, self.device, c.threads)
+        self.num_training_rounds = training_rounds_before(c.algorithm.name, c.rounds)
+        self.algorithm = build_algorithm(c, len(ds.train_users), self.model.num_params, self.num_training_rounds)
         p = c.privacy
         n = len(self.devices)
         self.sigmas = per_device(p.sigma, n, "privacy.sigma") if p.mechanism == "output" else None
@@ -98,14 +101,17 @@ class Simulation:
         gens = [generator(c.seed, "batches", round_k, i) for i in chosen]
         plans = batch_plan([self.xs[i].shape[0] for i in chosen], [epochs[i] for i in chosen],
                            c.solver.batch_size, gens)
-        mu = 0.0 if c.algorithm.name == "fedavg" else c.algorithm.mu
-        linear = self.objective_noise(round_k, chosen) if self.alphas is not None else None
-        local, steps = self.local_solve(self.model, w, [self.xs[i] for i in chosen], [self.ys[i] for i in chosen],
-                                        plans, mu, c.solver.lr, c.solver.momentum, linear_term=linear,
-                                        generator=generator(c.seed, "dropout", round_k))
+        rnd = ClientRound(chosen, [self.xs[i] for i in chosen], [self.ys[i] for i in chosen], plans,
+                          self.sizes[chosen].to(self.device), self.model, self.local_solve, c.solver.lr,
+                          c.solver.momentum, generator(c.seed, "dropout", round_k))
+        alg = self.algorithm
+        noise = self.objective_noise(round_k, chosen) if self.alphas is not None else None
+        linear = add_terms(alg.linear_term(w, rnd), noise)
+        local, steps = alg.local_solve(w, rnd, linear)
+        alg.client_update(w, local, rnd)
         if self.sigmas is not None:
             local = self.output_noise(local, round_k, chosen)
-        return weighted_average(local, self.sizes[chosen].to(self.device)), len(chosen), steps
+        return alg.server_update(w, local, rnd), len(chosen), steps
 
     def objective_noise(self, round_k: int, chosen: list[int]) -> torch.Tensor:
         """Objective perturbation (Section 5): n_i ~ exp(-alpha_i ||n||) over the model's parameters, one per
@@ -122,6 +128,13 @@ class Simulation:
         return output_perturbation(local.cpu(), self.cfg.privacy.tau, sigmas, gens).to(local.device)
 
 
+def add_terms(a: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor | None:
+    """The sum of two optional linear terms n_i of the local objective (the algorithm's and the privacy noise)."""
+    if a is None or b is None:
+        return a if b is None else b
+    return a + b
+
+
 def resolve_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         raise cfgmod.ConfigError("device: cuda requested but torch finds no CUDA device")
@@ -130,9 +143,9 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def _metrics_csv(rows: list[dict[str, Any]]) -> str:
+def _metrics_csv(rows: list[dict[str, Any]], columns: list[str]) -> str:
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=METRIC_COLUMNS, lineterminator="\n")
+    w = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
     w.writeheader()
     for r in rows:
         w.writerow({k: (repr(v) if isinstance(v, float) else v) for k, v in r.items()})
@@ -169,9 +182,8 @@ def run(cfg: cfgmod.RunConfig, out: str | Path, log=print, stop_after: int | Non
 
 
 def _run_loop(cfg, sim, data, device, out, ckpt, privacy, log, stop_after) -> dict[str, Any]:
-    T, alg = cfg.rounds, cfg.algorithm.name
-    num_training = (T + 1) // 2 if alg == "upcycled" else T
-    c1 = cfgmod.upcycle_base_coefficient(cfg) if alg == "upcycled" else 0.0
+    T, alg = cfg.rounds, sim.algorithm
+    columns = METRIC_COLUMNS + list(alg.extra_metrics)
     times = {"train_s": 0.0, "upcycle_s": 0.0, "eval_s": 0.0}
     has_test = sim.test_x is not None
     diverged: dict[str, Any] | None = None
@@ -182,6 +194,7 @@ def _run_loop(cfg, sim, data, device, out, ckpt, privacy, log, stop_after) -> di
         state = ckpt.load({"w": shape, "w_prev": shape}, T)
     if state is not None:
         t0, w, w_prev, rows, times = state["t"], state["w"].to(device), state["w_prev"].to(device), state["rows"], state["times"]
+        alg.load_state_dict(state.get("algorithm_state", {}), device)
         log(f"resuming from {ckpt.file} at iteration {t0}")
         problem = weights_problem(w) or weights_problem(w_prev)
         if problem:
@@ -190,24 +203,24 @@ def _run_loop(cfg, sim, data, device, out, ckpt, privacy, log, stop_after) -> di
         w = sim.model.init_params(generator(cfg.seed, "init")).to(device)
         w_prev, t0 = w.clone(), 0
         e0 = time.perf_counter()
-        rows = [{"iteration": 0, "kind": "init", **sim.evaluate(w), "devices": 0, "local_steps": 0,
-                 "data_accesses": 0, "wall_s": 0.0, "cum_wall_s": 0.0}]
+        rows = [{"iteration": 0, "kind": "init", **sim.evaluate(w), **alg.evaluate_extra(sim, w), "devices": 0,
+                 "local_steps": 0, "data_accesses": 0, "wall_s": 0.0, "cum_wall_s": 0.0}]
         times["eval_s"] += time.perf_counter() - e0
         problem = loss_problem(rows[0], has_test)
         if problem:
             diverged = diverged_entry(0, "init", problem)
-    round_k = training_rounds_before(alg, t0)
+    round_k = training_rounds_before(cfg.algorithm.name, t0)
     for t in range(t0 + 1, T + 1):
         if diverged:
             break
         start = time.perf_counter()
-        if is_training_iteration(alg, t):
+        if alg.trains(t):
             round_k += 1
             w_new, ndev, steps = sim.training_round(w, round_k)
             kind, accesses = "train", ndev
             times["train_s"] += time.perf_counter() - start
         else:
-            w_new = upcycle_step(w, w_prev, upcycle_coefficient(c1, t // 2, cfg.algorithm.schedule, num_training))
+            w_new = alg.extrapolate(w, w_prev, t)
             kind, ndev, steps, accesses = "upcycle", 0, 0, 0
             times["upcycle_s"] += time.perf_counter() - start
         w_prev, w = w, w_new
@@ -217,26 +230,28 @@ def _run_loop(cfg, sim, data, device, out, ckpt, privacy, log, stop_after) -> di
         if t % cfg.evaluation.every == 0 or t == T or problem:
             e0 = time.perf_counter()
             row.update(sim.evaluate(w))
+            row.update(alg.evaluate_extra(sim, w))
             times["eval_s"] += time.perf_counter() - e0
             problem = problem or loss_problem(row, has_test)
             log(f"iter {t}/{T} {kind:7s} train_loss {row['train_loss']:.4f} train_acc {row['train_acc']:.4f} "
                 f"test_acc {row['test_acc']:.4f}")
         else:
-            row.update({k: float("nan") for k in ("train_loss", "train_acc", "test_loss", "test_acc")})
+            row.update({k: float("nan") for k in ("train_loss", "train_acc", "test_loss", "test_acc",
+                                                  *alg.extra_metrics)})
         row["wall_s"] = wall
         row["cum_wall_s"] = rows[-1]["cum_wall_s"] + wall
-        rows.append({k: row[k] for k in METRIC_COLUMNS})
+        rows.append({k: row[k] for k in columns})
         if problem:
             diverged = diverged_entry(t, kind, problem)
             log(f"diverged at iteration {t}: {problem}; stopping")
             break
         if ckpt is not None and kind == "train" and round_k % cfg.checkpoint.every == 0 and t < T:
             ckpt.save({"config_hash": cfgmod.config_hash(cfg), "t": t, "w": w.cpu(), "w_prev": w_prev.cpu(),
-                       "rows": rows, "times": times})
+                       "rows": rows, "times": times, "algorithm_state": alg.state_dict()})
         if stop_after is not None and t >= stop_after:
             raise InjectedStop(f"stopped after iteration {t}")
     final = rows[-1]
-    keys = ("iteration", "train_loss", "train_acc", "test_loss", "test_acc")
+    keys = ("iteration", "train_loss", "train_acc", "test_loss", "test_acc", *alg.extra_metrics)
     evaluated = [r for r in rows if math.isfinite(r["test_acc"])] if not diverged else []
     best = max(evaluated, key=lambda r: r["test_acc"]) if evaluated else None
     summary = {
@@ -248,11 +263,11 @@ def _run_loop(cfg, sim, data, device, out, ckpt, privacy, log, stop_after) -> di
         "num_classes": sim.num_classes, "num_classes_source": data.num_classes_source,
         "test_samples": data.test_samples,
         "time": {**times, "total_s": final["cum_wall_s"] + times["eval_s"]},
-        "training_rounds": num_training,
+        "training_rounds": sim.num_training_rounds,
         "privacy": privacy,
     }
     out.mkdir(parents=True, exist_ok=True)
-    write_text(out / "metrics.csv", _metrics_csv(rows))
+    write_text(out / "metrics.csv", _metrics_csv(rows, columns))
     write_json(out / "summary.json", summary)
     if ckpt is not None:
         ckpt.remove()

@@ -30,6 +30,30 @@ def batch_plan(sizes: list[int], epochs: list[int], batch_size: int, generators:
     return plans
 
 
+def pad_devices(xs: list[torch.Tensor], ys: list[torch.Tensor], plans: list[torch.Tensor], dev: torch.device):
+    """Devices sorted by steps (descending) into padded tensors: x (k, n_max+1, ...), y (k, n_max+1, C),
+    batch indices (k, s_max, B) into them (padding points at the zero row n_max), the float mask of real
+    samples, the order, its inverse and the sorted step counts."""
+    k = len(xs)
+    steps = torch.tensor([p.shape[0] for p in plans])
+    order = torch.argsort(steps, descending=True, stable=True)
+    inverse = torch.empty_like(order)
+    inverse[order] = torch.arange(k)
+    n_max = max(x.shape[0] for x in xs)
+    x_pad = torch.zeros((k, n_max + 1) + tuple(xs[0].shape[1:]), dtype=xs[0].dtype, device=dev)
+    y_pad = torch.zeros((k, n_max + 1, ys[0].shape[1]), dtype=ys[0].dtype, device=dev)
+    s_max = int(steps.max())
+    b = plans[0].shape[1]
+    idx = torch.full((k, s_max, b), -1, dtype=torch.long)
+    for j, i in enumerate(order.tolist()):
+        n = xs[i].shape[0]
+        x_pad[j, :n], y_pad[j, :n] = xs[i], ys[i]
+        idx[j, : plans[i].shape[0]] = plans[i]
+    mask_all = (idx >= 0).to(y_pad.dtype).to(dev)
+    idx = torch.where(idx >= 0, idx, n_max).to(dev)
+    return x_pad, y_pad, idx, mask_all, order, inverse, steps[order].tolist()
+
+
 def local_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: list[torch.Tensor],
                 plans: list[torch.Tensor], mu: float, lr: float, momentum: float,
                 linear_term: torch.Tensor | None = None,
@@ -42,24 +66,9 @@ def local_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: list[
     """
     extra = {"generator": generator} if getattr(model, "needs_generator", False) else {}
     k = len(xs)
-    steps = torch.tensor([p.shape[0] for p in plans])
-    order = torch.argsort(steps, descending=True, stable=True)
-    inverse = torch.empty_like(order)
-    inverse[order] = torch.arange(k)
-    n_max = max(x.shape[0] for x in xs)
     dev = w_global.device
-    x_pad = torch.zeros((k, n_max + 1) + tuple(xs[0].shape[1:]), dtype=xs[0].dtype, device=dev)
-    y_pad = torch.zeros((k, n_max + 1, ys[0].shape[1]), dtype=ys[0].dtype, device=dev)
-    s_max = int(steps.max())
-    b = plans[0].shape[1]
-    idx = torch.full((k, s_max, b), -1, dtype=torch.long)
-    for j, i in enumerate(order.tolist()):
-        n = xs[i].shape[0]
-        x_pad[j, :n], y_pad[j, :n] = xs[i], ys[i]
-        idx[j, : plans[i].shape[0]] = plans[i]
-    mask_all = (idx >= 0).to(y_pad.dtype).to(dev)
-    idx = torch.where(idx >= 0, idx, n_max).to(dev)
-    sorted_steps = steps[order].tolist()
+    x_pad, y_pad, idx, mask_all, order, inverse, sorted_steps = pad_devices(xs, ys, plans, dev)
+    s_max = sorted_steps[0]
     w = w_global.expand(k, -1).clone()
     buf = torch.zeros_like(w)
     lin = None if linear_term is None else linear_term[order.to(linear_term.device)]
@@ -81,7 +90,7 @@ def local_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: list[
                 g.add_(lin[:active])
             ba.mul_(momentum).add_(g)
             wa.sub_(ba, alpha=lr)
-    return w[inverse.to(dev)], int(steps.sum())
+    return w[inverse.to(dev)], sum(sorted_steps)
 
 
 def numba_solver(threads: int = 0) -> Callable | None:

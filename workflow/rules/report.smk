@@ -99,6 +99,28 @@ rule privacy_table:
         "--out-prefix results/tables/{wildcards.name} > {log} 2>&1"
 
 
+rule ablation_table:
+    input:
+        report_inputs,
+    output:
+        csv=report("results/tables/{name}.csv", category="Tables", caption="../report/ablation.rst"),
+        md="results/tables/{name}.md",
+    wildcard_constraints:
+        name=names_of("momentum_table", "bases_table"),
+    params:
+        kind=lambda wc: OUTPUTS[wc.name]["kind"],
+        args=report_args,
+        configs=" ".join(f"--config-file {f}" for f in workflow.configfiles),
+    log:
+        "results/logs/report/{name}.log",
+    localrule: True
+    conda:
+        "../envs/upfl.yaml"
+    shell:
+        "upfl report ablation-table {params.kind} --runs {input} {params.args} {params.configs} "
+        "--out-prefix results/tables/{wildcards.name} > {log} 2>&1"
+
+
 rule figure:
     input:
         report_inputs,
@@ -107,7 +129,7 @@ rule figure:
         pdf="results/figures/{name}.pdf",
         csv="results/figures/{name}.csv",
     wildcard_constraints:
-        name=names_of("convergence", "lambda_sweep", "privacy_tradeoff"),
+        name=names_of("convergence", "lambda_sweep", "privacy_tradeoff", "momentum_curves", "schedule_figure"),
     params:
         kind=lambda wc: OUTPUTS[wc.name]["kind"],
         args=report_args,

@@ -6,7 +6,9 @@
     upfl report time   --runs results/runs.csv --experiment table1 --out-prefix results/tables/time [--config-file F ...]
     upfl report privacy-table --runs results/runs.csv --experiment privacy_output --out-prefix results/tables/NAME
                        [--where KEY=VALUE[,VALUE...] ...] [--config-file F ...]
-    upfl report figure convergence|lambda_sweep|privacy_tradeoff --runs results/runs.csv --experiment EXP
+    upfl report ablation-table momentum_table|bases_table --runs results/runs.csv --experiment EXP
+                       --out-prefix results/tables/NAME [--where ...] [--config-file F ...]
+    upfl report figure convergence|lambda_sweep|privacy_tradeoff|momentum_curves|schedule_figure --runs results/runs.csv --experiment EXP
                        --out-prefix results/figures/NAME [--where KEY=VALUE[,VALUE...] ...] [--metrics train_loss,test_acc]
                        [--x iteration|round|time (convergence), step|lam (lambda_sweep)] [--panels curves,final] [--title T]
 
@@ -81,12 +83,26 @@ def cmd_privacy_table(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ablation_table(args: argparse.Namespace) -> int:
+    from ..report.ablations import write_bases_table, write_momentum_table
+
+    write = write_momentum_table if args.kind == "momentum_table" else write_bases_table
+    _runs_table(args, write, ".csv, .md")
+    return 0
+
+
 def cmd_figure(args: argparse.Namespace) -> int:
     from ..report.figures import convergence_figure, lambda_sweep_figure, parse_metrics
     from ..report.render import provenance_line
 
     runs = _runs(args)
     prov = provenance_line(args.config_file, runs)
+    if args.kind in ("momentum_curves", "schedule_figure"):
+        from ..report.ablations import momentum_figure, schedule_figure
+
+        (momentum_figure if args.kind == "momentum_curves" else schedule_figure)(runs, args.out_prefix, prov)
+        print(f"wrote {args.out_prefix}.png, .pdf, .csv ({len(runs)} runs)")
+        return 0
     if args.kind == "privacy_tradeoff":
         from ..report.privacy import FIGURE_METRICS, privacy_tradeoff_figure
 
@@ -149,7 +165,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``report`` with sub-commands ``runs``, ``table1``, ``table2``, ``time``, ``privacy-table`` and ``figure``."""
     p = subparsers.add_parser("report", help="runs table, the paper's tables and figures",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="report_command", metavar="{runs,table1,table2,time,privacy-table,figure}")
+    sub = p.add_subparsers(dest="report_command", metavar="{runs,table1,table2,time,privacy-table,ablation-table,figure}")
     sub.required = True
 
     r = sub.add_parser("runs", help="one row per run folder: config, final and best metrics, times, epsilons")
@@ -169,9 +185,14 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                   "mechanism (equal noise, equal epsilon), the paper's claims beside", "csv, md, tex",
                   cmd_privacy_table)
 
-    f = sub.add_parser("figure", help="convergence curves, the lambda sweep or the privacy-accuracy trade-off "
-                       "(PNG, PDF and CSV)")
-    f.add_argument("kind", choices=("convergence", "lambda_sweep", "privacy_tradeoff"))
+    a = _table_parser(sub, "ablation-table", "issue 10's ablations: upcycling or server momentum (momentum_table), "
+                      "upcycling on every base (bases_table), paired intervals", "csv, md", cmd_ablation_table)
+    a.add_argument("kind", choices=("momentum_table", "bases_table"))
+
+    f = sub.add_parser("figure", help="convergence curves, the lambda sweep, the privacy-accuracy trade-off, the "
+                       "momentum ablation's curves or the coefficient schedules (PNG, PDF and CSV)")
+    f.add_argument("kind", choices=("convergence", "lambda_sweep", "privacy_tradeoff", "momentum_curves",
+                                    "schedule_figure"))
     _selection(f)
     f.add_argument("--out-prefix", required=True, help="writes PREFIX.png, PREFIX.pdf, PREFIX.csv")
     f.add_argument("--metrics", default=None, help="comma-separated: train_loss, train_acc, "

@@ -365,7 +365,7 @@ def privacy_report(cfg, dataset, model, cross_check: Sequence[str] = ("rdp",)) -
         "training_rounds": training_rounds(cfg), "num_devices": n,
         "num_params": int(getattr(model, "num_params", 0)) or None,
         "releases_rule": ("odd iterations only (Lemma 5.1: even iterations are post-processing)"
-                          if alg == "upcycled" else "every iteration"),
+                          if alg == "upcycled" or alg.startswith("upcycled_") else "every iteration"),
         "sampling": {"frac": cfg.devices.frac, "straggler": cfg.devices.straggler,
                      "straggler_policy": cfg.devices.straggler_policy},
     }

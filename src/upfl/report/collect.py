@@ -21,7 +21,8 @@ class ReportError(ValueError):
 
 
 CONFIG_COLUMNS = [
-    "dataset", "algorithm", "mu", "lam", "step", "coef", "schedule", "straggler", "frac", "policy",
+    "dataset", "algorithm", "base", "algorithm_options", "mu", "lam", "step", "coef", "schedule", "straggler", "frac",
+    "policy",
     "seed", "rounds", "training_rounds", "model", "model_options", "epochs", "batch_size", "lr", "momentum",
     "eval_every", "feature_scaling", "mechanism", "sigma", "tau", "alpha", "delta",
 ]
@@ -30,8 +31,8 @@ CONFIG_COLUMNS = [
 DIVERGED_COLUMNS = ("diverged", "diverged_iteration", "diverged_what")
 """``runs.csv`` columns of a diverged run (``summary.json``'s ``diverged``): flag, first bad iteration, what."""
 
-TEXT_COLUMNS = ("diverged_what", "experiments", "dataset", "algorithm", "schedule", "policy", "model", "mechanism", "run_dir",
-                "data_path", "config_hash", "git_commit", "upfl_version", "torch_version", "device")
+TEXT_COLUMNS = ("diverged_what", "experiments", "dataset", "algorithm", "base", "algorithm_options", "schedule",
+                "policy", "model", "mechanism", "run_dir", "data_path", "config_hash", "git_commit", "upfl_version", "torch_version", "device")
 """Columns of ``runs.csv`` read as text whatever they look like (a data set called ``2`` stays ``'2'``)."""
 
 RESULT_KEYS = ("iteration", "train_loss", "train_acc", "test_loss", "test_acc")
@@ -109,10 +110,37 @@ def flatten_privacy(doc: Any, prefix: str = "privacy") -> dict[str, Any]:
     return out
 
 
+ALGORITHM_KEYS = ("name", "mu", "lam", "step", "schedule")
+"""Run-config ``algorithm.*`` keys with their own runs.csv column; the others go to ``algorithm_options``."""
+
+
+def algorithm_options(alg: dict[str, Any]) -> str:
+    """The hyper-parameters the run's base algorithm reads besides mu/lam/step/schedule (its registry ``keys``),
+    ``key=value;...`` ('' for FedAvg, FedProx, Upcycled-FL and for unknown algorithms)."""
+    from ..algorithms import ALGORITHMS
+
+    cls = ALGORITHMS.get(base_algorithm(alg.get("name")))
+    keys = cls.keys if cls is not None else ()
+    return ";".join(f"{k}={alg[k]}" for k in keys if alg.get(k) is not None)
+
+
+def base_algorithm(name: Any) -> Any:
+    """The base of an upcycled algorithm (``upcycled`` -> ``fedprox``, ``upcycled_scaffold`` -> ``scaffold``)."""
+    if not isinstance(name, str):
+        return name
+    if name == "upcycled":
+        return "fedprox"
+    return name[len("upcycled_"):] if name.startswith("upcycled_") else name
+
+
 def effective_coefficient(alg: dict[str, Any]) -> float:
-    """The even-iteration coefficient c_1 of Eq. (5): ``step``, or mu / (mu + lambda); NaN off Upcycled-FL."""
-    if alg.get("name") != "upcycled":
+    """The even-iteration coefficient c_1 of Eq. (5): ``step``, or mu / (mu + lambda) (FedDyn: alpha / (alpha +
+    lambda)); NaN off the upcycled algorithms."""
+    name = alg.get("name")
+    if not isinstance(name, str) or base_algorithm(name) == name:
         return math.nan
+    if base_algorithm(name) == "feddyn" and alg.get("step") is None:
+        return float(alg["alpha"]) / (float(alg["alpha"]) + float(alg["lam"]))
     if alg.get("step") is not None:
         return float(alg["step"])
     return float(alg["mu"]) / (float(alg["mu"]) + float(alg["lam"]))
@@ -126,7 +154,8 @@ def config_columns(summary: dict[str, Any]) -> dict[str, Any]:
     path = str(data.get("path", ""))
     return {
         "dataset": os.path.basename(os.path.normpath(path)) if path else "",
-        "algorithm": alg.get("name"), "mu": alg.get("mu"), "lam": _cell(alg.get("lam")),
+        "algorithm": alg.get("name"), "base": base_algorithm(alg.get("name")),
+        "algorithm_options": algorithm_options(alg), "mu": alg.get("mu"), "lam": _cell(alg.get("lam")),
         "step": _cell(alg.get("step")), "coef": effective_coefficient(alg), "schedule": alg.get("schedule"),
         "straggler": dev.get("straggler"), "frac": dev.get("frac"), "policy": dev.get("straggler_policy"),
         "seed": summary.get("seed", cfg.get("seed")), "rounds": cfg.get("rounds"),
@@ -152,6 +181,8 @@ def run_row(run_dir: str, summary: dict[str, Any]) -> dict[str, Any]:
         for key in RESULT_KEYS:
             value = values.get(key)
             row[f"{part}_{key}"] = np.nan if value is None else value
+    if "personal_test_acc" in (summary.get("final") or {}):
+        row["final_personal_test_acc"] = summary["final"]["personal_test_acc"]
     for key in TIME_KEYS:
         row[f"time_{key}"] = summary.get("time", {}).get(key, np.nan)
     if "privacy" in summary:

@@ -1,4 +1,5 @@
-"""The server-side mathematics of FedProx and Upcycled-FL (Algorithms 1 and 2)."""
+"""The one-line server updates shared by every algorithm: Eq. (5) of Upcycled-FL, its coefficient schedules, and
+the size-weighted average of Algorithm 1 line 6."""
 
 from __future__ import annotations
 

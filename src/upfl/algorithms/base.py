@@ -1,0 +1,135 @@
+"""The short abstract base of every federated algorithm (one small class per algorithm, Flower-strategy style).
+
+A base algorithm says what a sampled device minimises and how the server turns the released local models
+into the next global model. The local objective handed to the solver is always
+
+    F_i(w) + mu/2 ||w - w_global||^2 + <n_i, w>
+
+with ``mu`` = :attr:`Algorithm.proximal_mu` and ``n_i`` = :meth:`Algorithm.linear_term` (SCAFFOLD's
+correction, FedDyn's lagged gradient) plus, for private runs, the objective-perturbation noise (the two add).
+An algorithm whose local problem is not of this form (pFedMe) overrides :meth:`Algorithm.local_solve`.
+Per-device and server state lives in the algorithm object and is saved with the checkpoint as a
+``dict[str, Tensor]`` (:meth:`state_dict`). The simulation loop (:mod:`upfl.simulation`) calls only these hooks.
+"""
+
+from __future__ import annotations
+
+from abc import ABC
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar
+
+import torch
+
+from .updates import weighted_average
+
+
+@dataclass
+class ClientRound:
+    """What the devices of one training round work with (the simulation builds it; algorithms read it)."""
+
+    chosen: list[int]
+    """Indices (in data-set order) of the devices that train this round."""
+    xs: list[torch.Tensor]
+    ys: list[torch.Tensor]
+    """Their features and one-hot labels."""
+    plans: list[torch.Tensor]
+    """Their batch plans, (steps_i, B) sample indices (:func:`upfl.solver.batch_plan`)."""
+    sizes: torch.Tensor
+    """Their numbers of training samples |D_i| (float, on the model's device)."""
+    model: Any
+    solve: Callable
+    """The selected local solver (:func:`upfl.solver.local_solve` contract)."""
+    lr: float
+    momentum: float
+    generator: torch.Generator | None
+    """The round's ``dropout`` stream for models that draw randomness."""
+
+    @property
+    def steps(self) -> list[int]:
+        """tau_i: every device's number of local SGD steps this round (stragglers run fewer)."""
+        return [int(p.shape[0]) for p in self.plans]
+
+    @property
+    def weights(self) -> torch.Tensor:
+        """p_i = |D_i| / sum_j |D_j| over the round's devices (Algorithm 1 line 6)."""
+        return self.sizes / self.sizes.sum()
+
+
+class Algorithm(ABC):
+    """A base algorithm. Subclasses set :attr:`name`, :attr:`keys` and override the hooks they change.
+
+    ``cfg`` is the run's :class:`upfl.config.AlgorithmConfig`; ``num_devices`` and ``num_params`` size the
+    per-device state (allocated lazily, on the device of the first global model seen).
+    """
+
+    name: ClassVar[str]
+    keys: ClassVar[tuple[str, ...]] = ()
+    """The ``algorithm.*`` keys this algorithm reads besides ``name`` (any other key set to a non-default value
+    is a config error naming it)."""
+    uses_mu: ClassVar[bool] = False
+    """Whether ``algorithm.mu`` is this algorithm's proximal coefficient (then ``lam`` of an upcycled run reads
+    mu/(mu+lambda)); else ``mu`` must be 0."""
+    privacy: ClassVar[dict[str, str | None]] = {"output": None, "objective": None}
+    """Per privacy mechanism: None where the paper's analysis applies, else the reason it does not."""
+    extra_metrics: ClassVar[tuple[str, ...]] = ()
+    """Metric columns this algorithm adds to metrics.csv (:meth:`evaluate_extra`)."""
+    server_lr_default: ClassVar[float] = 1.0
+
+    def __init__(self, cfg, num_devices: int, num_params: int) -> None:
+        self.cfg = cfg
+        self.num_devices = num_devices
+        self.num_params = num_params
+        self.server_lr = self.server_lr_default if cfg.server_lr is None else float(cfg.server_lr)
+
+    @property
+    def proximal_mu(self) -> float:
+        """mu of the local objective (0 unless the algorithm has a proximal term)."""
+        return float(self.cfg.mu) if self.uses_mu else 0.0
+
+    @property
+    def extrapolation_mu(self) -> float:
+        """The mu of mu/(mu+lambda) when upcycled (the proximal coefficient; FedDyn's alpha)."""
+        return self.proximal_mu
+
+    def trains(self, t: int) -> bool:
+        """Whether iteration t is a training iteration (every t for a base algorithm)."""
+        return True
+
+    def linear_term(self, w: torch.Tensor, rnd: ClientRound) -> torch.Tensor | None:
+        """n_i of the local objective, (k, P) for the round's devices, or None."""
+        return None
+
+    def local_solve(self, w: torch.Tensor, rnd: ClientRound, linear: torch.Tensor | None) -> tuple[torch.Tensor, int]:
+        """Algorithm 1 line 4: every device's local model from ``w``; returns ((k, P) models, total SGD steps)."""
+        return rnd.solve(rnd.model, w, rnd.xs, rnd.ys, rnd.plans, self.proximal_mu, rnd.lr, rnd.momentum,
+                         linear_term=linear, generator=rnd.generator)
+
+    def client_update(self, w: torch.Tensor, local: torch.Tensor, rnd: ClientRound) -> None:
+        """Update per-device state from the devices' own (not yet released) local models."""
+
+    def server_update(self, w: torch.Tensor, released: torch.Tensor, rnd: ClientRound) -> torch.Tensor:
+        """The next global model from the released local models (default: the weighted average)."""
+        return weighted_average(released, rnd.sizes)
+
+    def evaluate_extra(self, sim, w: torch.Tensor) -> dict[str, float]:
+        """Values of :attr:`extra_metrics` for the current global model."""
+        return {}
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Per-device and server state as plain CPU tensors (checkpoint key ``algorithm_state``)."""
+        return {k: v.detach().cpu().clone() for k, v in self._state().items() if v is not None}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor], device: torch.device) -> None:
+        for k, v in state.items():
+            if not hasattr(self, k):
+                raise KeyError(f"algorithm_state: {self.name} has no state {k!r}")
+            setattr(self, k, v.to(device))
+
+    def _state(self) -> dict[str, torch.Tensor | None]:
+        """The tensors :meth:`state_dict` saves (attribute name -> tensor); none by default."""
+        return {}
+
+    def zeros(self, like: torch.Tensor, rows: int | None = None) -> torch.Tensor:
+        """A zero (P,) vector or (rows, P) matrix on ``like``'s device and dtype."""
+        shape = (self.num_params,) if rows is None else (rows, self.num_params)
+        return torch.zeros(shape, dtype=like.dtype, device=like.device)

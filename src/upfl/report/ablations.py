@@ -1,0 +1,289 @@
+"""Issue 10's ablations: is the gain upcycling or momentum, upcycling on every base, and the coefficient schedules.
+
+- ``momentum_table`` / ``momentum_figure`` (experiment ``ablation_momentum``): FedProx, FedProx with server
+  momentum beta, Upcycled-FL, Upcycled-FL with server momentum; final test accuracy at equal training rounds
+  and at equal wall time (each run's accuracy at the wall time FedProx of the same seed needed), with the paired
+  95% t interval of the gain over FedProx.
+- ``bases_table`` (experiment ``upcycling_bases``): every base against its upcycled version at equal training
+  rounds, per straggler level, with the paired interval of the gain.
+- ``schedule_figure`` (experiment ``lambda_schedule``): final accuracy against c_1 for the ``const``, ``horizon``
+  and ``inv_sqrt`` schedules of the coefficient (Corollary 4.8), and the curves of each schedule's best c_1.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from .cells import paired  # noqa: E402
+from .collect import ReportError, converged, cumulative_rounds, load_metrics  # noqa: E402
+from .figures import save_figure  # noqa: E402
+from .paper import algorithm_label, dataset_label, dataset_order  # noqa: E402
+from .render import fmt, markdown_table, write_csv, write_markdown  # noqa: E402
+from .stats import mean_interval  # noqa: E402
+
+LEVEL = 0.95
+BASE_LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "fedavgm": "FedAvgM", "fednova": "FedNova",
+               "scaffold": "SCAFFOLD", "fedadam": "FedAdam", "fedyogi": "FedYogi", "feddyn": "FedDyn",
+               "pfedme": "pFedMe"}
+OPTION_SYMBOLS = {"server_momentum": "β", "nesterov": "nesterov", "server_lr": "η_s", "alpha": "α"}
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def options_text(options: Any) -> str:
+    """``server_momentum=0.5;nesterov=False`` -> ``β = 0.5, plain``."""
+    parts = []
+    for item in _text(options).split(";"):
+        if not item:
+            continue
+        key, _, value = item.partition("=")
+        if key == "nesterov":
+            parts.append("Nesterov" if value == "True" else "plain")
+        else:
+            parts.append(f"{OPTION_SYMBOLS.get(key, key)} = {value}")
+    return ", ".join(parts)
+
+
+def variant_label(row: dict) -> str:
+    """``FedProx``, ``FedProx + momentum (β = 0.5)``, ``Upcycled-FL``, ``Upcycled FedAvgM (β = 0.5)``."""
+    base, alg = row.get("base") or row["algorithm"], row["algorithm"]
+    opts = options_text(row.get("algorithm_options"))
+    if base == "fedavgm" and float(row.get("mu") or 0) > 0:
+        name = "Upcycled-FL + momentum" if alg != base else "FedProx + momentum"
+    elif alg == base:
+        name = BASE_LABELS.get(base, base)
+    else:
+        name = algorithm_label("upcycled") if base == "fedprox" else f"Upcycled {BASE_LABELS.get(base, base)}"
+    return f"{name} ({opts})" if opts else name
+
+
+def _group_key(row: dict) -> tuple:
+    return (row["algorithm"], _text(row.get("algorithm_options")), float(row["mu"]),
+            str(row.get("coef")), str(row.get("schedule")))
+
+
+def _variants(sub: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    keys = sub.apply(lambda r: _group_key(r.to_dict()), axis=1)
+    out = []
+    for key in sorted(set(keys), key=lambda k: (k[0] != "fedprox", k[0].startswith("upcycled"), k[1])):
+        cell = sub[keys == key]
+        out.append((variant_label(cell.iloc[0].to_dict()), cell))
+    return out
+
+
+def at_wall_time(metrics: pd.DataFrame, budget: float, metric: str = "test_acc") -> float:
+    """``metric`` at the last evaluated iteration whose cumulative training time is within ``budget`` seconds."""
+    hit = metrics[(metrics["cum_wall_s"] <= budget + 1e-12) & metrics[metric].notna()]
+    return float(hit[metric].iloc[-1]) if not hit.empty else math.nan
+
+
+def _gain(a: pd.DataFrame, b: pd.DataFrame, column: str) -> dict[str, float]:
+    pairs = paired(a, b, column)
+    iv = mean_interval((pairs["a"].astype(float) - pairs["b"].astype(float)).tolist(), LEVEL)
+    return {"n_pairs": iv.n, "gain": iv.mean, "gain_low": iv.low, "gain_high": iv.high}
+
+
+def verdict(low: float, high: float) -> str:
+    if math.isnan(low):
+        return "n < 2"
+    return "gain" if low > 0 else ("loss" if high < 0 else "no difference")
+
+
+def momentum_frame(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per data set x variant: accuracy at equal training rounds and equal wall time, gains over FedProx.
+    Diverged runs are left out (as everywhere in the report)."""
+    runs = converged(runs)
+    rows = []
+    for dataset in dataset_order(runs["dataset"]):
+        sub = runs[runs["dataset"] == dataset].copy()
+        ref = sub[(sub["algorithm"] == "fedprox") & sub["algorithm_options"].map(lambda o: not _text(o))]
+        if ref.empty:
+            raise ReportError(f"ablation_momentum: {dataset} has no FedProx runs to compare with")
+        budgets = {int(r["seed"]): float(load_metrics(r["run_dir"])["cum_wall_s"].iloc[-1])
+                   for r in ref.to_dict("records")}
+        sub["wall_test_acc"] = [at_wall_time(load_metrics(r["run_dir"]), budgets.get(int(r["seed"]), math.nan))
+                                for r in sub.to_dict("records")]
+        ref = sub.loc[ref.index]
+        for label, cell in _variants(sub):
+            row = {"dataset": dataset, "variant": label, "algorithm": cell["algorithm"].iloc[0],
+                   "options": _text(cell["algorithm_options"].iloc[0]), "mu": float(cell["mu"].iloc[0]),
+                   "training_rounds": int(cell["training_rounds"].iloc[0]), "n": len(cell),
+                   "test_acc": float(cell["final_test_acc"].mean()), "wall_test_acc": float(cell["wall_test_acc"].mean())}
+            for prefix, column in (("", "final_test_acc"), ("wall_", "wall_test_acc")):
+                gain = _gain(cell, ref, column)
+                row.update({f"{prefix}{k}": v for k, v in gain.items()})
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def bases_frame(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per data set x straggler level x base: the base, its upcycled version and the paired gain
+    (diverged runs left out)."""
+    runs = converged(runs)
+    rows = []
+    for dataset in dataset_order(runs["dataset"]):
+        for straggler in sorted(set(runs.loc[runs["dataset"] == dataset, "straggler"].astype(float))):
+            sub = runs[(runs["dataset"] == dataset) & (runs["straggler"].astype(float) == straggler)]
+            for base in [b for b in BASE_LABELS if b in set(sub["base"])]:
+                plain, up = sub[sub["algorithm"] == base], sub[(sub["base"] == base) & (sub["algorithm"] != base)]
+                if plain.empty or up.empty:
+                    continue
+                gain = _gain(up, plain, "final_test_acc")
+                row = {"dataset": dataset, "straggler": straggler, "base": base, "label": BASE_LABELS[base],
+                       "n": min(len(plain), len(up)), "base_test_acc": float(plain["final_test_acc"].mean()),
+                       "upcycled_test_acc": float(up["final_test_acc"].mean()), **gain,
+                       "verdict": verdict(gain["gain_low"], gain["gain_high"])}
+                if "final_personal_test_acc" in sub.columns and plain["final_personal_test_acc"].notna().any():
+                    row.update({"base_personal_test_acc": float(plain["final_personal_test_acc"].mean()),
+                                "upcycled_personal_test_acc": float(up["final_personal_test_acc"].mean())})
+                rows.append(row)
+    if not rows:
+        raise ReportError("upcycling_bases: no base with both its plain and its upcycled runs")
+    return pd.DataFrame(rows)
+
+
+def _pct(x: float) -> str:
+    return fmt(100 * x, 2)
+
+
+def _interval(mean: float, low: float, high: float) -> str:
+    if math.isnan(low):
+        return f"{fmt(100 * mean, 2, signed=True)}"
+    return f"{fmt(100 * mean, 2, signed=True)} [{fmt(100 * low, 2, signed=True)}, {fmt(100 * high, 2, signed=True)}]"
+
+
+def write_momentum_table(runs: pd.DataFrame, out_prefix: str, provenance: str) -> pd.DataFrame:
+    frame = momentum_frame(runs)
+    write_csv(f"{out_prefix}.csv", frame, provenance)
+    sections = []
+    for dataset, grp in frame.groupby("dataset", sort=False):
+        rows = [[r["variant"], str(r["training_rounds"]), str(r["n"]), _pct(r["test_acc"]),
+                 _interval(r["gain"], r["gain_low"], r["gain_high"]), _pct(r["wall_test_acc"]),
+                 _interval(r["wall_gain"], r["wall_gain_low"], r["wall_gain_high"])] for r in grp.to_dict("records")]
+        sections.append(f"## {dataset_label(dataset)}\n\n" + markdown_table(
+            ["variant", "training rounds", "seeds", "test acc. (%)", f"gain over FedProx, {LEVEL:.0%} CI (pp)",
+             "test acc. at FedProx's wall time (%)", f"gain at equal wall time, {LEVEL:.0%} CI (pp)"], rows))
+    sections.append("Gains are paired on seed (same devices, stragglers and batches in each training round). "
+                    "Equal wall time: each run's accuracy at the last iteration within the training time FedProx "
+                    "needed for the same seed.")
+    write_markdown(f"{out_prefix}.md", "Is the gain upcycling or momentum? (ablation_momentum)", sections, provenance)
+    return frame
+
+
+def write_bases_table(runs: pd.DataFrame, out_prefix: str, provenance: str) -> pd.DataFrame:
+    frame = bases_frame(runs)
+    write_csv(f"{out_prefix}.csv", frame, provenance)
+    sections = []
+    for (dataset, straggler), grp in frame.groupby(["dataset", "straggler"], sort=False):
+        rows = [[r["label"], str(r["n"]), _pct(r["base_test_acc"]), _pct(r["upcycled_test_acc"]),
+                 _interval(r["gain"], r["gain_low"], r["gain_high"]), r["verdict"]] for r in grp.to_dict("records")]
+        sections.append(f"## {dataset_label(dataset)}, {straggler:.0%} stragglers\n\n" + markdown_table(
+            ["base", "seeds", "base test acc. (%)", "upcycled test acc. (%)",
+             f"gain, {LEVEL:.0%} CI (pp)", "verdict"], rows))
+    sections.append("Equal training rounds: the upcycled run has twice the iterations, the even ones free. "
+                    "Claim tested: 'upcycling is orthogonal to the base algorithm' (Section 4).")
+    write_markdown(f"{out_prefix}.md", "Upcycling on every base algorithm (upcycling_bases)", sections, provenance)
+    return frame
+
+
+def _curves(cell: pd.DataFrame, x: str) -> pd.DataFrame:
+    parts = []
+    for r in cell.to_dict("records"):
+        m = load_metrics(r["run_dir"])
+        xs = cumulative_rounds(m) if x == "round" else m["cum_wall_s"]
+        parts.append(pd.DataFrame({"iteration": m["iteration"], "x": xs.astype(float),
+                                   "test_acc": m["test_acc"].astype(float), "seed": r["seed"]}).dropna())
+    d = pd.concat(parts).groupby("iteration").agg(x=("x", "mean"), mean=("test_acc", "mean"),
+                                                  low=("test_acc", "min"), high=("test_acc", "max")).reset_index()
+    return d
+
+
+def momentum_figure(runs: pd.DataFrame, out_prefix: str, provenance: str) -> None:
+    """Test accuracy against training rounds (top) and training time (bottom), one column per data set."""
+    runs = converged(runs)
+    datasets = dataset_order(runs["dataset"])
+    sns.set_theme(style="whitegrid", context="paper", font_scale=1.0)
+    fig, axes = plt.subplots(2, len(datasets), figsize=(4.2 * len(datasets), 6.0), squeeze=False)
+    rows = []
+    for j, dataset in enumerate(datasets):
+        variants = _variants(runs[runs["dataset"] == dataset])
+        colours = sns.color_palette("colorblind", n_colors=max(len(variants), 3))
+        for i, x in enumerate(("round", "time")):
+            ax = axes[i, j]
+            for (label, cell), colour in zip(variants, colours):
+                d = _curves(cell, x)
+                style = "--" if cell["algorithm"].iloc[0].startswith("upcycled") else "-"
+                ax.plot(d["x"], d["mean"], style, color=colour, label=label, linewidth=1.2)
+                ax.fill_between(d["x"], d["low"], d["high"], color=colour, alpha=0.15, linewidth=0)
+                if i == 0:
+                    rows.append(d.assign(dataset=dataset, variant=label, x_axis="round"))
+                else:
+                    rows.append(d.assign(dataset=dataset, variant=label, x_axis="time"))
+            ax.set_xlabel("Training round" if x == "round" else "Training time (s)")
+            ax.set_ylabel("Test accuracy")
+            ax.set_title(dataset_label(dataset))
+    axes[0, -1].legend(fontsize=7, loc="lower right")
+    fig.suptitle("Upcycling or momentum? Mean over seeds, bands min-max", fontsize=10)
+    fig.tight_layout()
+    save_figure(fig, out_prefix)
+    write_csv(f"{out_prefix}.csv", pd.concat(rows, ignore_index=True), provenance)
+
+
+def schedule_figure(runs: pd.DataFrame, out_prefix: str, provenance: str) -> None:
+    """Top: final test accuracy against c_1 per schedule (mean and 95% CI over seeds), FedProx as a line.
+    Bottom: test accuracy against training rounds for each schedule at its best c_1."""
+    runs = converged(runs)
+    datasets = dataset_order(runs["dataset"])
+    sns.set_theme(style="whitegrid", context="paper", font_scale=1.0)
+    fig, axes = plt.subplots(2, len(datasets), figsize=(4.2 * len(datasets), 6.0), squeeze=False)
+    colours = dict(zip(("const", "horizon", "inv_sqrt"), sns.color_palette("colorblind", 3)))
+    rows = []
+    for j, dataset in enumerate(datasets):
+        sub = runs[runs["dataset"] == dataset]
+        ups = sub[sub["algorithm"].map(lambda a: isinstance(a, str) and a.startswith("upcycled"))]
+        ref = sub[sub["algorithm"] == "fedprox"]
+        ax = axes[0, j]
+        for schedule, grp in ups.groupby("schedule"):
+            pts = []
+            for c1, cell in grp.groupby(grp["coef"].astype(float)):
+                iv = mean_interval(cell["final_test_acc"].astype(float).tolist(), LEVEL)
+                pts.append({"dataset": dataset, "schedule": schedule, "c1": c1, "n": iv.n, "test_acc": iv.mean,
+                            "low": iv.low, "high": iv.high})
+            pts = pd.DataFrame(pts)
+            rows.append(pts)
+            ax.errorbar(pts["c1"], pts["test_acc"], yerr=[pts["test_acc"] - pts["low"], pts["high"] - pts["test_acc"]],
+                        marker="o", capsize=2, color=colours.get(schedule), label=schedule)
+            best = pts.loc[pts["test_acc"].idxmax(), "c1"]
+            d = _curves(grp[grp["coef"].astype(float) == best], "round")
+            axes[1, j].plot(d["x"], d["mean"], color=colours.get(schedule), label=f"{schedule}, c1 = {best:g}")
+        if not ref.empty:
+            acc = float(ref["final_test_acc"].mean())
+            ax.axhline(acc, color="grey", linestyle=":", label="FedProx")
+            d = _curves(ref, "round")
+            axes[1, j].plot(d["x"], d["mean"], ":", color="grey", label="FedProx")
+            rows.append(pd.DataFrame([{"dataset": dataset, "schedule": "fedprox", "c1": math.nan, "n": len(ref),
+                                       "test_acc": acc, "low": math.nan, "high": math.nan}]))
+        ax.set_xscale("log")
+        ax.set_xlabel("c_1")
+        ax.set_ylabel("Final test accuracy")
+        ax.set_title(dataset_label(dataset))
+        axes[1, j].set_xlabel("Training round")
+        axes[1, j].set_ylabel("Test accuracy")
+    axes[0, -1].legend(fontsize=7)
+    axes[1, -1].legend(fontsize=7)
+    fig.suptitle("Coefficient schedules: const c1, horizon c1/sqrt(M), inv_sqrt c1/sqrt(m)", fontsize=10)
+    fig.tight_layout()
+    save_figure(fig, out_prefix)
+    if not rows:
+        raise ReportError("lambda_schedule: no upcycled runs")
+    write_csv(f"{out_prefix}.csv", pd.concat(rows, ignore_index=True), provenance)
