@@ -1,8 +1,10 @@
-"""``upfl data``: fetch the real data sets' archives and prepare FEMNIST and Sent140.
+"""``upfl data``: fetch the real data sets' archives and the paper's released files; prepare data sets.
 
     upfl data fetch femnist sent140 [--resources DIR] [--from-archive [NAME=]PATH] [--url NAME=URL]
+    upfl data fetch paper_synthetic [--url paper=MIRROR] [--from-mirror DIR]   (also converts: DIR/data/<set>)
     upfl data fetch --source by_class sent140 ...   (archive sources, not data sets)
     upfl data prepare femnist --out DIR [--resources DIR] [--seed N] [--set KEY=VALUE ...]
+    upfl data prepare paper_synthetic_1_1 --out DIR [--resources DIR] [--sha256 NAME=HEX ...]
     upfl data extract ARCHIVE TARGET [--member NAME ...]
 """
 
@@ -20,10 +22,12 @@ from ..data.archive import ArchiveError, extract_zip
 from ..data.download import DownloadError, fetch_source, read_recorded_sha256
 from ..data.femnist import FemnistSpec, build_femnist
 from ..data.leaf import DatasetError
+from ..data.paper import build_paper_synthetic
 from ..data.sent140 import Sent140Spec, build_sent140
-from ..data.sources import DATASET_SOURCES, SOURCES, resolve_sources
+from ..data.sources import DATASET_SOURCES, PAPER_SET_SOURCES, PAPER_SYNTHETIC_SETS, SOURCES, resolve_sources
 
 SPECS = {"femnist": FemnistSpec, "sent140": Sent140Spec}
+PAPER_SETS = {f"paper_{s}": s for s in PAPER_SYNTHETIC_SETS}
 
 
 def _pairs(items: list[str] | None, flag: str) -> dict[str, str]:
@@ -38,7 +42,7 @@ def _pairs(items: list[str] | None, flag: str) -> dict[str, str]:
 
 def archive_assignments(items: list[str] | None) -> dict[str, Path]:
     """``--from-archive`` values: ``NAME=PATH``, or a bare PATH whose file name is a source's."""
-    by_file = {s.filename: s.name for s in SOURCES.values()}
+    by_file = {s.filename: s.name for s in SOURCES.values() if not s.mirror}
     out: dict[str, Path] = {}
     for item in items or []:
         name, sep, path = item.partition("=")
@@ -84,24 +88,35 @@ def check_fetch_flags(args: argparse.Namespace) -> None:
 def cmd_fetch(args: argparse.Namespace) -> int:
     check_fetch_flags(args)
     urls, checksums = _pairs(args.url, "--url"), _pairs(args.sha256, "--sha256")
-    if args.source:
-        # NAMES are archive sources, not data sets: `sent140` is the tweets archive alone, without glove.
-        unknown = [n for n in args.names if n not in SOURCES]
-        if unknown:
-            raise KeyError(f"--source: unknown source {unknown[0]!r}; known sources: {', '.join(SOURCES)}")
-        sources = [s for s in resolve_sources(["all"], urls=urls, checksums=checksums) if s.name in args.names]
-    else:
-        sources = resolve_sources(args.names, urls=urls, checksums=checksums)
+    # With --source, NAMES are archive sources, not data sets: `sent140` is the tweets archive alone, without glove.
+    sources = resolve_sources(args.names, urls=urls, checksums=checksums, sources_only=args.source)
     local = archive_assignments(args.from_archive)
     unknown = set(local) - {s.name for s in sources}
     if unknown:
         raise ValueError(f"--from-archive given for {sorted(unknown)}, which this fetch does not include")
     for src in sources:
-        path = fetch_source(src, args.resources, cache_dir=args.cache, from_archive=local.get(src.name),
+        from_archive = local.get(src.name)
+        if from_archive is None and args.from_mirror and src.mirror:
+            from_archive = Path(args.from_mirror) / src.filename.split("/", 1)[1]
+        path = fetch_source(src, args.resources, cache_dir=args.cache, from_archive=from_archive,
                             retries=args.retries, backoff=args.backoff, timeout=args.timeout,
                             progress=not args.no_progress)
         print(f"{src.name:9s} {path}")
+    if not args.source:
+        for setting in paper_sets_of(args.names):
+            out = build_paper_synthetic(setting, args.resources, Path(args.resources) / "data" / setting,
+                                        sources=sources)
+            print(f"{setting:9s} {out}")
     return 0
+
+
+def paper_sets_of(names: list[str]) -> list[str]:
+    """The paper's synthetic sets a fetch of data set ``names`` includes (converted after the download)."""
+    sets = []
+    for name in names:
+        members = set(DATASET_SOURCES.get(name, ()))
+        sets += [s for s in PAPER_SYNTHETIC_SETS if set(PAPER_SET_SOURCES[f"paper_{s}"]) <= members and s not in sets]
+    return sets
 
 
 def _resource(folder: Path, name: str) -> Path:
@@ -117,6 +132,15 @@ def _resource(folder: Path, name: str) -> Path:
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
+    if args.dataset in PAPER_SETS:
+        setting = PAPER_SETS[args.dataset]
+        if args.set or args.num_devices is not None:
+            raise ValueError(f"{args.dataset}: the paper's released set has no settings (--set, --num-devices)")
+        sources = resolve_sources([args.dataset], checksums=_pairs(args.sha256, "--sha256"))
+        print(build_paper_synthetic(setting, args.resources, args.out, name=args.name, sources=sources))
+        return 0
+    if args.sha256 or args.name:
+        raise ValueError(f"--sha256 and --name are for the paper's sets ({', '.join(PAPER_SETS)}), not {args.dataset}")
     spec = spec_with(args.dataset, args.set, args.num_devices)
     res = Path(args.resources)
     progress = not args.no_progress
@@ -166,7 +190,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         q.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     f = sub.add_parser("fetch", help="download (or place) archives, verified by sha256")
-    f.add_argument("names", nargs="+", help="femnist, sent140, all, or source names: " + ", ".join(SOURCES))
+    f.add_argument("names", nargs="+", help="data sets (femnist, sent140, all = both; paper_synthetic, "
+                   "paper_synthetic_<set>, paper_femnist) or, with --source, source names")
     common(f)
     f.add_argument("--source", action="store_true",
                    help="NAMES are archive sources only (sent140 = the tweets archive, without glove)")
@@ -175,19 +200,25 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    help="use an archive obtained elsewhere (offline machines); repeatable")
     f.add_argument("--url", action="append", metavar="NAME=URL", help="mirror URL for a source; repeatable")
     f.add_argument("--sha256", action="append", metavar="NAME=HEX", help="known checksum for a source; repeatable")
+    f.add_argument("--from-mirror", metavar="DIR",
+                   help="the paper's files from a local copy of the authors' repository files "
+                        "(DIR/<repo>/<commit>/<path>, e.g. a copy of shared/upstream), checked like a download")
     f.add_argument("--retries", type=int, default=5)
     f.add_argument("--backoff", type=float, default=1.0, help="seconds before the first retry, doubling")
     f.add_argument("--timeout", type=float, default=60.0, help="socket timeout in seconds")
     f.set_defaults(func=_guard(cmd_fetch))
 
-    pr = sub.add_parser("prepare", help="build the paper's FEMNIST or Sent140 set as a LEAF folder")
-    pr.add_argument("dataset", choices=sorted(SPECS))
+    pr = sub.add_parser("prepare", help="build FEMNIST, Sent140 or a paper synthetic set as a LEAF folder")
+    pr.add_argument("dataset", choices=sorted(SPECS) + list(PAPER_SETS))
     pr.add_argument("--out", required=True, help="output data set folder")
     common(pr)
     pr.add_argument("--seed", type=int, default=0, help="data seed (the 'data' random stream)")
     pr.add_argument("--num-devices", type=int, default=None)
     pr.add_argument("--set", action="append", metavar="KEY=VALUE",
                     help="override a spec field (FemnistSpec / Sent140Spec), e.g. train_total=62")
+    pr.add_argument("--sha256", action="append", metavar="NAME=HEX",
+                    help="paper sets: checksum of a file instead of the pinned one (a mirror of other files); repeatable")
+    pr.add_argument("--name", default=None, help="paper sets: the data set's name in meta.json (default: the set)")
     pr.set_defaults(func=_guard(cmd_prepare))
 
     e = sub.add_parser("extract", help="extract members of a zip safely (refuses escaping entries)")

@@ -400,7 +400,9 @@ def fetch_source(source: Source, resources: str | os.PathLike, *, cache_dir: str
                 raise DownloadError(f"{dest}: archive in the resources folder failed validation: {e}") from None
         verify_file(dest, source.sha256)
         return dest
-    return download(source.url, dest, sha256=source.sha256, cache_dir=cache_dir, validate=validate, **kwargs)
+    # Files in sub-folders (the paper's mytrain.pt of four sets) keep their .part files apart.
+    cache = (Path(cache_dir) if cache_dir is not None else Path(resources) / CACHE_DIR) / Path(source.filename).parent
+    return download(source.url, dest, sha256=source.sha256, cache_dir=cache, validate=validate, **kwargs)
 
 
 STATE_EVERY = 8 << 20

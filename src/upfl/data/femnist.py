@@ -294,6 +294,7 @@ def build_femnist(by_class: str | os.PathLike, by_write: str | os.PathLike, out:
     key = dataset_key("femnist")
     meta = {
         "name": name,
+        "table2_reading": "train",
         "generator": "leaf_femnist_paper_subset",
         "parameters": asdict(spec),
         "data_seed": seed,

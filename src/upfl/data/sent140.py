@@ -205,6 +205,7 @@ def build_sent140(sentiment_zip: str | os.PathLike, glove_zip: str | os.PathLike
         sources[user] = [[u, take] for u, take in groups[d]]
     meta = {
         "name": name,
+        "table2_reading": "train",
         "generator": "leaf_sent140_paper_devices",
         "parameters": asdict(spec),
         "reading": "Table 2's 32299 (8484) read as 32299 train + 8484 test tweets",

@@ -32,6 +32,10 @@ def dataset_stats(ds: FederatedDataset) -> dict[str, Any]:
         row[f"per_device_{key}_std"] = float(arr.std(ddof=0))
     row["per_device_train_min"] = int(n_train.min())
     row["per_device_train_max"] = int(n_train.max())
+    reading = ds.meta.get("table2_reading", "total")
+    if reading not in ("total", "train"):
+        raise ValueError(f"{ds.path}: meta.json table2_reading must be 'total' or 'train', got {reading!r}")
+    row["table2_reading"] = reading
     return row
 
 
@@ -45,4 +49,18 @@ def format_stats(row: dict[str, Any]) -> str:
     for key in ("total", "train", "test"):
         lines.append(f"per device ({key:5s}) mean {row[f'per_device_{key}_mean']:.1f}  std {row[f'per_device_{key}_std']:.1f}")
     lines.append(f"per device (train) min {row['per_device_train_min']}  max {row['per_device_train_max']}")
+    lines.append(f"Table 2 row        {table2_text(row)}")
     return "\n".join(lines)
+
+
+def table2_text(row: dict[str, Any]) -> str:
+    """The row as the paper's Table 2 prints it: ``samples (test), devices, mean +- std`` (rounded).
+
+    Synthetic rows count train + test samples, FEMNIST and Sent140 rows training samples
+    (``table2_reading`` in meta.json); std is the population std (ddof 0), which reproduces the paper.
+    """
+    reading = row.get("table2_reading", "total")
+    samples = row["samples_total"] if reading == "total" else row["samples_train"]
+    what = "train + test" if reading == "total" else "train"
+    return (f"{samples} ({row['samples_test']} test), {row['devices']} devices, "
+            f"{row[f'per_device_{reading}_mean']:.0f} +- {row[f'per_device_{reading}_std']:.0f} per device ({what})")
