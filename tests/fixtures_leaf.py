@@ -310,14 +310,16 @@ def run_data_cli(argv: list[str]) -> int:
 def fetch_served(folder: Path, dataset: str, files: dict[str, str], resources: Path) -> list[Path]:
     """Serve ``folder`` on 127.0.0.1 and fetch ``dataset``'s sources from it through the real download path.
 
-    ``files`` maps each source name to its file name in ``folder``.
+    ``files`` maps each source name to its file name in ``folder``; the data set's other sources (FEMNIST's
+    device index) are not fetched.
     """
     from upfl.data.download import fetch_source
     from upfl.data.sources import resolve_sources
 
     with serve_folder(folder) as srv:
         urls = {name: srv.url("/" + file) for name, file in files.items()}
-        return [fetch_source(s, resources, progress=False, backoff=0) for s in resolve_sources([dataset], urls=urls)]
+        sources = [s for s in resolve_sources([dataset], urls=urls) if s.name in files]
+        return [fetch_source(s, resources, progress=False, backoff=0) for s in sources]
 
 
 def make_leaf_archives(folder: Path) -> dict[str, Path]:

@@ -19,7 +19,7 @@ from upfl.data.shapes import leaf_train_count
 from upfl.data.stats import dataset_stats
 
 SMALL = FemnistSpec(num_devices=6, classes_per_device=5, train_total=62, train_min=5,
-                    train_median=9, train_max=20)
+                    train_median=9, train_max=20, sizes="table2_shape")
 
 
 @pytest.fixture(scope="module")
@@ -59,17 +59,20 @@ def test_image_vector_is_leaf_thumbnail_without_inversion():
     assert vec.shape == (784,) and vec.dtype == np.float32
     assert 0.0 <= vec.min() < 0.9 and vec.max() == 1.0, "white background stays 1.0 (no inversion)"
     img = Image.open(io.BytesIO(data)).convert("L")
-    img.thumbnail((28, 28), Image.LANCZOS)
-    np.testing.assert_allclose(vec, np.asarray(img, dtype=np.float32).reshape(-1) / 255.0)
+    one_step = img.resize((28, 28), Image.LANCZOS)  # what LEAF's Pillow thumbnail did for a square image
+    np.testing.assert_array_equal(vec, np.asarray(one_step, dtype=np.float32).reshape(-1) / 255.0)
+    reduced = img.copy()
+    reduced.thumbnail((28, 28), Image.LANCZOS)  # modern default: a 2x reduce first
+    assert np.abs(np.asarray(reduced, dtype=np.float32).reshape(-1) / 255.0 - vec).max() > 0
 
 
 def test_paper_shape_of_device_sizes():
-    train, test = device_sizes(FemnistSpec())
+    train, test = device_sizes(FemnistSpec(sizes="table2_shape"))
     assert train.sum() == 16421 and len(train) == 50
     assert (train.min(), np.median(train), train.max()) == (79, 277.5, 1950)
     assert 250 < train.std() < 280
     assert all(leaf_train_count(int(a + b), 0.9) == a for a, b in zip(train, test))
-    _, test2 = device_sizes(FemnistSpec(test_total=1924))
+    _, test2 = device_sizes(FemnistSpec(sizes="table2_shape", test_total=1924))
     assert test2.sum() == 1924
 
 
@@ -141,7 +144,70 @@ def test_cli_prepare_femnist(nist, tmp_path):
     shutil.copy(nist.by_class, res)
     shutil.copy(nist.by_write, res)
     rc = run_data_cli(["data", "prepare", "femnist", "--resources", str(res), "--out", str(tmp_path / "f"),
-                       "--no-progress", "--num-devices", "6", "--set", "train_total=62", "--set", "train_min=5",
+                       "--no-progress", "--num-devices", "6", "--set", "sizes=table2_shape",
+                       "--set", "train_total=62", "--set", "train_min=5",
                        "--set", "train_median=9", "--set", "train_max=20"])
     assert rc == 0 and len(load_leaf(tmp_path / "f").users) == 6
     assert (res / "by_class.zip.sha256").exists()
+
+
+INDEX_TRAIN = [5, 9, 20, 8, 11, 10]
+INDEX_TEST = [1, 2, 3, 0, 1, 2]
+
+
+def _resources_with_index(nist, tmp_path):
+    """The fixture archives and a 6-device index in the authors' format, where `upfl data fetch femnist` puts them."""
+    import shutil
+
+    from fixtures_paper import checksum_flags, make_femnist_index
+    from upfl.data.sources import SOURCES
+
+    res = tmp_path / "res"
+    res.mkdir()
+    shutil.copy(nist.by_class, res)
+    shutil.copy(nist.by_write, res)
+    files = make_femnist_index(tmp_path / "mirror", INDEX_TRAIN, INDEX_TEST)
+    for name, path in files.items():
+        dest = res / SOURCES[name].filename
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, dest)
+    return res, checksum_flags(files)
+
+
+def test_device_counts_are_exactly_the_authors_index(nist, tmp_path):
+    """`prepare femnist` (sizes paper_index, the default) reads the per-device counts of the authors' index
+    (not its rows) and gives device k exactly its train and test counts, in the index's order."""
+    from fixtures_leaf import run_data_cli
+
+    res, flags = _resources_with_index(nist, tmp_path)
+    out = tmp_path / "femnist"
+    assert run_data_cli(["data", "prepare", "femnist", "--resources", str(res), "--out", str(out),
+                         "--no-progress", *flags]) == 0
+    ds = load_leaf(out)
+    assert [len(ds.train_y[u]) for u in ds.users] == INDEX_TRAIN
+    assert [len(ds.test_y[u]) for u in ds.users] == INDEX_TEST
+    for u in ds.users:
+        assert len(set(ds.train_y[u].tolist()) | set(ds.test_y[u].tolist())) == 5
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["parameters"]["sizes"] == "paper_index"
+    assert meta["parameters"]["train_counts"] == INDEX_TRAIN
+    assert set(meta["device_index"]) == {"data/femnist/data/train/user_groups.json",
+                                         "data/femnist/data/test/user_groups.json"}
+    row = dataset_stats(ds)
+    assert (row["samples_train"], row["samples_test"], row["devices"]) == (63, 9, 6)
+    assert row["per_device_train_std"] == pytest.approx(np.std(INDEX_TRAIN))
+
+
+def test_index_with_pinned_checksum_or_missing_is_refused(nist, tmp_path, capsys):
+    from fixtures_leaf import run_data_cli
+
+    res, _ = _resources_with_index(nist, tmp_path)
+    rc = run_data_cli(["data", "prepare", "femnist", "--resources", str(res), "--out", str(tmp_path / "a"),
+                       "--no-progress"])
+    assert rc == 1 and "user_groups.json: sha256 mismatch" in capsys.readouterr().err
+    rc = run_data_cli(["data", "prepare", "femnist", "--resources", str(nist.by_class.parent),
+                       "--out", str(tmp_path / "b"), "--no-progress"])
+    assert rc == 1 and "upfl data fetch paper_femnist" in capsys.readouterr().err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    with pytest.raises(ValueError, match="paper_index"):
+        build_femnist(nist.by_class, nist.by_write, tmp_path / "c", spec=FemnistSpec(), progress=False)

@@ -64,8 +64,9 @@ def expected_training_runs(config: dict) -> int:
     runs = set()
     for exp in config["experiments"].values():
         settings = dict(exp.get("set", {}))
-        seeds = config["seeds"] if preset_seeds else exp.get("seeds", config["seeds"])  # a preset's seeds win
         for group in exp["groups"]:
+            # a preset's seeds win over the experiment's and the group's
+            seeds = config["seeds"] if preset_seeds else group.get("seeds", exp.get("seeds", config["seeds"]))
             for entry in group["runs"]:
                 lists = [entry[k] for k in ("mu", "lam", "step") if isinstance(entry.get(k), list)]
                 n = len(lists[0]) if lists else 1
@@ -107,10 +108,12 @@ def test_dry_run_lists_every_run_of_the_paper(tmp_path, preset):
     assert time.perf_counter() - start < 60
     counts = job_counts(proc.stdout)
     assert counts["train"] == expected_training_runs(config)
-    sources = [d["source"] for d in config["datasets"].values()]
-    assert counts["synthetic_dataset"] == sources.count("synthetic")
+    # The full config trains on the paper's four released sets (16 files, 4 conversions); the quick
+    # preset stays offline on the generator's draws.
+    assert counts.get("synthetic_dataset", 0) == (4 if preset == "quick" else 0)
+    assert counts.get("paper_dataset", 0) == (0 if preset == "quick" else 4)
     assert counts.get("leaf_dataset", 0) == (0 if preset == "quick" else 2)
-    assert counts.get("fetch_archive", 0) == (0 if preset == "quick" else 4)
+    assert counts.get("fetch_archive", 0) == (0 if preset == "quick" else 4 + 16 + 2), "+ FEMNIST's device index"
     # Synthetic: Figures 2 (two panels), 3 (two panels), 5, 8, 9, 11, the privacy trade-off; the privacy tables
     # of output and objective perturbation; with real data also Figures 4, 6, 7, 10, 12 (two panels) and the
     # real-data privacy table. One runs.csv per experiment: table1, fig2 (two), fig5, fig8, the three
@@ -129,7 +132,8 @@ def test_single_target_builds_only_what_it_needs(tmp_path):
     counts = job_counts(proc.stdout)
     # Figure 2 left: 3 algorithms on Synthetic(0.5,0.5) and on Femnist; right: 5 steps (FedProx shared); 3 seeds
     assert counts["train"] == 3 * 3 + 3 * 3 + 5 * 3
-    assert counts["synthetic_dataset"] == 1 and "accuracy_table" not in counts
+    assert counts["paper_dataset"] == 1 and "accuracy_table" not in counts
+    assert counts["fetch_archive"] == 4 + 2 + 2, "Synthetic(0.5,0.5)'s four files, Femnist's archives and index"
 
 
 def _with(text: str, old: str, new: str) -> str:

@@ -69,7 +69,8 @@ def cmd_synth(args: argparse.Namespace) -> int:
     from .data import generate_synthetic
 
     path = generate_synthetic(args.name, args.out, data_seed=args.data_seed, num_devices=args.devices,
-                              dim=args.dim, num_classes=args.classes, alpha=args.alpha, beta=args.beta)
+                              dim=args.dim, num_classes=args.classes, alpha=args.alpha, beta=args.beta,
+                              setting=args.setting)
     print(f"wrote {path}")
     return 0
 
@@ -98,7 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--force", action="store_true", help="overwrite an OUT that holds another config's results")
     r.set_defaults(func=cmd_run)
     s = sub.add_parser("synth", help="generate a FedProx synthetic data set")
-    s.add_argument("--name", required=True)
+    s.add_argument("--name", required=True, help="the data set's name (meta.json)")
+    s.add_argument("--setting", default=None,
+                   help="generator setting (synthetic_iid, synthetic_0_0, synthetic_0.5_0.5, synthetic_1_1); "
+                        "default: --name. The draw depends on the setting and --data-seed only")
     s.add_argument("--out", required=True)
     s.add_argument("--data-seed", type=int, default=0)
     s.add_argument("--devices", type=int, default=30)

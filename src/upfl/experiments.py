@@ -74,8 +74,8 @@ def flatten(doc: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
 def resolve_preset(config: dict[str, Any]) -> dict[str, Any]:
     """Apply ``presets[preset]`` (top-level keys replaced) unless ``preset`` is ``full``.
 
-    A preset that sets ``seeds`` also replaces the experiments' own ``seeds``: the quick preset's two
-    seeds hold for every experiment, the 10-seed privacy experiments included.
+    A preset that sets ``seeds`` also replaces the experiments' and groups' own ``seeds``: the quick
+    preset's two seeds hold for every experiment, the 10-seed privacy experiments included.
     """
     config = copy.deepcopy(config)
     name = config.get("preset", "full")
@@ -88,6 +88,8 @@ def resolve_preset(config: dict[str, Any]) -> dict[str, Any]:
     if "seeds" in presets[name]:
         for exp in config.get("experiments", {}).values():
             exp.pop("seeds", None)
+            for group in exp.get("groups", []):
+                group.pop("seeds", None)
     return config
 
 
@@ -202,6 +204,7 @@ def build_plan(config: dict[str, Any]) -> Plan:
         for gi, group in enumerate(exp.get("groups", [])):
             job = {**{"gpus": 0, "threads": 1, "runtime": 60, "mem_mb": 4000}, **config.get("job_defaults", {}),
                    **exp.get("job", {}), **group.get("job", {})}
+            group_seeds = [int(s) for s in group.get("seeds", exp_seeds)]
             for ds in group["datasets"]:
                 if ds not in datasets:
                     raise ExperimentError(f"experiments.{name}.groups[{gi}].datasets: {ds!r} is not in datasets "
@@ -213,7 +216,7 @@ def build_plan(config: dict[str, Any]) -> Plan:
                     for entry in expand_entry(raw, where):
                         doc = _run_doc(config, exp, entry, where)
                         _check_run(doc, where)
-                        for seed in exp_seeds:
+                        for seed in group_seeds:
                             rid = run_id(ds, doc, seed)
                             spec = RunSpec(rid, ds, seed, {**copy.deepcopy(doc), "seed": seed})
                             if rid in runs:

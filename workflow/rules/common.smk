@@ -5,7 +5,7 @@ import re
 import shlex
 import sys
 
-from upfl.data.sources import DATASET_SOURCES, SOURCES
+from upfl.data.sources import DATASET_SOURCES, PAPER_SET_SOURCES, SOURCES
 from upfl.experiments import ExperimentError, build_plan, output_files, resolve_preset
 
 try:
@@ -34,6 +34,22 @@ def datasets_of(source):
     return [n for n, d in CONFIG["datasets"].items() if d["source"] == source]
 
 
+def dataset_setting(name):
+    """`datasets.<name>.setting`: the paper set or generator setting a data set is made from (default: its name)."""
+    return CONFIG["datasets"][name].get("setting", name)
+
+
+def paper_files(wildcards):
+    """The four released files of a `source: paper` data set (`upfl data fetch` puts them under RESOURCES)."""
+    return [f"{RESOURCES}/{SOURCES[s].filename}" for s in PAPER_SET_SOURCES[f"paper_{dataset_setting(wildcards.dataset)}"]]
+
+
+def paper_overrides(wildcards):
+    """`--url`/`--sha256` of the set's files from `sources` (the mirror they came from, checksums of other files)."""
+    names = PAPER_SET_SOURCES[f"paper_{dataset_setting(wildcards.dataset)}"]
+    return " ".join(source_overrides(n) for n in names)
+
+
 ARCHIVES = {src.filename: name for name, src in SOURCES.items()}
 
 
@@ -41,8 +57,25 @@ def archive_source(archive):
     return ARCHIVES[archive]
 
 
-def source_archives(source):
-    return [f"{RESOURCES}/{SOURCES[name].filename}" for name in DATASET_SOURCES[source]]
+def dataset_sources(dataset):
+    """The sources `upfl data prepare` reads for a LEAF data set: its archives, and for FEMNIST with the
+    default `options.sizes: paper_index` the authors' device index (their per-device counts)."""
+    d = CONFIG["datasets"][dataset]
+    names = [n for n in DATASET_SOURCES[d["source"]] if not SOURCES[n].mirror]
+    if d["source"] == "femnist" and d.get("options", {}).get("sizes", "paper_index") == "paper_index":
+        names += list(DATASET_SOURCES["paper_femnist"])
+    return names
+
+
+def source_archives(wildcards):
+    return [f"{RESOURCES}/{SOURCES[name].filename}" for name in dataset_sources(wildcards.dataset)]
+
+
+def index_checksums(wildcards):
+    """`--sha256 NAME=HEX` for the FEMNIST index files whose checksum `sources` overrides."""
+    spec = CONFIG.get("sources", {})
+    return " ".join(f"--sha256 {n}={spec[n]['sha256']}" for n in dataset_sources(wildcards.dataset)
+                    if SOURCES[n].mirror and "sha256" in spec.get(n, {}))
 
 
 def source_overrides(name):
@@ -50,6 +83,9 @@ def source_overrides(name):
     spec = CONFIG.get("sources", {}).get(name, {})
     url = spec.get("url")
     flags = [f"--url {shlex.quote(f'{name}={url}')}"] if url else []
+    mirror = SOURCES[name].mirror
+    base = CONFIG.get("sources", {}).get(mirror, {}).get("url") if mirror else None
+    flags += [f"--url {shlex.quote(f'{mirror}={base}')}"] if base and not url else []
     flags += [f"--sha256 {name}={spec['sha256']}"] if "sha256" in spec else []
     return " ".join(flags)
 

@@ -1,10 +1,33 @@
-# Data sets: the FedProx synthetic sets are generated; LEAF sets are downloaded and preprocessed.
+# Data sets: the paper's synthetic sets are downloaded and converted; the FedProx generator's draws are
+# generated; LEAF sets are downloaded and preprocessed.
+
+
+rule paper_dataset:
+    input:
+        paper_files,
+    output:
+        directory(f"{RESOURCES}/data/{{dataset}}"),
+    params:
+        setting=lambda wc: dataset_setting(wc.dataset),
+        overrides=paper_overrides,
+        resources=RESOURCES,
+    log:
+        "results/logs/data/{dataset}.log",
+    wildcard_constraints:
+        dataset=_alternation(datasets_of("paper")),
+    localrule: True
+    conda:
+        "../envs/upfl.yaml"
+    shell:
+        "upfl data prepare paper_{params.setting} --resources {params.resources} --out {output} --name {wildcards.dataset} "
+        "{params.overrides} > {log} 2>&1"
 
 
 rule synthetic_dataset:
     output:
         directory(f"{RESOURCES}/data/{{dataset}}"),
     params:
+        setting=lambda wc: dataset_setting(wc.dataset),
         data_seed=lambda wc: CONFIG["datasets"][wc.dataset].get("data_seed", 0),
     log:
         f"results/logs/data/{{dataset}}.log",
@@ -12,16 +35,17 @@ rule synthetic_dataset:
         dataset=_alternation(datasets_of("synthetic")),
     localrule: True
     shell:
-        "upfl synth --name {wildcards.dataset} --data-seed {params.data_seed} --out {output} > {log} 2>&1"
+        "upfl synth --name {wildcards.dataset} --setting {params.setting} --data-seed {params.data_seed} "
+        "--out {output} > {log} 2>&1"
 
 
-# One archive per job: `--source` makes `sent140` the tweets archive alone (as a data set name it would
-# also fetch glove, from LEAF's URL, racing the glove job).
+# One archive (or one file of the paper's) per job: `--source` makes `sent140` the tweets archive alone (as a
+# data set name it would also fetch glove, from LEAF's URL, racing the glove job).
 rule fetch_archive:
     output:
         f"{RESOURCES}/{{archive}}",
     params:
-        resources=lambda wc, output: os.path.dirname(output[0]),
+        resources=RESOURCES,
         source=lambda wc: archive_source(wc.archive),
         overrides=lambda wc: source_overrides(archive_source(wc.archive)),
     wildcard_constraints:
@@ -35,12 +59,13 @@ rule fetch_archive:
 
 rule leaf_dataset:
     input:
-        lambda wc: source_archives(CONFIG["datasets"][wc.dataset]["source"]),
+        source_archives,
     output:
         directory(f"{RESOURCES}/data/{{dataset}}"),
     params:
-        resources=lambda wc, input: os.path.dirname(input[0]),
+        resources=RESOURCES,
         source=lambda wc: CONFIG["datasets"][wc.dataset]["source"],
+        checksums=index_checksums,
         seed=lambda wc: CONFIG["datasets"][wc.dataset].get("data_seed", 0),
         options=lambda wc: prepare_options(wc.dataset),
     wildcard_constraints:
@@ -51,4 +76,4 @@ rule leaf_dataset:
         mem_mb=16000,
     shell:
         "upfl data prepare {params.source} --resources {params.resources} --out {output} --seed {params.seed} "
-        "--no-progress {params.options} > {log} 2>&1"
+        "--no-progress {params.options} {params.checksums} > {log} 2>&1"

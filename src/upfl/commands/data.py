@@ -22,7 +22,7 @@ from ..data.archive import ArchiveError, extract_zip
 from ..data.download import DownloadError, fetch_source, read_recorded_sha256
 from ..data.femnist import FemnistSpec, build_femnist
 from ..data.leaf import DatasetError
-from ..data.paper import build_paper_synthetic
+from ..data.paper import build_paper_synthetic, femnist_device_counts
 from ..data.sent140 import Sent140Spec, build_sent140
 from ..data.sources import DATASET_SOURCES, PAPER_SET_SOURCES, PAPER_SYNTHETIC_SETS, SOURCES, resolve_sources
 
@@ -136,17 +136,31 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         setting = PAPER_SETS[args.dataset]
         if args.set or args.num_devices is not None:
             raise ValueError(f"{args.dataset}: the paper's released set has no settings (--set, --num-devices)")
-        sources = resolve_sources([args.dataset], checksums=_pairs(args.sha256, "--sha256"))
+        sources = resolve_sources([args.dataset], urls=_pairs(args.url, "--url"),
+                                  checksums=_pairs(args.sha256, "--sha256"))
         print(build_paper_synthetic(setting, args.resources, args.out, name=args.name, sources=sources))
         return 0
-    if args.sha256 or args.name:
-        raise ValueError(f"--sha256 and --name are for the paper's sets ({', '.join(PAPER_SETS)}), not {args.dataset}")
+    if args.name or args.url:
+        raise ValueError(f"--url and --name are for the paper's sets ({', '.join(PAPER_SETS)}), not {args.dataset}")
     spec = spec_with(args.dataset, args.set, args.num_devices)
+    index = None
+    if args.dataset == "femnist" and spec.sizes == "paper_index":
+        # The authors' per-device counts (their FEMNIST index), checked against the pinned sha256.
+        checksums = _pairs(args.sha256, "--sha256")
+        train, test, index = femnist_device_counts(args.resources, resolve_sources(
+            ["paper_femnist"], checksums={k: v for k, v in checksums.items() if k.startswith("paper_femnist")}))
+        if args.num_devices is not None and args.num_devices != len(train):
+            raise ValueError(f"--num-devices {args.num_devices}: the FEMNIST device index has {len(train)} devices")
+        spec = dataclasses.replace(spec, num_devices=len(train), train_counts=train, test_counts=test)
+    elif args.sha256:
+        raise ValueError(f"--sha256 is for the paper's files (paper sets, FEMNIST's device index), not {args.dataset}")
     res = Path(args.resources)
     progress = not args.no_progress
-    paths = [_resource(res, name) for name in DATASET_SOURCES[args.dataset]]
-    build = build_femnist if args.dataset == "femnist" else build_sent140
-    out = build(*paths, args.out, seed=args.seed, spec=spec, progress=progress)
+    paths = [_resource(res, name) for name in DATASET_SOURCES[args.dataset] if not SOURCES[name].mirror]
+    if args.dataset == "femnist":
+        out = build_femnist(*paths, args.out, seed=args.seed, spec=spec, progress=progress, device_index=index)
+    else:
+        out = build_sent140(*paths, args.out, seed=args.seed, spec=spec, progress=progress)
     meta = json.loads((out / "meta.json").read_text(encoding="utf-8"))
     bad = meta.get("malformed")
     if bad and bad["count"]:
@@ -218,6 +232,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                     help="override a spec field (FemnistSpec / Sent140Spec), e.g. train_total=62")
     pr.add_argument("--sha256", action="append", metavar="NAME=HEX",
                     help="paper sets: checksum of a file instead of the pinned one (a mirror of other files); repeatable")
+    pr.add_argument("--url", action="append", metavar="NAME=URL",
+                    help="paper sets: where the files were fetched from (paper=MIRROR), recorded in meta.json")
     pr.add_argument("--name", default=None, help="paper sets: the data set's name in meta.json (default: the set)")
     pr.set_defaults(func=_guard(cmd_prepare))
 

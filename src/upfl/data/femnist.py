@@ -6,7 +6,8 @@ LEAF steps (``data/femnist/preprocess``), read straight from the two zips:
    ``hsf`` and not ``mit``; hash each image file (MD5 of its bytes) -> class.
 2. ``by_write``: ``<partition>/<writer>/<type>/<image>.png``; an image's class is that of the
    ``by_class`` image with the same MD5 (LEAF's ``match_hashes``); unmatched images are counted.
-3. Image to vector: greyscale, ``thumbnail((28, 28))`` with LANCZOS antialiasing, ``/ 255``:
+3. Image to vector: greyscale, ``thumbnail((28, 28))`` with LANCZOS antialiasing in one step
+   (``reducing_gap=None``, as the Pillow of LEAF's time), ``/ 255``:
    784 floats in [0, 1], not inverted. LEAF labels: digits 0-9, upper 10-35, lower 36-61.
 
 The paper's subset (Appendix H.1, Table 2; FedProx's recipe): the letters 'a'-'j' (hex 61-6a)
@@ -85,13 +86,17 @@ def parse_by_write(name: str) -> tuple[str, str, str] | None:
 
 
 def image_vector(data: bytes, source: str = "image") -> np.ndarray:
-    """LEAF's image step: greyscale, thumbnail to 28x28 (LANCZOS), divide by 255 -> 784 float32."""
+    """LEAF's image step: greyscale, thumbnail to 28x28 (LANCZOS), divide by 255 -> 784 float32.
+
+    ``reducing_gap=None``: Pillow 7+ first shrinks by an integer factor (2x for 128 -> 28) before the
+    LANCZOS step, which changes pixels by up to 0.07; the Pillow of LEAF's scripts resized in one step.
+    """
     try:
         with Image.open(io.BytesIO(data)) as img:
             grey = img.convert("L")
     except (OSError, ValueError) as e:
         raise DatasetError(f"{source}: not a readable image: {e}") from None
-    grey.thumbnail(IMAGE_SIZE, Image.LANCZOS)
+    grey.thumbnail(IMAGE_SIZE, Image.LANCZOS, reducing_gap=None)
     if grey.size != IMAGE_SIZE:
         raise DatasetError(f"{source}: image thumbnails to {grey.size}, not {IMAGE_SIZE} (not square?)")
     return (np.asarray(grey, dtype=np.float32) / 255.0).reshape(-1)
@@ -155,14 +160,21 @@ def match_by_write(zf: zipfile.ZipFile, hashes: dict[str, str],
     return refs, counts
 
 
+SIZES = ("paper_index", "table2_shape")
+
+
 @dataclass(frozen=True)
 class FemnistSpec:
     """The paper's FEMNIST subset (Table 2): 50 devices x 5 of the letters a-j.
 
-    Train counts per device follow Table 2's 16421 total, min 79, median 277.5 and max 1950
-    (:func:`upfl.data.shapes.lognormal_sizes`). Test counts: ``test_total`` split in proportion
-    to the train counts when given; otherwise LEAF's split by sample at ``train_fraction`` (each
-    device gets the largest size whose split keeps its train count).
+    ``sizes="paper_index"`` (default): device ``k`` has exactly ``train_counts[k]`` training and
+    ``test_counts[k]`` test samples, the per-device counts of the authors' device index
+    (``user_groups.json``, read by ``upfl data prepare femnist``; 16421 + 1924 over 50 devices), in
+    the authors' device order. ``sizes="table2_shape"``: counts shaped like Table 2 without the
+    index: 16421 in all, min 79, median 277.5 and max 1950 (:func:`upfl.data.shapes.lognormal_sizes`;
+    those three figures come from the authors' index, not from the paper); test counts
+    ``test_total`` split in proportion when given, else LEAF's split by sample at ``train_fraction``
+    (each device gets the largest size whose split keeps its train count).
     """
 
     num_devices: int = 50
@@ -174,8 +186,17 @@ class FemnistSpec:
     train_max: int = 1950
     test_total: int | None = None
     train_fraction: float = 0.9
+    sizes: str = "paper_index"
+    train_counts: tuple[int, ...] = ()
+    test_counts: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
+        if self.sizes not in SIZES:
+            raise ValueError(f"sizes must be one of {', '.join(SIZES)}, got {self.sizes!r}")
+        if len(self.train_counts) != len(self.test_counts):
+            raise ValueError(f"train_counts has {len(self.train_counts)} devices, test_counts {len(self.test_counts)}")
+        if any(int(n) < 1 for n in self.train_counts) or any(int(n) < 0 for n in self.test_counts):
+            raise ValueError("train_counts must be >= 1 and test_counts >= 0 per device")
         if not 1 <= self.classes_per_device <= len(self.classes):
             raise ValueError(f"classes_per_device must be in 1..{len(self.classes)}, got {self.classes_per_device}")
         if not 0 < self.train_fraction < 1:
@@ -183,7 +204,16 @@ class FemnistSpec:
 
 
 def device_sizes(spec: FemnistSpec) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted per-device ``(train, test)`` counts of the spec (deterministic)."""
+    """Per-device ``(train, test)`` counts of the spec (deterministic): the index's, in its order, or
+    the Table 2 shape, sorted."""
+    if spec.sizes == "paper_index":
+        if not spec.train_counts:
+            raise ValueError("FEMNIST sizes 'paper_index' need the authors' per-device counts (train_counts, "
+                             "test_counts): 'upfl data prepare femnist' reads them from the paper's device index "
+                             "('upfl data fetch paper_femnist'); or set sizes=table2_shape")
+        if len(spec.train_counts) != spec.num_devices:
+            raise ValueError(f"num_devices is {spec.num_devices} but the device index has {len(spec.train_counts)} devices")
+        return np.array(spec.train_counts, dtype=np.int64), np.array(spec.test_counts, dtype=np.int64)
     train = lognormal_sizes(spec.num_devices, spec.train_total, spec.train_min, spec.train_median, spec.train_max)
     if spec.test_total is not None:
         test = proportional_sizes(train, spec.test_total)
@@ -243,8 +273,9 @@ def paper_subset(refs: list[ImageRef], spec: FemnistSpec, seed: int) -> dict[str
         order = numpy_generator(seed, "data", key, 1, c).permutation(len(pool))
         pools[c] = [pool[i] for i in order]
     train_sizes, test_sizes = device_sizes(spec)
-    order = numpy_generator(seed, "data", key, 0).permutation(spec.num_devices)
-    train_sizes, test_sizes = train_sizes[order], test_sizes[order]
+    if spec.sizes != "paper_index":  # the index's devices keep the authors' order
+        order = numpy_generator(seed, "data", key, 0).permutation(spec.num_devices)
+        train_sizes, test_sizes = train_sizes[order], test_sizes[order]
     plan = select_devices({c: len(p) for c, p in pools.items()}, train_sizes + test_sizes,
                           spec.classes_per_device, numpy_generator(seed, "data", key, 2))
     users: list[str] = []
@@ -278,12 +309,14 @@ def paper_subset(refs: list[ImageRef], spec: FemnistSpec, seed: int) -> dict[str
 
 def build_femnist(by_class: str | os.PathLike, by_write: str | os.PathLike, out: str | os.PathLike,
                   seed: int = 0, spec: FemnistSpec = FemnistSpec(), progress: bool = True,
-                  name: str = "femnist") -> Path:
+                  name: str = "femnist", device_index: dict[str, Any] | None = None) -> Path:
     """LEAF's FEMNIST steps on the two NIST zips, then the paper's subset, written as a LEAF folder.
 
     The folder holds ``train/``, ``test/``, ``meta.json`` (spec, seed, counts, per-device
-    classes, archive checksums) and ``images.json`` (the by_write member of every sample).
+    classes, archive checksums) and ``images.json`` (the by_write member of every sample). ``device_index``
+    (the index files' URLs and sha256, when the counts come from it) is recorded in ``meta.json``.
     """
+    device_sizes(spec)  # a spec without its counts fails here, before the archives are read
     by_class, by_write = Path(by_class), Path(by_write)
     with open_zip(by_class) as zc:
         hashes, counts = class_hashes(zc, set(spec.classes), progress)
@@ -307,6 +340,7 @@ def build_femnist(by_class: str | os.PathLike, by_write: str | os.PathLike, out:
                    "duplicate_images_skipped": subset["duplicate_images_skipped"]},
         "devices": subset["devices"],
         "sources": {p.name: read_recorded_sha256(p) for p in (by_class, by_write)},
+        "device_index": device_index,
         "upfl_version": __version__,
     }
 

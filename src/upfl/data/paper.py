@@ -146,6 +146,37 @@ def device_counts(data: bytes, name: str) -> dict[str, int]:
     return {device: len(rows) for device, rows in load_user_groups(data, name).items()}
 
 
+def femnist_device_counts(resources: str | os.PathLike, sources: list[Source] | None = None
+                          ) -> tuple[tuple[int, ...], tuple[int, ...], dict[str, dict[str, str]]]:
+    """The authors' 50 FEMNIST devices as ``(train counts, test counts, files)``, devices in numeric order.
+
+    Read from the two ``user_groups.json`` of their FEMNIST index (placed under ``resources`` by
+    ``upfl data fetch paper_femnist``), checked against their pinned sha256 first. Only the counts
+    are used: the indices point into the authors' image tensor, which was never published.
+    """
+    from .sources import SOURCES
+
+    given = {s.name: s for s in sources or []}
+    counts: dict[str, dict[str, int]] = {}
+    files: dict[str, dict[str, str]] = {}
+    for split in ("train", "test"):
+        name = paper_file_name("femnist", split, True)
+        src = given.get(name, SOURCES[name])
+        path = Path(resources) / src.filename
+        if not path.is_file():
+            raise PaperDataError(f"{path}: missing; run 'upfl data fetch paper_femnist' (the authors' FEMNIST "
+                                 "device index) first, or prepare with --set sizes=table2_shape")
+        counts[split] = device_counts(checked_bytes(path, src.sha256), str(path))
+        files[src.path] = {"url": src.url, "sha256": src.sha256.lower()}
+    if list(counts["train"]) != list(counts["test"]):
+        raise PaperDataError(f"{Path(resources) / SOURCES[paper_file_name('femnist', 'test', True)].filename}: "
+                             "train and test index list different devices")
+    empty = [d for d, n in counts["train"].items() if n == 0]
+    if empty:
+        raise PaperDataError(f"FEMNIST device index: devices {empty[:5]} have no training samples")
+    return tuple(counts["train"].values()), tuple(counts["test"].values()), files
+
+
 def paper_sources(setting: str, sources: list[Source] | None = None) -> dict[tuple[str, bool], Source]:
     """The four sources of one released set, by ``(split, is_index)``; ``sources`` may carry overrides."""
     if setting not in PAPER_SYNTHETIC_SETS:

@@ -122,12 +122,15 @@ PAPER_SET_SOURCES: dict[str, tuple[str, ...]] = {
     for s in PAPER_SYNTHETIC_SETS
 }
 
+PAPER_FEMNIST_SOURCES = (paper_file_name("femnist", "train", True), paper_file_name("femnist", "test", True))
+
+# What `upfl data fetch NAME` fetches. FEMNIST's device counts are the authors' (their device index).
 DATASET_SOURCES: dict[str, tuple[str, ...]] = {
-    "femnist": ("by_class", "by_write"),
+    "femnist": ("by_class", "by_write", *PAPER_FEMNIST_SOURCES),
     "sent140": ("sent140", "glove"),
     "paper_synthetic": tuple(n for names in PAPER_SET_SOURCES.values() for n in names),
     **PAPER_SET_SOURCES,
-    "paper_femnist": (paper_file_name("femnist", "train", True), paper_file_name("femnist", "test", True)),
+    "paper_femnist": PAPER_FEMNIST_SOURCES,
 }
 
 

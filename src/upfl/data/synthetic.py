@@ -85,11 +85,17 @@ def generate_synthetic_arrays(alpha: float, beta: float, iid: bool, num_devices:
 
 def generate_synthetic(name: str, out: str | Path, data_seed: int = 0, num_devices: int = 30,
                        dim: int = 20, num_classes: int = 2, alpha: float | None = None,
-                       beta: float | None = None, iid: bool | None = None) -> Path:
-    """Generate a named synthetic set (see :data:`SYNTHETIC_PRESETS`) or custom alpha/beta into ``out``."""
-    params = dict(SYNTHETIC_PRESETS.get(name, {}))
+                       beta: float | None = None, iid: bool | None = None, setting: str | None = None) -> Path:
+    """Generate a synthetic set into ``out``: the generator setting ``setting`` (default ``name``; one of
+    :data:`SYNTHETIC_PRESETS`, or any name with custom alpha/beta) drawn with ``data_seed``.
+
+    The draw depends on the setting and ``data_seed`` only, not on ``name`` (the data set's name in
+    ``meta.json``): ``synthetic_1_1_draw3`` with setting ``synthetic_1_1`` and seed 3 is that draw.
+    """
+    setting = setting or name
+    params = dict(SYNTHETIC_PRESETS.get(setting, {}))
     if not params and (alpha is None or beta is None):
-        raise ValueError(f"unknown synthetic data set {name!r}; known: {', '.join(SYNTHETIC_PRESETS)}"
+        raise ValueError(f"unknown synthetic setting {setting!r}; known: {', '.join(SYNTHETIC_PRESETS)}"
                          " (or give alpha and beta)")
     if alpha is not None:
         params["alpha"] = float(alpha)
@@ -100,14 +106,16 @@ def generate_synthetic(name: str, out: str | Path, data_seed: int = 0, num_devic
     params.setdefault("iid", False)
     users, train, test = generate_synthetic_arrays(params["alpha"], params["beta"], params["iid"],
                                                    num_devices, dim, num_classes, data_seed,
-                                                   key=dataset_key(name))
+                                                   key=dataset_key(setting))
     meta = {
         "name": name,
+        "setting": setting,
+        "source": "synthetic",
         "generator": "fedprox_synthetic",
         "parameters": {**params, "num_devices": num_devices, "dim": dim, "num_classes": num_classes,
                        "train_fraction": 0.9},
         "data_seed": data_seed,
-        "data_seed_derived": derive_seed(data_seed, "data", dataset_key(name)),
+        "data_seed_derived": derive_seed(data_seed, "data", dataset_key(setting)),
         "num_classes": num_classes,
         "x_dtype": "float32",
         "upfl_version": __version__,
