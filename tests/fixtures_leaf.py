@@ -39,27 +39,24 @@ def png_bytes(rng: np.random.Generator, size: int = 128) -> bytes:
 @dataclass
 class NistFixture:
     by_class: Path
-    by_write: Path
     images_per_letter: dict[str, int]
-    by_write_unmatched: int
     excluded_by_class: int
+    conflicts: int
 
 
-def make_nist_zips(folder: Path, per_letter: int = 16, writers: int = 6, seed: int = 0,
+def make_nist_zips(folder: Path, per_letter: int = 16, seed: int = 0,
                    other_classes: str = "0A", with_root: bool = True) -> NistFixture:
-    """``by_class.zip`` and ``by_write.zip`` sharing image bytes, so LEAF's MD5 match works.
+    """``by_class.zip`` in NIST's layout.
 
-    by_class: ``<hex>/hsf_<k>/...png`` (kept), plus ``train_<hex>/`` copies and an ``hsf_mit``
-    folder (both dropped by LEAF's filter). by_write: ``hsf_<k>/f<writer>/<type>/...png``, plus
-    images found in no kept by_class folder.
+    ``<hex>/hsf_<k>/...png`` (kept), plus ``train_<hex>/`` copies and an ``hsf_mit`` folder (both
+    dropped by LEAF's filter), and one image of 'a' whose bytes appear again under 'b' (a conflict:
+    the first class keeps it).
     """
     rng = np.random.default_rng(seed)
     folder.mkdir(parents=True, exist_ok=True)
     pre_c = "by_class/" if with_root else ""
-    pre_w = "by_write/" if with_root else ""
     classes = [(ch, f"{ord(ch):x}") for ch in LETTERS_A_J + other_classes]
     class_entries: list[tuple[str, bytes]] = []
-    write_entries: list[tuple[str, bytes]] = []
     counts: dict[str, int] = {}
     k = 0
     for ch, hx in classes:
@@ -70,23 +67,17 @@ def make_nist_zips(folder: Path, per_letter: int = 16, writers: int = 6, seed: i
             part = f"hsf_{i % 2}"
             class_entries.append((f"{pre_c}{hx}/{part}/{part}_{k:05d}.png", data))
             class_entries.append((f"{pre_c}{hx}/train_{hx}/train_{hx}_{k:05d}.png", data))
-            writer = f"f{k % writers:04d}_{k % 7:02d}"
-            kind = ("l" if ch.islower() else "u" if ch.isupper() else "d") + writer[1:5]
-            write_entries.append((f"{pre_w}{part}/{writer}/{kind}/{kind}_{k:05d}.png", data))
             k += 1
         data = png_bytes(rng)
         class_entries.append((f"{pre_c}{hx}/hsf_mit/mit_{k:05d}.png", data))
-        write_entries.append((f"{pre_w}hsf_3/f9999_00/l9999/l9999_{k:05d}.png", data))
         k += 1
-    unmatched = 4
-    for i in range(unmatched):
-        write_entries.append((f"{pre_w}hsf_3/f9998_00/l9998/l9998_{i:05d}.png", png_bytes(rng)))
-    by_class, by_write = folder / "by_class.zip", folder / "by_write.zip"
-    for path, entries in ((by_class, class_entries), (by_write, write_entries)):
-        with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as zf:
-            for name, data in entries:
-                zf.writestr(name, data)
-    return NistFixture(by_class, by_write, counts, unmatched + len(classes), len(classes))
+    first_a = next(data for name, data in class_entries if "/hsf_0/" in name)
+    class_entries.append((f"{pre_c}62/hsf_1/hsf_1_{k:05d}.png", first_a))
+    by_class = folder / "by_class.zip"
+    with zipfile.ZipFile(by_class, "w", zipfile.ZIP_STORED) as zf:
+        for name, data in class_entries:
+            zf.writestr(name, data)
+    return NistFixture(by_class, counts, len(classes), 1)
 
 
 SENT_WORDS = ["good", "bad", "happy", "sad", "day", "love", "hate", "work", "home", "the", "a", "i", "is", "so"]
@@ -323,9 +314,9 @@ def fetch_served(folder: Path, dataset: str, files: dict[str, str], resources: P
 
 
 def make_leaf_archives(folder: Path) -> dict[str, Path]:
-    """All four fixture archives in ``folder``, by source name (by_class, by_write, sent140, glove)."""
+    """All three fixture archives in ``folder``, by source name (by_class, sent140, glove)."""
     nist = make_nist_zips(folder)
-    return {"by_class": nist.by_class, "by_write": nist.by_write,
+    return {"by_class": nist.by_class,
             "sent140": make_sent140_zip(folder).path, "glove": make_glove_zip(folder)}
 
 

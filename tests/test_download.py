@@ -130,7 +130,7 @@ def test_from_archive_and_placed_archive(tmp_path):
 
 def test_resolve_sources_overrides_and_errors():
     srcs = resolve_sources(["femnist", "glove"], urls={"glove": "http://mirror/g.zip"})
-    assert [s.name for s in srcs] == ["by_class", "by_write", "paper_femnist_train_groups",
+    assert [s.name for s in srcs] == ["by_class", "paper_femnist_train_groups",
                                       "paper_femnist_test_groups", "glove"]
     assert srcs[-1].url == "http://mirror/g.zip"
     with pytest.raises(KeyError, match="unknown data set or source 'mnist'"):

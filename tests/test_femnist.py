@@ -12,8 +12,7 @@ from PIL import Image
 
 from fixtures_leaf import fetch_served, make_nist_zips, png_bytes
 from upfl.data.femnist import (FemnistSpec, build_femnist, device_sizes, image_vector,
-                               keep_by_class_subfolder, leaf_label, parse_by_class, parse_by_write,
-                               select_devices)
+                               keep_by_class_subfolder, leaf_label, parse_by_class, select_devices)
 from upfl.data.leaf import DatasetError, load_leaf, verify_checksums
 from upfl.data.shapes import leaf_train_count
 from upfl.data.stats import dataset_stats
@@ -31,9 +30,8 @@ def nist(tmp_path_factory):
 def built(nist, tmp_path_factory):
     """The fixture archives downloaded through the real code path, then preprocessed."""
     res = tmp_path_factory.mktemp("resources")
-    paths = fetch_served(nist.by_class.parent, "femnist",
-                         {"by_class": "by_class.zip", "by_write": "by_write.zip"}, res)
-    out = build_femnist(paths[0], paths[1], tmp_path_factory.mktemp("data") / "femnist", seed=0,
+    paths = fetch_served(nist.by_class.parent, "femnist", {"by_class": "by_class.zip"}, res)
+    out = build_femnist(paths[0], tmp_path_factory.mktemp("data") / "femnist", seed=0,
                         spec=SMALL, progress=False)
     return out, load_leaf(out)
 
@@ -48,7 +46,6 @@ def test_member_name_parsing_and_leaf_filter():
     assert parse_by_class("by_class/61/hsf_0/hsf_0_00001.png") == ("61", "hsf_0")
     assert parse_by_class("61/train_61/x.png") == ("61", "train_61")
     assert parse_by_class("by_class/61/hsf_0/") is None
-    assert parse_by_write("by_write/hsf_0/f0000_14/l0000_14/l0000_14_00000.png") == ("hsf_0", "f0000_14", "l0000_14")
     assert keep_by_class_subfolder("hsf_4") and not keep_by_class_subfolder("train_61")
     assert not keep_by_class_subfolder("hsf_mit")
 
@@ -105,9 +102,10 @@ def test_leaf_filter_and_hash_match_counts(built, nist):
     out, ds = built
     meta = json.loads((out / "meta.json").read_text())
     counts = meta["counts"]
-    assert counts["by_class_images"] == sum(nist.images_per_letter[c] for c in "abcdefghij")
-    other_classes = sum(n for c, n in nist.images_per_letter.items() if c not in "abcdefghij")
-    assert counts["by_write_unmatched"] == nist.by_write_unmatched + other_classes
+    # kept: the hsf folders of a-j (plus the copy of an 'a' image under 'b', a conflict the first class keeps)
+    assert counts["by_class_images"] == sum(nist.images_per_letter[c] for c in "abcdefghij") + nist.conflicts
+    assert counts["by_class_conflicts"] == nist.conflicts
+    assert sum(counts["pool_sizes"].values()) == sum(nist.images_per_letter[c] for c in "abcdefghij")
     assert set(meta["label_map"]) == set("abcdefghij") and meta["label_map"]["j"] == 9
     assert all(len(d["classes"]) == 5 for d in meta["devices"].values())
     assert meta["sources"]["by_class.zip"] is not None
@@ -115,8 +113,8 @@ def test_leaf_filter_and_hash_match_counts(built, nist):
 
 def test_seeded_and_reproducible(nist, built, tmp_path):
     out, _ = built
-    again = build_femnist(nist.by_class, nist.by_write, tmp_path / "again", seed=0, spec=SMALL, progress=False)
-    other = build_femnist(nist.by_class, nist.by_write, tmp_path / "other", seed=1, spec=SMALL, progress=False)
+    again = build_femnist(nist.by_class, tmp_path / "again", seed=0, spec=SMALL, progress=False)
+    other = build_femnist(nist.by_class, tmp_path / "other", seed=1, spec=SMALL, progress=False)
     sha = lambda p: json.loads((p / "meta.json").read_text())["sha256"]
     assert sha(again) == sha(out)
     assert sha(other) != sha(out)
@@ -130,7 +128,7 @@ def test_pools_running_dry_is_a_named_error():
 def test_too_few_images_for_spec(nist, tmp_path):
     big = replace(SMALL, train_total=400, train_median=60, train_max=150)
     with pytest.raises(DatasetError, match="needs"):
-        build_femnist(nist.by_class, nist.by_write, tmp_path / "x", spec=big, progress=False)
+        build_femnist(nist.by_class, tmp_path / "x", spec=big, progress=False)
     assert not (tmp_path / "x").exists()
 
 
@@ -142,7 +140,6 @@ def test_cli_prepare_femnist(nist, tmp_path):
     res = tmp_path / "res"
     res.mkdir()
     shutil.copy(nist.by_class, res)
-    shutil.copy(nist.by_write, res)
     rc = run_data_cli(["data", "prepare", "femnist", "--resources", str(res), "--out", str(tmp_path / "f"),
                        "--no-progress", "--num-devices", "6", "--set", "sizes=table2_shape",
                        "--set", "train_total=62", "--set", "train_min=5",
@@ -165,7 +162,6 @@ def _resources_with_index(nist, tmp_path):
     res = tmp_path / "res"
     res.mkdir()
     shutil.copy(nist.by_class, res)
-    shutil.copy(nist.by_write, res)
     files = make_femnist_index(tmp_path / "mirror", INDEX_TRAIN, INDEX_TEST)
     for name, path in files.items():
         dest = res / SOURCES[name].filename
@@ -210,4 +206,4 @@ def test_index_with_pinned_checksum_or_missing_is_refused(nist, tmp_path, capsys
     assert rc == 1 and "upfl data fetch paper_femnist" in capsys.readouterr().err
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
     with pytest.raises(ValueError, match="paper_index"):
-        build_femnist(nist.by_class, nist.by_write, tmp_path / "c", spec=FemnistSpec(), progress=False)
+        build_femnist(nist.by_class, tmp_path / "c", spec=FemnistSpec(), progress=False)

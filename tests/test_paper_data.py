@@ -237,3 +237,50 @@ def test_mirror_base_url_keeps_the_upstream_layout():
     assert len(resolve_sources(["paper_synthetic"])) == 16
     assert all(s.sha256 and len(s.sha256) == 64 for s in resolve_sources(["paper_synthetic", "paper_femnist"]))
     assert mirror_root(Path("m")) == Path("m") / PAPER_REPO / PAPER_COMMIT
+
+
+def _config():
+    import yaml
+
+    return yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "config.yaml").read_text())
+
+
+def test_every_synthetic_experiment_defaults_to_the_papers_data_and_table1_has_five_seeds():
+    from upfl.experiments import build_plan
+
+    config = _config()
+    synthetic = [n for n in ("synthetic_iid", "synthetic_0_0", "synthetic_0.5_0.5", "synthetic_1_1")]
+    assert all(config["datasets"][n]["source"] == "paper" for n in synthetic)
+    plan = build_plan(config)
+    for name in ("table1", "fig2_convergence", "fig2_lambda", "fig5", "fig8", "privacy_output",
+                 "privacy_objective", "privacy_tradeoff"):
+        used = {plan.runs[r].dataset for r in plan.experiments[name]}
+        assert used & set(synthetic) and not used - set(synthetic) - {"femnist", "sent140"}, name
+    seeds = {(plan.runs[r].dataset, plan.runs[r].seed) for r in plan.experiments["table1"]}
+    assert {s for d, s in seeds if d in synthetic} == {0, 1, 2, 3, 4}
+    assert {s for d, s in seeds if d == "femnist"} == {0, 1, 2}, "the real-data groups keep 3 seeds"
+
+
+def test_quick_preset_stays_offline_on_the_generator():
+    from upfl.experiments import build_plan, resolve_preset
+
+    config = {**_config(), "preset": "quick"}
+    resolved = resolve_preset(config)
+    plan = build_plan(config)
+    assert {resolved["datasets"][d]["source"] for d in plan.datasets} == {"synthetic"}
+    assert {spec.seed for spec in plan.runs.values()} == {0, 1}
+
+
+def test_generator_draw_depends_on_setting_and_seed_not_on_the_name(tmp_path):
+    from upfl.data.synthetic import generate_synthetic
+
+    a = load_leaf(generate_synthetic("synthetic_1_1", tmp_path / "a", data_seed=3, num_devices=4))
+    b = load_leaf(generate_synthetic("synthetic_1_1_draw3", tmp_path / "b", data_seed=3, num_devices=4,
+                                     setting="synthetic_1_1"))
+    c = load_leaf(generate_synthetic("synthetic_1_1_draw4", tmp_path / "c", data_seed=4, num_devices=4,
+                                     setting="synthetic_1_1"))
+    assert all(np.array_equal(a.train_x[u], b.train_x[u]) for u in a.users)
+    assert b.meta["name"] == "synthetic_1_1_draw3" and b.meta["setting"] == "synthetic_1_1"
+    assert not any(np.array_equal(a.train_x[u], c.train_x[u]) for u in a.users), "another seed, another draw"
+    with pytest.raises(ValueError, match="unknown synthetic setting 'synthetic_1_1_draw0'"):
+        generate_synthetic("synthetic_1_1_draw0", tmp_path / "d")

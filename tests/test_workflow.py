@@ -113,7 +113,8 @@ def test_dry_run_lists_every_run_of_the_paper(tmp_path, preset):
     assert counts.get("synthetic_dataset", 0) == (4 if preset == "quick" else 0)
     assert counts.get("paper_dataset", 0) == (0 if preset == "quick" else 4)
     assert counts.get("leaf_dataset", 0) == (0 if preset == "quick" else 2)
-    assert counts.get("fetch_archive", 0) == (0 if preset == "quick" else 4 + 16 + 2), "+ FEMNIST's device index"
+    # LEAF: by_class, sent140, glove, FEMNIST's device index (2); the paper's synthetic sets: 16
+    assert counts.get("fetch_archive", 0) == (0 if preset == "quick" else 3 + 2 + 16)
     # Synthetic: Figures 2 (two panels), 3 (two panels), 5, 8, 9, 11, the privacy trade-off; the privacy tables
     # of output and objective perturbation; with real data also Figures 4, 6, 7, 10, 12 (two panels) and the
     # real-data privacy table. One runs.csv per experiment: table1, fig2 (two), fig5, fig8, the three
@@ -133,7 +134,7 @@ def test_single_target_builds_only_what_it_needs(tmp_path):
     # Figure 2 left: 3 algorithms on Synthetic(0.5,0.5) and on Femnist; right: 5 steps (FedProx shared); 3 seeds
     assert counts["train"] == 3 * 3 + 3 * 3 + 5 * 3
     assert counts["paper_dataset"] == 1 and "accuracy_table" not in counts
-    assert counts["fetch_archive"] == 4 + 2 + 2, "Synthetic(0.5,0.5)'s four files, Femnist's archives and index"
+    assert counts["fetch_archive"] == 4 + 1 + 2, "Synthetic(0.5,0.5)'s four files, by_class and FEMNIST's index"
 
 
 def _with(text: str, old: str, new: str) -> str:

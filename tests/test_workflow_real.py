@@ -62,7 +62,7 @@ def test_dry_run_counts_of_the_fixtures_preset(tmp_path):
     config = fixtures_config()
     assert counts["train"] == expected_training_runs(config) == 38
     assert "synthetic_dataset" not in counts
-    assert counts["fetch_archive"] == 4 and counts["leaf_dataset"] == 2
+    assert counts["fetch_archive"] == 3 and counts["leaf_dataset"] == 2, "by_class, sent140, glove (no by_write)"
     # Table 1 and the time table (real-data rows only); Figures 2 (left), 4, 6, 7, 10, 12 (two panels);
     # the real-data privacy table; runs.csv per experiment
     assert counts["accuracy_table"] == 1 and counts["time_table"] == 1 and counts["table2"] == 1

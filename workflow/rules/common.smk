@@ -34,6 +34,11 @@ def datasets_of(source):
     return [n for n, d in CONFIG["datasets"].items() if d["source"] == source]
 
 
+def resources_folder(path, planned):
+    """The resources folder of a file `path` planned as `planned` = `RESOURCES/<file name, maybe nested>`."""
+    return path[: len(path) - len(planned) + len(RESOURCES)]
+
+
 def dataset_setting(name):
     """`datasets.<name>.setting`: the paper set or generator setting a data set is made from (default: its name)."""
     return CONFIG["datasets"][name].get("setting", name)

@@ -10,7 +10,7 @@ rule paper_dataset:
     params:
         setting=lambda wc: dataset_setting(wc.dataset),
         overrides=paper_overrides,
-        resources=RESOURCES,
+        resources=lambda wc, input: resources_folder(input[0], paper_files(wc)[0]),
     log:
         "results/logs/data/{dataset}.log",
     wildcard_constraints:
@@ -45,7 +45,7 @@ rule fetch_archive:
     output:
         f"{RESOURCES}/{{archive}}",
     params:
-        resources=RESOURCES,
+        resources=lambda wc, output: resources_folder(output[0], f"{RESOURCES}/{wc.archive}"),
         source=lambda wc: archive_source(wc.archive),
         overrides=lambda wc: source_overrides(archive_source(wc.archive)),
     wildcard_constraints:
@@ -63,7 +63,7 @@ rule leaf_dataset:
     output:
         directory(f"{RESOURCES}/data/{{dataset}}"),
     params:
-        resources=RESOURCES,
+        resources=lambda wc, input: os.path.dirname(input[0]),
         source=lambda wc: CONFIG["datasets"][wc.dataset]["source"],
         checksums=index_checksums,
         seed=lambda wc: CONFIG["datasets"][wc.dataset].get("data_seed", 0),

@@ -194,7 +194,7 @@ def _guard(func):
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``data`` with sub-commands ``fetch``, ``prepare`` and ``extract``."""
-    p = subparsers.add_parser("data", help="download and prepare the real data sets (FEMNIST, Sent140)",
+    p = subparsers.add_parser("data", help="download and prepare data sets (the paper's synthetic sets, FEMNIST, Sent140)",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="data_command", metavar="{fetch,prepare,extract}")
     sub.required = True

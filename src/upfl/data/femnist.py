@@ -1,11 +1,14 @@
 """FEMNIST as LEAF builds it from NIST SD19, then the paper's 50-device subset of letters a-j.
 
-LEAF steps (``data/femnist/preprocess``), read straight from the two zips:
+LEAF steps (``data/femnist/preprocess``), read straight from ``by_class.zip``:
 
 1. ``by_class``: ``<class hex>/<subfolder>/<image>.png``; keep subfolders whose name contains
    ``hsf`` and not ``mit``; hash each image file (MD5 of its bytes) -> class.
-2. ``by_write``: ``<partition>/<writer>/<type>/<image>.png``; an image's class is that of the
-   ``by_class`` image with the same MD5 (LEAF's ``match_hashes``); unmatched images are counted.
+2. LEAF then finds each image again in ``by_write.zip`` (same MD5) to learn its writer, because
+   LEAF's devices are writers. The paper's devices pool images of a class across writers, so the
+   writer never enters the data set, and ``by_write`` holds the same image files (SD19 grouped by
+   writer instead of by class): the images are taken from ``by_class`` and the 1 GB ``by_write.zip``
+   is not needed.
 3. Image to vector: greyscale, ``thumbnail((28, 28))`` with LANCZOS antialiasing in one step
    (``reducing_gap=None``, as the Pillow of LEAF's time), ``/ 255``:
    784 floats in [0, 1], not inverted. LEAF labels: digits 0-9, upper 10-35, lower 36-61.
@@ -77,14 +80,6 @@ def keep_by_class_subfolder(subfolder: str) -> bool:
     return "hsf" in subfolder and "mit" not in subfolder
 
 
-def parse_by_write(name: str) -> tuple[str, str, str] | None:
-    """``[by_write/]<partition>/<writer>/<type>/<image>.png`` -> ``(partition, writer, type)``."""
-    parts = _strip_root(member_parts(name), "by_write")
-    if len(parts) != 4 or not parts[3].lower().endswith(".png"):
-        return None
-    return parts[0], parts[1], parts[2]
-
-
 def image_vector(data: bytes, source: str = "image") -> np.ndarray:
     """LEAF's image step: greyscale, thumbnail to 28x28 (LANCZOS), divide by 255 -> 784 float32.
 
@@ -102,61 +97,39 @@ def image_vector(data: bytes, source: str = "image") -> np.ndarray:
     return (np.asarray(grey, dtype=np.float32) / 255.0).reshape(-1)
 
 
-def class_hashes(zf: zipfile.ZipFile, classes: set[str] | None = None,
-                 progress: bool = False) -> tuple[dict[str, str], dict[str, int]]:
-    """LEAF step 1: MD5 of every kept by_class image -> its class hex (restricted to ``classes``).
+@dataclass
+class ImageRef:
+    """One kept by_class image: its member name, class folder and MD5."""
 
-    An MD5 already seen with another class is a conflict: the first class is kept and counted.
+    member: str
+    class_hex: str
+    md5: str
+    data: bytes = field(repr=False)
+
+
+def class_images(zf: zipfile.ZipFile, classes: set[str] | None = None,
+                 progress: bool = False) -> tuple[list[ImageRef], dict[str, int]]:
+    """LEAF step 1 on ``by_class``: every kept image (``hsf``, not ``mit``) of ``classes`` with its MD5.
+
+    Bytes seen before under another class are a conflict: the first class keeps the image (as in
+    LEAF's hash table) and the conflict is counted; identical bytes are dropped later, in :func:`paper_subset`.
     """
     def select(name: str) -> bool:
         parsed = parse_by_class(name)
         return (parsed is not None and keep_by_class_subfolder(parsed[1])
                 and (classes is None or parsed[0] in classes))
 
-    hashes: dict[str, str] = {}
+    first_class: dict[str, str] = {}
+    refs: list[ImageRef] = []
     counts = {"by_class_images": 0, "by_class_conflicts": 0}
     for info, data in tqdm(iter_members(zf, select), desc="by_class", unit="img", disable=not progress):
         cls = parse_by_class(info.filename)[0]
         digest = hashlib.md5(data).hexdigest()
         counts["by_class_images"] += 1
-        if hashes.setdefault(digest, cls) != cls:
+        if first_class.setdefault(digest, cls) != cls:
             counts["by_class_conflicts"] += 1
-    return hashes, counts
-
-
-@dataclass
-class ImageRef:
-    """One by_write image with the class LEAF's hash match gave it."""
-
-    member: str
-    writer: str
-    class_hex: str
-    md5: str
-    data: bytes = field(repr=False)
-
-
-def match_by_write(zf: zipfile.ZipFile, hashes: dict[str, str],
-                   progress: bool = False) -> tuple[list[ImageRef], dict[str, int]]:
-    """LEAF step 2: give each by_write image the class of the by_class image with its MD5.
-
-    Only images whose MD5 is in ``hashes`` are kept (with :func:`class_hashes` restricted to
-    the subset's classes, the others count as ``by_write_unmatched``).
-    """
-    refs: list[ImageRef] = []
-    counts = {"by_write_images": 0, "by_write_unmatched": 0}
-    writers: set[str] = set()
-    for info, data in tqdm(iter_members(zf, lambda n: parse_by_write(n) is not None),
-                           desc="by_write", unit="img", disable=not progress):
-        _, writer, _ = parse_by_write(info.filename)
-        digest = hashlib.md5(data).hexdigest()
-        counts["by_write_images"] += 1
-        cls = hashes.get(digest)
-        if cls is None:
-            counts["by_write_unmatched"] += 1
             continue
-        writers.add(writer)
-        refs.append(ImageRef(info.filename, writer, cls, digest, data))
-    counts["writers_matched"] = len(writers)
+        refs.append(ImageRef(info.filename, cls, digest, data))
     return refs, counts
 
 
@@ -307,22 +280,19 @@ def paper_subset(refs: list[ImageRef], spec: FemnistSpec, seed: int) -> dict[str
             "duplicate_images_skipped": duplicates}
 
 
-def build_femnist(by_class: str | os.PathLike, by_write: str | os.PathLike, out: str | os.PathLike,
+def build_femnist(by_class: str | os.PathLike, out: str | os.PathLike,
                   seed: int = 0, spec: FemnistSpec = FemnistSpec(), progress: bool = True,
                   name: str = "femnist", device_index: dict[str, Any] | None = None) -> Path:
-    """LEAF's FEMNIST steps on the two NIST zips, then the paper's subset, written as a LEAF folder.
+    """LEAF's FEMNIST steps on NIST's ``by_class.zip``, then the paper's subset, written as a LEAF folder.
 
     The folder holds ``train/``, ``test/``, ``meta.json`` (spec, seed, counts, per-device
-    classes, archive checksums) and ``images.json`` (the by_write member of every sample). ``device_index``
+    classes, archive checksums) and ``images.json`` (the by_class member of every sample). ``device_index``
     (the index files' URLs and sha256, when the counts come from it) is recorded in ``meta.json``.
     """
     device_sizes(spec)  # a spec without its counts fails here, before the archives are read
-    by_class, by_write = Path(by_class), Path(by_write)
+    by_class = Path(by_class)
     with open_zip(by_class) as zc:
-        hashes, counts = class_hashes(zc, set(spec.classes), progress)
-    with open_zip(by_write) as zw:
-        refs, write_counts = match_by_write(zw, hashes, progress)
-    counts.update(write_counts)
+        refs, counts = class_images(zc, set(spec.classes), progress)
     subset = paper_subset(refs, spec, seed)
     key = dataset_key("femnist")
     meta = {
@@ -339,7 +309,7 @@ def build_femnist(by_class: str | os.PathLike, by_write: str | os.PathLike, out:
         "counts": {**counts, "pool_sizes": subset["pool_sizes"],
                    "duplicate_images_skipped": subset["duplicate_images_skipped"]},
         "devices": subset["devices"],
-        "sources": {p.name: read_recorded_sha256(p) for p in (by_class, by_write)},
+        "sources": {by_class.name: read_recorded_sha256(by_class)},
         "device_index": device_index,
         "upfl_version": __version__,
     }

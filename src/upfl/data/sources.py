@@ -44,9 +44,6 @@ SOURCES: dict[str, Source] = {
     "by_class": Source(
         "by_class", "by_class.zip", "https://s3.amazonaws.com/nist-srd/SD19/by_class.zip",
         description="NIST SD19 images grouped by class (FEMNIST labels)"),
-    "by_write": Source(
-        "by_write", "by_write.zip", "https://s3.amazonaws.com/nist-srd/SD19/by_write.zip",
-        description="NIST SD19 images grouped by writer (FEMNIST devices)"),
     "sent140": Source(
         "sent140", "trainingandtestdata.zip",
         "https://cs.stanford.edu/people/alecmgo/trainingandtestdata.zip",
@@ -126,7 +123,7 @@ PAPER_FEMNIST_SOURCES = (paper_file_name("femnist", "train", True), paper_file_n
 
 # What `upfl data fetch NAME` fetches. FEMNIST's device counts are the authors' (their device index).
 DATASET_SOURCES: dict[str, tuple[str, ...]] = {
-    "femnist": ("by_class", "by_write", *PAPER_FEMNIST_SOURCES),
+    "femnist": ("by_class", *PAPER_FEMNIST_SOURCES),
     "sent140": ("sent140", "glove"),
     "paper_synthetic": tuple(n for names in PAPER_SET_SOURCES.values() for n in names),
     **PAPER_SET_SOURCES,
