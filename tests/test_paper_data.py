@@ -237,6 +237,8 @@ def test_mirror_base_url_keeps_the_upstream_layout():
     assert len(resolve_sources(["paper_synthetic"])) == 16
     assert all(s.sha256 and len(s.sha256) == 64 for s in resolve_sources(["paper_synthetic", "paper_femnist"]))
     assert mirror_root(Path("m")) == Path("m") / PAPER_REPO / PAPER_COMMIT
+    with pytest.raises(KeyError, match="'paper' is a mirror"):
+        resolve_sources(["paper_synthetic"], checksums={"paper": "0" * 64})
 
 
 def _config():
@@ -284,3 +286,17 @@ def test_generator_draw_depends_on_setting_and_seed_not_on_the_name(tmp_path):
     assert not any(np.array_equal(a.train_x[u], c.train_x[u]) for u in a.users), "another seed, another draw"
     with pytest.raises(ValueError, match="unknown synthetic setting 'synthetic_1_1_draw0'"):
         generate_synthetic("synthetic_1_1_draw0", tmp_path / "d")
+
+
+def test_a_paper_or_generator_data_set_needs_a_known_setting():
+    from upfl.experiments import ExperimentError, build_plan
+
+    config = _config()
+    config["datasets"]["synthetic_1_1_draw0"] = {"source": "synthetic", "data_seed": 0}
+    with pytest.raises(ExperimentError, match=r"datasets\.synthetic_1_1_draw0 \(no setting.*'synthetic_1_1_draw0'"):
+        build_plan(config)
+    config["datasets"]["synthetic_1_1_draw0"]["setting"] = "synthetic_1_1"
+    build_plan(config)
+    config["datasets"]["synthetic_1_1"] = {"source": "paper", "setting": "synthetic_2_2"}
+    with pytest.raises(ExperimentError, match=r"datasets\.synthetic_1_1\.setting: 'synthetic_2_2'"):
+        build_plan(config)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import config as cfgmod
+from .data.sources import PAPER_SYNTHETIC_SETS
 
 OUTPUT_KINDS = ("table1", "time", "convergence", "lambda_sweep", "privacy_table", "privacy_tradeoff", "momentum_table",
                 "bases_table", "momentum_curves", "schedule_figure")
@@ -192,6 +193,11 @@ def build_plan(config: dict[str, Any]) -> Plan:
     """Expand every experiment of a (validated) workflow config into runs, outputs and targets."""
     config = resolve_preset(config)
     datasets = config.get("datasets", {})
+    for name, d in datasets.items():
+        setting = d.get("setting", name)
+        if d.get("source") in ("paper", "synthetic") and setting not in PAPER_SYNTHETIC_SETS:
+            where = f"datasets.{name}.setting" if "setting" in d else f"datasets.{name} (no setting: its name is the setting)"
+            raise ExperimentError(f"{where}: {setting!r} is not a synthetic set; known: {', '.join(PAPER_SYNTHETIC_SETS)}")
     seeds = [int(s) for s in config.get("seeds", [0])]
     runs: dict[str, RunSpec] = {}
     experiments: dict[str, list[str]] = {}

@@ -150,8 +150,12 @@ def resolve_sources(names: list[str] | tuple[str, ...], urls: dict[str, str] | N
     ``all`` is every LEAF archive (the paper's files are named by ``paper_synthetic``, ``paper_femnist``).
     """
     urls, checksums = urls or {}, checksums or {}
+    for key in checksums:
+        if key in MIRRORS:
+            raise KeyError(f"{key!r} is a mirror (a base URL), not a file: give each file's checksum "
+                           f"(e.g. {paper_file_name('synthetic_1_1', 'train', False)}=HEX)")
     for key in list(urls) + list(checksums):
-        if key not in SOURCES and not (key in MIRRORS and key in urls and key not in checksums):
+        if key not in SOURCES and key not in MIRRORS:
             raise KeyError(f"unknown source {key!r}; known sources: {', '.join([*MIRRORS, *SOURCES])}")
     picked: list[str] = []
     for name in names:
