@@ -16,6 +16,7 @@ import math
 from typing import Any
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -274,7 +275,10 @@ def schedule_figure(runs: pd.DataFrame, out_prefix: str, provenance: str) -> Non
             rows.append(pd.DataFrame([{"dataset": dataset, "schedule": "fedprox", "c1": math.nan, "n": len(ref),
                                        "test_acc": acc, "low": math.nan, "high": math.nan}]))
         ax.set_xscale("log")
-        ax.set_xlabel("c_1")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+        ax.set_xticks(sorted(set(ups["coef"].astype(float))))
+        ax.set_xlabel("c_1 (log scale)")
         ax.set_ylabel("Final test accuracy")
         ax.set_title(dataset_label(dataset))
         axes[1, j].set_xlabel("Training round")
