@@ -115,7 +115,7 @@ def participation(cfg, num_devices: int) -> list[list[int]]:
     Exactly the engine's draws (:mod:`upfl.draws`): iterations t = 1..T, training round k is the
     k-th t with ``is_training_iteration`` (odd t for Upcycled-FL, every t otherwise);
     ``sample_clients(seed, k, N, frac)``; under ``straggler_policy: drop`` the stragglers of
-    ``draw_stragglers(seed, k, N, p, E)`` are removed (they release nothing); under ``partial`` they
+    ``draw_stragglers(seed, k, N, p, E, straggler_draw, chosen)`` are removed (they release nothing); under ``partial`` they
     train fewer epochs and do release.
     """
     from ..draws import round_participants
@@ -367,7 +367,8 @@ def privacy_report(cfg, dataset, model, cross_check: Sequence[str] = ("rdp",)) -
         "releases_rule": ("odd iterations only (Lemma 5.1: even iterations are post-processing)"
                           if alg == "upcycled" or alg.startswith("upcycled_") else "every iteration"),
         "sampling": {"frac": cfg.devices.frac, "straggler": cfg.devices.straggler,
-                     "straggler_policy": cfg.devices.straggler_policy},
+                     "straggler_policy": cfg.devices.straggler_policy,
+                     "straggler_draw": cfg.devices.straggler_draw},
     }
     if p.mechanism == "none":
         base.update({"guarantee": "none (non-private run)", "devices": [], "epsilon_bar": {}})
