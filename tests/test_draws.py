@@ -78,7 +78,8 @@ def test_per_algorithm_policy_fedavg_drops_fedprox_keeps_partial_work():
     ({"straggler_draw": "coin"}, r"devices.straggler_draw: must be one of bernoulli, exact; got 'coin'"),
     ({"straggler_policy": "keep"}, r"devices.straggler_policy: must be one of partial, drop or a mapping"),
     ({"straggler_policy": {"fedavg": "drop"}}, r"no entry for 'fedprox' and no 'default'"),
-    ({"straggler_policy": {"fedprx": "drop", "default": "partial"}}, r"devices.straggler_policy.fedprx: not an algorithm"),
+    ({"straggler_policy": {"fedprx": "drop", "default": "partial"}},
+     r"devices.straggler_policy.fedprx: not an algorithm"),
     ({"straggler_policy": {"default": "half"}}, r"devices.straggler_policy.default: must be one of partial, drop"),
 ])
 def test_bad_straggler_settings_are_named_errors(devices, message):

@@ -121,6 +121,25 @@ rule ablation_table:
         "--out-prefix results/tables/{wildcards.name} > {log} 2>&1"
 
 
+rule claims:
+    input:
+        "results/runs.csv",
+    output:
+        csv=report("results/tables/claims.csv", category="Claims", caption="../report/claims.rst"),
+        md="results/tables/claims.md",
+    params:
+        args=claims_args(),
+        configs=" ".join(f"--config-file {f}" for f in workflow.configfiles),
+    log:
+        "results/logs/report/claims.log",
+    localrule: True
+    conda:
+        "../envs/upfl.yaml"
+    shell:
+        "upfl report claims --runs {input} {params.args} {params.configs} "
+        "--out-prefix results/tables/claims > {log} 2>&1"
+
+
 rule figure:
     input:
         report_inputs,

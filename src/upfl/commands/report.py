@@ -6,6 +6,8 @@
     upfl report time   --runs results/runs.csv --experiment table1 --out-prefix results/tables/time [--config-file F ...]
     upfl report privacy-table --runs results/runs.csv --experiment privacy_output --out-prefix results/tables/NAME
                        [--where KEY=VALUE[,VALUE...] ...] [--config-file F ...]
+    upfl report claims --runs results/runs.csv --out-prefix results/tables/claims [--experiment-for ROLE=EXP ...]
+                       [--excluded DATASET ...] [--config-file F ...]
     upfl report ablation-table momentum_table|bases_table --runs results/runs.csv --experiment EXP
                        --out-prefix results/tables/NAME [--where ...] [--config-file F ...]
     upfl report figure convergence|lambda_sweep|privacy_tradeoff|momentum_curves|schedule_figure --runs results/runs.csv --experiment EXP
@@ -91,6 +93,19 @@ def cmd_ablation_table(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_claims(args: argparse.Namespace) -> int:
+    from ..report.claims import parse_roles, summary_text, write_claims
+    from ..report.collect import read_runs
+    from ..report.render import provenance_line
+
+    runs = read_runs(args.runs)
+    excluded = [d for item in args.excluded or [] for d in item.split(",") if d]
+    frame = write_claims(runs, args.out_prefix, provenance_line(args.config_file, runs),
+                         parse_roles(args.experiment_for), excluded)
+    print(f"wrote {args.out_prefix}.csv, .md ({len(frame)} claims: {summary_text(frame)})")
+    return 0
+
+
 def cmd_figure(args: argparse.Namespace) -> int:
     from ..report.figures import convergence_figure, lambda_sweep_figure, parse_metrics
     from ..report.render import provenance_line
@@ -162,10 +177,12 @@ def _table_parser(sub: argparse._SubParsersAction, name: str, help_text: str, wr
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add ``report`` with sub-commands ``runs``, ``table1``, ``table2``, ``time``, ``privacy-table`` and ``figure``."""
+    """Add ``report`` with sub-commands ``runs``, ``table1``, ``table2``, ``time``, ``privacy-table``, ``claims``
+    and ``figure``."""
     p = subparsers.add_parser("report", help="runs table, the paper's tables and figures",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="report_command", metavar="{runs,table1,table2,time,privacy-table,ablation-table,figure}")
+    sub = p.add_subparsers(dest="report_command",
+                           metavar="{runs,table1,table2,time,privacy-table,ablation-table,claims,figure}")
     sub.required = True
 
     r = sub.add_parser("runs", help="one row per run folder: config, final and best metrics, times, epsilons")
@@ -188,6 +205,15 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     a = _table_parser(sub, "ablation-table", "issue 10's ablations: upcycling or server momentum (momentum_table), "
                       "upcycling on every base (bases_table), paired intervals", "csv, md", cmd_ablation_table)
     a.add_argument("kind", choices=("momentum_table", "bases_table"))
+
+    c = _table_parser(sub, "claims", "every quantitative claim of the paper, ours beside it, and a verdict",
+                      "csv, md", cmd_claims, selection=False)
+    c.add_argument("--runs", required=True, help="the runs table of all experiments (results/runs.csv)")
+    c.add_argument("--experiment-for", action="append", metavar="ROLE=EXPERIMENT[,EXPERIMENT]",
+                   help="the experiment(s) a group of claims reads (roles: table1, time, lambda_sweep, privacy, "
+                        "privacy_real, cnn, draws); repeatable; defaults in upfl.report.claims.DEFAULT_ROLES")
+    c.add_argument("--excluded", action="append", metavar="DATASET[,DATASET]",
+                   help="data sets left out of this pipeline run (named as the reason for 'not measured here')")
 
     f = sub.add_parser("figure", help="convergence curves, the lambda sweep, the privacy-accuracy trade-off, the "
                        "momentum ablation's curves or the coefficient schedules (PNG, PDF and CSV)")

@@ -139,8 +139,9 @@ def setting_row(dataset: str, mech: str, alg: str, noise: str, cell: pd.DataFram
     if {"time_train_s", "time_upcycle_s"} <= set(cell.columns):
         row["training_s_mean"] = float((cell["time_train_s"].astype(float) + cell["time_upcycle_s"].astype(float)).mean())
     for acc in ACCOUNTANTS.get(mech, ()):
-        col = eps_column(acc)
+        col, worst = eps_column(acc), f"privacy_epsilon_max_{acc}"
         row[f"eps_{acc}"] = float(cell[col].astype(float).mean()) if col in cell.columns else math.nan
+        row[f"epsmax_{acc}"] = float(cell[worst].astype(float).max()) if worst in cell.columns else math.nan
     if "privacy_guarantee" in cell.columns:
         row["guarantee"] = "; ".join(sorted({str(g) for g in cell["privacy_guarantee"].dropna()}))
     if mech == "objective" and "privacy_assumptions_glm" in cell.columns and \
