@@ -52,8 +52,8 @@ OFF_BY_ONE_NOTE = ("Theorem C.2 sums m = 0..M (M + 1 terms) over 2M iterations, 
 
 MEANINGFUL_EPSILON = 10.0
 """Above this epsilon a guarantee is marked 'no meaningful guarantee' (docs/privacy.md, "Which epsilons mean
-something"): at epsilon = 10 an adversary's odds on any record may grow by e^10 = 22,026 times, far past the
-values (about 0.1 to 8) that DP deployments and the DP literature treat as protection."""
+something"): at epsilon = 10 an adversary's odds on any record may grow by e^10 = 22,026 times, past the
+single-digit values the DP literature treats as a guarantee that still constrains an adversary."""
 
 NO_MEANINGFUL = f"no meaningful guarantee (ε > {MEANINGFUL_EPSILON:g})"
 
