@@ -82,9 +82,12 @@ def page(tmp_path_factory):
                                       extra={"diverged": True}))
     specs.append("table1:" + make_run(root, "diverged_prox", "synthetic_0_0", "fedprox", 5, (0.8, 0.8), 8, 0.1))
     # Three fresh draws of the (1,1) generator, mu 1: the gain is +7 pp on one draw, +0.5 on the others.
+    # The third draw is named freely: its generator setting and data seed come from its meta.json.
+    (root / "data" / "fresh_one").mkdir(parents=True)
+    (root / "data" / "fresh_one" / "meta.json").write_text(json.dumps({"name": "synthetic_1_1", "data_seed": 2}))
     for draw, gain in ((0, 7.0), (1, 0.5), (2, 0.5)):
         for seed in (1, 2, 3):
-            ds = f"synthetic_1_1_draw{draw}"
+            ds = f"synthetic_1_1_draw{draw}" if draw < 2 else "fresh_one"
             specs.append("table1_draws:" + make_run(root, f"{ds}_prox_{seed}", ds, "fedprox", seed, (0.7, 0.7), 8))
             g = gains_for(gain, 0.2, seed)
             specs.append("table1_draws:" + make_run(root, f"{ds}_up_{seed}", ds, "upcycled", seed,
@@ -223,3 +226,54 @@ def test_page_states_the_rule_and_counts(page):
     counts = page["frame"]["verdict"].value_counts()
     assert f"{counts['holds']} holds" in md and f"{counts['not measured here']} not measured here" in md
     assert set(page["frame"]["verdict"]) <= {"holds", "does not hold", "inconclusive", "not measured here"}
+
+
+def test_draws_table_and_figure(page, tmp_path):
+    csv = page["csv"]
+    table, figure = tmp_path / "tables" / "table1_draws", tmp_path / "figures" / "table1_draws"
+    assert main(["report", "draws", "--runs", str(csv), "--experiment", "table1_draws", "--reference-runs", str(csv),
+                 "--reference-experiment", "table1", "--out-prefix", str(table), "--figure-prefix", str(figure)]) == 0
+    frame = pd.read_csv(f"{table}.csv", comment="#")
+    sub = frame[(frame["setting"] == "synthetic_1_1") & (frame["metric"] == "train_acc")]
+    ref = sub[sub["source"] == "paper's draw"].iloc[0]
+    assert ref["gain_mean"] == pytest.approx(0.7) and ref["n_pairs"] == 5
+    assert ref["paper_gain"] == pytest.approx(82.88 - 75.69)
+    draws = sub[sub["source"] == "fresh draw"].set_index("draw")
+    assert sorted(draws.index) == [0, 1, 2] and draws.loc[2, "dataset"] == "fresh_one"
+    assert draws.loc[0, "gain_mean"] == pytest.approx(7.0) and draws.loc[1, "gain_mean"] == pytest.approx(0.5)
+    ci = mean_interval([gains_for(0.5, 0.2, s) * 100 for s in (1, 2, 3)])
+    assert draws.loc[1, "gain_ci_low"] == pytest.approx(ci.low) and draws.loc[1, "n_pairs"] == 3
+    md = Path(f"{table}.md").read_text()
+    assert "3 / 0 of 3" in md and "+7.19" in md
+    assert Path(f"{figure}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and Path(f"{figure}.pdf").stat().st_size > 0
+    assert len(pd.read_csv(f"{figure}.csv", comment="#")) == len(frame)
+
+
+def test_sensitivity_table(tmp_path):
+    specs, expected = [], {}
+    combos = {("bernoulli", "partial"): 1.0, ("exact", "partial"): 2.0, ("bernoulli", "drop"): 3.0,
+              ("exact", "drop"): -1.0}
+    for (draw, policy), gain in combos.items():
+        devices = {"frac": 0.3, "straggler": 0.9, "straggler_draw": draw, "straggler_policy": policy}
+        for seed in (1, 2, 3):
+            g = gains_for(gain, 0.4, seed)
+            specs.append("s:" + make_run(tmp_path, f"prox_{draw}_{policy}_{seed}", "synthetic_1_1", "fedprox", seed,
+                                         (0.75, 0.75), 8, devices=devices))
+            specs.append("s:" + make_run(tmp_path, f"up_{draw}_{policy}_{seed}", "synthetic_1_1", "upcycled", seed,
+                                         (0.75 + g, 0.75 + g), 16, 1.0, 0.43, devices=devices))
+        expected[(draw, policy)] = mean_interval([gains_for(gain, 0.4, s) * 100 for s in (1, 2, 3)])
+    csv = tmp_path / "runs.csv"
+    assert main(["report", "runs", "--out", str(csv), *specs]) == 0
+    runs = pd.read_csv(csv)
+    assert set(runs["straggler_draw"]) == {"bernoulli", "exact"} and set(runs["policy"]) == {"partial", "drop"}
+    prefix = tmp_path / "sens"
+    assert main(["report", "sensitivity", "--runs", str(csv), "--experiment", "s", "--out-prefix", str(prefix)]) == 0
+    frame = pd.read_csv(f"{prefix}.csv", comment="#")
+    assert len(frame) == 4
+    for r in frame.to_dict("records"):
+        ci = expected[(r["straggler_draw"], r["policy"])]
+        assert r["train_acc_gain_mean"] == pytest.approx(ci.mean) and r["train_acc_gain_ci_low"] == pytest.approx(ci.low)
+        assert r["n_pairs"] == 3 and r["default"] == ((r["straggler_draw"], r["policy"]) == ("bernoulli", "partial"))
+    md = Path(f"{prefix}.md").read_text().splitlines()
+    first = next(line for line in md if line.startswith("| Synthetic(1,1)"))
+    assert "| bernoulli | partial |" in first

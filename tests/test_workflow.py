@@ -62,7 +62,10 @@ def expected_training_runs(config: dict) -> int:
     scale = config.get("round_scale", 1)
     excluded = set(config.get("exclude_sources", []))
     runs = set()
-    for exp in config["experiments"].values():
+    skipped = set(config.get("exclude_experiments", []))
+    for name, exp in config["experiments"].items():
+        if name in skipped:
+            continue
         settings = dict(exp.get("set", {}))
         seeds = config["seeds"] if preset_seeds else exp.get("seeds", config["seeds"])  # a preset's seeds win
         for group in exp["groups"]:
@@ -107,7 +110,10 @@ def test_dry_run_lists_every_run_of_the_paper(tmp_path, preset):
     assert time.perf_counter() - start < 60
     counts = job_counts(proc.stdout)
     assert counts["train"] == expected_training_runs(config)
-    sources = [d["source"] for d in config["datasets"].values()]
+    skipped = set(config["presets"].get(preset, {}).get("exclude_experiments", []))
+    used = {ds for name, exp in config["experiments"].items() if name not in skipped
+            for group in exp["groups"] for ds in group["datasets"]}
+    sources = [d["source"] for name, d in config["datasets"].items() if name in used]
     assert counts["synthetic_dataset"] == sources.count("synthetic")
     assert counts.get("leaf_dataset", 0) == (0 if preset == "quick" else 2)
     assert counts.get("fetch_archive", 0) == (0 if preset == "quick" else 4)
@@ -116,12 +122,15 @@ def test_dry_run_lists_every_run_of_the_paper(tmp_path, preset):
     # real-data privacy table. One runs.csv per experiment: table1, fig2 (two), fig5, fig8, the three
     # synthetic privacy experiments; real data: fig4, fig6, fig7, fig10, fig12. Issue 10's ablations: the momentum
     # curves and the schedule figure, the momentum and bases tables, three more runs.csv.
+    # Claims: the straggler sensitivity table, the claims page; the draws table and figure (not in quick).
     real = preset == "full"
     assert counts["figure"] == (17 if real else 11)
     assert counts["accuracy_table"] == 1 and counts["time_table"] == 1
     assert counts["privacy_table"] == (3 if real else 2)
     assert counts["ablation_table"] == 2
-    assert counts["experiment_runs"] == (16 if real else 11)
+    assert counts["sensitivity_table"] == 1 and counts["claims"] == 1
+    assert counts.get("draws_report", 0) == (1 if real else 0)
+    assert counts["experiment_runs"] == (18 if real else 12)
 
 
 def test_single_target_builds_only_what_it_needs(tmp_path):
@@ -161,7 +170,12 @@ def test_run_paths_are_readable_and_shared_runs_are_one():
     plan = build_plan(yaml.safe_load((ROOT / "config" / "config.yaml").read_text()))
     rid = "synthetic_1_1/logreg/upcycled/mu1_lam0.43/s0.9_f0.3/T160/seed0"
     assert rid in plan.runs
-    assert set(plan.runs[rid].experiments) == {"table1", "fig5"}
+    assert set(plan.runs[rid].experiments) == {"table1", "fig5", "straggler_sensitivity"}
+    exact = rid.replace("s0.9_f0.3", "s0.9_f0.3_exact_drop")
+    assert plan.runs[exact].experiments == ["straggler_sensitivity"]
+    assert plan.runs[exact].doc["devices"]["straggler_draw"] == "exact"
+    draw = "synthetic_1_1_draw3/logreg/upcycled/mu1_lam0.43/s0.9_f0.3/T160/seed2"
+    assert plan.runs[draw].experiments == ["table1_draws"]
     assert fmt_number(1e-5) == "1e-05" and fmt_number(1.0) == "1" and fmt_number(0.43) == "0.43"
     doc = {"algorithm": {"name": "upcycled", "mu": 0.5, "step": 0.7}, "model": {"name": "logreg"},
            "devices": {"straggler": 0.9, "frac": 0.3}, "rounds": 40,

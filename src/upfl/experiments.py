@@ -19,7 +19,7 @@ from . import config as cfgmod
 from .draws import resolve_straggler_policy
 
 OUTPUT_KINDS = ("table1", "time", "convergence", "lambda_sweep", "privacy_table", "privacy_tradeoff", "momentum_table",
-                "bases_table", "momentum_curves", "schedule_figure")
+                "bases_table", "momentum_curves", "schedule_figure", "draws", "sensitivity")
 JOB_KEYS = ("gpus", "threads", "runtime", "mem_mb")
 ENTRY_KEYS = {"algorithm", "rounds", "mu", "lam", "step", "schedule", "model", "set"}
 
@@ -209,7 +209,14 @@ def build_plan(config: dict[str, Any]) -> Plan:
     outputs: dict[str, dict[str, Any]] = {}
     targets: dict[str, list[str]] = {}
     excluded = set(config.get("exclude_sources", []))
+    skipped = set(config.get("exclude_experiments", []))
+    unknown = sorted(skipped - set(config.get("experiments", {})))
+    if unknown:
+        raise ExperimentError(f"exclude_experiments: {unknown[0]!r} is not an experiment "
+                              f"({', '.join(config.get('experiments', {}))})")
     for name, exp in config.get("experiments", {}).items():
+        if name in skipped:
+            continue
         ids: list[str] = []
         exp_seeds = [int(s) for s in exp.get("seeds", seeds)]
         for gi, group in enumerate(exp.get("groups", [])):
@@ -260,6 +267,9 @@ def output_files(kind: str, name: str) -> list[str]:
     """The files one report output writes (relative to the workflow root)."""
     if kind in ("table1", "privacy_table"):
         return [f"results/tables/{name}.{ext}" for ext in ("csv", "md", "tex")]
-    if kind in ("time", "momentum_table", "bases_table"):
+    if kind in ("time", "momentum_table", "bases_table", "sensitivity"):
         return [f"results/tables/{name}.{ext}" for ext in ("csv", "md")]
+    if kind == "draws":
+        return [f"results/tables/{name}.{ext}" for ext in ("csv", "md")] + \
+            [f"results/figures/{name}.{ext}" for ext in ("png", "pdf", "csv")]
     return [f"results/figures/{name}.{ext}" for ext in ("png", "pdf", "csv")]

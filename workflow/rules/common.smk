@@ -120,6 +120,22 @@ def report_inputs(wildcards):
     return f"results/experiments/{OUTPUTS[wildcards.name]['experiment']}/runs.csv"
 
 
+def reference_inputs(wildcards):
+    """The runs.csv of a draws output's experiment and of its reference experiment (the paper's draw)."""
+    out = OUTPUTS[wildcards.name]
+    files = {"runs": f"results/experiments/{out['experiment']}/runs.csv"}
+    if out.get("reference") in PLAN.experiments:
+        files["reference"] = f"results/experiments/{out['reference']}/runs.csv"
+    return files
+
+
+def reference_args(wildcards, input):
+    out = OUTPUTS[wildcards.name]
+    if "reference" not in input.keys():
+        return ""
+    return f"--reference-runs {input.reference} --reference-experiment {out['reference']}"
+
+
 def report_args(wildcards):
     out = OUTPUTS[wildcards.name]
     args = [f"--experiment {out['experiment']}"]

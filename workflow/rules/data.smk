@@ -6,13 +6,14 @@ rule synthetic_dataset:
         directory(f"{RESOURCES}/data/{{dataset}}"),
     params:
         data_seed=lambda wc: CONFIG["datasets"][wc.dataset].get("data_seed", 0),
+        setting=lambda wc: CONFIG["datasets"][wc.dataset].get("setting", wc.dataset),
     log:
         f"results/logs/data/{{dataset}}.log",
     wildcard_constraints:
         dataset=_alternation(datasets_of("synthetic")),
     localrule: True
     shell:
-        "upfl synth --name {wildcards.dataset} --data-seed {params.data_seed} --out {output} > {log} 2>&1"
+        "upfl synth --name {params.setting} --data-seed {params.data_seed} --out {output} > {log} 2>&1"
 
 
 # One archive per job: `--source` makes `sent140` the tweets archive alone (as a data set name it would
