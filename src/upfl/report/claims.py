@@ -426,8 +426,8 @@ def privacy_claims(ctx: Context) -> list[dict[str, Any]]:
             rows.append(_not_measured(**base, id=f"privacy/{mech}/{claim}", claim=label, why=why))
             continue
         pooled = sub[sub["dataset"] == "all"]
-        use = pooled if not pooled.empty else sub[sub.get("paper_dataset", True) == True]  # noqa: E712
-        use = use if not use.empty else sub
+        named = sub[sub["paper_dataset"].fillna(False).astype(bool)] if "paper_dataset" in sub.columns else sub
+        use = pooled if not pooled.empty else (named if not named.empty else sub)
         for r in use.to_dict("records"):
             acc = r.get("accountant") or PRIMARY[mech]
             level, mark = level_text(levels.get((mech, acc)), acc.replace("_", " "))
@@ -480,7 +480,10 @@ def real_claims(ctx: Context) -> list[dict[str, Any]]:
         cells = None
         if not runs.empty and mech != "none":
             private = (runs["mechanism"].fillna("none") == mech).any()
-            mine = [b for b in blocks(runs) if b["mechanism"] == mech] if private else []
+            try:
+                mine = [b for b in blocks(runs) if b["mechanism"] == mech] if private else []
+            except ReportError:
+                mine = []
             if mine and "upcycled_equal_noise" in mine[0]["variants"]:
                 v = mine[0]["variants"]
                 cells = (v["upcycled_equal_noise"]["_cell"], v["fedprox_private"]["_cell"])
