@@ -79,7 +79,8 @@ def page(tmp_path_factory):
                                               (prox[0] + g, prox[1] + g), 16, mu, lam))
     # A diverged run (flagged in summary.json) that would sink the Synthetic(0,0) verdict if it counted.
     specs.append("table1:" + make_run(root, "diverged", "synthetic_0_0", "upcycled", 5, (0.1, 0.1), 16, 0.1, 0.04,
-                                      extra={"diverged": True}))
+                                      extra={"diverged": {"iteration": 9, "kind": "train",
+                                                                      "what": "train_loss is nan"}}))
     specs.append("table1:" + make_run(root, "diverged_prox", "synthetic_0_0", "fedprox", 5, (0.8, 0.8), 8, 0.1))
     # Three fresh draws of the (1,1) generator, mu 1: the gain is +7 pp on one draw, +0.5 on the others.
     # The third draw is named freely: its generator setting and data seed come from its meta.json.

@@ -249,7 +249,9 @@ def validate(cfg: RunConfig) -> RunConfig:
         raise ConfigError(f"schema_version: this upfl reads version {SCHEMA_VERSION}, got {cfg.schema_version}")
     policy = cfg.devices.straggler_policy
     if isinstance(policy, dict):
-        known = (*CHOICES["algorithm.name"], "default")
+        from .algorithms import algorithm_names
+
+        known = (*algorithm_names(), "default")
         unknown = [k for k in policy if k not in known]
         if unknown:
             raise ConfigError(f"devices.straggler_policy.{unknown[0]}: not an algorithm; keys are algorithm names "

@@ -142,7 +142,7 @@ def diverged_flags(runs: pd.DataFrame) -> pd.Series | None:
                 doc = {}
             if "diverged" in doc:
                 seen = True
-                value = bool(doc["diverged"])
+                value = bool(doc["diverged"])  # False, or the entry {iteration, kind, what}
         flags.append(value)
     return pd.Series(flags, index=runs.index) if seen else None
 
