@@ -1,4 +1,7 @@
-"""Check the typed-in Table 1 values (src/upfl/report/paper_values/table1.csv) against the paper's text.
+"""Check the typed-in paper values (src/upfl/report/paper_values/) against the paper's text.
+
+Table 1 (table1.csv) cell by cell; the quoted sentences of privacy.csv and time.csv verbatim, with their
+numbers; figures.csv's accuracies as the "train%(test%)" pairs of the quoted caption.
 
 Usage: python tools/check_paper_values.py [PATH_TO_PAPER_MD]   (default ../shared/paper/upcycled-fl.md)
 The paper is not part of the repository, so this is a maintainer's check, not a test.
@@ -31,7 +34,28 @@ def main(path: str) -> int:
     print(f"{len(cells)} cells in the paper, {len(order)} typed; {len(bad)} differ")
     for b in bad:
         print("  differs:", b)
-    return 0 if len(cells) == len(order) and not bad else 1
+    quoted = check_quotes(text)
+    return 0 if len(cells) == len(order) and not bad and not quoted else 1
+
+
+def check_quotes(text: str) -> list[str]:
+    """Quoted sentences that are not in the paper, or whose typed number is not in the quote."""
+    flat = " ".join(text.split())
+    problems = []
+    for name, value_col in (("privacy", "paper_value"), ("time", None), ("figures", None)):
+        for r in paper_values(name).to_dict("records"):
+            quote = " ".join(str(r["paper_text"]).split())
+            if quote not in flat:
+                problems.append(f"{name}.csv: quote not in the paper: {quote!r}")
+            if value_col and f"{r[value_col]:g}" not in quote.replace(".0%", "%"):
+                problems.append(f"{name}.csv: {r[value_col]:g} not in its quote {quote!r}")
+            if name == "figures" and f"{r['train_acc']:.2f}%({r['test_acc']:.2f}%)" not in quote:
+                problems.append(f"figures.csv: {r['figure']} {r['dataset']} {r['mechanism']} {r['algorithm']}: "
+                                f"{r['train_acc']:.2f}%({r['test_acc']:.2f}%) not in its quote")
+    print(f"quoted values: {len(problems)} problems")
+    for p in problems:
+        print("  ", p)
+    return problems
 
 
 if __name__ == "__main__":

@@ -21,6 +21,8 @@ from typing import Any, get_args, get_origin, get_type_hints
 
 import yaml
 
+from .draws import resolve_straggler_policy
+
 SCHEMA_VERSION = 1
 
 
@@ -89,8 +91,13 @@ class DevicesConfig:
     """Fraction of devices sampled per training round: max(floor(frac * N), 1), uniformly without replacement."""
     straggler: float = 0.0
     """Probability that a sampled device is a straggler (runs a uniform number of epochs in 1..E-1)."""
-    straggler_policy: str = "partial"
-    """``partial`` (aggregate stragglers' partial work, as the authors did) or ``drop`` (discard them)."""
+    straggler_policy: Any = "partial"
+    """``partial`` (aggregate stragglers' partial work, as the authors did) or ``drop`` (discard them); or a
+    mapping algorithm -> policy with an optional ``default`` (``{fedavg: drop, default: partial}``: FedProx's
+    experiments), resolved for the run's algorithm when the config is validated."""
+    straggler_draw: str = "bernoulli"
+    """``bernoulli`` (each sampled device is a straggler with probability ``straggler``, the authors' code) or
+    ``exact`` (exactly round(K p), halves up, of the K sampled devices, FedProx's reference)."""
 
 
 @dataclass
@@ -164,6 +171,7 @@ CHOICES = {
     "data.feature_scaling": ("none", "unit_norm"),
     "algorithm.schedule": ("const", "horizon", "inv_sqrt"),
     "devices.straggler_policy": ("partial", "drop"),
+    "devices.straggler_draw": ("bernoulli", "exact"),
     "solver.backend": ("auto", "torch", "numba"),
     "privacy.mechanism": ("none", "output", "objective"),
 }
@@ -239,6 +247,19 @@ def validate(cfg: RunConfig) -> RunConfig:
     """Check values and cross-key rules; raise :class:`ConfigError` naming the key."""
     if cfg.schema_version != SCHEMA_VERSION:
         raise ConfigError(f"schema_version: this upfl reads version {SCHEMA_VERSION}, got {cfg.schema_version}")
+    policy = cfg.devices.straggler_policy
+    if isinstance(policy, dict):
+        from .algorithms import algorithm_names
+
+        known = (*algorithm_names(), "default")
+        unknown = [k for k in policy if k not in known]
+        if unknown:
+            raise ConfigError(f"devices.straggler_policy.{unknown[0]}: not an algorithm; keys are algorithm names "
+                              f"or 'default' ({', '.join(known)})")
+    try:
+        cfg.devices.straggler_policy = resolve_straggler_policy(cfg.devices.straggler_policy, cfg.algorithm.name)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     for key, allowed in CHOICES.items():
         value = get_key(cfg, key)
         if value not in allowed:

@@ -3,15 +3,30 @@
 Iterations t = 1..T; training round k is the k-th iteration that trains (every t for a base algorithm, odd t
 for Upcycled-FL and every upcycled base, ``upcycled_<base>``). Round k of every algorithm draws the same devices and stragglers for the same seed:
 the streams are keyed by k, not by t.
+
+Where the paper is silent, two switches (``devices.straggler_draw``, ``devices.straggler_policy``) follow the
+authors' code by default:
+
+- ``straggler_draw: bernoulli`` (the authors): each sampled device is a straggler with probability p, so
+  with 9 sampled devices at p = 0.9, 0.9^9 = 39% of rounds have no device that runs all E epochs;
+  ``exact`` (FedProx's reference): exactly round(K p) (half up) of the K sampled devices are stragglers.
+- ``straggler_policy``: ``partial`` (aggregate the stragglers' fewer epochs, the authors) or ``drop``
+  (discard them), either for every algorithm or per algorithm as a mapping, e.g.
+  ``{fedavg: drop, default: partial}``: FedProx's own experiments, where FedAvg drops stragglers and
+  FedProx keeps their partial work.
 """
 
 from __future__ import annotations
 
 import math
-
-import torch
+from typing import Any
 
 from .rng import generator
+
+STRAGGLER_DRAWS = ("bernoulli", "exact")
+STRAGGLER_POLICIES = ("partial", "drop")
+FEDPROX_REFERENCE_POLICY = {"fedavg": "drop", "default": "partial"}
+"""FedProx's experiments: FedAvg drops stragglers, FedProx (and here Upcycled-FL) keeps their partial work."""
 
 
 def is_training_iteration(algorithm: str, t: int) -> bool:
@@ -27,28 +42,105 @@ def training_rounds_before(algorithm: str, t: int) -> int:
 
 def sample_clients(seed: int, round_k: int, num_devices: int, frac: float) -> list[int]:
     """max(floor(frac N), 1) devices uniformly without replacement (training round k)."""
+    import torch
+
     m = max(int(math.floor(frac * num_devices + 1e-9)), 1)
     return torch.randperm(num_devices, generator=generator(seed, "sampling", round_k))[:m].tolist()
 
 
-def draw_stragglers(seed: int, round_k: int, num_devices: int, prob: float, epochs: int) -> tuple[list[bool], list[int]]:
-    """Per device: straggler flag (probability ``prob``) and its epochs, uniform in 1..E-1 for stragglers."""
+def exact_straggler_count(num_sampled: int, prob: float) -> int:
+    """round(K p), halves rounded up: the number of stragglers among K sampled devices under ``exact``."""
+    return min(num_sampled, int(math.floor(num_sampled * prob + 0.5 + 1e-9)))
+
+
+def draw_stragglers(seed: int, round_k: int, num_devices: int, prob: float, epochs: int,
+                    draw: str = "bernoulli", chosen: list[int] | None = None) -> tuple[list[bool], list[int]]:
+    """Per device: straggler flag and its epochs, uniform in 1..E-1 for stragglers, E otherwise.
+
+    ``bernoulli``: every device is a straggler with probability ``prob`` (independently).
+    ``exact``: exactly :func:`exact_straggler_count` of the ``chosen`` devices, uniformly without
+    replacement; devices outside ``chosen`` are never stragglers. Both read the ``stragglers`` stream
+    keyed by the round only, so every algorithm gets the same draws for the same seed.
+    """
+    import torch
+
+    if draw not in STRAGGLER_DRAWS:
+        raise ValueError(f"devices.straggler_draw: must be one of {', '.join(STRAGGLER_DRAWS)}; got {draw!r}")
     g = generator(seed, "stragglers", round_k)
     u = torch.rand(num_devices, generator=g)
     short = torch.randint(1, max(epochs, 2), (num_devices,), generator=g)
-    flags = (u < prob).tolist()
+    if draw == "bernoulli":
+        flags = (u < prob).tolist()
+    else:
+        if chosen is None:
+            raise ValueError("draw_stragglers: straggler_draw 'exact' needs the round's sampled devices (chosen)")
+        order = torch.argsort(u[torch.as_tensor(chosen, dtype=torch.long)], stable=True).tolist()
+        picked = {chosen[j] for j in order[:exact_straggler_count(len(chosen), prob)]}
+        flags = [i in picked for i in range(num_devices)]
     return flags, [int(short[i]) if flags[i] else epochs for i in range(num_devices)]
+
+
+def resolve_straggler_policy(policy: Any, algorithm: str) -> str:
+    """The policy of ``algorithm``: ``policy`` itself, or its entry in a per-algorithm mapping (``default`` else).
+
+    Raises ValueError naming the problem (an unknown policy, a mapping without an entry for the algorithm).
+    """
+    if isinstance(policy, dict):
+        for key, value in policy.items():
+            if value not in STRAGGLER_POLICIES:
+                raise ValueError(f"devices.straggler_policy.{key}: must be one of {', '.join(STRAGGLER_POLICIES)}; "
+                                 f"got {value!r}")
+        if algorithm in policy:
+            return policy[algorithm]
+        if "default" in policy:
+            return policy["default"]
+        raise ValueError(f"devices.straggler_policy: the mapping has no entry for {algorithm!r} and no 'default' "
+                         f"(keys: {', '.join(map(str, policy))})")
+    if policy not in STRAGGLER_POLICIES:
+        raise ValueError(f"devices.straggler_policy: must be one of {', '.join(STRAGGLER_POLICIES)} or a mapping "
+                         f"algorithm -> policy; got {policy!r}")
+    return policy
+
+
+def round_stragglers(cfg, round_k: int, num_devices: int) -> tuple[list[int], list[bool], list[int]]:
+    """Round k's sampled devices, every device's straggler flag and epochs (before the straggler policy)."""
+    c = cfg
+    chosen = sample_clients(c.seed, round_k, num_devices, c.devices.frac)
+    flags, epochs = draw_stragglers(c.seed, round_k, num_devices, c.devices.straggler, c.solver.epochs,
+                                    draw=getattr(c.devices, "straggler_draw", "bernoulli"), chosen=chosen)
+    return chosen, flags, epochs
 
 
 def round_participants(cfg, round_k: int, num_devices: int) -> tuple[list[int], list[int]]:
     """The devices that train in round k and every device's epochs, after the straggler policy.
 
     ``straggler_policy: drop`` removes the round's stragglers (they release nothing); ``partial`` keeps them
-    with their fewer epochs.
+    with their fewer epochs. A per-algorithm mapping is resolved for ``cfg.algorithm.name``.
     """
-    c = cfg
-    chosen = sample_clients(c.seed, round_k, num_devices, c.devices.frac)
-    flags, epochs = draw_stragglers(c.seed, round_k, num_devices, c.devices.straggler, c.solver.epochs)
-    if c.devices.straggler_policy == "drop":
+    chosen, flags, epochs = round_stragglers(cfg, round_k, num_devices)
+    if resolve_straggler_policy(cfg.devices.straggler_policy, cfg.algorithm.name) == "drop":
         chosen = [i for i in chosen if not flags[i]]
     return chosen, epochs
+
+
+def straggler_summary(cfg, num_devices: int) -> dict[str, Any]:
+    """What the straggler switches did over a run (recorded in summary.json): per training round, the sampled
+    devices, the stragglers among them, and the rounds in which no sampled device ran all E epochs."""
+    k_total = training_rounds_before(cfg.algorithm.name, cfg.rounds)
+    sampled, stragglers, no_full = [], [], 0
+    for k in range(1, k_total + 1):
+        chosen, flags, _ = round_stragglers(cfg, k, num_devices)
+        s = sum(1 for i in chosen if flags[i])
+        sampled.append(len(chosen))
+        stragglers.append(s)
+        no_full += s == len(chosen)
+    return {
+        "draw": getattr(cfg.devices, "straggler_draw", "bernoulli"),
+        "policy": resolve_straggler_policy(cfg.devices.straggler_policy, cfg.algorithm.name),
+        "probability": cfg.devices.straggler, "training_rounds": k_total,
+        "sampled_per_round": sampled[0] if sampled else 0,
+        "stragglers_per_round_mean": sum(stragglers) / k_total if k_total else 0.0,
+        "stragglers_per_round_min": min(stragglers, default=0),
+        "stragglers_per_round_max": max(stragglers, default=0),
+        "rounds_without_full_device": no_full,
+    }

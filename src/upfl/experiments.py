@@ -3,7 +3,8 @@
 An experiment has groups (data sets x run entries); an entry is one algorithm with scalar or list
 values of ``mu``, ``lam`` and ``step`` (lists are zipped: ``mu: [0.1, 0.3], lam: [0.04, 0.12]`` is
 two runs). Every run gets a readable id that is also its result folder under ``results/runs/``,
-for example ``synthetic_1_1/logreg/upcycled/mu1_lam0.43/s0.9_f0.3/T160/seed0``. Two experiments
+for example ``synthetic_1_1/logreg/upcycled/mu1_lam0.43/s0.9_f0.3/T160/seed0`` (``s0.9_f0.3_exact_drop``
+under the non-default straggler switches). Two experiments
 asking for the same run share it (one job); the same id with different settings is an error.
 """
 
@@ -16,9 +17,10 @@ from typing import Any
 
 from . import config as cfgmod
 from .data.sources import PAPER_SYNTHETIC_SETS
+from .draws import resolve_straggler_policy
 
 OUTPUT_KINDS = ("table1", "time", "convergence", "lambda_sweep", "privacy_table", "privacy_tradeoff", "momentum_table",
-                "bases_table", "momentum_curves", "schedule_figure")
+                "bases_table", "momentum_curves", "schedule_figure", "draws", "sensitivity")
 JOB_KEYS = ("gpus", "threads", "runtime", "mem_mb")
 ENTRY_KEYS = {"algorithm", "rounds", "mu", "lam", "step", "schedule", "model", "set"}
 
@@ -149,7 +151,12 @@ def run_id(dataset: str, doc: dict[str, Any], seed: int) -> str:
     private = _privacy_part(doc.get("privacy", {}))
     if private:
         parts.append(private)
-    parts += [f"s{fmt_number(d['straggler'])}_f{fmt_number(d['frac'])}", f"T{doc['rounds']}", f"seed{seed}"]
+    devices = f"s{fmt_number(d['straggler'])}_f{fmt_number(d['frac'])}"
+    if d.get("straggler_draw", "bernoulli") != "bernoulli":
+        devices += f"_{d['straggler_draw']}"
+    if d.get("straggler_policy", "partial") != "partial":
+        devices += f"_{d['straggler_policy']}"
+    parts += [devices, f"T{doc['rounds']}", f"seed{seed}"]
     return "/".join(parts)
 
 
@@ -177,6 +184,12 @@ def _run_doc(config: dict[str, Any], exp: dict[str, Any], entry: dict[str, Any],
     scale = float(config.get("round_scale", 1.0))
     doc["rounds"] = max(1, round(int(entry["rounds"]) * scale))
     _merge(doc, entry.get("set"), where)
+    policy = doc["devices"].get("straggler_policy")
+    if isinstance(policy, dict):
+        try:
+            doc["devices"]["straggler_policy"] = resolve_straggler_policy(policy, algorithm["name"])
+        except ValueError as e:
+            raise ExperimentError(f"{where}: {e}") from None
     return doc
 
 
@@ -204,7 +217,14 @@ def build_plan(config: dict[str, Any]) -> Plan:
     outputs: dict[str, dict[str, Any]] = {}
     targets: dict[str, list[str]] = {}
     excluded = set(config.get("exclude_sources", []))
+    skipped = set(config.get("exclude_experiments", []))
+    unknown = sorted(skipped - set(config.get("experiments", {})))
+    if unknown:
+        raise ExperimentError(f"exclude_experiments: {unknown[0]!r} is not an experiment "
+                              f"({', '.join(config.get('experiments', {}))})")
     for name, exp in config.get("experiments", {}).items():
+        if name in skipped:
+            continue
         ids: list[str] = []
         exp_seeds = [int(s) for s in exp.get("seeds", seeds)]
         for gi, group in enumerate(exp.get("groups", [])):
@@ -256,6 +276,9 @@ def output_files(kind: str, name: str) -> list[str]:
     """The files one report output writes (relative to the workflow root)."""
     if kind in ("table1", "privacy_table"):
         return [f"results/tables/{name}.{ext}" for ext in ("csv", "md", "tex")]
-    if kind in ("time", "momentum_table", "bases_table"):
+    if kind in ("time", "momentum_table", "bases_table", "sensitivity"):
         return [f"results/tables/{name}.{ext}" for ext in ("csv", "md")]
+    if kind == "draws":
+        return [f"results/tables/{name}.{ext}" for ext in ("csv", "md")] + \
+            [f"results/figures/{name}.{ext}" for ext in ("png", "pdf", "csv")]
     return [f"results/figures/{name}.{ext}" for ext in ("png", "pdf", "csv")]

@@ -22,7 +22,7 @@ from .algorithms import ClientRound, build_algorithm
 from .checkpoints import open_checkpoint
 from .data import FederatedDataset, load_leaf
 from .divergence import diverged_entry, loss_problem, weights_problem
-from .draws import round_participants, training_rounds_before
+from .draws import round_participants, straggler_summary, training_rounds_before
 from .files import provenance, write_json, write_text
 from .models import build_model
 from .privacy.accounting import per_device, privacy_report
@@ -264,6 +264,7 @@ def _run_loop(cfg, sim, data, device, out, ckpt, privacy, log, stop_after) -> di
         "test_samples": data.test_samples,
         "time": {**times, "total_s": final["cum_wall_s"] + times["eval_s"]},
         "training_rounds": sim.num_training_rounds,
+        "stragglers": straggler_summary(cfg, len(sim.devices)),
         "privacy": privacy,
     }
     out.mkdir(parents=True, exist_ok=True)

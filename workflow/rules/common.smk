@@ -141,12 +141,40 @@ MAKING_REPORT = any(a == "--report" or a.startswith("--report=") for a in sys.ar
 
 def all_outputs():
     files = [f for name in OUTPUTS for f in output_of(name)]
-    files += ["results/runs.csv", "results/tables/table2.csv", "results/tables/table2.md"]
+    files += ["results/runs.csv", "results/tables/table2.csv", "results/tables/table2.md",
+              "results/tables/claims.csv", "results/tables/claims.md"]
     return [f for f in files if os.path.exists(f)] if MAKING_REPORT else files
+
+
+def claims_args():
+    """`upfl report claims` flags: the experiments each group of claims reads (config `claims`) and the data
+    sets this preset leaves out (named as the reason for 'not measured here')."""
+    args = [f"--experiment-for {shlex.quote(f'{role}={exp}')}" for role, exp in CONFIG.get("claims", {}).items()]
+    excluded = set(CONFIG.get("exclude_sources", []))
+    left_out = [n for n, d in CONFIG["datasets"].items() if d["source"] in excluded]
+    if left_out:
+        args.append(f"--excluded {shlex.quote(','.join(left_out))}")
+    return " ".join(args)
 
 
 def report_inputs(wildcards):
     return f"results/experiments/{OUTPUTS[wildcards.name]['experiment']}/runs.csv"
+
+
+def reference_inputs(wildcards):
+    """The runs.csv of a draws output's experiment and of its reference experiment (the paper's draw)."""
+    out = OUTPUTS[wildcards.name]
+    files = {"runs": f"results/experiments/{out['experiment']}/runs.csv"}
+    if out.get("reference") in PLAN.experiments:
+        files["reference"] = f"results/experiments/{out['reference']}/runs.csv"
+    return files
+
+
+def reference_args(wildcards, input):
+    out = OUTPUTS[wildcards.name]
+    if "reference" not in input.keys():
+        return ""
+    return f"--reference-runs {input.reference} --reference-experiment {out['reference']}"
 
 
 def report_args(wildcards):

@@ -31,7 +31,7 @@ rule all_runs:
 
 rule table2:
     input:
-        [dataset_dir(d) for d in PLAN.datasets],
+        [dataset_dir(d) for d in PLAN.datasets if CONFIG["datasets"][d].get("setting", d) == d],
     output:
         csv=report("results/tables/table2.csv", category="Tables", caption="../report/table2.rst"),
         md="results/tables/table2.md",
@@ -119,6 +119,71 @@ rule ablation_table:
     shell:
         "upfl report ablation-table {params.kind} --runs {input} {params.args} {params.configs} "
         "--out-prefix results/tables/{wildcards.name} > {log} 2>&1"
+
+
+rule draws_report:
+    input:
+        unpack(reference_inputs),
+    output:
+        csv=report("results/tables/{name}.csv", category="Claims", caption="../report/draws.rst"),
+        md="results/tables/{name}.md",
+        png=report("results/figures/{name}.png", category="Claims", caption="../report/draws.rst"),
+        pdf="results/figures/{name}.pdf",
+        fig_csv="results/figures/{name}.csv",
+    wildcard_constraints:
+        name=names_of("draws"),
+    params:
+        args=report_args,
+        reference=reference_args,
+        configs=" ".join(f"--config-file {f}" for f in workflow.configfiles),
+    log:
+        "results/logs/report/{name}.log",
+    localrule: True
+    conda:
+        "../envs/upfl.yaml"
+    shell:
+        "upfl report draws --runs {input.runs} {params.args} {params.reference} {params.configs} "
+        "--out-prefix results/tables/{wildcards.name} --figure-prefix results/figures/{wildcards.name} > {log} 2>&1"
+
+
+rule sensitivity_table:
+    input:
+        report_inputs,
+    output:
+        csv=report("results/tables/{name}.csv", category="Claims", caption="../report/sensitivity.rst"),
+        md="results/tables/{name}.md",
+    wildcard_constraints:
+        name=names_of("sensitivity"),
+    params:
+        args=report_args,
+        configs=" ".join(f"--config-file {f}" for f in workflow.configfiles),
+    log:
+        "results/logs/report/{name}.log",
+    localrule: True
+    conda:
+        "../envs/upfl.yaml"
+    shell:
+        "upfl report sensitivity --runs {input} {params.args} {params.configs} "
+        "--out-prefix results/tables/{wildcards.name} > {log} 2>&1"
+
+
+rule claims:
+    input:
+        "results/runs.csv",
+    output:
+        csv=report("results/tables/claims.csv", category="Claims", caption="../report/claims.rst"),
+        md="results/tables/claims.md",
+    params:
+        args=claims_args(),
+        configs=" ".join(f"--config-file {f}" for f in workflow.configfiles),
+    log:
+        "results/logs/report/claims.log",
+    localrule: True
+    conda:
+        "../envs/upfl.yaml"
+    shell:
+        "upfl report claims --runs {input} {params.args} {params.configs} "
+        "--out-prefix results/tables/claims > {log} 2>&1"
 
 
 rule figure:

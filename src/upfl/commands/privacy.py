@@ -35,6 +35,37 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+def _eps(v: Any) -> str:
+    """An epsilon, with ``*`` when it gives no meaningful guarantee (above MEANINGFUL_EPSILON)."""
+    from ..privacy.accounting import guarantee_mark
+
+    return _fmt(v) + ("*" if isinstance(v, (int, float)) and guarantee_mark(float(v)) else "")
+
+
+def _worst_row(rep: dict[str, Any], keys: list[str]) -> list[str]:
+    """The worst device per column: its epsilon (and, for the first column, the device)."""
+    worst = rep.get("worst_device", {})
+    first = worst.get(keys[0]) if keys else None
+    name = f"worst: {first['device']}" if first else "worst device"
+    size = str(first["n_train"]) if first else ""
+    releases = str(first["releases"]) if first else ""
+    return [name, size, releases, ""] + [_eps(rep.get("epsilon_max", {}).get(k)) for k in keys]
+
+
+def _meaningful_lines(rep: dict[str, Any], keys: list[str]) -> list[str]:
+    from ..privacy.accounting import MEANINGFUL_EPSILON, guarantee_mark
+
+    marked = [k for k in keys if guarantee_mark(rep.get("epsilon_max", {}).get(k))]
+    lines = [f"* no meaningful guarantee: epsilon > {MEANINGFUL_EPSILON:g} (an adversary's odds on a record may grow "
+             f"by more than e^{MEANINGFUL_EPSILON:g}; docs/privacy.md)"]
+    bar = [k for k in keys if guarantee_mark(rep["epsilon_bar"].get(k))]
+    if bar:
+        lines.append("NO MEANINGFUL GUARANTEE: epsilon-bar above the rule for " + ", ".join(bar))
+    elif marked:
+        lines.append("NO MEANINGFUL GUARANTEE for the worst device under " + ", ".join(marked))
+    return lines
+
+
 def _table(header: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(h), *(len(r[j]) for r in rows)) if rows else len(h) for j, h in enumerate(header)]
     lines = ["  ".join(h.rjust(w) if j else h.ljust(w) for j, (h, w) in enumerate(zip(header, widths)))]
@@ -57,9 +88,11 @@ def format_report(rep: dict[str, Any]) -> str:
         lines.append(f"output perturbation: tau = {rep['parameters']['tau']}, delta = {rep['delta']!r}; "
                      f"sensitivity sound 2*tau, paper tau/|D_i|")
         header = ["device", "|D_i|", "M_i", "sigma"] + [h for _, h in cols]
-        rows = [[d["device"], str(d["n_train"]), str(d["releases"]), _fmt(d["sigma"])] + [_fmt(d[k]) for k, _ in cols]
+        rows = [[d["device"], str(d["n_train"]), str(d["releases"]), _fmt(d["sigma"])] + [_eps(d[k]) for k, _ in cols]
                 for d in devs]
-        rows.append(["epsilon-bar", "", "", ""] + [_fmt(rep["epsilon_bar"].get(k)) for k, _ in cols])
+        rows.append(["epsilon-bar", "", "", ""] + [_eps(rep["epsilon_bar"].get(k)) for k, _ in cols])
+        rows.append(_worst_row(rep, [k for k, _ in cols]))
+        keys = [k for k, _ in cols]
     else:
         a = rep["assumptions"]
         lines.append(f"objective perturbation: {rep['guarantee']}; mu = {a['mu']}")
@@ -74,12 +107,16 @@ def format_report(rep: dict[str, Any]) -> str:
                          "objective (the engine runs SGD: see the note)")
         header = ["device", "|D_i|", "M_i", "alpha"] + [h for _, h in OBJECTIVE_COLUMNS]
         rows = [[d["device"], str(d["n_train"]), str(d["releases"]), _fmt(d["alpha"])]
-                + [_fmt(d[k]) if d[k] is not None else d["status"] for k, _ in OBJECTIVE_COLUMNS]
+                + [_eps(d[k]) if d[k] is not None else d["status"] for k, _ in OBJECTIVE_COLUMNS]
                 for d in devs]
         rows.append(["epsilon-bar", "", "", ""]
-                    + [_fmt(rep["epsilon_bar"][k]) if rep["epsilon_bar"][k] is not None else rep["guarantee"]
+                    + [_eps(rep["epsilon_bar"][k]) if rep["epsilon_bar"][k] is not None else rep["guarantee"]
                        for k, _ in OBJECTIVE_COLUMNS])
+        keys = [k for k, _ in OBJECTIVE_COLUMNS]
+        if any(v is not None for v in rep.get("epsilon_max", {}).values()):
+            rows.append(_worst_row(rep, keys))
     lines.append(_table(header, rows))
+    lines += _meaningful_lines(rep, keys)
     lines += [f"note: {n}" for n in rep.get("notes", [])]
     return "\n".join(lines) + "\n"
 

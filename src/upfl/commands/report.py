@@ -6,8 +6,14 @@
     upfl report time   --runs results/runs.csv --experiment table1 --out-prefix results/tables/time [--config-file F ...]
     upfl report privacy-table --runs results/runs.csv --experiment privacy_output --out-prefix results/tables/NAME
                        [--where KEY=VALUE[,VALUE...] ...] [--config-file F ...]
+    upfl report claims --runs results/runs.csv --out-prefix results/tables/claims [--experiment-for ROLE=EXP ...]
+                       [--excluded DATASET ...] [--config-file F ...]
     upfl report ablation-table momentum_table|bases_table --runs results/runs.csv --experiment EXP
                        --out-prefix results/tables/NAME [--where ...] [--config-file F ...]
+    upfl report draws  --runs results/experiments/table1_draws/runs.csv --experiment table1_draws
+                       [--reference-runs results/experiments/table1/runs.csv --reference-experiment table1]
+                       --out-prefix results/tables/NAME --figure-prefix results/figures/NAME
+    upfl report sensitivity --runs results/runs.csv --experiment straggler_sensitivity --out-prefix results/tables/NAME
     upfl report figure convergence|lambda_sweep|privacy_tradeoff|momentum_curves|schedule_figure --runs results/runs.csv --experiment EXP
                        --out-prefix results/figures/NAME [--where KEY=VALUE[,VALUE...] ...] [--metrics train_loss,test_acc]
                        [--x iteration|round|time (convergence), step|lam (lambda_sweep)] [--panels curves,final] [--title T]
@@ -91,6 +97,41 @@ def cmd_ablation_table(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_claims(args: argparse.Namespace) -> int:
+    from ..report.claims import parse_roles, summary_text, write_claims
+    from ..report.collect import read_runs
+    from ..report.render import provenance_line
+
+    runs = read_runs(args.runs)
+    excluded = [d for item in args.excluded or [] for d in item.split(",") if d]
+    frame = write_claims(runs, args.out_prefix, provenance_line(args.config_file, runs),
+                         parse_roles(args.experiment_for), excluded)
+    print(f"wrote {args.out_prefix}.csv, .md ({len(frame)} claims: {summary_text(frame)})")
+    return 0
+
+
+def cmd_draws(args: argparse.Namespace) -> int:
+    from ..report.collect import read_runs, select_experiment
+    from ..report.draws import write_draws
+    from ..report.render import provenance_line
+
+    runs = _runs(args)
+    reference = None
+    if args.reference_runs:
+        reference = select_experiment(read_runs(args.reference_runs), args.reference_experiment)
+    frame = write_draws(runs, reference, args.out_prefix, args.figure_prefix, provenance_line(args.config_file, runs))
+    print(f"wrote {args.out_prefix}.csv, .md and {args.figure_prefix}.png, .pdf, .csv ({len(runs)} runs, "
+          f"{len(frame)} rows)")
+    return 0
+
+
+def cmd_sensitivity(args: argparse.Namespace) -> int:
+    from ..report.sensitivity import write_sensitivity
+
+    _runs_table(args, write_sensitivity, ".csv, .md")
+    return 0
+
+
 def cmd_figure(args: argparse.Namespace) -> int:
     from ..report.figures import convergence_figure, lambda_sweep_figure, parse_metrics
     from ..report.render import provenance_line
@@ -162,10 +203,13 @@ def _table_parser(sub: argparse._SubParsersAction, name: str, help_text: str, wr
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add ``report`` with sub-commands ``runs``, ``table1``, ``table2``, ``time``, ``privacy-table`` and ``figure``."""
+    """Add ``report`` with sub-commands ``runs``, ``table1``, ``table2``, ``time``, ``privacy-table``, ``claims``,
+    ``draws``, ``sensitivity`` and ``figure``."""
     p = subparsers.add_parser("report", help="runs table, the paper's tables and figures",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="report_command", metavar="{runs,table1,table2,time,privacy-table,ablation-table,figure}")
+    sub = p.add_subparsers(dest="report_command",
+                           metavar="{runs,table1,table2,time,privacy-table,ablation-table,claims,draws,sensitivity,"
+                                   "figure}")
     sub.required = True
 
     r = sub.add_parser("runs", help="one row per run folder: config, final and best metrics, times, epsilons")
@@ -188,6 +232,23 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     a = _table_parser(sub, "ablation-table", "issue 10's ablations: upcycling or server momentum (momentum_table), "
                       "upcycling on every base (bases_table), paired intervals", "csv, md", cmd_ablation_table)
     a.add_argument("kind", choices=("momentum_table", "bases_table"))
+
+    c = _table_parser(sub, "claims", "every quantitative claim of the paper, ours beside it, and a verdict",
+                      "csv, md", cmd_claims, selection=False)
+    c.add_argument("--runs", required=True, help="the runs table of all experiments (results/runs.csv)")
+    c.add_argument("--experiment-for", action="append", metavar="ROLE=EXPERIMENT[,EXPERIMENT]",
+                   help="the experiment(s) a group of claims reads (roles: table1, time, lambda_sweep, privacy, "
+                        "privacy_real, cnn, draws); repeatable; defaults in upfl.report.claims.DEFAULT_ROLES")
+    c.add_argument("--excluded", action="append", metavar="DATASET[,DATASET]",
+                   help="data sets left out of this pipeline run (named as the reason for 'not measured here')")
+
+    d = _table_parser(sub, "draws", "the Upcycled-FL minus FedProx gain on the paper's draw and on fresh generator "
+                      "draws (table and figure)", "csv, md", cmd_draws)
+    d.add_argument("--figure-prefix", required=True, help="writes PREFIX.png, PREFIX.pdf, PREFIX.csv")
+    d.add_argument("--reference-runs", help="runs table with the runs on the paper's draw (e.g. experiment table1)")
+    d.add_argument("--reference-experiment", default=None, help="experiment of --reference-runs (default: all)")
+    _table_parser(sub, "sensitivity", "the Upcycled-FL gain under each straggler draw x straggler policy",
+                  "csv, md", cmd_sensitivity)
 
     f = sub.add_parser("figure", help="convergence curves, the lambda sweep, the privacy-accuracy trade-off, the "
                        "momentum ablation's curves or the coefficient schedules (PNG, PDF and CSV)")

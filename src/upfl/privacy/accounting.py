@@ -50,6 +50,13 @@ OFF_BY_ONE_NOTE = ("Theorem C.2 sums m = 0..M (M + 1 terms) over 2M iterations, 
                    "'theorem_c2_paper_sum' gives the printed M_i + 1 terms for comparison (0 for a device "
                    "that never trained).")
 
+MEANINGFUL_EPSILON = 10.0
+"""Above this epsilon a guarantee is marked 'no meaningful guarantee' (docs/privacy.md, "Which epsilons mean
+something"): at epsilon = 10 an adversary's odds on any record may grow by e^10 = 22,026 times, past the
+single-digit values the DP literature treats as a guarantee that still constrains an adversary."""
+
+NO_MEANINGFUL = f"no meaningful guarantee (ε > {MEANINGFUL_EPSILON:g})"
+
 NO_GLM = "no guarantee (not a GLM)"
 NO_GUARANTEE = "no guarantee"
 PLD_MAX_COMPOSED_RHO = 100.0
@@ -115,7 +122,7 @@ def participation(cfg, num_devices: int) -> list[list[int]]:
     Exactly the engine's draws (:mod:`upfl.draws`): iterations t = 1..T, training round k is the
     k-th t with ``is_training_iteration`` (odd t for Upcycled-FL, every t otherwise);
     ``sample_clients(seed, k, N, frac)``; under ``straggler_policy: drop`` the stragglers of
-    ``draw_stragglers(seed, k, N, p, E)`` are removed (they release nothing); under ``partial`` they
+    ``draw_stragglers(seed, k, N, p, E, straggler_draw, chosen)`` are removed (they release nothing); under ``partial`` they
     train fewer epochs and do release.
     """
     from ..draws import round_participants
@@ -341,6 +348,35 @@ def objective_assumptions(cfg, dataset, model, n_train: Sequence[int]) -> dict[s
 # Report
 
 
+def meaningful(epsilon: float | None) -> bool | None:
+    """Whether an epsilon gives a meaningful guarantee: ``epsilon <= MEANINGFUL_EPSILON`` (None when missing)."""
+    if epsilon is None or (isinstance(epsilon, float) and math.isnan(epsilon)):
+        return None
+    return epsilon <= MEANINGFUL_EPSILON
+
+
+def guarantee_mark(epsilon: float | None) -> str:
+    """:data:`NO_MEANINGFUL` for an epsilon above :data:`MEANINGFUL_EPSILON`, else ''."""
+    return NO_MEANINGFUL if meaningful(epsilon) is False else ""
+
+
+def _worst(rows: list[dict], key: str) -> dict[str, Any] | None:
+    """The device with the largest epsilon ``key`` (its name, |D_i|, M_i, epsilon), or None."""
+    have = [r for r in rows if r.get(key) is not None]
+    if not have:
+        return None
+    r = max(have, key=lambda r: r[key])
+    return {"device": r["device"], "n_train": r["n_train"], "releases": r["releases"], "epsilon": r[key]}
+
+
+def _epsilon_summary(rows: list[dict], kinds: Sequence[str]) -> dict[str, Any]:
+    """epsilon_max (the worst device's epsilon per accountant), worst_device, and the meaningful-guarantee rule."""
+    worst = {k: _worst(rows, k) for k in kinds}
+    return {"epsilon_max": {k: (w["epsilon"] if w else None) for k, w in worst.items()},
+            "worst_device": worst,
+            "meaningful_rule": f"epsilon <= {MEANINGFUL_EPSILON:g}; above it: '{NO_MEANINGFUL}'"}
+
+
 def _mean(values: Sequence[float | None]) -> float | None:
     if not values or any(v is None for v in values):
         return None
@@ -367,7 +403,8 @@ def privacy_report(cfg, dataset, model, cross_check: Sequence[str] = ("rdp",)) -
         "releases_rule": ("odd iterations only (Lemma 5.1: even iterations are post-processing)"
                           if alg == "upcycled" or alg.startswith("upcycled_") else "every iteration"),
         "sampling": {"frac": cfg.devices.frac, "straggler": cfg.devices.straggler,
-                     "straggler_policy": cfg.devices.straggler_policy},
+                     "straggler_policy": cfg.devices.straggler_policy,
+                     "straggler_draw": cfg.devices.straggler_draw},
     }
     if p.mechanism == "none":
         base.update({"guarantee": "none (non-private run)", "devices": [], "epsilon_bar": {}})
@@ -392,6 +429,7 @@ def privacy_report(cfg, dataset, model, cross_check: Sequence[str] = ("rdp",)) -
                           "(exact composition of M_i Gaussian releases)",
             "devices": rows,
             "epsilon_bar": {k: _mean([r[k] for r in rows]) for k in kinds},
+            **_epsilon_summary(rows, kinds),
             "notes": [OUTPUT_NOTE],
         })
         return base
@@ -424,6 +462,7 @@ def privacy_report(cfg, dataset, model, cross_check: Sequence[str] = ("rdp",)) -
         "delta": 0.0, "parameters": {"alpha": p.alpha, "mu": assumptions["mu"]},
         "assumptions": assumptions, "devices": rows,
         "epsilon_bar": {k: _mean([r[k] for r in rows]) for k in ("theorem_c2", "theorem_c2_paper_sum")},
+        **_epsilon_summary(rows, ("theorem_c2", "theorem_c2_paper_sum")),
         "notes": [SGD_CAVEAT, OFF_BY_ONE_NOTE],
     })
     return base

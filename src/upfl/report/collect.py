@@ -22,9 +22,8 @@ class ReportError(ValueError):
 
 CONFIG_COLUMNS = [
     "dataset", "algorithm", "base", "algorithm_options", "mu", "lam", "step", "coef", "schedule", "straggler", "frac",
-    "policy",
-    "seed", "rounds", "training_rounds", "model", "model_options", "epochs", "batch_size", "lr", "momentum",
-    "eval_every", "feature_scaling", "mechanism", "sigma", "tau", "alpha", "delta",
+    "policy", "straggler_draw", "seed", "rounds", "training_rounds", "model", "model_options", "epochs", "batch_size",
+    "lr", "momentum", "eval_every", "feature_scaling", "mechanism", "sigma", "tau", "alpha", "delta",
 ]
 """Columns of ``runs.csv`` that describe a run's configuration (``seed`` included)."""
 
@@ -32,7 +31,8 @@ DIVERGED_COLUMNS = ("diverged", "diverged_iteration", "diverged_what")
 """``runs.csv`` columns of a diverged run (``summary.json``'s ``diverged``): flag, first bad iteration, what."""
 
 TEXT_COLUMNS = ("diverged_what", "experiments", "dataset", "algorithm", "base", "algorithm_options", "schedule",
-                "policy", "model", "mechanism", "run_dir", "data_path", "config_hash", "git_commit", "upfl_version", "torch_version", "device")
+                "policy", "straggler_draw", "model", "mechanism", "run_dir", "data_path", "config_hash", "git_commit",
+                "upfl_version", "torch_version", "device")
 """Columns of ``runs.csv`` read as text whatever they look like (a data set called ``2`` stays ``'2'``)."""
 
 RESULT_KEYS = ("iteration", "train_loss", "train_acc", "test_loss", "test_acc")
@@ -158,6 +158,7 @@ def config_columns(summary: dict[str, Any]) -> dict[str, Any]:
         "algorithm_options": algorithm_options(alg), "mu": alg.get("mu"), "lam": _cell(alg.get("lam")),
         "step": _cell(alg.get("step")), "coef": effective_coefficient(alg), "schedule": alg.get("schedule"),
         "straggler": dev.get("straggler"), "frac": dev.get("frac"), "policy": dev.get("straggler_policy"),
+        "straggler_draw": dev.get("straggler_draw", "bernoulli"),
         "seed": summary.get("seed", cfg.get("seed")), "rounds": cfg.get("rounds"),
         "training_rounds": _cell(summary.get("training_rounds")),
         "model": model.get("name"), "model_options": _cell(model.get("options")),

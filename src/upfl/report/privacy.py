@@ -30,7 +30,8 @@ from typing import Any, Sequence
 import pandas as pd
 
 from ..files import write_text
-from ..privacy.accounting import NO_GLM, OFF_BY_ONE_NOTE, OUTPUT_NOTE, SGD_CAVEAT
+from ..privacy.accounting import MEANINGFUL_EPSILON, NO_GLM, NO_MEANINGFUL, OFF_BY_ONE_NOTE, OUTPUT_NOTE, SGD_CAVEAT
+from ..privacy.accounting import meaningful
 from .cells import check_one_config, paired
 from .collect import ReportError, converged, diverged_note, require_converged
 from .paper import algorithm_label, dataset_label, dataset_order, metric_label, paper_values
@@ -56,6 +57,9 @@ ACCOUNTANT_LABELS = {
     "theorem_c2": "Theorem C.2 (pure, δ = 0)",
     "theorem_c2_paper_sum": "Theorem C.2 with the printed M + 1 terms",
 }
+MARK_NOTE = (f"ε̄ [worst device]: the mean over devices and, in brackets, the largest device ε (max over seeds); "
+             f"† {NO_MEANINGFUL}: the mean or the worst device is above {MEANINGFUL_EPSILON:g} (docs/privacy.md, "
+             "'Which epsilons mean something').")
 MECHANISM_LABELS = {"output": "Output perturbation", "objective": "Objective perturbation"}
 
 VARIANTS = ("fedprox_private", "upcycled_equal_noise", "upcycled_equal_epsilon", "fedprox_nonprivate",
@@ -139,8 +143,11 @@ def setting_row(dataset: str, mech: str, alg: str, noise: str, cell: pd.DataFram
     if {"time_train_s", "time_upcycle_s"} <= set(cell.columns):
         row["training_s_mean"] = float((cell["time_train_s"].astype(float) + cell["time_upcycle_s"].astype(float)).mean())
     for acc in ACCOUNTANTS.get(mech, ()):
-        col = eps_column(acc)
+        col, worst = eps_column(acc), f"privacy_epsilon_max_{acc}"
         row[f"eps_{acc}"] = float(cell[col].astype(float).mean()) if col in cell.columns else math.nan
+        row[f"epsmax_{acc}"] = float(cell[worst].astype(float).max()) if worst in cell.columns else math.nan
+        top = max((v for v in (row[f"eps_{acc}"], row[f"epsmax_{acc}"]) if not math.isnan(v)), default=math.nan)
+        row[f"meaningful_{acc}"] = meaningful(top)
     if "privacy_guarantee" in cell.columns:
         row["guarantee"] = "; ".join(sorted({str(g) for g in cell["privacy_guarantee"].dropna()}))
     if mech == "objective" and "privacy_assumptions_glm" in cell.columns and \
@@ -347,7 +354,9 @@ def _eps_text(row: dict, acc: str) -> str:
     value = row.get(f"eps_{acc}")
     if _missing(value):
         return row.get("guarantee") or "no guarantee"
-    return fmt(value, 3)
+    worst = row.get(f"epsmax_{acc}")
+    text = fmt(value, 3) + ("" if _missing(worst) else f" [{fmt(worst, 3)}]")
+    return text + (" †" if row.get(f"meaningful_{acc}") is False else "")
 
 
 def _iterations_text(row: dict) -> str:
@@ -362,8 +371,8 @@ def _ratio_text(row: dict) -> str:
 
 
 def table_header(mech: str) -> list[str]:
-    eps = ([f"ε̄ {ACCOUNTANT_LABELS[a]}" for a in ("paper_formula", "sound", "paper_sensitivity")]
-           if mech == "output" else [f"ε̄ {ACCOUNTANT_LABELS['theorem_c2']}"])
+    eps = ([f"ε̄ [worst device] {ACCOUNTANT_LABELS[a]}" for a in ("paper_formula", "sound", "paper_sensitivity")]
+           if mech == "output" else [f"ε̄ [worst device] {ACCOUNTANT_LABELS['theorem_c2']}"])
     return (["Dataset", "Variant", "Noise", "Iterations (training rounds)", "Seeds",
              "Train acc % mean [min, max]", "Test acc % mean [min, max]"] + eps
             + [f"ε̄ / FedProx's ({PRIMARY[mech]})"])
@@ -445,7 +454,8 @@ def write_privacy_table(runs: pd.DataFrame, out_prefix: str, provenance: str) ->
     for mech in mechs:
         title = MECHANISM_LABELS[mech] + (f" (δ = {', '.join(f'{d:g}' for d in deltas)})" if mech == "output" and deltas
                                           else " (pure ε-DP, δ = 0)" if mech == "objective" else "")
-        notes = [OUTPUT_NOTE] if mech == "output" else [
+        notes = [MARK_NOTE]
+        notes += [OUTPUT_NOTE] if mech == "output" else [
             "Epsilons assume the exact minimiser: " + SGD_CAVEAT, OFF_BY_ONE_NOTE,
             f"'{NO_GLM}': the model is not a generalized linear model, Theorem C.2 does not apply."]
         header, rows = table_header(mech), table_rows(frame, mech)

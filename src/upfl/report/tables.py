@@ -146,7 +146,8 @@ def table1_rows(frame: pd.DataFrame) -> list[list[str]]:
 def settings_text(runs: pd.DataFrame) -> str:
     """The experiment's shared settings (stragglers, fraction, iterations per algorithm, epochs)."""
     parts = []
-    for col, name in (("straggler", "stragglers"), ("frac", "fraction"), ("epochs", "epochs E"), ("policy", "straggler policy")):
+    for col, name in (("straggler", "stragglers"), ("frac", "fraction"), ("epochs", "epochs E"),
+                      ("policy", "straggler policy"), ("straggler_draw", "straggler draw")):
         if col in runs.columns:
             parts.append(f"{name} {', '.join(sorted({fmt_mu(v) if not isinstance(v, str) else v for v in runs[col]}))}")
     iters = [f"{algorithm_label(a)} {', '.join(str(int(r)) for r in sorted(set(g['rounds'])))}"

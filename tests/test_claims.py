@@ -1,0 +1,280 @@
+"""The claims page from small result folders made here: verdicts, intervals, the spread across draws, the
+privacy marks, diverged runs left out, and 'not measured here' rows with their reasons."""
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from upfl import config as cfgmod
+from upfl.cli import main
+from upfl.report.claims import half_unit, verdict_direction, verdict_equivalence, verdict_gain
+from upfl.report.paper import table1_value
+from upfl.report.stats import mean_interval
+
+SEEDS = (0, 1, 2, 3, 4)
+
+
+def make_run(root: Path, name: str, dataset: str, alg: str, seed: int, acc: tuple[float, float], rounds: int,
+             mu: float = 1.0, lam: float | None = None, step: float | None = None, privacy: dict | None = None,
+             loss_slope: float = 0.01, extra: dict | None = None, devices: dict | None = None) -> str:
+    """A run folder as `upfl run` writes it (summary.json, metrics.csv) with chosen final accuracies."""
+    algorithm = {"name": alg, **({"mu": mu} if alg != "fedavg" else {}),
+                 **({"lam": lam} if lam is not None else {}), **({"step": step} if step is not None else {})}
+    doc = {"data": {"path": str(root / "data" / dataset)}, "rounds": rounds, "seed": seed, "algorithm": algorithm,
+           "devices": devices or {"frac": 0.3, "straggler": 0.9}, "privacy": privacy or {"mechanism": "none"}}
+    if (privacy or {}).get("mechanism") == "output":
+        doc["devices"] = {"frac": 1.0, "straggler": 0.0}
+    cfg = cfgmod.from_dict({**doc, "privacy": {k: v for k, v in (privacy or {"mechanism": "none"}).items()
+                                               if k in ("mechanism", "sigma", "tau")}})
+    rows, cum = [], 0.0
+    for t in range(rounds + 1):
+        train = alg != "upcycled" or t % 2 == 1
+        wall = 0.0 if t == 0 else (1.0 if train else 0.001)
+        cum += wall
+        last = t == rounds
+        rows.append({"iteration": t, "kind": "init" if t == 0 else ("train" if train else "upcycle"),
+                     "train_loss": 1.0 - loss_slope * t, "train_acc": acc[0] if last else 0.5,
+                     "test_loss": 1.0, "test_acc": acc[1] if last else 0.5, "devices": 9, "local_steps": 10,
+                     "data_accesses": 9, "wall_s": wall, "cum_wall_s": cum})
+    out = root / "runs" / name
+    out.mkdir(parents=True)
+    pd.DataFrame(rows).to_csv(out / "metrics.csv", index=False)
+    training = sum(1 for r in rows if r["kind"] == "train")
+    final = {"iteration": rounds, "train_loss": rows[-1]["train_loss"], "train_acc": acc[0], "test_loss": 1.0,
+             "test_acc": acc[1]}
+    summary = {"final": final, "best": final, "config": cfgmod.to_dict(cfg), "config_hash": "x", "seed": seed,
+               "upfl_version": "test", "git_commit": "test", "torch_version": "test", "device": "cpu",
+               "time": {"train_s": float(training), "upcycle_s": 0.001 * (rounds - training), "eval_s": 0.0,
+                        "total_s": cum}, "training_rounds": training,
+               "privacy": {k: v for k, v in (privacy or {"mechanism": "none"}).items() if k not in ("sigma", "tau")}}
+    summary.update(extra or {})
+    (out / "summary.json").write_text(json.dumps(summary))
+    return str(out)
+
+
+def gains_for(paper_gain: float, spread: float, seed: int) -> float:
+    """A per-seed gain (in accuracy units) around ``paper_gain`` pp with a seed-dependent wiggle of ``spread`` pp."""
+    return (paper_gain + spread * (seed - 2) / 2) / 100.0
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory):
+    root = tmp_path_factory.mktemp("claims")
+    specs = []
+    # Table 1 cells on the paper's data: (data set, mu, lam) -> our gain (pp) and its per-seed wiggle (pp).
+    cells = {("synthetic_1_1", 1.0, 0.43): (0.7, 0.2),      # far below the paper's +7.19: does not hold
+             ("synthetic_0_0", 0.1, 0.04): (3.0, 0.2),      # paper +2.75 inside: holds
+             ("synthetic_iid", 0.1, 0.04): (1.0, 6.0)}      # wide: inconclusive
+    for (ds, mu, lam), (gain, wiggle) in cells.items():
+        base = table1_value(ds, "fedprox", mu)
+        for seed in SEEDS:
+            prox = (base[0] / 100 + 0.001 * seed, base[1] / 100 + 0.001 * seed)
+            g = gains_for(gain, wiggle, seed)
+            specs.append("table1:" + make_run(root, f"{ds}_prox_{mu}_{seed}", ds, "fedprox", seed, prox, 8, mu))
+            specs.append("table1:" + make_run(root, f"{ds}_up_{mu}_{seed}", ds, "upcycled", seed,
+                                              (prox[0] + g, prox[1] + g), 16, mu, lam))
+    # A diverged run (flagged in summary.json) that would sink the Synthetic(0,0) verdict if it counted.
+    specs.append("table1:" + make_run(root, "diverged", "synthetic_0_0", "upcycled", 5, (0.1, 0.1), 16, 0.1, 0.04,
+                                      extra={"diverged": {"iteration": 9, "kind": "train",
+                                                                      "what": "train_loss is nan"}}))
+    specs.append("table1:" + make_run(root, "diverged_prox", "synthetic_0_0", "fedprox", 5, (0.8, 0.8), 8, 0.1))
+    # Three fresh draws of the (1,1) generator, mu 1: the gain is +7 pp on one draw, +0.5 on the others.
+    # The third draw is named freely: its generator setting and data seed come from its meta.json.
+    (root / "data" / "fresh_one").mkdir(parents=True)
+    (root / "data" / "fresh_one" / "meta.json").write_text(json.dumps({"name": "synthetic_1_1", "data_seed": 2}))
+    for draw, gain in ((0, 7.0), (1, 0.5), (2, 0.5)):
+        for seed in (1, 2, 3):
+            ds = f"synthetic_1_1_draw{draw}" if draw < 2 else "fresh_one"
+            specs.append("table1_draws:" + make_run(root, f"{ds}_prox_{seed}", ds, "fedprox", seed, (0.7, 0.7), 8))
+            g = gains_for(gain, 0.2, seed)
+            specs.append("table1_draws:" + make_run(root, f"{ds}_up_{seed}", ds, "upcycled", seed,
+                                                    (0.7 + g, 0.7 + g), 16, 1.0, 0.43))
+    # Figure 2 (right): the larger step has the lower training loss all along.
+    for seed in SEEDS:
+        for step, slope in ((0.9, 0.03 + 0.001 * seed), (0.3, 0.01)):
+            specs.append("fig2_lambda:" + make_run(root, f"sweep_{step}_{seed}", "synthetic_0.5_0.5", "upcycled", seed,
+                                                   (0.8, 0.8), 16, 0.5, step=step, loss_slope=slope))
+    # Section 6, output perturbation on Synthetic(iid) and (0,0): FedProx sigma 1; Upcycled-FL sigma 1 (equal
+    # noise, half the epsilon) and 0.7071 (equal epsilon); the accuracy gain at equal epsilon is about +1 pp.
+    def private(eps_bar, eps_max, sigma):
+        return {"mechanism": "output", "sigma": sigma, "tau": 10,
+                "epsilon_bar": {"paper_formula": eps_bar / 2, "sound": eps_bar, "paper_sensitivity": eps_bar / 3},
+                "epsilon_max": {"paper_formula": eps_max / 2, "sound": eps_max, "paper_sensitivity": eps_max / 3}}
+    for ds in ("synthetic_iid", "synthetic_0_0"):
+        for seed in SEEDS:
+            common = dict(mu=0.1)
+            specs.append("privacy_output:" + make_run(root, f"p_{ds}_prox_{seed}", ds, "fedprox", seed, (0.7, 0.7), 8,
+                                                      privacy=private(5000.0, 14000.0, 1.0), **common))
+            specs.append("privacy_output:" + make_run(root, f"p_{ds}_upn_{seed}", ds, "upcycled", seed, (0.72, 0.72),
+                                                      8, lam=0.04, privacy=private(2500.0, 7000.0, 1.0), **common))
+            g = gains_for(1.0, 0.2, seed)
+            specs.append("privacy_output:" + make_run(root, f"p_{ds}_upe_{seed}", ds, "upcycled", seed,
+                                                      (0.7 + g, 0.7 + g), 8, lam=0.04,
+                                                      privacy=private(5000.0, 14000.0, 0.7071), **common))
+    csv = root / "runs.csv"
+    assert main(["report", "runs", "--out", str(csv), *specs]) == 0
+    prefix = root / "tables" / "claims"
+    assert main(["report", "claims", "--runs", str(csv), "--out-prefix", str(prefix), "--excluded", "femnist"]) == 0
+    frame = pd.read_csv(f"{prefix}.csv", comment="#").set_index("id")
+    return {"root": root, "frame": frame, "md": Path(f"{prefix}.md").read_text(), "csv": csv}
+
+
+def test_verdict_rule_cases():
+    assert verdict_gain(7.19, 0.5, 0.9, 10)[0] == "does not hold"          # a gain, far smaller than claimed
+    assert verdict_gain(7.19, 6.0, 8.0, 10)[0] == "holds"
+    assert verdict_gain(7.19, 8.0, 9.0, 10)[0] == "holds"                  # larger than claimed
+    assert verdict_gain(7.19, -1.0, 9.0, 10)[0] == "inconclusive"
+    assert verdict_gain(7.19, -1.0, 3.0, 10)[0] == "does not hold"         # the paper's figure excluded
+    assert verdict_gain(7.19, -3.0, -1.0, 10)[0] == "does not hold"
+    assert verdict_gain(48, 47.6, 47.7, 10, half_unit("48"))[0] == "holds"  # 48 printed: 47.5 is within
+    assert verdict_gain(48, 47.0, 47.4, 10, half_unit("48"))[0] == "does not hold"
+    assert verdict_gain(-1.82, -3.0, -1.0, 10)[0] == "holds"               # the paper's FedProx-above cell
+    assert verdict_gain(-1.82, 0.5, 1.0, 10)[0] == "does not hold"
+    assert verdict_gain(7.19, 1.0, 2.0, 1)[0] == "inconclusive"
+    assert verdict_equivalence(1.0, 0.95, 1.05, 5)[0] == "holds"
+    assert verdict_equivalence(1.0, 1.2, 1.3, 5)[0] == "does not hold"
+    assert verdict_equivalence(1.0, 0.95, 1.2, 5)[0] == "inconclusive"
+    assert verdict_direction(-1, -0.3, -0.1, 5)[0] == "holds"
+    assert verdict_direction(-1, 0.1, 0.3, 5)[0] == "does not hold"
+    assert verdict_direction(-1, -0.1, 0.3, 5)[0] == "inconclusive"
+    assert half_unit("7.19") == pytest.approx(0.005) and half_unit("12.0") == pytest.approx(0.05)
+
+
+def _gains(root, ds, mu, key):
+    out = []
+    for seed in SEEDS:
+        up = json.loads((root / "runs" / f"{ds}_up_{mu}_{seed}" / "summary.json").read_text())["final"][key]
+        prox = json.loads((root / "runs" / f"{ds}_prox_{mu}_{seed}" / "summary.json").read_text())["final"][key]
+        out.append((up - prox) * 100)
+    return out
+
+
+def test_table1_rows_verdicts_and_intervals(page):
+    f, root = page["frame"], page["root"]
+    expect = {("synthetic_1_1", 1.0): "does not hold", ("synthetic_0_0", 0.1): "holds",
+              ("synthetic_iid", 0.1): "inconclusive"}
+    for (ds, mu), verdict in expect.items():
+        for key in ("train_acc", "test_acc"):
+            row = f.loc[f"table1/{ds}/mu{mu:g}/{key}"]
+            ci = mean_interval(_gains(root, ds, mu, key))
+            assert row["verdict"] == verdict
+            assert row["n_pairs"] == 5
+            assert row["ours"] == pytest.approx(ci.mean) and row["ci_low"] == pytest.approx(ci.low)
+            assert row["ci_high"] == pytest.approx(ci.high)
+            up, prox = table1_value(ds, "upcycled", mu), table1_value(ds, "fedprox", mu)
+            assert row["paper"] == pytest.approx(up[key == "test_acc"] - prox[key == "test_acc"])
+    assert "smaller than the paper's" in f.loc["table1/synthetic_1_1/mu1/train_acc", "why"]
+
+
+def test_diverged_runs_are_left_out_and_said_so(page):
+    assert page["frame"].loc["table1/synthetic_0_0/mu0.1/train_acc", "n_pairs"] == 5
+    assert "1 of" in page["md"] and "flagged 'diverged'" in page["md"]
+
+
+def test_not_measured_rows_say_why(page):
+    f = page["frame"]
+    fem = f.loc["table1/femnist/mu0.3/train_acc"]
+    assert fem["verdict"] == "not measured here" and "excluded from this pipeline run" in fem["why"]
+    sent = f.loc["table1/sent140/mu0.1/test_acc"]
+    assert sent["verdict"] == "not measured here" and "real data was not downloaded" in sent["why"]
+    assert f.loc["table1/synthetic_1_1/mu0.5/train_acc", "verdict"] == "not measured here"
+    objective = f[f.index.str.startswith("privacy/objective/")]
+    assert len(objective) == 4 and set(objective["verdict"]) == {"not measured here"}
+    assert set(f[f.index.str.startswith("fig12/")]["verdict"]) == {"not measured here"}
+    assert f.loc["fig4/femnist/none/train_acc", "verdict"] == "not measured here"
+    assert "| not measured here" not in page["md"] or "**not measured here**" in page["md"]
+
+
+def test_spread_across_draws(page):
+    row = page["frame"].loc["table1/synthetic_1_1/mu1/train_acc"]
+    assert row["draws_n"] == 3
+    assert row["draws_min"] == pytest.approx(0.5) and row["draws_max"] == pytest.approx(7.0)
+    assert row["draws_above_zero"] == 3 and row["draws_below_zero"] == 0
+    assert math.isnan(page["frame"].loc["table1/synthetic_0_0/mu0.1/train_acc", "draws_n"])
+    assert "0.50 to +7.00 over 3 draws" in page["md"]
+
+
+def test_time_and_lambda_claims(page):
+    f = page["frame"]
+    eq = f.loc["time/equal_iterations"]
+    # At 8 iterations FedProx trains 8 times (8 s), Upcycled-FL 4 times + 4 free steps (4.004 s): 49.95% less;
+    # at 8 training rounds Upcycled-FL has also made 8 free steps (its 16th iteration included): 8.008 s.
+    assert eq["ours"] == pytest.approx((1 - 4.004 / 8) * 100) and eq["verdict"] == "holds"
+    rounds = f.loc["time/equal_rounds"]
+    assert rounds["ours"] == pytest.approx(8.008 / 8) and rounds["verdict"] == "holds"
+    lam = f.loc["fig2/lambda_sweep/synthetic_0.5_0.5"]
+    assert lam["verdict"] == "holds" and lam["ours"] < 0 and lam["n_pairs"] == 5
+
+
+def test_privacy_claims_and_marks(page):
+    f = page["frame"]
+    loss = f.loc["privacy/output/privacy_loss/sound"]
+    assert loss["ours"] == pytest.approx(50.0) and loss["verdict"] == "holds" and loss["paper"] == 12.0
+    assert loss["meaningful_guarantee"] == "no" and "worst device 14000" in loss["privacy_level"]
+    acc = f.loc["privacy/output/train_acc"]
+    assert acc["n_pairs"] == 10 and acc["ours"] == pytest.approx(1.0) and acc["verdict"] == "does not hold"
+    assert f.loc["privacy/output/time", "verdict"] == "holds"
+    assert "no meaningful guarantee (ε > 10)" in page["md"]
+
+
+def test_page_states_the_rule_and_counts(page):
+    md = page["md"]
+    assert "Verdict rule." in md and "inconclusive" in md
+    counts = page["frame"]["verdict"].value_counts()
+    assert f"{counts['holds']} holds" in md and f"{counts['not measured here']} not measured here" in md
+    assert set(page["frame"]["verdict"]) <= {"holds", "does not hold", "inconclusive", "not measured here"}
+
+
+def test_draws_table_and_figure(page, tmp_path):
+    csv = page["csv"]
+    table, figure = tmp_path / "tables" / "table1_draws", tmp_path / "figures" / "table1_draws"
+    assert main(["report", "draws", "--runs", str(csv), "--experiment", "table1_draws", "--reference-runs", str(csv),
+                 "--reference-experiment", "table1", "--out-prefix", str(table), "--figure-prefix", str(figure)]) == 0
+    frame = pd.read_csv(f"{table}.csv", comment="#")
+    sub = frame[(frame["setting"] == "synthetic_1_1") & (frame["metric"] == "train_acc")]
+    ref = sub[sub["source"] == "paper's draw"].iloc[0]
+    assert ref["gain_mean"] == pytest.approx(0.7) and ref["n_pairs"] == 5
+    assert ref["paper_gain"] == pytest.approx(82.88 - 75.69)
+    draws = sub[sub["source"] == "fresh draw"].set_index("draw")
+    assert sorted(draws.index) == [0, 1, 2] and draws.loc[2, "dataset"] == "fresh_one"
+    assert draws.loc[0, "gain_mean"] == pytest.approx(7.0) and draws.loc[1, "gain_mean"] == pytest.approx(0.5)
+    ci = mean_interval([gains_for(0.5, 0.2, s) * 100 for s in (1, 2, 3)])
+    assert draws.loc[1, "gain_ci_low"] == pytest.approx(ci.low) and draws.loc[1, "n_pairs"] == 3
+    md = Path(f"{table}.md").read_text()
+    assert "3 / 0 of 3" in md and "+7.19" in md
+    assert Path(f"{figure}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and Path(f"{figure}.pdf").stat().st_size > 0
+    assert len(pd.read_csv(f"{figure}.csv", comment="#")) == len(frame)
+
+
+def test_sensitivity_table(tmp_path):
+    specs, expected = [], {}
+    combos = {("bernoulli", "partial"): 1.0, ("exact", "partial"): 2.0, ("bernoulli", "drop"): 3.0,
+              ("exact", "drop"): -1.0}
+    for (draw, policy), gain in combos.items():
+        devices = {"frac": 0.3, "straggler": 0.9, "straggler_draw": draw, "straggler_policy": policy}
+        for seed in (1, 2, 3):
+            g = gains_for(gain, 0.4, seed)
+            specs.append("s:" + make_run(tmp_path, f"prox_{draw}_{policy}_{seed}", "synthetic_1_1", "fedprox", seed,
+                                         (0.75, 0.75), 8, devices=devices))
+            specs.append("s:" + make_run(tmp_path, f"up_{draw}_{policy}_{seed}", "synthetic_1_1", "upcycled", seed,
+                                         (0.75 + g, 0.75 + g), 16, 1.0, 0.43, devices=devices))
+        expected[(draw, policy)] = mean_interval([gains_for(gain, 0.4, s) * 100 for s in (1, 2, 3)])
+    csv = tmp_path / "runs.csv"
+    assert main(["report", "runs", "--out", str(csv), *specs]) == 0
+    runs = pd.read_csv(csv)
+    assert set(runs["straggler_draw"]) == {"bernoulli", "exact"} and set(runs["policy"]) == {"partial", "drop"}
+    prefix = tmp_path / "sens"
+    assert main(["report", "sensitivity", "--runs", str(csv), "--experiment", "s", "--out-prefix", str(prefix)]) == 0
+    frame = pd.read_csv(f"{prefix}.csv", comment="#")
+    assert len(frame) == 4
+    for r in frame.to_dict("records"):
+        ci = expected[(r["straggler_draw"], r["policy"])]
+        assert r["train_acc_gain_mean"] == pytest.approx(ci.mean) and r["train_acc_gain_ci_low"] == pytest.approx(ci.low)
+        assert r["n_pairs"] == 3 and r["default"] == ((r["straggler_draw"], r["policy"]) == ("bernoulli", "partial"))
+    md = Path(f"{prefix}.md").read_text().splitlines()
+    first = next(line for line in md if line.startswith("| Synthetic(1,1)"))
+    assert "| bernoulli | partial |" in first
