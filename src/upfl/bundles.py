@@ -162,6 +162,10 @@ def _finished(entry: Path, cfg: cfgmod.RunConfig) -> bool:
             and summary.get("upfl_version") == version and summary.get("git_commit") == commit)
 
 
+def _acc(value: Any) -> str:
+    return "n/a" if value is None else f"{value:.4f}"
+
+
 def _copy_results(src: Path, dst: Path) -> None:
     for name in RESULT_FILES:
         write_text(dst / name, (src / name).read_text(encoding="utf-8"))
@@ -196,7 +200,10 @@ def train_entry(entry: dict[str, Any], threads: int, store: str | None) -> dict[
             if kept is not None:
                 _copy_results(out, kept)
             f = summary["final"]
-            log(f"final iteration {f['iteration']}: train_acc {f['train_acc']:.4f} test_acc {f['test_acc']:.4f}")
+            if summary.get("diverged"):  # a result (summary.json records it), as `upfl run`'s exit status 3
+                d = summary["diverged"]
+                log(f"diverged at iteration {d['iteration']} ({d['kind']}): {d['what']}; summary.json records it")
+            log(f"final iteration {f['iteration']}: train_acc {_acc(f['train_acc'])} test_acc {_acc(f['test_acc'])}")
             return {"id": rid, "status": "trained", "seconds": time.perf_counter() - start, "error": None}
         except Exception as e:  # noqa: BLE001 - one run's failure must not stop the bundle
             log_file.write(traceback.format_exc())
