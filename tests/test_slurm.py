@@ -1,5 +1,6 @@
 """The SLURM profile for real: a tiny workflow submitted through `--workflow-profile profiles/slurm` to a
-single-node SLURM cluster on localhost (tests/slurm_cluster.py), one training job asking for the GPU.
+single-node SLURM cluster on localhost (tests/slurm_cluster.py): one bundled CPU job training three runs and
+one GPU job training two runs at once (`runs_per_gpu: 2`), two submissions for five runs.
 
 Needs root and `apt-get install slurmctld slurmd slurm-client munge` (.ci/run installs them); without
 them the test fails and says so. Run only this test with `python -m pytest -m slurm`.
@@ -17,6 +18,7 @@ import pytest
 import yaml
 
 from slurm_cluster import SlurmClusterError, slurm_cluster
+from upfl.bundles import form_bundles
 from upfl.experiments import build_plan
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,6 +40,7 @@ datasets:
 experiments:
   cpu_runs:
     set: {devices.straggler: 0.9}
+    job: {runs_per_job: 8}
     groups:
       - datasets: [synthetic_iid]
         runs:
@@ -46,11 +49,12 @@ experiments:
           - {algorithm: upcycled, rounds: 4, mu: 1, lam: 0.43}
   gpu_runs:
     set: {devices.straggler: 0.5}
-    job: {gpus: 1}
+    job: {gpus: 1, runs_per_job: 8, runs_per_gpu: 2}
     groups:
       - datasets: [synthetic_iid]
         runs:
           - {algorithm: fedprox, rounds: 2, mu: 1}
+          - {algorithm: fedavg, rounds: 2}
 """
 
 
@@ -77,12 +81,15 @@ def workflow_copy(tmp_path: Path) -> Path:
     return wd
 
 
-def test_slurm_profile_runs_the_training_jobs_on_slurm_with_a_gpu(cluster, tmp_path):
+def test_slurm_profile_runs_bundled_training_jobs_on_slurm_with_a_gpu(cluster, tmp_path):
     wd = workflow_copy(tmp_path)
     plan = build_plan(yaml.safe_load(CONFIG))
+    bundles = form_bundles(plan.runs)
     runs = sorted(plan.runs)
-    gpu_runs = [r for r in runs if plan.runs[r].job["gpus"] == 1]
-    assert len(runs) == 4 and len(gpu_runs) == 1
+    assert len(runs) == 5 and len(bundles) == 2
+    gpu_bundle = next(b for b in bundles.values() if b.job["gpus"] == 1)
+    cpu_bundle = next(b for b in bundles.values() if b.job["gpus"] == 0)
+    assert len(gpu_bundle.run_ids) == 2 and gpu_bundle.job["runs_per_gpu"] == 2 and len(cpu_bundle.run_ids) == 3
     targets = [f"results/runs/{r}/summary.json" for r in runs]
     # Jobs inherit the submitting environment (the plugin submits with `sbatch --export=ALL`): put this
     # interpreter's bin folder (upfl, snakemake) first on PATH so the jobs find them without an activated venv.
@@ -97,18 +104,27 @@ def test_slurm_profile_runs_the_training_jobs_on_slurm_with_a_gpu(cluster, tmp_p
     (tmp_path / "snakemake.log").write_text(log)
     assert proc.returncode == 0, f"snakemake exited {proc.returncode} after {elapsed:.0f} s:\n{log[-6000:]}\n{cluster.logs()}"
 
-    for target in targets:
-        assert (wd / target).stat().st_size > 0, target
+    # Every run of every bundle finished, with its own result folder and log.
+    for rid in runs:
+        assert (wd / "results" / "runs" / rid / "summary.json").stat().st_size > 0, rid
+        assert (wd / "results" / "runs" / rid / "metrics.csv").stat().st_size > 0, rid
+        assert "final iteration" in (wd / "results" / "logs" / "train" / f"{rid}.log").read_text(), rid
+    bundle_logs = {}
+    for b in bundles.values():
+        text = (wd / "results" / "logs" / "bundles" / f"{b.name}.log").read_text()
+        bundle_logs[b.name] = text
+        assert f"{len(b.run_ids)} trained, 0 restored, 0 failed" in text, text
+        assert all(f"trained {rid} " in text for rid in b.run_ids), text
+    assert f"2 runs, 2 at a time" in bundle_logs[gpu_bundle.name]
 
-    # Every training job was submitted with sbatch (none ran locally), on the profile's partition.
+    # One sbatch per bundle (none ran locally), on the profile's partition; only the GPU bundle asked for the GPU.
     calls = [line.strip() for line in log.splitlines() if "sbatch call:" in line]
     submitted = dict(re.findall(r"Job (\d+) has been submitted with SLURM jobid (\d+)", log))
-    assert len(calls) == len(runs) and len(submitted) == len(runs), log[-6000:]
+    assert len(calls) == len(bundles) and len(submitted) == len(bundles), log[-6000:]
     assert all(re.search(r" -p '?gpu'? ", c) for c in calls), calls
-    # The GPU run's submission, and only it, asked for the GPU.
     gpu_calls = [c for c in calls if "--gpus=1" in c]
     assert len(gpu_calls) == 1, calls
-    assert f"--comment rule_train_wildcards_{gpu_runs[0].replace('/', '_')} " in gpu_calls[0], gpu_calls[0]
+    assert f"--comment rule_train_bundle_{gpu_bundle.name} " in gpu_calls[0], gpu_calls[0]
 
     # SLURM ran them: every job completed on the node; the GPU job asked SLURM for gres:gpu:1 and SLURM gave
     # it one (the gres plugin sets CUDA_VISIBLE_DEVICES in the job; the job step logs its environment).
@@ -116,9 +132,9 @@ def test_slurm_profile_runs_the_training_jobs_on_slurm_with_a_gpu(cluster, tmp_p
     assert all(j["JobState"] == "COMPLETED" and j["NodeList"] == cluster.node for j in jobs.values()), jobs
     gpu_jobs = [jobid for jobid, j in jobs.items() if j.get("TresPerJob") == "gres:gpu:1"]
     assert len(gpu_jobs) == 1, {jobid: j.get("TresPerJob") for jobid, j in jobs.items()}
-    slurm_logs = {p.stem: p for p in (wd / ".snakemake" / "slurm_logs" / "rule_train").rglob("*.log")}
+    slurm_logs = {p.stem: p for p in (wd / ".snakemake" / "slurm_logs").rglob("*.log")}
     assert sorted(slurm_logs) == sorted(submitted.values()), slurm_logs
-    assert gpu_runs[0].replace("/", "_") == slurm_logs[gpu_jobs[0]].parent.name
+    assert slurm_logs[gpu_jobs[0]].parent.name == f"rule_train_bundle_{gpu_bundle.name}"
     for jobid, path in slurm_logs.items():
         text = path.read_text()
         assert "1 of 1 steps (100%) done" in text, text[-3000:]
@@ -127,4 +143,6 @@ def test_slurm_profile_runs_the_training_jobs_on_slurm_with_a_gpu(cluster, tmp_p
     print(f"\nsnakemake through profiles/slurm: {elapsed:.1f} s")
     print("\n".join(re.sub(r" --wrap=.*", " --wrap=...", c) for c in calls))
     print("\n".join(line.strip() for line in log.splitlines() if "has been submitted with SLURM jobid" in line))
+    for name, text in bundle_logs.items():
+        print(f"results/logs/bundles/{name}.log:\n{text}")
     print(f"GPU job {gpu_jobs[0]}: TresPerJob={jobs[gpu_jobs[0]]['TresPerJob']}, CUDA_VISIBLE_DEVICES=0 in its log")

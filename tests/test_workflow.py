@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from upfl.bundles import form_bundles
 from upfl.experiments import ExperimentError, build_plan, fmt_number, run_id
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,6 +51,13 @@ def job_counts(output: str) -> dict[str, int]:
             break
         counts[parts[0]] = int(parts[1])
     return counts
+
+
+def trained_runs(counts: dict[str, int], config: dict) -> int:
+    """Runs the listed jobs train: one per `train` job, a bundle's runs per `train_bundle_<name>` job."""
+    bundles = form_bundles(build_plan(config).runs)
+    return counts.get("train", 0) + sum(len(bundles[name[len("train_bundle_"):]].run_ids) * n
+                                        for name, n in counts.items() if name.startswith("train_bundle_"))
 
 
 def expected_training_runs(config: dict) -> int:
@@ -108,7 +116,10 @@ def test_dry_run_lists_every_run_of_the_paper(tmp_path, preset):
     config["preset"] = preset
     proc = snakemake(wd, "-n", "--config", f"preset={preset}")
     counts = job_counts(proc.stdout)
-    assert counts["train"] == expected_training_runs(config)
+    assert trained_runs(counts, config) == expected_training_runs(config)
+    bundles = form_bundles(build_plan(config).runs)
+    assert counts.get("train", 0) == 0 and sum(n.startswith("train_bundle_") for n in counts) == len(bundles)
+    assert len(list((wd / "results" / "bundles").glob("*.json"))) == len(bundles)  # the specs, written at parse time
     # The full config trains on the paper's four released sets (16 files, 4 conversions) and generates the
     # fresh draws of table1_draws; the quick preset stays offline on the generator's draws.
     preset_cfg = config["presets"].get(preset, {}) if preset != "full" else {}
@@ -141,8 +152,10 @@ def test_dry_run_lists_every_run_of_the_paper(tmp_path, preset):
 def test_single_target_builds_only_what_it_needs(tmp_path):
     proc = snakemake(workflow_copy(tmp_path), "-n", "fig2")
     counts = job_counts(proc.stdout)
-    # Figure 2 left: 3 algorithms on Synthetic(0.5,0.5) and on Femnist; right: 5 steps (FedProx shared); 3 seeds
-    assert counts["train"] == 3 * 3 + 3 * 3 + 5 * 3
+    # Figure 2 left: 3 algorithms on Synthetic(0.5,0.5) and on Femnist; right: 5 steps (FedProx shared); 3 seeds.
+    # Bundles hold runs of other experiments too: at least these runs, far fewer than the paper's.
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    assert 3 * 3 + 3 * 3 + 5 * 3 <= trained_runs(counts, config) < expected_training_runs(config) / 3
     assert counts["paper_dataset"] == 1 and "accuracy_table" not in counts
     assert counts["fetch_archive"] == 4 + 1 + 2, "Synthetic(0.5,0.5)'s four files, by_class and FEMNIST's index"
 
@@ -242,8 +255,14 @@ def test_tiny_preset_end_to_end_then_nothing_to_do(tmp_path):
     assert "table1.csv" in report and "fig_tiny.png" not in report
 
 
-def test_sigint_in_the_middle_then_restart_finishes_cleanly(tmp_path):
-    wd = tiny_workflow(tmp_path, rounds=400)
+@pytest.mark.parametrize("runs_per_job", [1, 4])
+def test_sigint_in_the_middle_then_restart_finishes_cleanly(tmp_path, runs_per_job):
+    """One run per job, and bundles of about 4 runs: an interrupted bundle restarts, its finished runs are
+    restored (not retrained) and its interrupted run resumes from its checkpoint."""
+    # A bundle trains its runs one after another: shorter runs still leave most of them unfinished.
+    wd = tiny_workflow(tmp_path, rounds=400 if runs_per_job == 1 else 120)
+    config = wd / "config" / "config.yaml"
+    config.write_text(config.read_text() + f"job_defaults: {{runs_per_job: {runs_per_job}}}\n")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     # A shell without job control starts background commands with SIGINT ignored, and an ignored signal
     # is inherited: restore the default so snakemake sees Ctrl-C as in a terminal, however pytest was started.
@@ -259,6 +278,9 @@ def test_sigint_in_the_middle_then_restart_finishes_cleanly(tmp_path):
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode != 0, out.decode(errors="replace")[-4000:]
     done_before = {p.parent for p in runs.rglob("summary.json")}
+    interrupted = list(runs.rglob(".checkpoints/*/state.pt"))
+    bundle_logs = wd / "results" / "logs" / "bundles"
+    logs_before = {p: p.read_text() for p in bundle_logs.glob("*.log")} if runs_per_job > 1 else {}
     total = 12
     assert len(done_before) < total, "the workflow finished before it could be interrupted"
     for summary in runs.rglob("summary.json"):
@@ -272,6 +294,100 @@ def test_sigint_in_the_middle_then_restart_finishes_cleanly(tmp_path):
         rows = (d / "metrics.csv").read_text().splitlines()
         assert len(rows) == 1 + 1 + int(d.parent.name[1:]), d
     assert not list((wd / "results").rglob("*.tmp*"))
+    if runs_per_job > 1:
+        # Every run is reported once, as trained or restored; a rerun bundle restores (does not retrain) the
+        # runs that had finished before the interrupt; the interrupted runs resume from their checkpoints.
+        status = {}
+        for log in bundle_logs.glob("*.log"):
+            rerun = logs_before.get(log) != log.read_text()
+            for line in log.read_text().splitlines():
+                if line.startswith("["):
+                    _, state, rid = line.split()[:3]
+                    status[rid] = state
+                    assert not (rerun and state == "trained" and runs / rid in done_before), line
+        assert len(status) == total and set(status.values()) <= {"trained", "restored"}, status
+        run_logs = "".join(p.read_text() for p in (wd / "results" / "logs" / "train").rglob("*.log"))
+        assert ("resuming from" in run_logs) == bool(interrupted)
+    again = snakemake(wd, "--cores", "2", "-n")
+    assert "Nothing to be done" in again.stdout + again.stderr
+
+
+BUNDLED = """\
+preset: full
+seeds: [0, 1]
+run_defaults:
+  device: cpu
+  solver: {epochs: 2, batch_size: 32, lr: 0.05, momentum: 0.5}
+  devices: {frac: 0.3}
+  evaluation: {every: 1}
+  checkpoint: {every: 1}
+job_defaults: {runs_per_job: 3}
+datasets:
+  synthetic_iid: {source: synthetic}
+experiments:
+  first:
+    set: {devices.straggler: 0.9}
+    groups:
+      - datasets: [synthetic_iid]
+        runs:
+          - {algorithm: fedavg, rounds: 3}
+          - {algorithm: fedprox, rounds: 3, mu: [0.5, 1]}
+  second:
+    set: {devices.straggler: 0.5}
+    groups:
+      - datasets: [synthetic_iid]
+        runs:
+          - {algorithm: fedprox, rounds: 3, mu: 1}
+          - {algorithm: upcycled, rounds: 6, mu: 1, lam: LAM}
+  shared:
+    set: {devices.straggler: 0.9}
+    groups:
+      - datasets: [synthetic_iid]
+        runs:
+          - {algorithm: fedavg, rounds: 3}
+"""
+
+
+def trained_in_logs(wd: Path) -> list[str]:
+    """Run ids that `upfl run-many` reported as trained (not restored) in the bundle logs."""
+    ids = []
+    for log in (wd / "results" / "logs" / "bundles").glob("*.log"):
+        ids += [line.split()[2] for line in log.read_text().splitlines() if line.split()[1:2] == ["trained"]]
+    return ids
+
+
+def test_bundled_runs_train_once_and_an_edit_retrains_only_the_changed_runs(tmp_path):
+    wd = workflow_copy(tmp_path)
+    config_file = wd / "config" / "config.yaml"
+    config_file.write_text(BUNDLED.replace("LAM", "0.43"))
+    config = yaml.safe_load(config_file.read_text())
+    plan = build_plan(config)
+    assert len(plan.runs) == 10 and len(plan.runs[next(r for r in plan.runs if "fedavg" in r)].experiments) == 2
+    snakemake(wd, "--cores", "2")
+    first = trained_in_logs(wd)
+    assert sorted(first) == sorted(plan.runs)  # every run trained, the shared fedavg runs once
+    for rid in plan.runs:
+        assert (wd / "results" / "runs" / rid / "summary.json").exists()
+        assert "final iteration" in (wd / "results" / "logs" / "train" / f"{rid}.log").read_text()
+    stamps = {rid: (wd / "results" / "runs" / rid / "summary.json").stat().st_mtime_ns for rid in plan.runs}
+    for log in (wd / "results" / "logs" / "bundles").glob("*.log"):
+        log.unlink()
+
+    # Edit one experiment: `second`'s Upcycled-FL lambda. Only bundles holding its new runs are scheduled.
+    config_file.write_text(BUNDLED.replace("LAM", "0.21"))
+    edited = build_plan(yaml.safe_load(config_file.read_text()))
+    new = sorted(set(edited.runs) - set(plan.runs))
+    assert len(new) == 2 and all("lam0.21" in r for r in new)
+    bundles = form_bundles(edited.runs)
+    dry = snakemake(wd, "--cores", "2", "-n")
+    scheduled = [name[len("train_bundle_"):] for name in job_counts(dry.stdout) if name.startswith("train_bundle_")]
+    assert scheduled and all(set(bundles[b].run_ids) & set(new) for b in scheduled), scheduled
+    assert all(bundles[b].experiment == "second" for b in scheduled)
+    snakemake(wd, "--cores", "2")
+    assert sorted(trained_in_logs(wd)) == new
+    for rid in plan.runs:
+        if rid in edited.runs and plan.runs[rid].experiments[0] != "second":
+            assert (wd / "results" / "runs" / rid / "summary.json").stat().st_mtime_ns == stamps[rid], rid
     again = snakemake(wd, "--cores", "2", "-n")
     assert "Nothing to be done" in again.stdout + again.stderr
     # `--report` reports what exists: a figure that was never built (a single target, another preset) is left out.

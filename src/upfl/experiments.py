@@ -21,7 +21,7 @@ from .draws import resolve_straggler_policy
 
 OUTPUT_KINDS = ("table1", "time", "convergence", "lambda_sweep", "privacy_table", "privacy_tradeoff", "momentum_table",
                 "bases_table", "momentum_curves", "schedule_figure", "draws", "sensitivity")
-JOB_KEYS = ("gpus", "threads", "runtime", "mem_mb")
+JOB_KEYS = ("gpus", "threads", "runtime", "mem_mb", "runs_per_job", "runs_per_gpu")
 ENTRY_KEYS = {"algorithm", "rounds", "mu", "lam", "step", "schedule", "model", "set"}
 
 
@@ -228,7 +228,8 @@ def build_plan(config: dict[str, Any]) -> Plan:
         ids: list[str] = []
         exp_seeds = [int(s) for s in exp.get("seeds", seeds)]
         for gi, group in enumerate(exp.get("groups", [])):
-            job = {**{"gpus": 0, "threads": 1, "runtime": 60, "mem_mb": 4000}, **config.get("job_defaults", {}),
+            job = {**{"gpus": 0, "threads": 1, "runtime": 60, "mem_mb": 4000, "runs_per_job": 1, "runs_per_gpu": 1},
+                   **config.get("job_defaults", {}),
                    **exp.get("job", {}), **group.get("job", {})}
             group_seeds = [int(s) for s in group.get("seeds", exp_seeds)]
             for ds in group["datasets"]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import math
@@ -112,8 +113,10 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+@functools.lru_cache(maxsize=8)
 def git_commit(cwd: str | os.PathLike | None = None) -> str | None:
-    """The git commit of the working tree (with ``-dirty`` when modified), or None."""
+    """The git commit of the working tree (with ``-dirty`` when modified), or None. Read once per process
+    (the code a process runs is the code it imported; `upfl run-many` trains many runs per process)."""
     here = Path(cwd) if cwd is not None else Path(__file__).resolve().parent
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,

@@ -153,18 +153,20 @@ def _metrics_csv(rows: list[dict[str, Any]], columns: list[str]) -> str:
 
 
 def run(cfg: cfgmod.RunConfig, out: str | Path, log=print, stop_after: int | None = None,
-        force: bool = False) -> dict[str, Any]:
+        force: bool = False, data: FederatedDataset | None = None) -> dict[str, Any]:
     """Run one configuration; write OUT/metrics.csv and OUT/summary.json atomically; resume from a checkpoint.
 
     A non-finite weight vector or loss stops the run: its summary records ``diverged`` (see
     :mod:`upfl.divergence`). OUT is checked before any work (:func:`upfl.runfolder.check_out`).
+    ``data``: the data set at ``cfg.data.path`` when the caller has loaded it already (``upfl run-many``
+    loads each data set once per bundle); it is only read.
     """
     cfg = cfgmod.validate(cfg)
     out = check_out(out, cfgmod.config_hash(cfg), force)
     device = resolve_device(cfg.device)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    data = load_leaf(cfg.data.path)
+    data = data if data is not None else load_leaf(cfg.data.path)
     sim = Simulation(cfg, data, device)
     log(f"{cfg.data.path}: {sim.num_classes} classes ({data.num_classes_source}), "
         f"{len(sim.devices)} training devices, {data.test_samples} test samples")

@@ -6,6 +6,7 @@ import shlex
 import sys
 
 from upfl.data.sources import DATASET_SOURCES, PAPER_SET_SOURCES, SOURCES
+from upfl.bundles import bundle_spec, form_bundles, write_spec_if_changed
 from upfl.experiments import ExperimentError, build_plan, output_files, resolve_preset
 
 try:
@@ -18,6 +19,10 @@ except ExperimentError as e:
 RESOURCES = CONFIG.get("resources_dir", "resources")
 RUNS = PLAN.runs
 OUTPUTS = PLAN.outputs
+# Runs with `job.runs_per_job` > 1 are trained in bundles (upfl.bundles, one job each); the others one per job.
+BUNDLES = form_bundles(RUNS)
+BUNDLE_OF = {r: b.name for b in BUNDLES.values() for r in b.run_ids}
+SINGLE_RUNS = [r for r in RUNS if r not in BUNDLE_OF]
 
 
 def _alternation(names):
@@ -27,7 +32,7 @@ def _alternation(names):
 wildcard_constraints:
     dataset=_alternation(CONFIG["datasets"]),
     experiment=_alternation(PLAN.experiments),
-    run=_alternation(RUNS),
+    run=_alternation(SINGLE_RUNS),
 
 
 def datasets_of(source):
@@ -107,6 +112,21 @@ def dataset_dir(name):
 
 def run_dir(run):
     return f"results/runs/{run}"
+
+
+def run_log(run):
+    return f"results/logs/train/{run}.log"
+
+
+# Each bundle's spec (what `upfl run-many` trains: per run its id, data, result folder, log, config) is
+# written when the workflow is parsed, and only when its content changed: an edit of a run makes its spec
+# newer than the bundle's outputs (Snakemake's mtime trigger), an unchanged bundle is left alone. A rule
+# could not do this cheaply: a `run:` job is a Snakemake subprocess, and a spec is too long for a shell argument.
+BUNDLE_SPECS = {
+    b.name: write_spec_if_changed(f"results/bundles/{b.name}.json",
+                                  bundle_spec(b, RUNS, dataset_dir, run_dir, run_log))
+    for b in BUNDLES.values()
+}
 
 
 def run_data(wildcards):

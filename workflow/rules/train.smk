@@ -1,7 +1,10 @@
-# One job per run of the grid; identical runs requested by several experiments are one job.
+# Training. Runs with `job.runs_per_job: 1` are one job each (rule `train`); the others are trained in
+# bundles (upfl.bundles, config/README.md "Many runs per job"): one rule per bundle, one output set per run,
+# one process (`upfl run-many`) per job, reading the bundle's spec results/bundles/<name>.json (common.smk).
+# Identical runs requested by several experiments are one run.
 # `resources: gpu` comes from the experiment's `job.gpus`; the run itself picks its device (`device: auto`).
 # Exit status 3 is a diverged run: its summary.json records `diverged` and the report marks its cell, so the
-# job succeeds; any other non-zero status fails the job.
+# job succeeds; any other non-zero status fails the job (a bundle records a diverged run and goes on).
 
 
 rule train:
@@ -25,3 +28,27 @@ rule train:
     shell:
         "upfl run --data {input} --out {params.out} --threads {threads} {params.flags} > {log} 2>&1 "
         "|| [ $? -eq 3 ]"
+
+
+for _bundle in BUNDLES.values():
+
+    rule:
+        name:
+            f"train_bundle_{_bundle.name}"
+        input:
+            spec=BUNDLE_SPECS[_bundle.name],
+            data=sorted({dataset_dir(RUNS[r].dataset) for r in _bundle.run_ids}),
+        output:
+            [f"{run_dir(r)}/{f}" for r in _bundle.run_ids for f in ("metrics.csv", "summary.json")],
+        log:
+            bundle=f"results/logs/bundles/{_bundle.name}.log",
+            runs=[run_log(r) for r in _bundle.run_ids],
+        benchmark:
+            f"results/benchmarks/bundles/{_bundle.name}.tsv"
+        threads: _bundle.job["threads"]
+        resources:
+            gpu=_bundle.job["gpus"],
+            runtime=_bundle.job["runtime"],
+            mem_mb=_bundle.job["mem_mb"],
+        shell:
+            "upfl run-many --spec {input.spec} > {log.bundle} 2>&1"

@@ -1,0 +1,191 @@
+"""The pipeline's wall time: the synthetic half of the paper from a clean results folder, bundled against
+one run per job, measured in one go.
+
+    python benchmarks/pipeline.py                  # quick preset and every synthetic experiment, both layouts
+    python benchmarks/pipeline.py --parts quick    # the quick preset only
+    python benchmarks/pipeline.py --layouts bundled --cores 2
+
+Each (part, layout) runs `snakemake --cores N` in a fresh copy of the workflow (Snakefile, workflow/, config/,
+profiles/; new resources/ and results/), so data generation, training, reports and Snakemake's own cost are
+all in the wall time. Parts: `quick` (config/quick.yaml's preset) and `synthetic` (config/config.yaml with
+the real-data sources excluded: every synthetic experiment of the config, found from the config, not from a
+list here). Layouts: `bundled` (the config's `runs_per_job`) and `single` (every `runs_per_job` set to 1:
+one `upfl run` job per run, the previous layout).
+
+Figures per (part, layout): completed (false when `--max-seconds` stopped it), jobs, runs, wall time, time inside runs (sum of the runs' `summary.json`
+`time.total_s`), training-job time (sum of the Snakemake benchmark files of the training jobs), start-up
+share (1 - time inside runs / training-job time), load average before and after. Writes
+benchmarks/results/pipeline.json (figures of parts not run this time are kept from the previous file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import csv
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from upfl.experiments import build_plan  # noqa: E402
+
+OUT = ROOT / "benchmarks" / "results" / "pipeline.json"
+REAL_SOURCES = ["femnist", "sent140", "leaf"]
+GOALS_S = {"quick": 75.0, "synthetic": 360.0}
+
+
+def part_config(part: str) -> dict:
+    """The workflow config of a part: the quick preset, or the full config without real data."""
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    if part == "quick":
+        config.update(yaml.safe_load((ROOT / "config" / "quick.yaml").read_text()))
+    else:
+        config["preset"] = "full"
+        config["exclude_sources"] = sorted(set(config.get("exclude_sources", [])) | set(REAL_SOURCES))
+    return config
+
+
+def one_run_per_job(config: dict) -> dict:
+    """The previous layout: `runs_per_job: 1` wherever a job mapping sets it (defaults, presets, experiments, groups)."""
+    config = copy.deepcopy(config)
+
+    def patch(job: dict | None) -> dict:
+        return {**(job or {}), "runs_per_job": 1, "runs_per_gpu": 1}
+
+    config["job_defaults"] = patch(config.get("job_defaults"))
+    for preset in config.get("presets", {}).values():
+        if "job_defaults" in preset:
+            preset["job_defaults"] = patch(preset["job_defaults"])
+    for exp in config.get("experiments", {}).values():
+        if "job" in exp:
+            exp["job"] = patch(exp["job"])
+        for group in exp.get("groups", []):
+            if "job" in group:
+                group["job"] = patch(group["job"])
+    return config
+
+
+def workflow_copy(dest: Path, config: dict) -> Path:
+    dest.mkdir(parents=True)
+    shutil.copy(ROOT / "Snakefile", dest)
+    for folder in ("workflow", "config", "profiles"):
+        shutil.copytree(ROOT / folder, dest / folder)
+    (dest / "config" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    return dest
+
+
+def benchmark_seconds(files: list[Path]) -> float:
+    total = 0.0
+    for f in files:
+        with open(f, newline="") as fh:
+            rows = list(csv.DictReader(fh, delimiter="\t"))
+        total += sum(float(r["s"]) for r in rows)
+    return total
+
+
+def measure(part: str, layout: str, cores: int, keep: bool, max_seconds: float | None = None) -> dict:
+    config = part_config(part)
+    if layout == "single":
+        config = one_run_per_job(config)
+    plan = build_plan(config)
+    tmp = Path(tempfile.mkdtemp(prefix=f"upfl-pipeline-{part}-{layout}-"))
+    wd = workflow_copy(tmp / "wf", config)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    load_before = os.getloadavg()
+    print(f"{part}/{layout}: {len(plan.runs)} runs of {len(plan.experiments)} experiments; snakemake --cores {cores} "
+          f"in {wd} (load average {load_before[0]:.2f})", flush=True)
+    start = time.perf_counter()
+    log_path = tmp / "snakemake.log"
+    with open(log_path, "w") as log_file:
+        proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", str(cores)], cwd=wd, env=env,
+                                stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
+                                # a background shell starts us with SIGINT ignored, which Snakemake would inherit
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        try:
+            proc.wait(timeout=max_seconds)
+            completed = True
+        except subprocess.TimeoutExpired:  # a loaded machine: stop like Ctrl-C, record what was done
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            completed = False
+    wall = time.perf_counter() - start
+    load_after = os.getloadavg()
+    log = log_path.read_text()
+    if completed and proc.returncode != 0:
+        raise SystemExit(f"{part}/{layout}: snakemake failed (log: {log_path}):\n{log[-4000:]}")
+    steps = re.findall(r"(\d+) of (\d+) steps \((\d+)%\) done", log)
+    jobs = int(steps[-1][1]) if steps else None
+    summaries = list((wd / "results" / "runs").rglob("summary.json"))
+    inside = sum(json.loads(s.read_text())["time"]["total_s"] for s in summaries)
+    bench = wd / "results" / "benchmarks"
+    train_files = list((bench / "train").rglob("*.tsv")) + list((bench / "bundles").rglob("*.tsv"))
+    train_jobs_s = benchmark_seconds(train_files)
+    result = {
+        "completed": completed, "jobs_done": int(steps[-1][0]) if steps else 0,
+        "experiments": sorted(plan.experiments), "jobs": jobs, "training_jobs": len(train_files),
+        "runs": len(summaries), "runs_planned": len(plan.runs), "wall_s": round(wall, 2),
+        "time_inside_runs_s": round(inside, 2), "training_jobs_s": round(train_jobs_s, 2),
+        "startup_share": round(1 - inside / train_jobs_s, 3) if train_jobs_s else None,
+        "mean_training_job_s": round(train_jobs_s / len(train_files), 3) if train_files else None,
+        "cores": cores, "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in load_after],
+    }
+    print(f"{part}/{layout}: {'' if completed else 'STOPPED after '}{result['wall_s']:.1f} s wall, {jobs} jobs ({len(train_files)} training), "
+          f"{len(summaries)} runs, {inside:.1f} s inside runs, start-up share {result['startup_share']}, "
+          f"load average after {load_after[0]:.2f}", flush=True)
+    if not keep:
+        shutil.rmtree(tmp)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--parts", default="quick,synthetic", help="comma list of quick, synthetic")
+    p.add_argument("--layouts", default="bundled,single", help="comma list of bundled, single")
+    p.add_argument("--cores", type=int, default=2)
+    p.add_argument("--keep", action="store_true", help="keep the temporary workflow folders")
+    p.add_argument("--max-seconds", type=float, default=None,
+                   help="stop a layout after this long (a loaded machine) and record what it finished")
+    p.add_argument("--out", default=str(OUT))
+    args = p.parse_args(argv)
+    out = Path(args.out)
+    report = json.loads(out.read_text()) if out.exists() else {}
+    report.setdefault("parts", {})
+    for part in args.parts.split(","):
+        figures = report["parts"].setdefault(part, {})
+        for layout in args.layouts.split(","):
+            figures[layout] = measure(part, layout, args.cores, args.keep, args.max_seconds)
+            both = [figures.get(k) for k in ("bundled", "single")]
+            if all(f and f["completed"] for f in both):
+                figures["speed_up"] = round(figures["single"]["wall_s"] / figures["bundled"]["wall_s"], 2)
+            else:
+                figures.pop("speed_up", None)
+            if figures.get("bundled"):
+                figures["goal_s"] = GOALS_S[part]
+                figures["goal_met"] = figures["bundled"]["completed"] and figures["bundled"]["wall_s"] <= GOALS_S[part]
+            report["machine"] = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
+            report["command"] = "python benchmarks/pipeline.py " + " ".join(argv if argv is not None else sys.argv[1:])
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(report, indent=2) + "\n")  # after every layout: a stopped run keeps the rest
+            print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,292 @@
+"""Many runs per job: stable bundles of the workflow's runs and the process that trains one bundle.
+
+Start-up (Python, torch, numba's cache, the job launch) costs more than a quick synthetic run, so the
+workflow trains runs in *bundles*: one job, one process, several runs, each still calling
+:func:`upfl.simulation.run` with its own config, result folder, log and checkpoint (the data set is read
+once per process and handed to ``run``).
+
+Bundle formation (:func:`form_bundles`) is deterministic and stable: runs are partitioned by data set and
+first requesting experiment, data set and job settings, sorted by run id, and cut with content-defined boundaries (a run starts a new bundle when a
+hash of its id is 0 modulo ``runs_per_job``; at most ``2 * runs_per_job`` runs per bundle). Adding or
+removing a run changes only the bundle it falls into. A run whose result is already finished is not
+retrained when its bundle changes: every finished run is also kept in a *finished-run store*
+(``results/finished/<config hash>-<data fingerprint>/``) from which :func:`train_bundle` restores it.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from . import config as cfgmod
+from .files import provenance, write_text
+
+RESULT_FILES = ("metrics.csv", "summary.json")
+DEFAULT_STORE = os.path.join("results", "finished")
+
+
+class BundleError(RuntimeError):
+    """One or more runs of a bundle failed; the message names each failed run and its error."""
+
+
+@dataclass
+class Bundle:
+    """A group of runs trained by one job: its stable name, run ids (sorted) and job settings."""
+
+    name: str
+    experiment: str
+    run_ids: list[str]
+    job: dict[str, Any] = field(default_factory=dict)
+
+
+def _id_hash(text: str) -> int:
+    return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "big")
+
+
+def bundle_name(experiment: str, first_run: str) -> str:
+    """``<experiment>_<10 hex digits of the first run's id>``, usable as a Snakemake rule name."""
+    safe = "".join(c if c.isalnum() else "_" for c in experiment)
+    return f"{safe}_{hashlib.sha256(first_run.encode('utf-8')).hexdigest()[:10]}"
+
+
+def chunk_stably(run_ids: list[str], size: int) -> list[list[str]]:
+    """Content-defined chunks of the sorted ids, about ``size`` long: a chunk holding at least ``size // 2``
+    ids ends before an id whose hash is 0 modulo ``size - size // 2 + 1`` (so chunks hold ``size`` ids on
+    average), and at ``2 * size`` ids at most. Inserting or removing one id changes the chunk it falls into, and rarely the next one (until
+    the boundaries meet again); the chunks elsewhere stay as they were."""
+    low = max(1, size // 2)
+    chunks: list[list[str]] = []
+    for rid in sorted(run_ids):
+        if (not chunks or len(chunks[-1]) >= 2 * size
+                or (len(chunks[-1]) >= low and _id_hash(rid) % (size - low + 1) == 0)):
+            chunks.append([])
+        chunks[-1].append(rid)
+    return chunks
+
+
+def form_bundles(runs: dict[str, Any]) -> dict[str, Bundle]:
+    """Bundles of the runs whose ``job.runs_per_job`` is above 1 (the others stay one job each).
+
+    ``runs`` maps run id to a :class:`upfl.experiments.RunSpec` (``experiments``, ``dataset``, ``job``). Runs
+    of one bundle share their first requesting experiment (so an edit of one experiment touches only its
+    bundles), their data set (so a target trains no other data set's runs) and every job setting.
+    """
+    classes: dict[tuple, list[str]] = {}
+    for rid, spec in runs.items():
+        if int(spec.job.get("runs_per_job", 1)) <= 1:
+            continue
+        key = (spec.experiments[0], spec.dataset, tuple(sorted(spec.job.items())))
+        classes.setdefault(key, []).append(rid)
+    bundles: dict[str, Bundle] = {}
+    for (experiment, _, job_items), ids in sorted(classes.items()):
+        job = dict(job_items)
+        for chunk in chunk_stably(ids, int(job["runs_per_job"])):
+            name = bundle_name(experiment, chunk[0])
+            bundles[name] = Bundle(name, experiment, chunk, job)
+    return bundles
+
+
+def bundle_spec(bundle: Bundle, runs: dict[str, Any], data_dir: Callable[[str], str],
+                run_dir: Callable[[str], str], log_path: Callable[[str], str]) -> dict[str, Any]:
+    """The JSON document ``upfl run-many --spec`` reads: per run its id, data, result folder, log and config."""
+    job = bundle.job
+    concurrent = max(1, int(job.get("runs_per_gpu", 1)))
+    return {
+        "bundle": bundle.name,
+        "threads": max(1, int(job.get("threads", 1)) // concurrent),
+        "concurrent": concurrent,
+        "runs": [{"id": rid, "data": data_dir(runs[rid].dataset), "out": run_dir(rid), "log": log_path(rid),
+                  "config": runs[rid].doc} for rid in bundle.run_ids],
+    }
+
+
+def run_config(entry: dict[str, Any], threads: int) -> cfgmod.RunConfig:
+    """The run config of one spec entry: what ``upfl run --data D --threads T --set ...`` resolves to."""
+    doc = json.loads(json.dumps(entry["config"]))
+    cfgmod.set_key(doc, "data.path", str(entry["data"]))
+    if threads:
+        cfgmod.set_key(doc, "threads", int(threads))
+    return cfgmod.from_dict(doc)
+
+
+@functools.lru_cache(maxsize=None)
+def data_fingerprint(path: str) -> str:
+    """SHA-256 (12 hex digits) of a data set folder's file names and contents: a changed data set is new data."""
+    h = hashlib.sha256()
+    root = Path(path)
+    for f in sorted(p for p in root.rglob("*") if p.is_file()):
+        h.update(str(f.relative_to(root)).encode("utf-8") + b"\0")
+        with open(f, "rb") as fh:
+            while block := fh.read(1 << 20):
+                h.update(block)
+        h.update(b"\0")
+    return h.hexdigest()[:12]
+
+
+@functools.lru_cache(maxsize=4)
+def load_data(path: str):
+    """A data set loaded once per bundle process (the last 4 kept): runs only read it."""
+    from .data import load_leaf
+
+    return load_leaf(path)
+
+
+@functools.lru_cache(maxsize=1)
+def _code_version() -> tuple[Any, Any]:
+    p = provenance()
+    return p["upfl_version"], p["git_commit"]
+
+
+def store_entry(store: str | os.PathLike, cfg: cfgmod.RunConfig) -> Path:
+    """Where a finished run of ``cfg`` is kept: keyed by its config hash and its data's fingerprint."""
+    return Path(store) / f"{cfgmod.config_hash(cfg)}-{data_fingerprint(str(cfg.data.path))}"
+
+
+def _finished(entry: Path, cfg: cfgmod.RunConfig) -> bool:
+    """A stored result made by this config with this code version (a new commit retrains)."""
+    try:
+        summary = json.loads((entry / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return False
+    version, commit = _code_version()
+    return ((entry / "metrics.csv").is_file() and summary.get("config_hash") == cfgmod.config_hash(cfg)
+            and summary.get("upfl_version") == version and summary.get("git_commit") == commit)
+
+
+def _acc(value: Any) -> str:
+    return "n/a" if value is None else f"{value:.4f}"
+
+
+def _copy_results(src: Path, dst: Path) -> None:
+    for name in RESULT_FILES:
+        write_text(dst / name, (src / name).read_text(encoding="utf-8"))
+
+
+def train_entry(entry: dict[str, Any], threads: int, store: str | None) -> dict[str, Any]:
+    """Train (or restore) one run of a bundle; never raises for the run's own errors.
+
+    Returns ``{"id", "status": trained|restored|failed, "seconds", "error"}``. The run's log file gets its
+    per-iteration lines, or the traceback when it fails.
+    """
+    from .simulation import run
+
+    rid, out = entry["id"], Path(entry["out"])
+    log_path = Path(entry["log"]) if entry.get("log") else None
+    start = time.perf_counter()
+    if log_path:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+    with (open(log_path, "w", encoding="utf-8") if log_path else open(os.devnull, "w")) as log_file:
+        def log(message: str) -> None:
+            print(message, file=log_file, flush=True)
+
+        try:
+            cfg = run_config(entry, threads)
+            kept = store_entry(store, cfg) if store else None
+            if kept is not None and _finished(kept, cfg):
+                _copy_results(kept, out)
+                log(f"run {rid}: finished result restored from {kept} (same config, data and code; not retrained)")
+                return {"id": rid, "status": "restored", "seconds": time.perf_counter() - start, "error": None}
+            log(f"run {rid}: training ({cfgmod.config_hash(cfg)}) -> {out}")
+            summary = run(cfg, out, log=log, data=load_data(str(cfg.data.path)))
+            if kept is not None:
+                _copy_results(out, kept)
+            f = summary["final"]
+            if summary.get("diverged"):  # a result (summary.json records it), as `upfl run`'s exit status 3
+                d = summary["diverged"]
+                log(f"diverged at iteration {d['iteration']} ({d['kind']}): {d['what']}; summary.json records it")
+            log(f"final iteration {f['iteration']}: train_acc {_acc(f['train_acc'])} test_acc {_acc(f['test_acc'])}")
+            return {"id": rid, "status": "trained", "seconds": time.perf_counter() - start, "error": None}
+        except Exception as e:  # noqa: BLE001 - one run's failure must not stop the bundle
+            log_file.write(traceback.format_exc())
+            return {"id": rid, "status": "failed", "seconds": time.perf_counter() - start,
+                    "error": f"{type(e).__name__}: {e}"}
+
+
+def _concurrent_results(entries: list[dict[str, Any]], threads: int, store: str | None, workers: int):
+    """Runs trained by ``workers`` processes at once (each imports torch and loads the solver once);
+    on a GPU they share the device, on the CPU they share the cores."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(train_entry, e, threads, store) for e in entries]
+        for fut in futures:
+            yield fut.result()
+
+
+def train_bundle(spec: dict[str, Any], store: str | None = DEFAULT_STORE, concurrent: int | None = None,
+                 threads: int | None = None, echo: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """Train every run of a bundle spec (see :func:`bundle_spec`) in this process, or ``concurrent`` at once.
+
+    Every run is attempted; runs that fail leave the others' results in place, and a :class:`BundleError`
+    naming each failed run is raised at the end.
+    """
+    entries = spec["runs"]
+    _check_spec(spec)
+    workers = max(1, int(concurrent if concurrent is not None else spec.get("concurrent", 1)))
+    threads = int(threads if threads is not None else spec.get("threads", 0))
+    name = spec.get("bundle", "bundle")
+    echo(f"bundle {name}: {len(entries)} runs, {workers} at a time, {threads or 'default'} threads each")
+    start = time.perf_counter()
+    if workers > 1 and len(entries) > 1:
+        results_iter = _concurrent_results(entries, threads, store, min(workers, len(entries)))
+    else:
+        results_iter = (train_entry(e, threads, store) for e in entries)
+    results = []
+    for i, res in enumerate(results_iter, 1):
+        results.append(res)
+        detail = f": {res['error']} (log: {entries[i - 1].get('log')})" if res["error"] else ""
+        echo(f"[{i}/{len(entries)}] {res['status']} {res['id']} in {res['seconds']:.2f} s{detail}")
+        sys.stdout.flush()
+    failed = [r for r in results if r["status"] == "failed"]
+    counts = {s: sum(r["status"] == s for r in results) for s in ("trained", "restored", "failed")}
+    echo(f"bundle {name}: {counts['trained']} trained, {counts['restored']} restored, {counts['failed']} failed "
+         f"in {time.perf_counter() - start:.1f} s")
+    if failed:
+        raise BundleError(f"bundle {name}: {len(failed)} of {len(entries)} runs failed: "
+                          + "; ".join(f"{r['id']} ({r['error']})" for r in failed))
+    return results
+
+
+def _check_spec(spec: dict[str, Any]) -> None:
+    if not isinstance(spec.get("runs"), list) or not spec["runs"]:
+        raise BundleError("bundle spec: 'runs' must be a non-empty list")
+    seen = set()
+    for i, e in enumerate(spec["runs"]):
+        missing = [k for k in ("id", "data", "out", "config") if k not in e]
+        if missing:
+            raise BundleError(f"bundle spec: runs[{i}] lacks {', '.join(missing)}")
+        if e["out"] in seen:
+            raise BundleError(f"bundle spec: runs[{i}] ({e['id']}): result folder {e['out']} is used twice")
+        seen.add(e["out"])
+
+
+def load_spec(path: str | os.PathLike) -> dict[str, Any]:
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as e:
+        raise BundleError(f"{path}: cannot read bundle spec ({e.strerror})") from None
+    except json.JSONDecodeError as e:
+        raise BundleError(f"{path}: not valid JSON (line {e.lineno}: {e.msg})") from None
+
+
+def write_spec_if_changed(path: str | os.PathLike, spec: dict[str, Any]) -> str:
+    """Write ``spec`` to ``path`` (atomically) unless the file holds it already, so that its modification
+    time changes only with its content; returns ``path``."""
+    text = json.dumps(spec, indent=1, sort_keys=True) + "\n"
+    try:
+        if Path(path).read_text(encoding="utf-8") == text:
+            return str(path)
+    except OSError:
+        pass
+    write_text(path, text)
+    return str(path)
