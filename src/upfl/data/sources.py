@@ -6,7 +6,7 @@ it) and, where a checksum has been published for the fixed upstream file, its sh
 - ``sent140`` (trainingandtestdata.zip, 81363704 bytes): the sha256 in TensorFlow Datasets' checksum
   file for Sentiment140 (``tensorflow_datasets/datasets/sentiment140/checksums.tsv``), so even the
   first download is verified.
-- ``by_class``, ``by_write`` (NIST SD19) and ``glove`` (GloVe 6B): no checksum is published that we
+- ``by_class`` (NIST SD19) and ``glove`` (GloVe 6B): no checksum is published that we
   could cite, so ``sha256`` is ``None``: trust on first use, but only after every zip member passes its
   CRC-32 check; the computed sha256 is then recorded beside the file (``<file>.sha256``) and every
   later use checks it.
