@@ -110,7 +110,7 @@ def test_summary_records_the_switches_and_the_draws_replay_the_run(tmp_path):
 def test_workflow_resolves_a_per_algorithm_policy_and_names_non_default_switches():
     config = {"seeds": [0], "run_defaults": {"devices": {"frac": 0.3, "straggler_policy": {"fedavg": "drop",
                                                                                            "default": "partial"}}},
-              "datasets": {"s": {"source": "synthetic"}},
+              "datasets": {"s": {"source": "synthetic", "setting": "synthetic_1_1"}},
               "experiments": {"e": {"set": {"devices.straggler": 0.9}, "groups": [{"datasets": ["s"], "runs": [
                   {"algorithm": "fedavg", "rounds": 4},
                   {"algorithm": "fedprox", "rounds": 4, "mu": 1},
