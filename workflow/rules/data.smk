@@ -16,8 +16,6 @@ rule paper_dataset:
     wildcard_constraints:
         dataset=_alternation(datasets_of("paper")),
     localrule: True
-    conda:
-        "../envs/upfl.yaml"
     shell:
         "upfl data prepare paper_{params.setting} --resources {params.resources} --out {output} --name {wildcards.dataset} "
         "{params.overrides} > {log} 2>&1"

@@ -114,8 +114,6 @@ rule ablation_table:
     log:
         "results/logs/report/{name}.log",
     localrule: True
-    conda:
-        "../envs/upfl.yaml"
     shell:
         "upfl report ablation-table {params.kind} --runs {input} {params.args} {params.configs} "
         "--out-prefix results/tables/{wildcards.name} > {log} 2>&1"
@@ -139,8 +137,6 @@ rule draws_report:
     log:
         "results/logs/report/{name}.log",
     localrule: True
-    conda:
-        "../envs/upfl.yaml"
     shell:
         "upfl report draws --runs {input.runs} {params.args} {params.reference} {params.configs} "
         "--out-prefix results/tables/{wildcards.name} --figure-prefix results/figures/{wildcards.name} > {log} 2>&1"
@@ -160,8 +156,6 @@ rule sensitivity_table:
     log:
         "results/logs/report/{name}.log",
     localrule: True
-    conda:
-        "../envs/upfl.yaml"
     shell:
         "upfl report sensitivity --runs {input} {params.args} {params.configs} "
         "--out-prefix results/tables/{wildcards.name} > {log} 2>&1"
@@ -179,8 +173,6 @@ rule claims:
     log:
         "results/logs/report/claims.log",
     localrule: True
-    conda:
-        "../envs/upfl.yaml"
     shell:
         "upfl report claims --runs {input} {params.args} {params.configs} "
         "--out-prefix results/tables/claims > {log} 2>&1"
