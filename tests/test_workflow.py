@@ -391,9 +391,3 @@ def test_bundled_runs_train_once_and_an_edit_retrains_only_the_changed_runs(tmp_
             assert (wd / "results" / "runs" / rid / "summary.json").stat().st_mtime_ns == stamps[rid], rid
     again = snakemake(wd, "--cores", "2", "-n")
     assert "Nothing to be done" in again.stdout + again.stderr
-    # `--report` reports what exists: a figure that was never built (a single target, another preset) is left out.
-    for f in (wd / "results" / "figures").glob("fig_tiny.*"):
-        f.unlink()
-    snakemake(wd, "--report", "results/report.html")
-    report = (wd / "results" / "report.html").read_text(encoding="utf-8")
-    assert "table1.csv" in report and "fig_tiny.png" not in report

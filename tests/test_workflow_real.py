@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from fixtures_leaf import make_leaf_archives, mirror_config, run_data_cli, serve_folder
-from test_workflow import ROOT, expected_training_runs, job_counts, snakemake, workflow_copy
+from test_workflow import ROOT, expected_training_runs, job_counts, snakemake, trained_runs, workflow_copy
 from upfl.data.download import read_recorded_sha256
 from upfl.data.leaf import load_leaf, verify_checksums
 from upfl.experiments import build_plan
@@ -60,7 +60,7 @@ def test_dry_run_counts_of_the_fixtures_preset(tmp_path):
     proc = snakemake(workflow_copy(tmp_path), "-n", "--configfile", "config/fixtures.yaml")
     counts = job_counts(proc.stdout)
     config = fixtures_config()
-    assert counts["train"] == expected_training_runs(config) == 38
+    assert trained_runs(counts, config) == expected_training_runs(config) == 38
     assert "synthetic_dataset" not in counts
     assert counts["fetch_archive"] == 3 and counts["leaf_dataset"] == 2, "by_class, sent140, glove (no by_write)"
     # Table 1 and the time table (real-data rows only); Figures 2 (left), 4, 6, 7, 10, 12 (two panels);
