@@ -186,6 +186,8 @@ def test_not_measured_rows_say_why(page):
     assert len(objective) == 4 and set(objective["verdict"]) == {"not measured here"}
     assert set(f[f.index.str.startswith("fig12/")]["verdict"]) == {"not measured here"}
     assert f.loc["fig4/femnist/none/train_acc", "verdict"] == "not measured here"
+    bases = f.loc["bases"]
+    assert bases["verdict"] == "not measured here" and "no runs of experiment upcycling_bases" in bases["why"]
     assert "| not measured here" not in page["md"] or "**not measured here**" in page["md"]
 
 
@@ -278,3 +280,55 @@ def test_sensitivity_table(tmp_path):
     md = Path(f"{prefix}.md").read_text().splitlines()
     first = next(line for line in md if line.startswith("| Synthetic(1,1)"))
     assert "| bernoulli | partial |" in first
+
+
+def test_bases_claims_one_row_per_base(tmp_path):
+    """'Upcycling is orthogonal to the base': Upcycled-on-base minus base per seed, direction rule."""
+    specs, root = [], tmp_path
+    gains = {("fedavg", "upcycled_fedavg"): (3.0, 0.4),      # clearly above 0: holds
+             ("scaffold", "upcycled_scaffold"): (-2.0, 0.4),  # clearly below 0: does not hold
+             ("fedprox", "upcycled"): (0.5, 8.0)}             # wide: inconclusive
+    for (plain, up), (gain, wiggle) in gains.items():
+        mu = 1.0 if plain == "fedprox" else 0.0
+        for seed in SEEDS:
+            acc = 0.6 + 0.01 * seed
+            g = gains_for(gain, wiggle, seed)
+            specs.append("upcycling_bases:" + make_run(root, f"{plain}_{seed}", "synthetic_1_1", plain, seed,
+                                                       (acc, acc), 8, mu))
+            specs.append("upcycling_bases:" + make_run(root, f"{up}_{seed}", "synthetic_1_1", up, seed,
+                                                       (acc + g, acc + g), 16, mu,
+                                                       lam=0.43 if up == "upcycled" else None,
+                                                       step=None if up == "upcycled" else 0.7))
+    # FedNova without its upcycled version: a row saying so.
+    specs.append("upcycling_bases:" + make_run(root, "fednova_0", "synthetic_1_1", "fednova", 0, (0.6, 0.6), 8, 0.0))
+    # A diverged upcycled run that would sink FedAvg's verdict if it counted.
+    specs.append("upcycling_bases:" + make_run(root, "bad", "synthetic_1_1", "upcycled_fedavg", 7, (0.0, 0.0), 16,
+                                               0.0, step=0.7, extra={"diverged": {"iteration": 3, "kind": "train",
+                                                                                  "what": "nan"}}))
+    specs.append("upcycling_bases:" + make_run(root, "bad_base", "synthetic_1_1", "fedavg", 7, (0.9, 0.9), 8, 0.0))
+    csv = root / "runs.csv"
+    assert main(["report", "runs", "--out", str(csv), *specs]) == 0
+    prefix = root / "claims"
+    assert main(["report", "claims", "--runs", str(csv), "--out-prefix", str(prefix)]) == 0
+    f = pd.read_csv(f"{prefix}.csv", comment="#").set_index("id")
+    rows = f[f["section"] == "Upcycling on other base algorithms"]
+    assert list(rows.index) == ["bases/synthetic_1_1/s0.9/fedavg", "bases/synthetic_1_1/s0.9/fedprox",
+                                "bases/synthetic_1_1/s0.9/fednova", "bases/synthetic_1_1/s0.9/scaffold"]
+    for (plain, _), (gain, wiggle) in gains.items():
+        row = rows.loc[f"bases/synthetic_1_1/s0.9/{plain}"]
+        ci = mean_interval([gains_for(gain, wiggle, s) * 100 for s in SEEDS])
+        assert row["n_pairs"] == 5 and row["ours"] == pytest.approx(ci.mean)
+        assert row["ci_low"] == pytest.approx(ci.low) and row["ci_high"] == pytest.approx(ci.high)
+        assert math.isnan(row["paper"]) and row["experiment"] == "upcycling_bases"
+    assert rows.loc["bases/synthetic_1_1/s0.9/fedavg", "verdict"] == "holds"
+    assert rows.loc["bases/synthetic_1_1/s0.9/scaffold", "verdict"] == "does not hold"
+    assert rows.loc["bases/synthetic_1_1/s0.9/fedprox", "verdict"] == "inconclusive"
+    nova = rows.loc["bases/synthetic_1_1/s0.9/fednova"]
+    assert nova["verdict"] == "not measured here" and "upcycled version" in nova["why"]
+    md = Path(f"{prefix}.md").read_text()
+    assert "## Upcycling on other base algorithms" in md and "Upcycled SCAFFOLD − SCAFFOLD" in md
+    # The experiment name comes from the `bases` role; another name finds no runs and says so.
+    assert main(["report", "claims", "--runs", str(csv), "--out-prefix", str(prefix),
+                 "--experiment-for", "bases=other_bases"]) == 0
+    f = pd.read_csv(f"{prefix}.csv", comment="#").set_index("id")
+    assert f.loc["bases", "verdict"] == "not measured here" and "other_bases" in f.loc["bases", "why"]

@@ -32,7 +32,7 @@ METRIC_TEXT = {"train_acc": "training accuracy", "test_acc": "test accuracy"}
 
 DEFAULT_ROLES = {"table1": "table1", "time": "table1", "lambda_sweep": "fig2_lambda",
                  "privacy": "privacy_output,privacy_objective", "privacy_real": "fig12", "cnn": "fig4",
-                 "draws": "table1_draws"}
+                 "draws": "table1_draws", "bases": "upcycling_bases"}
 """Which experiment(s) of the runs table each group of claims reads (comma-separated names)."""
 
 EQUIVALENCE_MARGIN = 0.10
@@ -508,10 +508,72 @@ def real_claims(ctx: Context) -> list[dict[str, Any]]:
 
 
 # ---------------------------------------------------------------------------------------------
+# Section 1: upcycling is orthogonal to the base algorithm (issue 10's upcycling_bases experiment)
+
+BASES_SOURCE = "Section 1: 'upcycling is orthogonal to the base algorithm' (no figure given)"
+
+
+def _straggler_text(value: Any) -> str:
+    v = as_number(value)
+    return "" if math.isnan(v) else f", {v:.0%} stragglers"
+
+
+def bases_claims(ctx: Context) -> list[dict[str, Any]]:
+    """Per data set x straggler level x base: Upcycled-on-base minus the base, final test accuracy, paired on
+    seed at equal training rounds. The paper gives a direction only, so the rule is the lambda sweep's: holds
+    when the interval lies above 0."""
+    from .ablations import BASE_LABELS
+    from .collect import base_algorithm
+
+    runs = ctx.of("bases")
+    exp = ctx.roles["bases"]
+    base = dict(section="Upcycling on other base algorithms", paper=math.nan, unit="pp", experiment=exp,
+                source=BASES_SOURCE)
+    claim = "Upcycling improves {label} (Upcycled {label} − {label}, final test accuracy, equal training rounds{s})"
+    if runs.empty:
+        return [_not_measured(**base, id="bases", dataset="", why=ctx.missing("bases"),
+                              claim=claim.format(label="every base", s=""))]
+    runs = runs.assign(base=runs["algorithm"].map(base_algorithm))
+    straggler = runs["straggler"].map(as_number) if "straggler" in runs.columns else pd.Series(math.nan, runs.index)
+    model = runs["model"].fillna("") if "model" in runs.columns else pd.Series("", runs.index)
+    rows = []
+    for dataset in sorted(set(runs["dataset"])):
+        for mdl in sorted(set(model[runs["dataset"] == dataset])):
+            cell = (runs["dataset"] == dataset) & (model == mdl)
+            for level in sorted({v for v in straggler[cell] if not math.isnan(v)} or {math.nan}):
+                at = cell & ((straggler == level) | (straggler.isna() & math.isnan(level)))
+                sub = runs[at]
+                order = [b for b in BASE_LABELS if b in set(sub["base"])] + \
+                    sorted(set(sub["base"]) - set(BASE_LABELS))
+                for name in order:
+                    plain = sub[(sub["base"] == name) & (sub["algorithm"] == name)]
+                    up = sub[(sub["base"] == name) & (sub["algorithm"] != name)]
+                    label = BASE_LABELS.get(name, name)
+                    real = bool(mdl) and dataset in ("femnist", "sent140")
+                    where = _straggler_text(level) + (f", {mdl.upper()}" if real else "")
+                    ident = f"bases/{dataset}" + (f"/{mdl}" if real else "") + \
+                        ("" if math.isnan(level) else f"/s{level:g}") + f"/{name}"
+                    row = dict(base, id=ident, dataset=dataset, claim=claim.format(label=label, s=where))
+                    if plain.empty or up.empty:
+                        missing = "its upcycled version" if up.empty else "the base itself"
+                        rows.append(_not_measured(**row, why=f"no runs of {missing} in experiment {exp}"))
+                        continue
+                    try:
+                        mean, low, high, n = _paired_gain(up, plain, "test_acc")
+                    except ReportError as err:
+                        rows.append(_not_measured(**row, why=str(err)))
+                        continue
+                    verdict, why = verdict_direction(+1, low, high, n)
+                    rows.append(_row(**row, ours=mean, ci_low=low, ci_high=high, n_pairs=n, verdict=verdict,
+                                     why=why + "; the paper gives a direction, no figure"))
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
 # The page
 
 BUILDERS: tuple[Callable[[Context], list[dict[str, Any]]], ...] = (
-    table1_claims, time_claims, lambda_claims, privacy_claims, real_claims)
+    table1_claims, time_claims, lambda_claims, privacy_claims, real_claims, bases_claims)
 
 
 def claims_frame(runs: pd.DataFrame, roles: dict[str, str] | None = None,
