@@ -20,10 +20,12 @@ SEEDS = (0, 1, 2, 3, 4)
 
 def make_run(root: Path, name: str, dataset: str, alg: str, seed: int, acc: tuple[float, float], rounds: int,
              mu: float = 1.0, lam: float | None = None, step: float | None = None, privacy: dict | None = None,
-             loss_slope: float = 0.01, extra: dict | None = None, devices: dict | None = None) -> str:
+             loss_slope: float = 0.01, extra: dict | None = None, devices: dict | None = None,
+             options: dict | None = None) -> str:
     """A run folder as `upfl run` writes it (summary.json, metrics.csv) with chosen final accuracies."""
     algorithm = {"name": alg, **({"mu": mu} if alg != "fedavg" else {}),
-                 **({"lam": lam} if lam is not None else {}), **({"step": step} if step is not None else {})}
+                 **({"lam": lam} if lam is not None else {}), **({"step": step} if step is not None else {}),
+                 **(options or {})}
     doc = {"data": {"path": str(root / "data" / dataset)}, "rounds": rounds, "seed": seed, "algorithm": algorithm,
            "devices": devices or {"frac": 0.3, "straggler": 0.9}, "privacy": privacy or {"mechanism": "none"}}
     if (privacy or {}).get("mechanism") == "output":
@@ -332,3 +334,31 @@ def test_bases_claims_one_row_per_base(tmp_path):
                  "--experiment-for", "bases=other_bases"]) == 0
     f = pd.read_csv(f"{prefix}.csv", comment="#").set_index("id")
     assert f.loc["bases", "verdict"] == "not measured here" and "other_bases" in f.loc["bases", "why"]
+
+
+def test_momentum_information_section(tmp_path):
+    """Upcycled-FL against FedProx + server momentum per beta: information on the page, no verdict, no claim."""
+    specs, root = [], tmp_path
+    for seed in SEEDS:
+        specs.append("ablation_momentum:" + make_run(root, f"prox_{seed}", "synthetic_1_1", "fedprox", seed,
+                                                     (0.7, 0.7), 8))
+        specs.append("ablation_momentum:" + make_run(root, f"up_{seed}", "synthetic_1_1", "upcycled", seed,
+                                                     (0.72, 0.72 + 0.001 * seed), 16, lam=0.43))
+        for beta, acc in ((0.3, 0.71), (0.9, 0.74)):
+            specs.append("ablation_momentum:" + make_run(root, f"m{beta}_{seed}", "synthetic_1_1", "fedavgm", seed,
+                                                         (acc, acc), 8, options={"server_momentum": beta}))
+    csv = root / "runs.csv"
+    assert main(["report", "runs", "--out", str(csv), *specs]) == 0
+    prefix = root / "claims"
+    assert main(["report", "claims", "--runs", str(csv), "--out-prefix", str(prefix)]) == 0
+    md = Path(f"{prefix}.md").read_text()
+    info = md[md.index("## Information: upcycling or server momentum?"):]
+    rows = [line for line in info.splitlines() if line.startswith("| Synthetic")]
+    assert len(rows) == 2
+    low = mean_interval([(0.72 + 0.001 * s - 0.71) * 100 for s in SEEDS])
+    high = mean_interval([(0.72 + 0.001 * s - 0.74) * 100 for s in SEEDS])
+    assert "β = 0.3" in rows[0] and f"+{low.mean:.2f} [+{low.low:.2f}, +{low.high:.2f}]" in rows[0]
+    assert "β = 0.9" in rows[1] and f"{high.mean:.2f}".replace("-", "−") in rows[1].replace("-", "−")
+    assert rows[0].rstrip(" |").endswith("5")
+    frame = pd.read_csv(f"{prefix}.csv", comment="#")
+    assert not frame["claim"].str.contains("momentum").any()

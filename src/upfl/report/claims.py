@@ -32,7 +32,8 @@ METRIC_TEXT = {"train_acc": "training accuracy", "test_acc": "test accuracy"}
 
 DEFAULT_ROLES = {"table1": "table1", "time": "table1", "lambda_sweep": "fig2_lambda",
                  "privacy": "privacy_output,privacy_objective", "privacy_real": "fig12", "cnn": "fig4",
-                 "draws": "table1_draws", "bases": "upcycling_bases"}
+                 "draws": "table1_draws", "bases": "upcycling_bases",
+                 "momentum": "ablation_momentum"}
 """Which experiment(s) of the runs table each group of claims reads (comma-separated names)."""
 
 EQUIVALENCE_MARGIN = 0.10
@@ -569,6 +570,43 @@ def bases_claims(ctx: Context) -> list[dict[str, Any]]:
     return rows
 
 
+MOMENTUM_NOTE = (
+    "Not a claim of the paper (issue 10's question): the even step extrapolates along the last global update, as "
+    "server momentum does. Upcycled-FL minus FedProx with server momentum β (`fedavgm` with the same μ), final "
+    "test accuracy at equal training rounds, paired on seed, mean and 95% t interval; no verdict.")
+MOMENTUM_HEADER = ["Data", "Comparison", "Ours [95% CI] (pp)", "Pairs"]
+
+
+def momentum_information(ctx: Context) -> list[list[str]]:
+    """Rows of the information section: Upcycled-FL against FedProx + momentum per β (experiment of role
+    ``momentum``); empty when that experiment has no such runs."""
+    from .ablations import options_text
+
+    runs = ctx.of("momentum")
+    if runs.empty:
+        return []
+    rows = []
+    mu = runs["mu"].map(as_number)
+    for dataset, m in sorted({(d, v) for d, v in zip(runs["dataset"], mu) if v > 0}):
+        sub = runs[(runs["dataset"] == dataset) & (mu == m)]
+        up = sub[sub["algorithm"] == "upcycled"]
+        mom = sub[sub["algorithm"] == "fedavgm"]
+        options = mom["algorithm_options"].fillna("").astype(str)
+        for opts in sorted(set(options)):
+            if up.empty:
+                continue
+            try:
+                mean, low, high, n = _paired_gain(up, mom[options == opts], "test_acc")
+            except ReportError as err:
+                rows.append([dataset_label(dataset), "Upcycled-FL − FedProx + momentum", str(err), "0"])
+                continue
+            ours = _number(mean, "pp") + ("" if math.isnan(low) else
+                                           f" [{_number(low, 'pp')}, {_number(high, 'pp')}]")
+            rows.append([dataset_label(dataset), f"Upcycled-FL − FedProx + momentum ({options_text(opts)}), "
+                         f"μ = {fmt_mu(m)}", ours, str(n)])
+    return rows
+
+
 # ---------------------------------------------------------------------------------------------
 # The page
 
@@ -658,6 +696,10 @@ def write_claims(runs: pd.DataFrame, out_prefix: str, provenance: str, roles: di
         VERDICT_RULE, MEANINGFUL_RULE, "Runs: " + diverged, "Summary: " + summary_text(frame)]
     for section, rows in claims_rows(frame).items():
         sections += [f"## {section}\n", markdown_table(HEADER, rows)]
+    info = momentum_information(Context(without_diverged(runs)[0], roles or {}, excluded))
+    if info:
+        sections += ["## Information: upcycling or server momentum?\n", MOMENTUM_NOTE + "\n",
+                     markdown_table(MOMENTUM_HEADER, info)]
     write_markdown(f"{out_prefix}.md", "The paper's claims, judged", sections, provenance)
     return frame
 
