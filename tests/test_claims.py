@@ -20,10 +20,12 @@ SEEDS = (0, 1, 2, 3, 4)
 
 def make_run(root: Path, name: str, dataset: str, alg: str, seed: int, acc: tuple[float, float], rounds: int,
              mu: float = 1.0, lam: float | None = None, step: float | None = None, privacy: dict | None = None,
-             loss_slope: float = 0.01, extra: dict | None = None, devices: dict | None = None) -> str:
+             loss_slope: float = 0.01, extra: dict | None = None, devices: dict | None = None,
+             options: dict | None = None) -> str:
     """A run folder as `upfl run` writes it (summary.json, metrics.csv) with chosen final accuracies."""
     algorithm = {"name": alg, **({"mu": mu} if alg != "fedavg" else {}),
-                 **({"lam": lam} if lam is not None else {}), **({"step": step} if step is not None else {})}
+                 **({"lam": lam} if lam is not None else {}), **({"step": step} if step is not None else {}),
+                 **(options or {})}
     doc = {"data": {"path": str(root / "data" / dataset)}, "rounds": rounds, "seed": seed, "algorithm": algorithm,
            "devices": devices or {"frac": 0.3, "straggler": 0.9}, "privacy": privacy or {"mechanism": "none"}}
     if (privacy or {}).get("mechanism") == "output":
@@ -186,6 +188,8 @@ def test_not_measured_rows_say_why(page):
     assert len(objective) == 4 and set(objective["verdict"]) == {"not measured here"}
     assert set(f[f.index.str.startswith("fig12/")]["verdict"]) == {"not measured here"}
     assert f.loc["fig4/femnist/none/train_acc", "verdict"] == "not measured here"
+    bases = f.loc["bases"]
+    assert bases["verdict"] == "not measured here" and "no runs of experiment upcycling_bases" in bases["why"]
     assert "| not measured here" not in page["md"] or "**not measured here**" in page["md"]
 
 
@@ -278,3 +282,83 @@ def test_sensitivity_table(tmp_path):
     md = Path(f"{prefix}.md").read_text().splitlines()
     first = next(line for line in md if line.startswith("| Synthetic(1,1)"))
     assert "| bernoulli | partial |" in first
+
+
+def test_bases_claims_one_row_per_base(tmp_path):
+    """'Upcycling is orthogonal to the base': Upcycled-on-base minus base per seed, direction rule."""
+    specs, root = [], tmp_path
+    gains = {("fedavg", "upcycled_fedavg"): (3.0, 0.4),      # clearly above 0: holds
+             ("scaffold", "upcycled_scaffold"): (-2.0, 0.4),  # clearly below 0: does not hold
+             ("fedprox", "upcycled"): (0.5, 8.0)}             # wide: inconclusive
+    for (plain, up), (gain, wiggle) in gains.items():
+        mu = 1.0 if plain == "fedprox" else 0.0
+        for seed in SEEDS:
+            acc = 0.6 + 0.01 * seed
+            g = gains_for(gain, wiggle, seed)
+            specs.append("upcycling_bases:" + make_run(root, f"{plain}_{seed}", "synthetic_1_1", plain, seed,
+                                                       (acc, acc), 8, mu))
+            specs.append("upcycling_bases:" + make_run(root, f"{up}_{seed}", "synthetic_1_1", up, seed,
+                                                       (acc + g, acc + g), 16, mu,
+                                                       lam=0.43 if up == "upcycled" else None,
+                                                       step=None if up == "upcycled" else 0.7))
+    # FedNova without its upcycled version: a row saying so.
+    specs.append("upcycling_bases:" + make_run(root, "fednova_0", "synthetic_1_1", "fednova", 0, (0.6, 0.6), 8, 0.0))
+    # A diverged upcycled run that would sink FedAvg's verdict if it counted.
+    specs.append("upcycling_bases:" + make_run(root, "bad", "synthetic_1_1", "upcycled_fedavg", 7, (0.0, 0.0), 16,
+                                               0.0, step=0.7, extra={"diverged": {"iteration": 3, "kind": "train",
+                                                                                  "what": "nan"}}))
+    specs.append("upcycling_bases:" + make_run(root, "bad_base", "synthetic_1_1", "fedavg", 7, (0.9, 0.9), 8, 0.0))
+    csv = root / "runs.csv"
+    assert main(["report", "runs", "--out", str(csv), *specs]) == 0
+    prefix = root / "claims"
+    assert main(["report", "claims", "--runs", str(csv), "--out-prefix", str(prefix)]) == 0
+    f = pd.read_csv(f"{prefix}.csv", comment="#").set_index("id")
+    rows = f[f["section"] == "Upcycling on other base algorithms"]
+    assert list(rows.index) == ["bases/synthetic_1_1/s0.9/fedavg", "bases/synthetic_1_1/s0.9/fedprox",
+                                "bases/synthetic_1_1/s0.9/fednova", "bases/synthetic_1_1/s0.9/scaffold"]
+    for (plain, _), (gain, wiggle) in gains.items():
+        row = rows.loc[f"bases/synthetic_1_1/s0.9/{plain}"]
+        ci = mean_interval([gains_for(gain, wiggle, s) * 100 for s in SEEDS])
+        assert row["n_pairs"] == 5 and row["ours"] == pytest.approx(ci.mean)
+        assert row["ci_low"] == pytest.approx(ci.low) and row["ci_high"] == pytest.approx(ci.high)
+        assert math.isnan(row["paper"]) and row["experiment"] == "upcycling_bases"
+    assert rows.loc["bases/synthetic_1_1/s0.9/fedavg", "verdict"] == "holds"
+    assert rows.loc["bases/synthetic_1_1/s0.9/scaffold", "verdict"] == "does not hold"
+    assert rows.loc["bases/synthetic_1_1/s0.9/fedprox", "verdict"] == "inconclusive"
+    nova = rows.loc["bases/synthetic_1_1/s0.9/fednova"]
+    assert nova["verdict"] == "not measured here" and "upcycled version" in nova["why"]
+    md = Path(f"{prefix}.md").read_text()
+    assert "## Upcycling on other base algorithms" in md and "Upcycled SCAFFOLD − SCAFFOLD" in md
+    # The experiment name comes from the `bases` role; another name finds no runs and says so.
+    assert main(["report", "claims", "--runs", str(csv), "--out-prefix", str(prefix),
+                 "--experiment-for", "bases=other_bases"]) == 0
+    f = pd.read_csv(f"{prefix}.csv", comment="#").set_index("id")
+    assert f.loc["bases", "verdict"] == "not measured here" and "other_bases" in f.loc["bases", "why"]
+
+
+def test_momentum_information_section(tmp_path):
+    """Upcycled-FL against FedProx + server momentum per beta: information on the page, no verdict, no claim."""
+    specs, root = [], tmp_path
+    for seed in SEEDS:
+        specs.append("ablation_momentum:" + make_run(root, f"prox_{seed}", "synthetic_1_1", "fedprox", seed,
+                                                     (0.7, 0.7), 8))
+        specs.append("ablation_momentum:" + make_run(root, f"up_{seed}", "synthetic_1_1", "upcycled", seed,
+                                                     (0.72, 0.72 + 0.001 * seed), 16, lam=0.43))
+        for beta, acc in ((0.3, 0.71), (0.9, 0.74)):
+            specs.append("ablation_momentum:" + make_run(root, f"m{beta}_{seed}", "synthetic_1_1", "fedavgm", seed,
+                                                         (acc, acc), 8, options={"server_momentum": beta}))
+    csv = root / "runs.csv"
+    assert main(["report", "runs", "--out", str(csv), *specs]) == 0
+    prefix = root / "claims"
+    assert main(["report", "claims", "--runs", str(csv), "--out-prefix", str(prefix)]) == 0
+    md = Path(f"{prefix}.md").read_text()
+    info = md[md.index("## Information: upcycling or server momentum?"):]
+    rows = [line for line in info.splitlines() if line.startswith("| Synthetic")]
+    assert len(rows) == 2
+    low = mean_interval([(0.72 + 0.001 * s - 0.71) * 100 for s in SEEDS])
+    high = mean_interval([(0.72 + 0.001 * s - 0.74) * 100 for s in SEEDS])
+    assert "β = 0.3" in rows[0] and f"+{low.mean:.2f} [+{low.low:.2f}, +{low.high:.2f}]" in rows[0]
+    assert "β = 0.9" in rows[1] and f"{high.mean:.2f}".replace("-", "−") in rows[1].replace("-", "−")
+    assert rows[0].rstrip(" |").endswith("5")
+    frame = pd.read_csv(f"{prefix}.csv", comment="#")
+    assert not frame["claim"].str.contains("momentum").any()
