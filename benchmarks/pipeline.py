@@ -5,6 +5,10 @@ one run per job, measured in one go.
     python benchmarks/pipeline.py --parts quick    # the quick preset only
     python benchmarks/pipeline.py --layouts bundled --cores 2
 
+The synthetic part reads the paper's released data (`source: paper`, downloaded through the real code path):
+`--paper-mirror DIR` (default ../shared/upstream beside the repository, when it exists) serves a mirror of the
+authors' files on 127.0.0.1 for the run (`sources.paper.url`); without one the files come from GitHub.
+
 Each (part, layout) runs `snakemake --cores N` in a fresh copy of the workflow (Snakefile, workflow/, config/,
 profiles/; new resources/ and results/), so data generation, training, reports and Snakemake's own cost are
 all in the wall time. Parts: `quick` (config/quick.yaml's preset) and `synthetic` (config/config.yaml with
@@ -21,8 +25,11 @@ benchmarks/results/pipeline.json (figures of parts not run this time are kept fr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import csv
+import functools
+import http.server
 import json
 import os
 import re
@@ -31,6 +38,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -95,8 +103,32 @@ def benchmark_seconds(files: list[Path]) -> float:
     return total
 
 
-def measure(part: str, layout: str, cores: int, keep: bool, max_seconds: float | None = None) -> dict:
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@contextlib.contextmanager
+def serve(folder: Path | None):
+    """A mirror of ``folder`` on a free port of 127.0.0.1 for the block (its base URL), or None without one."""
+    if folder is None:
+        yield None
+        return
+    handler = functools.partial(QuietHandler, directory=str(folder))
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as httpd:
+        thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield f"http://127.0.0.1:{httpd.server_address[1]}/"
+        finally:
+            httpd.shutdown()
+
+
+def measure(part: str, layout: str, cores: int, keep: bool, max_seconds: float | None = None,
+            mirror: str | None = None) -> dict:
     config = part_config(part)
+    if mirror:
+        config["sources"] = {**(config.get("sources") or {}), "paper": {"url": mirror}}
     if layout == "single":
         config = one_run_per_job(config)
     plan = build_plan(config)
@@ -163,14 +195,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-seconds", type=float, default=None,
                    help="stop a layout after this long (a loaded machine) and record what it finished")
     p.add_argument("--out", default=str(OUT))
+    default_mirror = ROOT.parent / "shared" / "upstream"
+    p.add_argument("--paper-mirror", default=str(default_mirror) if default_mirror.is_dir() else None,
+                   help="folder served on 127.0.0.1 as the mirror of the paper's files (default: ../shared/upstream "
+                        "when it exists); 'none' downloads from GitHub")
     args = p.parse_args(argv)
+    mirror_dir = None if args.paper_mirror in (None, "none") else Path(args.paper_mirror).resolve()
+    if mirror_dir is not None and not mirror_dir.is_dir():
+        raise SystemExit(f"--paper-mirror {mirror_dir}: no such folder")
     out = Path(args.out)
     report = json.loads(out.read_text()) if out.exists() else {}
     report.setdefault("parts", {})
     for part in args.parts.split(","):
         figures = report["parts"].setdefault(part, {})
         for layout in args.layouts.split(","):
-            figures[layout] = measure(part, layout, args.cores, args.keep, args.max_seconds)
+            with serve(mirror_dir if part == "synthetic" else None) as mirror:
+                figures[layout] = measure(part, layout, args.cores, args.keep, args.max_seconds, mirror)
             both = [figures.get(k) for k in ("bundled", "single")]
             if all(f and f["completed"] for f in both):
                 figures["speed_up"] = round(figures["single"]["wall_s"] / figures["bundled"]["wall_s"], 2)

@@ -5,8 +5,8 @@ workflow trains runs in *bundles*: one job, one process, several runs, each stil
 :func:`upfl.simulation.run` with its own config, result folder, log and checkpoint (the data set is read
 once per process and handed to ``run``).
 
-Bundle formation (:func:`form_bundles`) is deterministic and stable: runs are partitioned by data set and
-first requesting experiment, data set and job settings, sorted by run id, and cut with content-defined boundaries (a run starts a new bundle when a
+Bundle formation (:func:`form_bundles`) is deterministic and stable: runs are partitioned by first requesting
+experiment and job settings, sorted by run id (so a bundle's runs are grouped by data set), and cut with content-defined boundaries (a run starts a new bundle when a
 hash of its id is 0 modulo ``runs_per_job``; at most ``2 * runs_per_job`` runs per bundle). Adding or
 removing a run changes only the bundle it falls into. A run whose result is already finished is not
 retrained when its bundle changes: every finished run is also kept in a *finished-run store*
@@ -78,16 +78,17 @@ def form_bundles(runs: dict[str, Any]) -> dict[str, Bundle]:
 
     ``runs`` maps run id to a :class:`upfl.experiments.RunSpec` (``experiments``, ``dataset``, ``job``). Runs
     of one bundle share their first requesting experiment (so an edit of one experiment touches only its
-    bundles), their data set (so a target trains no other data set's runs) and every job setting.
+    bundles, and a target trains no other experiment's runs except shared ones) and every job setting. A
+    bundle may span data sets (each is loaded once): fewer, larger bundles pay start-up fewer times.
     """
     classes: dict[tuple, list[str]] = {}
     for rid, spec in runs.items():
         if int(spec.job.get("runs_per_job", 1)) <= 1:
             continue
-        key = (spec.experiments[0], spec.dataset, tuple(sorted(spec.job.items())))
+        key = (spec.experiments[0], tuple(sorted(spec.job.items())))
         classes.setdefault(key, []).append(rid)
     bundles: dict[str, Bundle] = {}
-    for (experiment, _, job_items), ids in sorted(classes.items()):
+    for (experiment, job_items), ids in sorted(classes.items()):
         job = dict(job_items)
         for chunk in chunk_stably(ids, int(job["runs_per_job"])):
             name = bundle_name(experiment, chunk[0])

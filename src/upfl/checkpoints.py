@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import hashlib
 import os
 import shutil
@@ -51,19 +52,30 @@ class CheckpointBusy(RuntimeError):
 def data_fingerprint(path: str | os.PathLike) -> str:
     """SHA-256 (16 hex digits) over the relative path and sha256 of every file of a data set folder.
 
-    Regenerating the data at the same path (other seed, other source, edited files) changes it.
+    Regenerating the data at the same path (other seed, other source, edited files) changes it. Hashed once
+    per process for each state of the folder (file names, sizes and modification times): the runs of a bundle
+    share their data set.
     """
     root = Path(path)
+    files = sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith("."))
+    state = tuple((f.relative_to(root).as_posix(), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+    return _hash_files(str(root.resolve()), state)
+
+
+@functools.lru_cache(maxsize=64)
+def _hash_files(root: str, state: tuple) -> str:
     h = hashlib.sha256()
-    for file in sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith(".")):
-        h.update(f"{file.relative_to(root).as_posix()}\0{sha256_file(file)}\n".encode())
+    for rel, _, _ in state:
+        h.update(f"{rel}\0{sha256_file(Path(root) / rel)}\n".encode())
     return h.hexdigest()[:16]
 
 
+@functools.lru_cache(maxsize=1)
 def code_fingerprint() -> str:
     """SHA-256 (16 hex digits) of the package sources that compute a run's numbers, and torch's version.
 
-    A checkpoint written by other code (an edited solver, another torch) is not resumed.
+    A checkpoint written by other code (an edited solver, another torch) is not resumed. Read once per
+    process: the code a process runs is the code it imported.
     """
     pkg = Path(__file__).resolve().parent
     h = hashlib.sha256(torch.__version__.encode())
