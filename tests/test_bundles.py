@@ -178,7 +178,10 @@ def test_bundle_spec_carries_each_runs_folder_log_and_config():
     spec = bundle_spec(gpu, plan.runs, lambda d: f"resources/data/{d}", lambda r: f"results/runs/{r}",
                        lambda r: f"results/logs/train/{r}.log")
     assert spec["concurrent"] == gpu.job["runs_per_gpu"] and spec["threads"] >= 1
-    assert [e["id"] for e in spec["runs"]] == gpu.run_ids
+    ids = [e["id"] for e in spec["runs"]]
+    assert sorted(ids) == gpu.run_ids
+    keys = [(plan.runs[r].dataset, plan.runs[r].seed) for r in ids]
+    assert keys == sorted(keys)  # data set by data set, seed by seed: shared plans and draws are reused
     e = spec["runs"][0]
     assert e["out"] == f"results/runs/{e['id']}" and e["config"] == plan.runs[e["id"]].doc
     cfg = run_config(e, spec["threads"])

@@ -98,15 +98,20 @@ def form_bundles(runs: dict[str, Any]) -> dict[str, Bundle]:
 
 def bundle_spec(bundle: Bundle, runs: dict[str, Any], data_dir: Callable[[str], str],
                 run_dir: Callable[[str], str], log_path: Callable[[str], str]) -> dict[str, Any]:
-    """The JSON document ``upfl run-many --spec`` reads: per run its id, data, result folder, log and config."""
+    """The JSON document ``upfl run-many --spec`` reads: per run its id, data, result folder, log and config.
+
+    Runs are listed (and trained) data set by data set and seed by seed, so that runs sharing a data set and
+    seed follow each other: their batch plans and draws are reused (:class:`upfl.solver.PlanCache`).
+    """
     job = bundle.job
     concurrent = max(1, int(job.get("runs_per_gpu", 1)))
+    order = sorted(bundle.run_ids, key=lambda r: (runs[r].dataset, runs[r].seed, r))
     return {
         "bundle": bundle.name,
         "threads": max(1, int(job.get("threads", 1)) // concurrent),
         "concurrent": concurrent,
         "runs": [{"id": rid, "data": data_dir(runs[rid].dataset), "out": run_dir(rid), "log": log_path(rid),
-                  "config": runs[rid].doc} for rid in bundle.run_ids],
+                  "config": runs[rid].doc} for rid in order],
     }
 
 

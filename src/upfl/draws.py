@@ -18,6 +18,7 @@ authors' code by default:
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -105,10 +106,19 @@ def resolve_straggler_policy(policy: Any, algorithm: str) -> str:
 def round_stragglers(cfg, round_k: int, num_devices: int) -> tuple[list[int], list[bool], list[int]]:
     """Round k's sampled devices, every device's straggler flag and epochs (before the straggler policy)."""
     c = cfg
-    chosen = sample_clients(c.seed, round_k, num_devices, c.devices.frac)
-    flags, epochs = draw_stragglers(c.seed, round_k, num_devices, c.devices.straggler, c.solver.epochs,
-                                    draw=getattr(c.devices, "straggler_draw", "bernoulli"), chosen=chosen)
-    return chosen, flags, epochs
+    chosen, flags, epochs = _round_draws(c.seed, round_k, num_devices, c.devices.frac, c.devices.straggler,
+                                         c.solver.epochs, getattr(c.devices, "straggler_draw", "bernoulli"))
+    return list(chosen), list(flags), list(epochs)
+
+
+@functools.lru_cache(maxsize=8192)
+def _round_draws(seed: int, round_k: int, num_devices: int, frac: float, prob: float, epochs: int,
+                 draw: str) -> tuple[tuple[int, ...], tuple[bool, ...], tuple[int, ...]]:
+    """The draws of :func:`round_stragglers`, kept per process: they depend on these values only, so the runs
+    of a bundle that share a seed (other algorithms, other mu) and the end-of-run summary draw them once."""
+    chosen = sample_clients(seed, round_k, num_devices, frac)
+    flags, per_device = draw_stragglers(seed, round_k, num_devices, prob, epochs, draw=draw, chosen=chosen)
+    return tuple(chosen), tuple(flags), tuple(per_device)
 
 
 def round_participants(cfg, round_k: int, num_devices: int) -> tuple[list[int], list[int]]:

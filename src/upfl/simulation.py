@@ -29,7 +29,7 @@ from .privacy.accounting import per_device, privacy_report
 from .privacy.mechanisms import output_perturbation, sample_objective_noise
 from .rng import generator
 from .runfolder import check_out
-from .solver import batch_plan, select_local_solver
+from .solver import PLAN_CACHE, select_local_solver
 
 METRIC_COLUMNS = ["iteration", "kind", "train_loss", "train_acc", "test_loss", "test_acc", "devices",
                   "local_steps", "data_accesses", "wall_s", "cum_wall_s"]
@@ -99,8 +99,8 @@ class Simulation:
         if not chosen:
             return w, 0, 0
         gens = [generator(c.seed, "batches", round_k, i) for i in chosen]
-        plans = batch_plan([self.xs[i].shape[0] for i in chosen], [epochs[i] for i in chosen],
-                           c.solver.batch_size, gens)
+        plans = PLAN_CACHE.plans(c.seed, round_k, chosen, [self.xs[i].shape[0] for i in chosen],
+                                 [epochs[i] for i in chosen], c.solver.batch_size, gens)
         rnd = ClientRound(chosen, [self.xs[i] for i in chosen], [self.ys[i] for i in chosen], plans,
                           self.sizes[chosen].to(self.device), self.model, self.local_solve, c.solver.lr,
                           c.solver.momentum, generator(c.seed, "dropout", round_k))

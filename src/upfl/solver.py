@@ -6,6 +6,7 @@ finished devices cost nothing. Batch orders are drawn up front (one permutation 
 
 from __future__ import annotations
 
+import collections
 import functools
 import math
 from typing import Callable
@@ -32,6 +33,50 @@ def batch_plan(sizes: list[int], epochs: list[int], batch_size: int, generators:
             padded[epoch, :n] = torch.randperm(n, generator=g)
         plans.append(padded.view(e * nb, batch_size))
     return plans
+
+
+class PlanCache:
+    """Batch plans kept across the runs of one process, at most ``max_bytes`` of them (least recently used
+    dropped first).
+
+    A device's plan in training round k depends only on (seed, k, device, its sample count, its epochs, the
+    batch size): the runs of a bundle that share a seed (other algorithms, other mu, the same draws) reuse it
+    instead of drawing it again. Entries are only read (the solvers copy them).
+    """
+
+    def __init__(self, max_bytes: int = 256 << 20):
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self.entries: collections.OrderedDict[tuple, torch.Tensor] = collections.OrderedDict()
+
+    def plans(self, seed: int, round_k: int, devices: list[int], sizes: list[int], epochs: list[int],
+              batch_size: int, generators: list[torch.Generator]) -> list[torch.Tensor]:
+        """:func:`batch_plan` of the devices, each from the cache or drawn with its generator."""
+        out = []
+        for i, n, e, g in zip(devices, sizes, epochs, generators):
+            key = (seed, round_k, i, n, e, batch_size)
+            plan = self.entries.get(key)
+            if plan is None:
+                plan = batch_plan([n], [e], batch_size, [g])[0]
+                self._add(key, plan)
+            else:
+                self.entries.move_to_end(key)
+            out.append(plan)
+        return out
+
+    def _add(self, key: tuple, plan: torch.Tensor) -> None:
+        size = plan.numel() * plan.element_size()
+        if size > self.max_bytes:
+            return
+        self.entries[key] = plan
+        self.bytes += size
+        while self.bytes > self.max_bytes:
+            _, old = self.entries.popitem(last=False)
+            self.bytes -= old.numel() * old.element_size()
+
+
+PLAN_CACHE = PlanCache()
+"""The process's plan cache (:class:`PlanCache`); it never changes a result, only how often plans are drawn."""
 
 
 def pad_devices(xs: list[torch.Tensor], ys: list[torch.Tensor], plans: list[torch.Tensor], dev: torch.device):

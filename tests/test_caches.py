@@ -1,0 +1,65 @@
+"""Per-process caches of a bundle (batch plans, round draws): they change how often things are drawn, never a number."""
+
+import csv
+
+import pytest
+import torch
+
+from upfl import config as cfgmod
+from upfl import draws
+from upfl import simulation
+from upfl.data import generate_synthetic
+from upfl.rng import generator
+from upfl.solver import PlanCache, batch_plan
+
+
+@pytest.fixture(scope="module")
+def small_data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("data")
+    return str(generate_synthetic("synthetic_1_1", root / "s11", data_seed=5, num_devices=8))
+
+
+def test_plan_cache_gives_the_plans_batch_plan_draws_and_keeps_to_its_budget():
+    cache = PlanCache(max_bytes=2500)  # plans of 16, 15, 16 and 4 steps x 8 samples x 8 bytes: 3264 bytes
+    sizes, epochs = [30, 17, 25, 9], [4, 5, 4, 2]
+    gens = [generator(7, "batches", 3, i) for i in range(4)]
+    fresh = batch_plan(sizes, epochs, 8, [generator(7, "batches", 3, i) for i in range(4)])
+    got = cache.plans(7, 3, [0, 1, 2, 3], sizes, epochs, 8, gens)
+    assert all(torch.equal(a, b) for a, b in zip(got, fresh))
+    assert cache.bytes <= cache.max_bytes and len(cache.entries) < 4  # the oldest plans were dropped
+    again = cache.plans(7, 3, [2, 3], sizes[2:], epochs[2:], 8, [torch.Generator().manual_seed(0)] * 2)
+    assert all(a is b for a, b in zip(again, got[2:]))  # reused, not drawn from the (wrong) generators
+    other = cache.plans(7, 4, [3], [9], [2], 8, [generator(7, "batches", 4, 3)])[0]
+    assert torch.equal(other, batch_plan([9], [2], 8, [generator(7, "batches", 4, 3)])[0])
+
+
+def make_cfg(data, **over):
+    doc = {"data": {"path": data}, "rounds": 8, "algorithm": {"name": "upcycled", "mu": 1.0, "lam": 0.43},
+           "devices": {"frac": 0.5, "straggler": 0.5}, "solver": {"epochs": 3}, "checkpoint": {"every": 0}}
+    for key, value in over.items():
+        cfgmod.set_key(doc, key, value)
+    return cfgmod.from_dict(doc)
+
+
+def metrics(folder):
+    with open(folder / "metrics.csv", newline="") as f:
+        return [{k: v for k, v in row.items() if k not in ("wall_s", "cum_wall_s")} for row in csv.DictReader(f)]
+
+
+@pytest.mark.parametrize("backend", ["numba", "torch"])
+def test_a_run_gives_the_same_numbers_with_warm_or_cold_caches(small_data, tmp_path, monkeypatch, backend):
+    fedprox = make_cfg(small_data, **{"algorithm.name": "fedprox", "algorithm.lam": None, "rounds": 4,
+                                      "solver.backend": backend})
+    upcycled = make_cfg(small_data, **{"solver.backend": backend})
+    warm_cache = PlanCache()
+    monkeypatch.setattr(simulation, "PLAN_CACHE", warm_cache)
+    draws._round_draws.cache_clear()
+    simulation.run(fedprox, tmp_path / "warm_up", log=lambda s: None)   # fills the caches with the shared rounds 1-4
+    kept = len(warm_cache.entries)
+    hits_before = draws._round_draws.cache_info().hits
+    simulation.run(upcycled, tmp_path / "warm", log=lambda s: None)
+    assert kept > 0 and draws._round_draws.cache_info().hits > hits_before
+    monkeypatch.setattr(simulation, "PLAN_CACHE", PlanCache(max_bytes=0))  # nothing kept: every plan drawn
+    draws._round_draws.cache_clear()
+    simulation.run(upcycled, tmp_path / "cold", log=lambda s: None)
+    assert metrics(tmp_path / "warm") == metrics(tmp_path / "cold")
