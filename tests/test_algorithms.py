@@ -260,9 +260,12 @@ def test_adaptive_server_optimisers_match_reference_loop(small_data, tmp_path, n
         torch.testing.assert_close(got[k - 1], w, rtol=0, atol=1e-5)
 
 
-def test_pfedme_local_solve_matches_per_device_loop(small_data, tmp_path):
+@pytest.mark.parametrize("backend", ["torch", "numba"])
+def test_pfedme_local_solve_matches_per_device_loop(small_data, tmp_path, backend):
     cfg = make_cfg(small_data, tmp_path, "pfedme", personal_steps=3, personal_lambda=5.0, personal_lr=0.02)
+    cfg = cfgmod.from_dict({**cfgmod.to_dict(cfg), "solver": {**cfgmod.to_dict(cfg)["solver"], "backend": backend}})
     sim, got = training_rounds(cfg, small_data, 1)
+    assert hasattr(sim.local_solve, "personal_solve") == (backend == "numba")
     w = sim.model.init_params(generator(cfg.seed, "init"))
     chosen, plans = round_inputs(sim, 1)
     classes = sim.num_classes

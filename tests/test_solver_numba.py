@@ -8,6 +8,7 @@ import torch
 from upfl import config as cfgmod
 from upfl.data import generate_synthetic
 from upfl import solver_numba
+from upfl.algorithms.pfedme import personal_solve
 from upfl.models import BinaryLogisticRegression, LogisticRegression
 from upfl.simulation import run
 from upfl.solver import batch_plan, local_solve, select_local_solver
@@ -101,6 +102,27 @@ def test_numba_result_does_not_depend_on_thread_count():
     assert torch.equal(one, many)
 
 
+@pytest.mark.parametrize("classes", [2, 3, "binary"])
+def test_numba_pfedme_matches_the_torch_pfedme_loop_at_any_thread_count(classes):
+    """Devices of 3-65 samples and 1-5 epochs (9-45 steps), K = 3 inner steps, local and personal models."""
+    model, w0, xs, _, ys, plans, _ = small_problem(2 if classes == "binary" else classes)
+    if classes == "binary":
+        model = BinaryLogisticRegression(5)
+        w0 = torch.randn(model.num_params, generator=torch.Generator().manual_seed(9)) * 0.1
+    args = (model, w0, xs, ys, plans, 0.05, 5.0, 0.02, 3)
+    local, theta, steps = solver_numba.personal_solve(*args)
+    ref_local, ref_theta, ref_steps = personal_solve(*args)
+    assert steps == ref_steps == 3 * sum(p.shape[0] for p in plans)
+    assert local.dtype == theta.dtype == torch.float32 and local.shape == theta.shape == (len(xs), model.num_params)
+    torch.testing.assert_close(local, ref_local, rtol=0, atol=1e-6)
+    torch.testing.assert_close(theta, ref_theta, rtol=0, atol=1e-6)
+    assert not torch.equal(local, theta)
+    one_local, one_theta, _ = solver_numba.personal_solve(*args, threads=1)
+    two_local, two_theta, _ = solver_numba.personal_solve(*args, threads=2)
+    assert torch.equal(one_local, local) and torch.equal(one_theta, theta)
+    assert torch.equal(two_local, local) and torch.equal(two_theta, theta)
+
+
 def test_balance_covers_every_device_once():
     order, offsets = solver_numba.balance([5, 9, 1, 9, 3], 2)
     assert sorted(order.tolist()) == [0, 1, 2, 3, 4]
@@ -154,6 +176,18 @@ def test_private_binary_runs_numba_match_torch(small_data, tmp_path):
             assert a["final"][key] == pytest.approx(t["final"][key], abs=1e-5)
 
 
+def test_full_pfedme_run_numba_matches_torch_at_any_thread_count(small_data, tmp_path):
+    quiet = lambda m: None
+    over = {"algorithm": {"name": "pfedme", "personal_steps": 3}}
+    a = run(make_cfg(small_data, "numba", **over), tmp_path / "a", log=quiet)
+    run(make_cfg(small_data, "numba", threads=1, **over), tmp_path / "c", log=quiet)
+    run(make_cfg(small_data, "numba", threads=2, **over), tmp_path / "d", log=quiet)
+    t = run(make_cfg(small_data, "torch", **over), tmp_path / "t", log=quiet)
+    assert metric_rows(tmp_path / "a") == metric_rows(tmp_path / "c") == metric_rows(tmp_path / "d")
+    for key in ("train_loss", "train_acc", "test_loss", "test_acc", "personal_train_acc", "personal_test_acc"):
+        assert a["final"][key] == pytest.approx(t["final"][key], abs=1e-5)
+
+
 class NotLogReg:
     num_params = 3
 
@@ -165,6 +199,9 @@ def test_select_local_solver_auto_and_named_errors(monkeypatch):
     assert select_local_solver("auto", logreg, cpu) is solver_numba.local_solve
     assert select_local_solver("numba", logreg, cpu) is solver_numba.local_solve
     assert select_local_solver("numba", logreg, cpu, threads=1).keywords == {"threads": 1}
+    assert select_local_solver("auto", logreg, cpu).personal_solve is solver_numba.personal_solve
+    assert select_local_solver("numba", logreg, cpu, threads=1).personal_solve.keywords == {"threads": 1}
+    assert not hasattr(select_local_solver("torch", logreg, cpu), "personal_solve")
     assert select_local_solver("auto", NotLogReg(), cpu) is local_solve
     assert select_local_solver("auto", logreg, cuda) is local_solve
     assert select_local_solver("auto", BinaryLogisticRegression(3), cpu) is solver_numba.local_solve

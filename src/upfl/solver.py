@@ -144,13 +144,18 @@ def local_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: list[
 
 def numba_solver(threads: int = 0) -> Callable | None:
     """The compiled logistic-regression solver (:mod:`upfl.solver_numba`), compiled or loaded from
-    numba's cache now; None when numba does not import."""
+    numba's cache now; None when numba does not import. It carries pFedMe's compiled local solve as
+    ``.personal_solve``."""
     try:
         from . import solver_numba
     except ImportError:
         return None
     solver_numba.warm_up()
-    return functools.partial(solver_numba.local_solve, threads=threads) if threads else solver_numba.local_solve
+    if not threads:
+        return solver_numba.local_solve
+    solve = functools.partial(solver_numba.local_solve, threads=threads)
+    solve.personal_solve = functools.partial(solver_numba.personal_solve, threads=threads)
+    return solve
 
 
 def select_local_solver(backend: str, model, device: torch.device, threads: int = 0) -> Callable:

@@ -14,6 +14,9 @@ the batch (index -1 pads the last batch of an epoch; cross-entropy for ``logreg`
 Devices are independent, so they run in parallel (``numba.prange`` over worker threads, each with a
 fixed list of devices): the result does not depend on the number of threads or on scheduling.
 Arithmetic is float32 (as the torch path), without fastmath, so repeat runs are bit-identical.
+
+:func:`personal_solve` is pFedMe's bi-level local solve (Dinh et al. 2020, Algorithm 1) on the same
+kernels and layout; the selected solver carries it as ``local_solve.personal_solve``.
 """
 
 from __future__ import annotations
@@ -156,6 +159,45 @@ def solve_devices(out, wg, x, y, x_offsets, plan, inv_counts, plan_offsets, lin,
             out[i] = device_solve(wg, x[a:b], y[a:b], plan[s0:s1], inv_counts[s0:s1], lin[i], has_lin, hyper, binary)
 
 
+@numba.njit(nogil=True, cache=True)
+def device_personal_solve(wg, x, y, plan, inv_counts, hyper, personal_steps, binary):
+    """One device's pFedMe local solve (Dinh et al. 2020, Algorithm 1) from the global model along ``plan``.
+
+    Per batch row: ``personal_steps`` times {g = grad f(theta; batch) + lambda (theta - w); theta -= eta_p g},
+    then w -= eta lambda (w - theta). ``hyper`` holds (lambda, eta_p, eta lambda); returns (w, theta).
+    """
+    lam, personal_lr, mix = hyper[0], hyper[1], hyper[2]
+    local, theta = wg.copy(), wg.copy()
+    gt = np.empty_like(theta)
+    xt = np.empty((x.shape[1], plan.shape[1]), dtype=theta.dtype)
+    zt = np.empty((y.shape[1], plan.shape[1]), dtype=theta.dtype)
+    w1, t1, g1 = local.ravel(), theta.ravel(), gt.ravel()
+    for s in range(plan.shape[0]):
+        for _ in range(personal_steps):
+            if binary:
+                binary_batch_gradient(theta, x, y, plan[s], inv_counts[s], gt)
+            else:
+                batch_gradient(theta, x, y, plan[s], inv_counts[s], gt, xt, zt)
+            for p in range(t1.shape[0]):
+                g1[p] += lam * (t1[p] - w1[p])
+                t1[p] -= personal_lr * g1[p]
+        for p in range(w1.shape[0]):
+            w1[p] -= mix * (w1[p] - t1[p])
+    return local, theta
+
+
+@numba.njit(parallel=True, nogil=True, cache=True)
+def personal_devices(local, theta, wg, x, y, x_offsets, plan, inv_counts, plan_offsets, hyper, personal_steps,
+                     assignment, worker_offsets, binary):
+    """:func:`solve_devices` for :func:`device_personal_solve`: fill ``local[i]`` and ``theta[i]``."""
+    for t in numba.prange(worker_offsets.shape[0] - 1):
+        for q in range(worker_offsets[t], worker_offsets[t + 1]):
+            i = assignment[q]
+            a, b, s0, s1 = x_offsets[i], x_offsets[i + 1], plan_offsets[i], plan_offsets[i + 1]
+            local[i], theta[i] = device_personal_solve(wg, x[a:b], y[a:b], plan[s0:s1], inv_counts[s0:s1], hyper,
+                                                       personal_steps, binary)
+
+
 def balance(costs: list[int], workers: int) -> tuple[np.ndarray, np.ndarray]:
     """Longest-processing-time assignment of devices to ``workers``: (device order, worker offsets).
 
@@ -196,6 +238,24 @@ def from_class_major(params: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(np.concatenate([weights, params[..., -1]], -1))
 
 
+def pack(model, w_global, xs, ys, plans, threads):
+    """The kernels' shared inputs: (wg, x, y, x offsets, plan, 1/counts, plan offsets), the schedule
+    (assignment, worker offsets, binary), the layout function, its inverse and the devices' step counts."""
+    steps = [int(p.shape[0]) for p in plans]
+    workers = max(1, min(len(xs), threads or numba.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
+    binary = isinstance(model, BinaryLogisticRegression)
+    x = torch.cat(xs)
+    x = (model.features(x) if binary else x).numpy().astype(DTYPE, copy=False)
+    y = torch.cat(ys).numpy().astype(DTYPE, copy=False)
+    plan = torch.cat(plans).numpy().astype(np.int64, copy=False)
+    dim = x.shape[1]
+    layout = (lambda a: np.ascontiguousarray(a[..., None, :])) if binary else (lambda a: to_class_major(a, dim))
+    flat = (lambda a: np.ascontiguousarray(a[:, 0, :])) if binary else from_class_major
+    wg = layout(w_global.numpy().astype(DTYPE, copy=False))
+    inputs = (wg, x, y, offsets_of([int(t.shape[0]) for t in xs]), plan, inverse_counts(plan), offsets_of(steps))
+    return inputs, (*balance(steps, workers), binary), layout, flat, steps
+
+
 def local_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: list[torch.Tensor],
                 plans: list[torch.Tensor], mu: float, lr: float, momentum: float,
                 linear_term: torch.Tensor | None = None, generator: torch.Generator | None = None,
@@ -207,26 +267,32 @@ def local_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: list[
     ``generator`` is ignored (the model draws nothing); ``threads`` > 0 caps the worker threads
     (default: numba's thread count).
     """
-    k = len(xs)
-    steps = [int(p.shape[0]) for p in plans]
-    workers = max(1, min(k, threads or numba.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
-    assignment, worker_offsets = balance(steps, workers)
-    binary = isinstance(model, BinaryLogisticRegression)
-    x = torch.cat(xs)
-    x = (model.features(x) if binary else x).numpy().astype(DTYPE, copy=False)
-    y = torch.cat(ys).numpy().astype(DTYPE, copy=False)
-    plan = torch.cat(plans).numpy().astype(np.int64, copy=False)
-    dim = x.shape[1]
-    layout = (lambda a: np.ascontiguousarray(a[..., None, :])) if binary else (lambda a: to_class_major(a, dim))
+    inputs, schedule, layout, flat, steps = pack(model, w_global, xs, ys, plans, threads)
+    k, wg = len(xs), inputs[0]
     has_lin = linear_term is not None
     lin = layout(linear_term.numpy().astype(DTYPE, copy=False)) if has_lin else np.zeros((k, 0, 0), DTYPE)
-    wg = layout(w_global.numpy().astype(DTYPE, copy=False))
     hyper = np.array([mu, lr, momentum], dtype=DTYPE)
     out = np.empty((k,) + wg.shape, dtype=DTYPE)
-    solve_devices(out, wg, x, y, offsets_of([int(t.shape[0]) for t in xs]), plan, inverse_counts(plan),
-                  offsets_of(steps), lin, has_lin, hyper, assignment, worker_offsets, binary)
-    flat = np.ascontiguousarray(out[:, 0, :]) if binary else from_class_major(out)
-    return torch.from_numpy(flat), sum(steps)
+    solve_devices(out, *inputs, lin, has_lin, hyper, *schedule)
+    return torch.from_numpy(flat(out)), sum(steps)
+
+
+def personal_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: list[torch.Tensor],
+                   plans: list[torch.Tensor], lr: float, personal_lambda: float, personal_lr: float,
+                   personal_steps: int, generator: torch.Generator | None = None,
+                   threads: int = 0) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """:func:`upfl.algorithms.pfedme.personal_solve` (pFedMe's local solve, Dinh et al. 2020, Algorithm 1)
+    for the two logistic-regression models on the CPU: ((k, P) local models w_i, (k, P) personal models
+    theta_i, total SGD steps times ``personal_steps``), float32, input device order."""
+    inputs, schedule, _, flat, steps = pack(model, w_global, xs, ys, plans, threads)
+    local, theta = (np.empty((len(xs),) + inputs[0].shape, dtype=DTYPE) for _ in range(2))
+    hyper = np.array([personal_lambda, personal_lr, lr * personal_lambda], dtype=DTYPE)
+    personal_devices(local, theta, *inputs, hyper, personal_steps, *schedule)
+    return torch.from_numpy(flat(local)), torch.from_numpy(flat(theta)), sum(steps) * personal_steps
+
+
+local_solve.personal_solve = personal_solve
+"""The selected solver carries pFedMe's local solve (:meth:`upfl.algorithms.pfedme.PFedMe.local_solve` uses it)."""
 
 
 def warm_up() -> None:
@@ -236,5 +302,7 @@ def warm_up() -> None:
     installation and source change) or the cache load (under a second) is not charged to the first
     training round of a run.
     """
-    local_solve(None, torch.zeros(4), [torch.zeros(1, 1)], [torch.tensor([[1.0, 0.0]])],
-                [torch.zeros(1, 1, dtype=torch.long)], 1.0, 0.1, 0.5)
+    problem = (None, torch.zeros(4), [torch.zeros(1, 1)], [torch.tensor([[1.0, 0.0]])],
+               [torch.zeros(1, 1, dtype=torch.long)])
+    local_solve(*problem, 1.0, 0.1, 0.5)
+    personal_solve(*problem, 0.1, 1.0, 0.1, 1)

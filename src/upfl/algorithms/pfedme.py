@@ -16,6 +16,37 @@ from .base import Algorithm
 from .updates import weighted_average
 
 
+def personal_solve(model, w_global, xs, ys, plans, lr, personal_lambda, personal_lr, personal_steps,
+                   generator=None):
+    """pFedMe's local solve (Dinh et al. 2020, Algorithm 1 lines 5-8), all devices batched as in
+    :func:`upfl.solver.local_solve`: from w_i = theta_i = ``w_global``, per batch row ``personal_steps`` times
+    {theta_i -= personal_lr (grad f_i(theta_i; batch) + lambda (theta_i - w_i))}, then
+    w_i -= lr lambda (w_i - theta_i). Returns ((k, P) local models, (k, P) personal models, total SGD steps
+    times ``personal_steps``) in input device order."""
+    extra = {"generator": generator} if getattr(model, "needs_generator", False) else {}
+    dev = w_global.device
+    x_pad, y_pad, idx, mask, order, inverse, sorted_steps = pad_devices(xs, ys, plans, dev)
+    k = len(xs)
+    local = w_global.expand(k, -1).clone()
+    theta = local.clone()
+    rows = torch.arange(k, device=dev).view(k, 1)
+    active = k
+    for s in range(sorted_steps[0]):
+        while sorted_steps[active - 1] <= s:
+            active -= 1
+        xb, yb = x_pad[rows[:active], idx[:active, s]], y_pad[rows[:active], idx[:active, s]]
+        mb = mask[:active, s]
+        mb = mb / mb.sum(-1, keepdim=True).clamp_min(1)
+        la, ta = local[:active], theta[:active]
+        for _ in range(personal_steps):
+            g = model.loss_and_grad(ta, xb, yb, mb, **extra)
+            g.add_(ta - la, alpha=personal_lambda)
+            ta.sub_(g, alpha=personal_lr)
+        la.sub_(la - ta, alpha=lr * personal_lambda)
+    back = inverse.to(dev)
+    return local[back], theta[back], sum(sorted_steps) * personal_steps
+
+
 class PFedMe(Algorithm):
     """Its own local solve (the bi-level problem is not the solver's objective); plain SGD steps (the paper's),
     so ``solver.momentum`` is not used."""
@@ -34,34 +65,18 @@ class PFedMe(Algorithm):
         self._eval_sets: list[tuple] | None = None
 
     def local_solve(self, w, rnd, linear):
+        """The compiled solve the selected solver carries (``rnd.solve.personal_solve``: logreg models on the
+        CPU), else :func:`personal_solve`; keeps every sampled device's personal model."""
         a = self.cfg
         if self.personal is None:
             self.personal = self.zeros(w, self.num_devices)
             self.trained = torch.zeros(self.num_devices, dtype=w.dtype, device=w.device)
-        extra = {"generator": rnd.generator} if getattr(rnd.model, "needs_generator", False) else {}
-        dev = w.device
-        x_pad, y_pad, idx, mask, order, inverse, sorted_steps = pad_devices(rnd.xs, rnd.ys, rnd.plans, dev)
-        k = len(rnd.xs)
-        local = w.expand(k, -1).clone()
-        theta = local.clone()
-        rows = torch.arange(k, device=dev).view(k, 1)
-        active = k
-        for s in range(sorted_steps[0]):
-            while sorted_steps[active - 1] <= s:
-                active -= 1
-            xb, yb = x_pad[rows[:active], idx[:active, s]], y_pad[rows[:active], idx[:active, s]]
-            mb = mask[:active, s]
-            mb = mb / mb.sum(-1, keepdim=True).clamp_min(1)
-            la, ta = local[:active], theta[:active]
-            for _ in range(a.personal_steps):
-                g = rnd.model.loss_and_grad(ta, xb, yb, mb, **extra)
-                g.add_(ta - la, alpha=a.personal_lambda)
-                ta.sub_(g, alpha=a.personal_lr)
-            la.sub_(la - ta, alpha=rnd.lr * a.personal_lambda)
-        back = inverse.to(dev)
-        self.personal[rnd.chosen] = theta[back]
+        solve = getattr(rnd.solve, "personal_solve", personal_solve)
+        local, theta, steps = solve(rnd.model, w, rnd.xs, rnd.ys, rnd.plans, rnd.lr, a.personal_lambda,
+                                    a.personal_lr, a.personal_steps, generator=rnd.generator)
+        self.personal[rnd.chosen] = theta
         self.trained[rnd.chosen] = 1.0
-        return local[back], sum(sorted_steps) * a.personal_steps
+        return local, steps
 
     def server_update(self, w, released, rnd):
         return w + self.server_lr * (weighted_average(released, rnd.sizes) - w)
