@@ -216,3 +216,18 @@ def test_select_local_solver_auto_and_named_errors(monkeypatch):
     assert select_local_solver("auto", logreg, cpu) is local_solve
     with pytest.raises(cfgmod.ConfigError, match="solver.backend: numba requested but numba is not installed"):
         select_local_solver("numba", logreg, cpu)
+
+
+def test_numba_uses_its_sleeping_workqueue_pool_unless_the_user_names_a_layer():
+    """OpenMP's idle workers spin after each solve and take the core of a concurrent job (two bundles on two cores)."""
+    import os
+    import subprocess
+
+    code = ("import numba, torch; from upfl import solver_numba; solver_numba.warm_up(); "
+            "print(numba.threading_layer())")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_THREADING_LAYER"}
+    default = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert default.stdout.strip() == "workqueue"
+    named = subprocess.run([sys.executable, "-c", code], env={**env, "NUMBA_THREADING_LAYER": "omp"},
+                           capture_output=True, text=True, check=True)
+    assert named.stdout.strip() == "omp"  # the user's choice is left alone
