@@ -231,3 +231,21 @@ def test_numba_uses_its_sleeping_workqueue_pool_unless_the_user_names_a_layer():
     named = subprocess.run([sys.executable, "-c", code], env={**env, "NUMBA_THREADING_LAYER": "omp"},
                            capture_output=True, text=True, check=True)
     assert named.stdout.strip() == "omp"  # the user's choice is left alone
+
+
+@pytest.mark.parametrize("kind", ["logreg2", "logreg3", "binary", "binary_nobias"])
+def test_compiled_evaluation_equals_the_models_torch_evaluation(kind):
+    g = torch.Generator().manual_seed(11)
+    if kind.startswith("logreg"):
+        model = LogisticRegression(6, int(kind[-1]))
+        y = torch.randint(0, model.num_classes, (500,), generator=g)
+    else:
+        model = BinaryLogisticRegression(6, bias=kind == "binary")
+        y = torch.randint(0, 2, (500,), generator=g)
+    x = torch.randn(500, 6, generator=g)
+    w = torch.randn(model.num_params, generator=g)
+    loss, correct = solver_numba.evaluate(model, w, x, y)
+    ref_loss, ref_correct = model.evaluate(w, x, y)
+    assert correct == ref_correct and 0 < correct < 500
+    assert loss == pytest.approx(ref_loss, rel=1e-6)
+    assert select_local_solver("numba", model, torch.device("cpu"), threads=1).evaluate is solver_numba.evaluate

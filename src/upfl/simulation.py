@@ -79,17 +79,26 @@ class Simulation:
 
     def evaluate(self, w: torch.Tensor) -> dict[str, float]:
         out = {}
-        bs = self.cfg.evaluation.batch_size
         for name, x, y in (("train", self.train_x, self.train_y), ("test", self.test_x, self.test_y)):
             if x is None:
                 out[f"{name}_loss"] = out[f"{name}_acc"] = float("nan")
                 continue
-            loss, correct = 0.0, 0
-            for i in range(0, len(y), bs):
-                l, c = self.model.evaluate(w, x[i:i + bs], y[i:i + bs])
-                loss, correct = loss + l, correct + c
+            loss, correct = self.evaluate_model(w, x, y)
             out[f"{name}_loss"], out[f"{name}_acc"] = loss / len(y), correct / len(y)
         return out
+
+    def evaluate_model(self, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> tuple[float, int]:
+        """Summed loss and correct predictions of model ``w`` on (x, y): the compiled solver's evaluation where it
+        has one (logistic regression on the CPU), else ``model.evaluate`` in chunks of ``evaluation.batch_size``."""
+        compiled = getattr(self.local_solve, "evaluate", None)
+        if compiled is not None:
+            return compiled(self.model, w, x, y)
+        bs = self.cfg.evaluation.batch_size
+        loss, correct = 0.0, 0
+        for i in range(0, len(y), bs):
+            l, c = self.model.evaluate(w, x[i:i + bs], y[i:i + bs])
+            loss, correct = loss + l, correct + c
+        return loss, correct
 
     def training_round(self, w: torch.Tensor, round_k: int) -> tuple[torch.Tensor, int, int]:
         """One training iteration: sample, local solve, aggregate. Returns (w_new, devices, steps)."""

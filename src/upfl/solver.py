@@ -145,7 +145,7 @@ def local_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: list[
 def numba_solver(threads: int = 0) -> Callable | None:
     """The compiled logistic-regression solver (:mod:`upfl.solver_numba`), compiled or loaded from
     numba's cache now; None when numba does not import. It carries pFedMe's compiled local solve as
-    ``.personal_solve``."""
+    ``.personal_solve`` and the compiled evaluation of its models as ``.evaluate``."""
     try:
         from . import solver_numba
     except ImportError:
@@ -155,6 +155,7 @@ def numba_solver(threads: int = 0) -> Callable | None:
         return solver_numba.local_solve
     solve = functools.partial(solver_numba.local_solve, threads=threads)
     solve.personal_solve = functools.partial(solver_numba.personal_solve, threads=threads)
+    solve.evaluate = solver_numba.evaluate
     return solve
 
 

@@ -94,7 +94,7 @@ class PFedMe(Algorithm):
             model_i = self.personal[i] if self.trained is not None and self.trained[i] else w
             for name, x, y in (("train", xtr, ytr), ("test", xte, yte)):
                 if x is not None and len(y):
-                    correct[name] += sim.model.evaluate(model_i, x, y)[1]
+                    correct[name] += sim.evaluate_model(model_i, x, y)[1]
                     count[name] += len(y)
         return {f"personal_{n}_acc": (correct[n] / count[n]) if count[n] else float("nan") for n in ("train", "test")}
 
