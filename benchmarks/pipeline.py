@@ -18,7 +18,8 @@ one `upfl run` job per run, the previous layout).
 
 Figures per (part, layout): completed (false when `--max-seconds` stopped it), jobs, runs, wall time, time inside runs (sum of the runs' `summary.json`
 `time.total_s`), training-job time (sum of the Snakemake benchmark files of the training jobs), start-up
-share (1 - time inside runs / training-job time), load average before and after. Writes
+share (1 - time inside runs / training-job time), load average before and after; for a layout stopped by
+`--max-seconds`, `projected_wall_s` = wall time x planned runs / finished runs (an estimate at the rate it ran). Writes
 benchmarks/results/pipeline.json (figures of parts not run this time are kept from the previous file).
 """
 
@@ -175,6 +176,8 @@ def measure(part: str, layout: str, cores: int, keep: bool, max_seconds: float |
         "time_inside_runs_s": round(inside, 2), "training_jobs_s": round(train_jobs_s, 2),
         "startup_share": round(1 - inside / train_jobs_s, 3) if train_jobs_s else None,
         "mean_training_job_s": round(train_jobs_s / len(train_files), 3) if train_files else None,
+        # a stopped layout: the wall time at the rate it trained runs (an estimate, not a measurement)
+        "projected_wall_s": None if completed or not summaries else round(wall * len(plan.runs) / len(summaries), 1),
         "cores": cores, "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in load_after],
     }
