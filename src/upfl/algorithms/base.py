@@ -65,7 +65,7 @@ class Algorithm(ABC):
     name: ClassVar[str]
     keys: ClassVar[tuple[str, ...]] = ()
     """The ``algorithm.*`` keys this algorithm reads besides ``name`` (any other key set to a non-default value
-    is a config error naming it)."""
+    is a config error naming it; mirrored torch-free in :mod:`upfl.algorithm_keys` for the report)."""
     uses_mu: ClassVar[bool] = False
     """Whether ``algorithm.mu`` is this algorithm's proximal coefficient (then ``lam`` of an upcycled run reads
     mu/(mu+lambda)); else ``mu`` must be 0."""

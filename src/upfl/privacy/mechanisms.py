@@ -1,13 +1,20 @@
-"""Noise mechanisms on flat parameter matrices (k devices x P parameters); every draw from a passed generator."""
+"""Noise mechanisms on flat parameter matrices (k devices x P parameters); every draw from a passed generator.
+
+torch is imported by the functions, not with the module: ``upfl.privacy`` (and the report, which reads its
+accounting) loads without torch.
+"""
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 def _positive(name: str, value) -> torch.Tensor:
+    import torch
+
     t = torch.as_tensor(value, dtype=torch.float32)
     if not torch.isfinite(t).all() or (t <= 0).any():
         raise ValueError(f"{name} must be > 0, got {value!r}")
@@ -19,6 +26,8 @@ def clip_to_norm(W: torch.Tensor, tau: float) -> torch.Tensor:
 
     Clipped rows are scaled to tau (1 - 1e-6), so float rounding never leaves a norm above tau.
     """
+    import torch
+
     _positive("tau", tau)
     norms = W.norm(dim=1, keepdim=True)
     scale = torch.where(norms > tau, (tau * (1 - 1e-6)) / norms, torch.ones_like(norms))
@@ -31,6 +40,8 @@ def gaussian_output_noise(W: torch.Tensor, sigma, generator: torch.Generator | S
     ``generator`` is one generator for the whole matrix or one per row (row i drawn from generator i,
     exactly as ``gaussian_output_noise(W[i:i+1], sigma_i, generator[i])``).
     """
+    import torch
+
     s = _positive("sigma", sigma).to(W.device)
     s = s.view(-1, 1) if s.dim() else s
     if isinstance(generator, torch.Generator):
@@ -55,6 +66,8 @@ def sample_objective_noise(k: int, P: int, alpha, generator: torch.Generator) ->
     ||n|| ~ Gamma(shape P, scale 1/alpha), drawn as a sum of P Exp(alpha) variables; the direction is a
     normalised standard Gaussian (uniform on the sphere).
     """
+    import torch
+
     a = _positive("alpha", alpha)
     a = a.view(-1, 1) if a.dim() else a
     u = torch.rand((k, P), generator=generator, dtype=torch.float64).clamp_min(torch.finfo(torch.float64).tiny)

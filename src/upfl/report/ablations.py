@@ -15,20 +15,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import matplotlib
-import matplotlib.ticker
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
-
-from .cells import paired  # noqa: E402
-from .collect import ReportError, converged, cumulative_rounds, load_metrics  # noqa: E402
-from .figures import save_figure  # noqa: E402
-from .paper import algorithm_label, dataset_label, dataset_order  # noqa: E402
-from .render import fmt, markdown_table, write_csv, write_markdown  # noqa: E402
-from .stats import mean_interval  # noqa: E402
+from .cells import paired
+from .collect import ReportError, converged, cumulative_rounds, load_metrics
+from .figures import pyplot, save_figure, seaborn
+from .paper import algorithm_label, dataset_label, dataset_order
+from .render import fmt, markdown_table, write_csv, write_markdown
+from .stats import mean_interval
 
 LEVEL = 0.95
 BASE_LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "fedavgm": "FedAvgM", "fednova": "FedNova",
@@ -211,6 +205,7 @@ def _curves(cell: pd.DataFrame, x: str) -> pd.DataFrame:
 
 def momentum_figure(runs: pd.DataFrame, out_prefix: str, provenance: str) -> None:
     """Test accuracy against training rounds (top) and training time (bottom), one column per data set."""
+    plt, sns = pyplot(), seaborn()
     runs = converged(runs)
     datasets = dataset_order(runs["dataset"])
     sns.set_theme(style="whitegrid", context="paper", font_scale=1.0)
@@ -243,6 +238,9 @@ def momentum_figure(runs: pd.DataFrame, out_prefix: str, provenance: str) -> Non
 def schedule_figure(runs: pd.DataFrame, out_prefix: str, provenance: str) -> None:
     """Top: final test accuracy against c_1 per schedule (mean and 95% CI over seeds), FedProx as a line.
     Bottom: test accuracy against training rounds for each schedule at its best c_1."""
+    from matplotlib.ticker import FormatStrFormatter, NullFormatter
+
+    plt, sns = pyplot(), seaborn()
     runs = converged(runs)
     datasets = dataset_order(runs["dataset"])
     sns.set_theme(style="whitegrid", context="paper", font_scale=1.0)
@@ -275,8 +273,8 @@ def schedule_figure(runs: pd.DataFrame, out_prefix: str, provenance: str) -> Non
             rows.append(pd.DataFrame([{"dataset": dataset, "schedule": "fedprox", "c1": math.nan, "n": len(ref),
                                        "test_acc": acc, "low": math.nan, "high": math.nan}]))
         ax.set_xscale("log")
-        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-        ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))
         ax.set_xticks(sorted(set(ups["coef"].astype(float))))
         ax.set_xlabel("c_1 (log scale)")
         ax.set_ylabel("Final test accuracy")

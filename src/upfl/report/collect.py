@@ -117,10 +117,9 @@ ALGORITHM_KEYS = ("name", "mu", "lam", "step", "schedule")
 def algorithm_options(alg: dict[str, Any]) -> str:
     """The hyper-parameters the run's base algorithm reads besides mu/lam/step/schedule (its registry ``keys``),
     ``key=value;...`` ('' for FedAvg, FedProx, Upcycled-FL and for unknown algorithms)."""
-    from ..algorithms import ALGORITHMS
+    from ..algorithm_keys import ALGORITHM_KEYS
 
-    cls = ALGORITHMS.get(base_algorithm(alg.get("name")))
-    keys = cls.keys if cls is not None else ()
+    keys = ALGORITHM_KEYS.get(base_algorithm(alg.get("name")), ())
     return ";".join(f"{k}={alg[k]}" for k in keys if alg.get(k) is not None)
 
 

@@ -163,9 +163,9 @@ def draws_rows(frame: pd.DataFrame) -> list[list[str]]:
 def plot_draws(frame: pd.DataFrame, title: str | None = None):
     """One panel per setting (columns) and metric (rows): x = mu; the paper's gain (star), ours on the paper's
     draw (black, 95% interval), each fresh draw (coloured, 95% interval, side by side)."""
-    import seaborn as sns
+    from .figures import _grid, seaborn
 
-    from .figures import _grid
+    sns = seaborn()
 
     settings = list(dict.fromkeys(frame["setting"]))
     metrics = [m for m in ACC if m in set(frame["metric"])]

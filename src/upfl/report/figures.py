@@ -3,6 +3,9 @@
 Every figure draws the mean over seeds as a line and the min-max range over seeds as a band (the
 paper's convention for its repeated runs), and writes ``NAME.png``, ``NAME.pdf`` and ``NAME.csv``
 (the plotted numbers).
+
+matplotlib and seaborn are imported by the drawing functions (:func:`pyplot`), not with the module: the
+table commands import this module's helpers and never draw.
 """
 
 from __future__ import annotations
@@ -10,19 +13,14 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-import matplotlib
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
-
-from .. import __version__  # noqa: E402
-from ..files import atomic_path, git_commit  # noqa: E402
-from .cells import check_one_config, dataset_mus, with_cell_mu  # noqa: E402
-from .collect import METRIC_NAMES, ReportError, cumulative_rounds, load_metrics, require_converged  # noqa: E402
-from .paper import ALGORITHM_ORDER, algorithm_label, dataset_label, dataset_order, metric_label  # noqa: E402
-from .render import as_number, fmt_mu, write_csv  # noqa: E402
+from .. import __version__
+from ..files import atomic_path, git_commit
+from .cells import check_one_config, dataset_mus, with_cell_mu
+from .collect import METRIC_NAMES, ReportError, cumulative_rounds, load_metrics, require_converged
+from .paper import ALGORITHM_ORDER, algorithm_label, dataset_label, dataset_order, metric_label
+from .render import as_number, fmt_mu, write_csv
 
 KINDS = ("convergence", "lambda_sweep")
 X_CHOICES = {"convergence": ("iteration", "round", "time"), "lambda_sweep": ("step", "lam")}
@@ -159,8 +157,27 @@ def facet_list(data: pd.DataFrame) -> list[tuple[str, float]]:
     return sorted(pairs, key=lambda p: (order.index(p[0]), -math.inf if math.isnan(p[1]) else p[1]))
 
 
+def pyplot():
+    """``matplotlib.pyplot`` on the non-interactive Agg backend (selected before pyplot is first imported)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def seaborn():
+    """seaborn, imported after :func:`pyplot` has selected the Agg backend (seaborn imports pyplot)."""
+    pyplot()
+    import seaborn as sns
+
+    return sns
+
+
 def palette_for(lines: Sequence[str]) -> dict[str, Any]:
     """Fixed colours per algorithm (colour-blind palette); several Upcycled-FL variants get a sequential ramp."""
+    sns = seaborn()
     cb = sns.color_palette("colorblind")
     base = {"FedAvg": cb[0], "FedProx": cb[1], "Upcycled-FL": cb[2]}
     variants = [ln for ln in lines if ln.startswith("Upcycled-FL (")]
@@ -176,6 +193,7 @@ def palette_for(lines: Sequence[str]) -> dict[str, Any]:
 
 def draw_band(ax, d: pd.DataFrame, color, label: str | None = None, style: str = "-") -> None:
     """Mean line (seaborn) and the min-max band of one line."""
+    sns = seaborn()
     d = d.sort_values("x")
     sns.lineplot(x=d["x"].to_numpy(), y=d["mean"].to_numpy(), color=color, ax=ax, label=label,
                  linestyle=style, linewidth=1.3, errorbar=None)
@@ -188,10 +206,11 @@ def save_figure(fig, out_prefix: str) -> None:
     for ext in ("png", "pdf"):
         with atomic_path(f"{out_prefix}.{ext}") as tmp:
             fig.savefig(tmp, format=ext, dpi=150, bbox_inches="tight", metadata={"Creator": creator})
-    plt.close(fig)
+    pyplot().close(fig)
 
 
 def _grid(n_rows: int, n_cols: int):
+    plt, sns = pyplot(), seaborn()
     sns.set_theme(style="whitegrid", context="paper", font_scale=1.1)
     fig, axes = plt.subplots(n_rows, n_cols, figsize=(3.6 * n_cols, 2.8 * n_rows), squeeze=False)
     return fig, axes
@@ -322,6 +341,7 @@ def _sweep_lines(ups: pd.DataFrame) -> pd.DataFrame:
 def plot_lambda_sweep(curves: pd.DataFrame, finals: pd.DataFrame, refs: pd.DataFrame, metrics: Sequence[str],
                       x: str, panels: Sequence[str], title: str | None):
     """Per facet: curves of every lambda against iterations (FedProx dashed), and final value against step."""
+    sns = seaborn()
     facets = facet_list(pd.concat([finals, curves]) if not curves.empty else finals)
     fig, axes = _grid(len(metrics), len(facets) * len(panels))
     ref_color = "0.25"
@@ -358,6 +378,7 @@ def _sweep_curves(ax, d: pd.DataFrame, sweep: list[str], ramp: dict, ref_color, 
 
 
 def _sweep_final(ax, d: pd.DataFrame, ref: pd.DataFrame, ref_color, legend: bool) -> None:
+    sns = seaborn()
     d = d.sort_values("x")
     color = sns.color_palette("colorblind")[2]
     sns.lineplot(x=d["x"].to_numpy(), y=d["mean"].to_numpy(), marker="o", color=color, ax=ax,

@@ -519,9 +519,9 @@ def _columns(data: pd.DataFrame) -> list[tuple[str, str]]:
 
 def plot_tradeoff(data: pd.DataFrame, metrics: Sequence[str], title: str | None):
     """Rows: metrics; columns: mechanism x data set; per algorithm a line through its noise levels."""
-    import seaborn as sns
+    from .figures import _grid, seaborn
 
-    from .figures import _grid
+    sns = seaborn()
 
     cols = _columns(data)
     fig, axes = _grid(len(metrics), len(cols))
