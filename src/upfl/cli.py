@@ -125,9 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .data import DatasetError
-
     args = build_parser().parse_args(argv)
+    from .data import DatasetError  # after parsing: --help and usage errors need no numpy
+
     try:
         return args.func(args)
     except (cfgmod.ConfigError, DatasetError, ValueError) as e:

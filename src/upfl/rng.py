@@ -13,9 +13,8 @@ import hashlib
 
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
 STREAMS = ("init", "sampling", "stragglers", "batches", "dropout", "noise", "data")
@@ -40,5 +39,7 @@ def generator(seed: int, stream: str, *keys: int, device: "str | torch.device" =
 
 
 def numpy_generator(seed: int, stream: str, *keys: int) -> np.random.Generator:
-    """A NumPy generator for one stream and key tuple (data generation, preprocessing)."""
+    """A NumPy generator for one stream and key tuple (data generation, preprocessing; numpy is imported here)."""
+    import numpy as np
+
     return np.random.default_rng(derive_seed(seed, stream, *keys))

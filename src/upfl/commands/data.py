@@ -18,16 +18,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..data.archive import ArchiveError, extract_zip
-from ..data.download import DownloadError, fetch_source, read_recorded_sha256
-from ..data.femnist import FemnistSpec, build_femnist
-from ..data.leaf import DatasetError
-from ..data.paper import build_paper_synthetic, femnist_device_counts
-from ..data.sent140 import Sent140Spec, build_sent140
 from ..data.sources import DATASET_SOURCES, PAPER_SET_SOURCES, PAPER_SYNTHETIC_SETS, SOURCES, resolve_sources
 
-SPECS = {"femnist": FemnistSpec, "sent140": Sent140Spec}
+SPEC_DATASETS = ("femnist", "sent140")
+"""Data sets ``upfl data prepare`` builds from archives (their specs: FemnistSpec, Sent140Spec). The builders
+(numpy, PIL, tqdm, http) are imported by the commands that use them, not by every ``upfl`` command."""
 PAPER_SETS = {f"paper_{s}": s for s in PAPER_SYNTHETIC_SETS}
+
+
+def spec_class(dataset: str):
+    """The spec dataclass of a data set of :data:`SPEC_DATASETS`."""
+    from ..data.femnist import FemnistSpec
+    from ..data.sent140 import Sent140Spec
+
+    return {"femnist": FemnistSpec, "sent140": Sent140Spec}[dataset]
 
 
 def _pairs(items: list[str] | None, flag: str) -> dict[str, str]:
@@ -59,7 +63,7 @@ def archive_assignments(items: list[str] | None) -> dict[str, Path]:
 
 def spec_with(dataset: str, settings: list[str] | None, num_devices: int | None = None):
     """The data set's spec with ``--set KEY=VALUE`` overrides (values parsed as JSON, else text)."""
-    cls = SPECS[dataset]
+    cls = spec_class(dataset)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     changes: dict[str, Any] = {}
     for key, raw in _pairs(settings, "--set").items():
@@ -86,6 +90,9 @@ def check_fetch_flags(args: argparse.Namespace) -> None:
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
+    from ..data.download import fetch_source
+    from ..data.paper import build_paper_synthetic
+
     check_fetch_flags(args)
     urls, checksums = _pairs(args.url, "--url"), _pairs(args.sha256, "--sha256")
     # With --source, NAMES are archive sources, not data sets: `sent140` is the tweets archive alone, without glove.
@@ -121,6 +128,8 @@ def paper_sets_of(names: list[str]) -> list[str]:
 
 def _resource(folder: Path, name: str) -> Path:
     """An archive of the resources folder, verified (sha256, zip intact); never downloaded here."""
+    from ..data.download import DownloadError, fetch_source, read_recorded_sha256
+
     source = SOURCES[name]
     path = folder / source.filename
     if not path.exists():
@@ -132,6 +141,8 @@ def _resource(folder: Path, name: str) -> Path:
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
+    from ..data.paper import build_paper_synthetic, femnist_device_counts
+
     if args.dataset in PAPER_SETS:
         setting = PAPER_SETS[args.dataset]
         if args.set or args.num_devices is not None:
@@ -158,8 +169,12 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     progress = not args.no_progress
     paths = [_resource(res, name) for name in DATASET_SOURCES[args.dataset] if not SOURCES[name].mirror]
     if args.dataset == "femnist":
+        from ..data.femnist import build_femnist
+
         out = build_femnist(*paths, args.out, seed=args.seed, spec=spec, progress=progress, device_index=index)
     else:
+        from ..data.sent140 import build_sent140
+
         out = build_sent140(*paths, args.out, seed=args.seed, spec=spec, progress=progress)
     meta = json.loads((out / "meta.json").read_text(encoding="utf-8"))
     bad = meta.get("malformed")
@@ -171,6 +186,8 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 
 def cmd_extract(args: argparse.Namespace) -> int:
+    from ..data.archive import extract_zip
+
     patterns = args.member or []
     select = (lambda n: any(fnmatch.fnmatch(n, p) or fnmatch.fnmatch(n.rsplit("/", 1)[-1], p) for p in patterns)) \
         if patterns else None
@@ -181,6 +198,10 @@ def cmd_extract(args: argparse.Namespace) -> int:
 
 def _guard(func):
     def run(args: argparse.Namespace) -> int:
+        from ..data.archive import ArchiveError
+        from ..data.download import DownloadError
+        from ..data.leaf import DatasetError
+
         try:
             return func(args)
         except (DownloadError, ArchiveError, DatasetError, ValueError, KeyError) as e:
@@ -223,7 +244,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     f.set_defaults(func=_guard(cmd_fetch))
 
     pr = sub.add_parser("prepare", help="build FEMNIST, Sent140 or a paper synthetic set as a LEAF folder")
-    pr.add_argument("dataset", choices=sorted(SPECS) + list(PAPER_SETS))
+    pr.add_argument("dataset", choices=sorted(SPEC_DATASETS) + list(PAPER_SETS))
     pr.add_argument("--out", required=True, help="output data set folder")
     common(pr)
     pr.add_argument("--seed", type=int, default=0, help="data seed (the 'data' random stream)")
