@@ -59,7 +59,7 @@ def results(tmp_path_factory):
     csv = root / "runs.csv"
     rc, heavy, _, text = run_upfl(["report", "runs", "--out", str(csv), *specs], root)
     assert rc == 0, text
-    return {"root": root, "csv": csv, "specs": specs, "runs_heavy": heavy}
+    return {"root": root, "data": data, "csv": csv, "specs": specs, "runs_heavy": heavy}
 
 
 def test_report_runs_imports_no_torch_no_plotting(results):
@@ -76,6 +76,15 @@ def test_table_commands_import_no_torch_no_plotting(results, command, writes):
     assert rc == 0, text
     assert set(heavy).isdisjoint(HEAVY)
     assert all(prefix.with_name(command + ext).is_file() for ext in writes)
+
+
+def test_table2_imports_no_torch_no_plotting(results):
+    prefix = results["root"] / "tables" / "table2"
+    rc, heavy, _, text = run_upfl(["report", "table2", "--out-prefix", str(prefix), str(results["data"])],
+                                  results["root"])
+    assert rc == 0, text
+    assert set(heavy).isdisjoint(HEAVY)
+    assert pd.read_csv(prefix.with_suffix(".csv"), comment="#")["devices"].tolist()[0] == 6
 
 
 def test_figure_command_draws_on_agg_without_torch(results):
