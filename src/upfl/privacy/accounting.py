@@ -29,6 +29,7 @@ the engine approximates it with SGD, so the number is the theorem's, not a certi
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Sequence
 
@@ -162,8 +163,12 @@ def theorem_c1_epsilon(releases: int, sigma: float, tau: float, n_train: int, de
     return 2 * math.sqrt(rho * math.log(1 / delta)) + rho
 
 
+@functools.lru_cache(maxsize=4096)
 def gaussian_epsilon(noise_multiplier: float, releases: int, delta: float) -> float:
     """Exact epsilon at delta of ``releases`` adaptive Gaussian releases of noise multiplier z = sigma / sensitivity.
+
+    The accountants here are pure functions of their arguments, kept per process (the devices of a run, and the
+    runs of a bundle, mostly share z and M).
 
     M Gaussian mechanisms of multiplier z compose exactly (Gaussian DP, Dong, Roth and Su 2022) to one
     Gaussian mechanism of multiplier z / sqrt(M); ``dp_accounting.get_epsilon_gaussian`` gives its exact
@@ -177,6 +182,7 @@ def gaussian_epsilon(noise_multiplier: float, releases: int, delta: float) -> fl
     return float(dp_accounting.get_epsilon_gaussian(z / math.sqrt(m), delta))
 
 
+@functools.lru_cache(maxsize=4096)
 def rdp_epsilon(noise_multiplier: float, releases: int, delta: float) -> float:
     """Cross-check: dp-accounting's RDP accountant on ``SelfComposedDpEvent(GaussianDpEvent(z), M)``.
 
@@ -198,6 +204,7 @@ def pld_tractable(noise_multiplier: float, releases: int) -> bool:
     return releases / (2 * noise_multiplier ** 2) <= PLD_MAX_COMPOSED_RHO
 
 
+@functools.lru_cache(maxsize=4096)
 def pld_epsilon(noise_multiplier: float, releases: int, delta: float) -> float | None:
     """Cross-check: dp-accounting's PLD accountant (default add-or-remove relation); None where intractable.
 
