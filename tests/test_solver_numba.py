@@ -249,3 +249,38 @@ def test_compiled_evaluation_equals_the_models_torch_evaluation(kind):
     assert correct == ref_correct and 0 < correct < 500
     assert loss == pytest.approx(ref_loss, rel=1e-6)
     assert select_local_solver("numba", model, torch.device("cpu"), threads=1).evaluate is solver_numba.evaluate
+
+
+def test_binary_gradient_taking_four_rows_at_a_time_equals_the_row_by_row_loop_bit_for_bit():
+    import numba
+    import numpy as np
+
+    @numba.njit
+    def row_by_row(wt, x, y, rows, inv_count, gt):
+        one = wt[0, 0] * 0 + 1
+        gt[:] = 0
+        for b in range(rows.shape[0]):
+            r = rows[b]
+            if r < 0:
+                continue
+            z = wt[0, 0] * 0
+            for j in range(x.shape[1]):
+                z += wt[0, j] * x[r, j]
+            sign = y[r, 1] + y[r, 1] - one
+            coef = -sign / (one + np.exp(sign * z)) * inv_count
+            for j in range(x.shape[1]):
+                gt[0, j] += coef * x[r, j]
+
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        n, p, batch = rng.integers(5, 200), rng.integers(1, 30), rng.integers(1, 40)
+        x = rng.standard_normal((n, p)).astype(np.float32)
+        y = np.zeros((n, 2), np.float32)
+        y[np.arange(n), rng.integers(0, 2, n)] = 1
+        rows = rng.integers(-1, n, batch).astype(np.int64)  # -1: padding, anywhere in the batch
+        wt = rng.standard_normal((1, p)).astype(np.float32)
+        inv = np.float32(1 / max(1, (rows >= 0).sum()))
+        fast, ref = np.empty((1, p), np.float32), np.empty((1, p), np.float32)
+        solver_numba.binary_batch_gradient(wt, x, y, rows, inv, fast)
+        row_by_row(wt, x, y, rows, inv, ref)
+        assert np.array_equal(fast, ref)
