@@ -18,7 +18,8 @@ one `upfl run` job per run, the previous layout).
 
 Figures per (part, layout): completed (false when `--max-seconds` stopped it), jobs, runs, wall time, time inside runs (sum of the runs' `summary.json`
 `time.total_s`), training-job time (sum of the Snakemake benchmark files of the training jobs), start-up
-share (1 - time inside runs / training-job time), load average before and after; for a layout stopped by
+share (1 - time inside runs / training-job time), Snakemake's own CPU time (its main process: scheduling,
+output checks; jobs not included), load average before and after; for a layout stopped by
 `--max-seconds`, `projected_wall_s` = wall time x planned runs / finished runs (an estimate at the rate it ran). Writes
 benchmarks/results/pipeline.json (figures of parts not run this time are kept from the previous file).
 """
@@ -34,6 +35,7 @@ import http.server
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -95,6 +97,15 @@ def workflow_copy(dest: Path, config: dict) -> Path:
     return dest
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of one process (not its children) from /proc; 0 where unreadable."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def benchmark_seconds(files: list[Path]) -> float:
     total = 0.0
     for f in files:
@@ -126,7 +137,7 @@ def serve(folder: Path | None):
 
 
 def measure(part: str, layout: str, cores: int, keep: bool, max_seconds: float | None = None,
-            mirror: str | None = None) -> dict:
+            mirror: str | None = None, snakemake_args: str = "") -> dict:
     config = part_config(part)
     if mirror:
         config["sources"] = {**(config.get("sources") or {}), "paper": {"url": mirror}}
@@ -142,12 +153,18 @@ def measure(part: str, layout: str, cores: int, keep: bool, max_seconds: float |
     start = time.perf_counter()
     log_path = tmp / "snakemake.log"
     with open(log_path, "w") as log_file:
-        proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", str(cores)], cwd=wd, env=env,
+        proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", str(cores), *shlex.split(snakemake_args)],
+                                cwd=wd, env=env,
                                 stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
                                 # a background shell starts us with SIGINT ignored, which Snakemake would inherit
                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        own_cpu = 0.0
         try:
-            proc.wait(timeout=max_seconds)
+            while proc.poll() is None:  # Snakemake's own CPU time (scheduling, output checks), read while it runs
+                own_cpu = max(own_cpu, process_cpu_seconds(proc.pid))
+                if max_seconds is not None and time.perf_counter() - start > max_seconds:
+                    raise subprocess.TimeoutExpired(proc.args, max_seconds)
+                time.sleep(0.5)
             completed = True
         except subprocess.TimeoutExpired:  # a loaded machine: stop like Ctrl-C, record what was done
             os.killpg(proc.pid, signal.SIGINT)
@@ -178,6 +195,7 @@ def measure(part: str, layout: str, cores: int, keep: bool, max_seconds: float |
         "mean_training_job_s": round(train_jobs_s / len(train_files), 3) if train_files else None,
         # a stopped layout: the wall time at the rate it trained runs (an estimate, not a measurement)
         "projected_wall_s": None if completed or not summaries else round(wall * len(plan.runs) / len(summaries), 1),
+        "snakemake_cpu_s": round(own_cpu, 1), "snakemake_args": snakemake_args,
         "cores": cores, "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in load_after],
     }
@@ -194,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parts", default="quick,synthetic", help="comma list of quick, synthetic")
     p.add_argument("--layouts", default="bundled,single", help="comma list of bundled, single")
     p.add_argument("--cores", type=int, default=2)
+    p.add_argument("--snakemake-args", default="", help="extra Snakemake arguments, e.g. '--scheduler ilp'")
     p.add_argument("--keep", action="store_true", help="keep the temporary workflow folders")
     p.add_argument("--max-seconds", type=float, default=None,
                    help="stop a layout after this long (a loaded machine) and record what it finished")
@@ -213,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
         figures = report["parts"].setdefault(part, {})
         for layout in args.layouts.split(","):
             with serve(mirror_dir if part == "synthetic" else None) as mirror:
-                figures[layout] = measure(part, layout, args.cores, args.keep, args.max_seconds, mirror)
+                figures[layout] = measure(part, layout, args.cores, args.keep, args.max_seconds, mirror,
+                                          args.snakemake_args)
             both = [figures.get(k) for k in ("bundled", "single")]
             if all(f and f["completed"] for f in both):
                 figures["speed_up"] = round(figures["single"]["wall_s"] / figures["bundled"]["wall_s"], 2)
