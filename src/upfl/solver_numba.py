@@ -21,6 +21,7 @@ kernels and layout; the selected solver carries it as ``local_solve.personal_sol
 
 from __future__ import annotations
 
+import math
 import os
 
 import numba
@@ -38,6 +39,7 @@ do not depend on the layer (each worker runs a fixed list of devices)."""
 
 DTYPE = np.float32
 """Working precision: float32 like the torch path (parameters, momentum buffer, gradient)."""
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 @numba.njit(nogil=True, cache=True)
@@ -335,7 +337,10 @@ def personal_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: li
 
 @numba.njit(nogil=True, cache=True)
 def evaluate_rows(wt, x, labels, binary, scale):
-    """Summed loss and number of correct predictions of one model on the rows of ``x`` (one pass, float64 sums).
+    """Summed loss and number of correct predictions of one model on the rows of ``x`` (one pass).
+
+    Logits in the model's float32 (a model that overflows gives a non-finite loss, as under torch, and its run
+    is diverged), the loss from them in float64.
 
     Multinomial: ``wt`` (C, d + 1) = ``[W^T | b]``, cross-entropy of softmax(W^T x + b), prediction the first
     largest logit. Binary: ``wt`` (1, P) = theta on x~ = ``[x, 1] * scale`` (P = d + 1) or ``x * scale``
@@ -343,26 +348,27 @@ def evaluate_rows(wt, x, labels, binary, scale):
     """
     n, d = x.shape
     classes = wt.shape[0]
+    fscale = wt.dtype.type(scale)
     z = np.empty(classes, dtype=np.float64)
     loss = 0.0
     correct = 0
     for r in range(n):
         label = labels[r]
         if binary:
-            t = 0.0
+            t = wt[0, 0] * 0
             for j in range(d):
-                t += np.float64(wt[0, j]) * (np.float64(x[r, j]) * scale)
+                t += wt[0, j] * (x[r, j] * fscale)
             if wt.shape[1] > d:
-                t += np.float64(wt[0, d]) * scale
-            m = -(2.0 * label - 1.0) * t
+                t += wt[0, d] * fscale
+            m = -(2.0 * label - 1.0) * np.float64(t)
             loss += max(m, 0.0) + np.log1p(np.exp(-abs(m)))
             correct += (t > 0) == (label == 1)
         else:
             best = 0
             for c in range(classes):
-                v = np.float64(wt[c, d])
+                v = wt[c, d]
                 for j in range(d):
-                    v += np.float64(wt[c, j]) * np.float64(x[r, j])
+                    v += wt[c, j] * x[r, j]
                 z[c] = v
                 if v > z[best]:
                     best = c
@@ -377,8 +383,8 @@ def evaluate_rows(wt, x, labels, binary, scale):
 
 def evaluate(model, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> tuple[float, int]:
     """``model.evaluate(params, x, y)`` (summed loss, correct predictions) of the two logistic-regression models
-    in one compiled pass over the CPU tensors, without torch's per-operation cost: the same metric, summed in
-    float64 (it differs from torch's float32 sums in the 7th significant digit)."""
+    in one compiled pass over the CPU tensors, without torch's per-operation cost: the same metric (float32 logits,
+    the loss summed in float64: it differs from torch's float32 sums in the 7th significant digit)."""
     binary = isinstance(model, BinaryLogisticRegression)
     w = params.detach().numpy().astype(DTYPE, copy=False)
     if binary:
@@ -387,6 +393,8 @@ def evaluate(model, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> t
         wt, scale = to_class_major(w, x.shape[1]), 1.0
     xs = np.ascontiguousarray(x.numpy(), dtype=DTYPE)
     loss, correct = evaluate_rows(wt, xs, np.ascontiguousarray(y.numpy(), dtype=np.int64), binary, scale)
+    if abs(loss) > FLOAT32_MAX:  # torch's float32 sum overflows there: the loss is inf and the run diverged
+        loss = math.inf
     return float(loss), int(correct)
 
 
