@@ -30,8 +30,6 @@ import argparse
 import contextlib
 import copy
 import csv
-import functools
-import http.server
 import json
 import os
 import re
@@ -41,7 +39,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -50,6 +47,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from upfl.data.mirror import serve_folder  # noqa: E402
 from upfl.experiments import build_plan  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "pipeline.json"
@@ -115,25 +113,14 @@ def benchmark_seconds(files: list[Path]) -> float:
     return total
 
 
-class QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-
 @contextlib.contextmanager
 def serve(folder: Path | None):
-    """A mirror of ``folder`` on a free port of 127.0.0.1 for the block (its base URL), or None without one."""
+    """A mirror of ``folder`` on 127.0.0.1 for the block (its base URL), or None without one."""
     if folder is None:
         yield None
         return
-    handler = functools.partial(QuietHandler, directory=str(folder))
-    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as httpd:
-        thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-        thread.start()
-        try:
-            yield f"http://127.0.0.1:{httpd.server_address[1]}/"
-        finally:
-            httpd.shutdown()
+    with serve_folder(folder) as base:
+        yield base
 
 
 def measure(part: str, layout: str, cores: int, keep: bool, max_seconds: float | None = None,

@@ -17,28 +17,21 @@ repository, so `.ci/run` runs this only where it exists; it is a check of the re
 from __future__ import annotations
 
 import argparse
-import functools
-import http.server
 import math
 import subprocess
 import sys
 import tempfile
-import threading
 from pathlib import Path
 
 import numpy as np
 
 from upfl.data.femnist import FemnistSpec, device_sizes
 from upfl.data.leaf import load_leaf
+from upfl.data.mirror import serve_folder
 from upfl.data.paper import femnist_device_counts
 from upfl.data.sources import PAPER_SYNTHETIC_SETS
 from upfl.data.stats import dataset_stats
 from upfl.report.paper import paper_values
-
-
-class QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
 
 
 def half_up(x: float) -> int:
@@ -73,16 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     if not mirror.is_dir():
         print(f"check_paper_data: {mirror}: no such folder", file=sys.stderr)
         return 2
-    handler = functools.partial(QuietHandler, directory=str(mirror))
-    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as httpd, \
-            tempfile.TemporaryDirectory(prefix="upfl-paper-data-") as tmp:
-        thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-        thread.start()
-        base = f"http://127.0.0.1:{httpd.server_address[1]}/"
+    with serve_folder(mirror) as base, tempfile.TemporaryDirectory(prefix="upfl-paper-data-") as tmp:
         cmd = [sys.executable, "-m", "upfl.cli", "data", "fetch", "paper_synthetic", "paper_femnist", "--resources", tmp,
                "--no-progress", "--url", f"paper={base}", "--backoff", "0.5"]
         proc = subprocess.run(cmd, capture_output=True, text=True)
-        httpd.shutdown()
         if proc.returncode != 0:
             print(f"check_paper_data: {' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}",
                   file=sys.stderr)
