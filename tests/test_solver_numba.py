@@ -95,11 +95,18 @@ def test_numba_without_prox_or_linear_term_matches_torch_solver():
     torch.testing.assert_close(fast, batched, rtol=0, atol=1e-6)
 
 
-def test_numba_result_does_not_depend_on_thread_count():
+def test_numba_result_does_not_depend_on_thread_count(monkeypatch):
+    """One thread runs the single-threaded kernel (the parallel one is never called), two the parallel one:
+    the same numbers bit for bit."""
     model, w0, xs, _, ys, plans, lin = small_problem(3)
+    many, _ = solver_numba.local_solve(model, w0, xs, ys, plans, 0.3, 0.05, 0.5, linear_term=lin, threads=2)
+    for name in ("solve_devices", "personal_devices"):
+        monkeypatch.setattr(solver_numba, name, None)
     one, _ = solver_numba.local_solve(model, w0, xs, ys, plans, 0.3, 0.05, 0.5, linear_term=lin, threads=1)
-    many, _ = solver_numba.local_solve(model, w0, xs, ys, plans, 0.3, 0.05, 0.5, linear_term=lin)
     assert torch.equal(one, many)
+    solver_numba.personal_solve(model, w0, xs, ys, plans, 0.05, 5.0, 0.02, 3, threads=1)
+    with pytest.raises(TypeError):
+        solver_numba.local_solve(model, w0, xs, ys, plans, 0.3, 0.05, 0.5, linear_term=lin, threads=2)
 
 
 @pytest.mark.parametrize("classes", [2, 3, "binary"])

@@ -150,7 +150,7 @@ def numba_solver(threads: int = 0) -> Callable | None:
         from . import solver_numba
     except ImportError:
         return None
-    solver_numba.warm_up()
+    solver_numba.warm_up(threads)
     if not threads:
         return solver_numba.local_solve
     solve = functools.partial(solver_numba.local_solve, threads=threads)

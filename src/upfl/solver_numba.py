@@ -171,14 +171,16 @@ def momentum_step(wt, buf, gt, wg, lin, has_lin, mu, lr, momentum):
 
 
 @numba.njit(nogil=True, cache=True)
-def device_solve(wg, x, y, plan, inv_counts, lin, has_lin, hyper, binary):
-    """One device's local solve (Algorithm 1 line 4) from the global model along ``plan`` (steps, B).
+def device_solve(wt, wg, x, y, plan, inv_counts, lin, has_lin, hyper, binary):
+    """One device's local solve (Algorithm 1 line 4) from the global model along ``plan`` (steps, B), into ``wt``.
 
-    ``wg``, ``lin`` and the result are (C, d + 1) = ``[W^T | b]``, or (1, P) = theta when ``binary``;
-    ``inv_counts[s]`` is 1 / (real samples of batch s); ``hyper`` holds (mu, lr, momentum).
+    ``wt`` (overwritten with the local model), ``wg`` and ``lin`` are (C, d + 1) = ``[W^T | b]``, or (1, P) = theta
+    when ``binary``; ``inv_counts[s]`` is 1 / (real samples of batch s); ``hyper`` holds (mu, lr, momentum).
     """
     mu, lr, momentum = hyper[0], hyper[1], hyper[2]
-    wt = wg.copy()
+    w1, wg1 = wt.ravel(), wg.ravel()
+    for p in range(w1.shape[0]):
+        w1[p] = wg1[p]
     buf = np.zeros_like(wt)
     gt = np.empty_like(wt)
     xt = np.empty((x.shape[1], plan.shape[1]), dtype=wt.dtype)
@@ -189,7 +191,6 @@ def device_solve(wg, x, y, plan, inv_counts, lin, has_lin, hyper, binary):
         else:
             batch_gradient(wt, x, y, plan[s], inv_counts[s], gt, xt, zt)
         momentum_step(wt, buf, gt, wg, lin, has_lin, mu, lr, momentum)
-    return wt
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
@@ -200,22 +201,36 @@ def solve_devices(out, wg, x, y, x_offsets, plan, inv_counts, plan_offsets, lin,
         for q in range(worker_offsets[t], worker_offsets[t + 1]):
             i = assignment[q]
             a, b, s0, s1 = x_offsets[i], x_offsets[i + 1], plan_offsets[i], plan_offsets[i + 1]
-            out[i] = device_solve(wg, x[a:b], y[a:b], plan[s0:s1], inv_counts[s0:s1], lin[i], has_lin, hyper, binary)
+            device_solve(out[i], wg, x[a:b], y[a:b], plan[s0:s1], inv_counts[s0:s1], lin[i], has_lin, hyper, binary)
 
 
 @numba.njit(nogil=True, cache=True)
-def device_personal_solve(wg, x, y, plan, inv_counts, hyper, personal_steps, binary):
+def solve_devices_serial(out, wg, x, y, x_offsets, plan, inv_counts, plan_offsets, lin, has_lin, hyper, binary):
+    """:func:`solve_devices` on the calling thread, device after device: the same numbers (devices are
+    independent), without the parallel kernel, whose compile costs several seconds more (a fresh clone's first
+    run, and every single-threaded pipeline job, needs only this one)."""
+    for i in range(out.shape[0]):
+        a, b, s0, s1 = x_offsets[i], x_offsets[i + 1], plan_offsets[i], plan_offsets[i + 1]
+        device_solve(out[i], wg, x[a:b], y[a:b], plan[s0:s1], inv_counts[s0:s1], lin[i], has_lin, hyper, binary)
+
+
+@numba.njit(nogil=True, cache=True)
+def device_personal_solve(local, theta, wg, x, y, plan, inv_counts, hyper, personal_steps, binary):
     """One device's pFedMe local solve (Dinh et al. 2020, Algorithm 1) from the global model along ``plan``.
 
     Per batch row: ``personal_steps`` times {g = grad f(theta; batch) + lambda (theta - w); theta -= eta_p g},
-    then w -= eta lambda (w - theta). ``hyper`` holds (lambda, eta_p, eta lambda); returns (w, theta).
+    then w -= eta lambda (w - theta). ``hyper`` holds (lambda, eta_p, eta lambda); ``local`` (w) and ``theta``
+    are overwritten.
     """
     lam, personal_lr, mix = hyper[0], hyper[1], hyper[2]
-    local, theta = wg.copy(), wg.copy()
+    w1, t1, wg1 = local.ravel(), theta.ravel(), wg.ravel()
+    for p in range(w1.shape[0]):
+        w1[p] = wg1[p]
+        t1[p] = wg1[p]
     gt = np.empty_like(theta)
     xt = np.empty((x.shape[1], plan.shape[1]), dtype=theta.dtype)
     zt = np.empty((y.shape[1], plan.shape[1]), dtype=theta.dtype)
-    w1, t1, g1 = local.ravel(), theta.ravel(), gt.ravel()
+    g1 = gt.ravel()
     for s in range(plan.shape[0]):
         for _ in range(personal_steps):
             if binary:
@@ -227,7 +242,6 @@ def device_personal_solve(wg, x, y, plan, inv_counts, hyper, personal_steps, bin
                 t1[p] -= personal_lr * g1[p]
         for p in range(w1.shape[0]):
             w1[p] -= mix * (w1[p] - t1[p])
-    return local, theta
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
@@ -238,8 +252,18 @@ def personal_devices(local, theta, wg, x, y, x_offsets, plan, inv_counts, plan_o
         for q in range(worker_offsets[t], worker_offsets[t + 1]):
             i = assignment[q]
             a, b, s0, s1 = x_offsets[i], x_offsets[i + 1], plan_offsets[i], plan_offsets[i + 1]
-            local[i], theta[i] = device_personal_solve(wg, x[a:b], y[a:b], plan[s0:s1], inv_counts[s0:s1], hyper,
-                                                       personal_steps, binary)
+            device_personal_solve(local[i], theta[i], wg, x[a:b], y[a:b], plan[s0:s1], inv_counts[s0:s1], hyper,
+                                  personal_steps, binary)
+
+
+@numba.njit(nogil=True, cache=True)
+def personal_devices_serial(local, theta, wg, x, y, x_offsets, plan, inv_counts, plan_offsets, hyper,
+                            personal_steps, binary):
+    """:func:`personal_devices` on the calling thread (see :func:`solve_devices_serial`)."""
+    for i in range(local.shape[0]):
+        a, b, s0, s1 = x_offsets[i], x_offsets[i + 1], plan_offsets[i], plan_offsets[i + 1]
+        device_personal_solve(local[i], theta[i], wg, x[a:b], y[a:b], plan[s0:s1], inv_counts[s0:s1], hyper,
+                              personal_steps, binary)
 
 
 def balance(costs: list[int], workers: int) -> tuple[np.ndarray, np.ndarray]:
@@ -300,6 +324,11 @@ def pack(model, w_global, xs, ys, plans, threads):
     return inputs, (*balance(steps, workers), binary), layout, flat, steps
 
 
+def several_workers(schedule) -> bool:
+    """Whether :func:`pack`'s schedule spreads the devices over more than one worker thread (the parallel kernels)."""
+    return schedule[1].shape[0] > 2
+
+
 def local_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: list[torch.Tensor],
                 plans: list[torch.Tensor], mu: float, lr: float, momentum: float,
                 linear_term: torch.Tensor | None = None, generator: torch.Generator | None = None,
@@ -317,7 +346,10 @@ def local_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: list[
     lin = layout(linear_term.numpy().astype(DTYPE, copy=False)) if has_lin else np.zeros((k, 0, 0), DTYPE)
     hyper = np.array([mu, lr, momentum], dtype=DTYPE)
     out = np.empty((k,) + wg.shape, dtype=DTYPE)
-    solve_devices(out, *inputs, lin, has_lin, hyper, *schedule)
+    if several_workers(schedule):
+        solve_devices(out, *inputs, lin, has_lin, hyper, *schedule)
+    else:
+        solve_devices_serial(out, *inputs, lin, has_lin, hyper, schedule[2])
     return torch.from_numpy(flat(out)), sum(steps)
 
 
@@ -331,7 +363,10 @@ def personal_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: li
     inputs, schedule, _, flat, steps = pack(model, w_global, xs, ys, plans, threads)
     local, theta = (np.empty((len(xs),) + inputs[0].shape, dtype=DTYPE) for _ in range(2))
     hyper = np.array([personal_lambda, personal_lr, lr * personal_lambda], dtype=DTYPE)
-    personal_devices(local, theta, *inputs, hyper, personal_steps, *schedule)
+    if several_workers(schedule):
+        personal_devices(local, theta, *inputs, hyper, personal_steps, *schedule)
+    else:
+        personal_devices_serial(local, theta, *inputs, hyper, personal_steps, schedule[2])
     return torch.from_numpy(flat(local)), torch.from_numpy(flat(theta)), sum(steps) * personal_steps
 
 
@@ -404,16 +439,19 @@ local_solve.evaluate = evaluate
 """... and the compiled evaluation of its models (:meth:`upfl.simulation.Simulation.evaluate_model` uses it)."""
 
 
-def warm_up() -> None:
-    """Compile the kernels, or load them from numba's cache, on a one-sample problem.
+def warm_up(threads: int = 0) -> None:
+    """Compile the kernels, or load them from numba's cache, on a small problem.
 
     :func:`upfl.solver.select_local_solver` calls it, so that the compile (seconds, once per
     installation and source change) or the cache load (under a second) is not charged to the first
-    training round of a run.
+    training round of a run. ``threads`` as in :func:`local_solve`: 1 (a pipeline job's runs) needs only the
+    single-threaded kernels, more the parallel ones (a round with a single device still uses the former, compiled
+    then if needed).
     """
-    problem = (None, torch.zeros(4), [torch.zeros(1, 1)], [torch.tensor([[1.0, 0.0]])],
-               [torch.zeros(1, 1, dtype=torch.long)])
-    local_solve(*problem, 1.0, 0.1, 0.5)
-    personal_solve(*problem, 0.1, 1.0, 0.1, 1)
+    k = max(1, min(2, threads or numba.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
+    problem = (None, torch.zeros(4), [torch.zeros(1, 1)] * k, [torch.tensor([[1.0, 0.0]])] * k,
+               [torch.zeros(1, 1, dtype=torch.long)] * k)
+    local_solve(*problem, 1.0, 0.1, 0.5, threads=threads)
+    personal_solve(*problem, 0.1, 1.0, 0.1, 1, threads=threads)
     for binary in (False, True):
         evaluate_rows(np.zeros((1, 2), DTYPE), np.zeros((1, 1), DTYPE), np.zeros(1, np.int64), binary, 1.0)
