@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from upfl.bundles import BundleError, bundle_spec, chunk_stably, form_bundles, run_config, train_bundle
+from upfl.bundles import (BundleError, bundle_priorities, bundle_spec, chunk_stably, form_bundles, run_config,
+                          run_work, train_bundle)
 from upfl.cli import main
 from upfl.data import generate_synthetic
 from upfl.experiments import build_plan
@@ -169,6 +170,27 @@ def test_adding_or_removing_runs_changes_only_the_bundles_they_fall_into():
     edited["experiments"]["fig2_lambda"]["groups"][0]["runs"][1]["step"].append(0.6)  # 3 new runs (seeds)
     changed = memberships(form_bundles(build_plan(edited).runs))
     assert len(base - changed) <= 3 and len(changed - base) <= 6
+
+
+def test_run_work_counts_training_rounds_epochs_and_inner_steps():
+    fedavg = {"algorithm": {"name": "fedavg"}, "rounds": 80, "devices": {"frac": 0.5}, "solver": {"epochs": 10}}
+    assert run_work(fedavg) == 80 * 0.5 * 10 + 80 / 3
+    upcycled = {"algorithm": {"name": "upcycled", "mu": 1, "lam": 0.43}, "rounds": 160}  # trains at odd t only
+    assert run_work(upcycled) == 80 * 0.3 * 20 + 160 / 3  # frac and epochs: RunConfig's defaults
+    pfedme = {"algorithm": {"name": "upcycled_pfedme", "step": 0.7, "personal_steps": 3}, "rounds": 4,
+              "evaluation": {"every": 2}}
+    assert run_work(pfedme) == 2 * 0.3 * 20 * 3 + 4 / 2 / 3
+
+
+def test_bundles_with_more_work_get_higher_snakemake_priority():
+    plan = full_plan()
+    bundles = form_bundles(plan.runs)
+    priority = bundle_priorities(bundles, plan.runs)
+    assert sorted(priority.values()) == list(range(1, len(bundles) + 1))  # distinct, all above the reports' 0
+    work = {n: sum(run_work(plan.runs[r].doc) for r in b.run_ids) for n, b in bundles.items()}
+    by_priority = sorted(bundles, key=priority.get)
+    assert [work[n] for n in by_priority] == sorted(work.values())
+    assert max(priority, key=priority.get).startswith("privacy_")  # full participation, 80 rounds, 20 epochs
 
 
 def test_bundle_spec_carries_each_runs_folder_log_and_config():

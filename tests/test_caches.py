@@ -20,16 +20,22 @@ def small_data(tmp_path_factory):
 
 
 def test_plan_cache_gives_the_plans_batch_plan_draws_and_keeps_to_its_budget():
-    cache = PlanCache(max_bytes=2500)  # plans of 16, 15, 16 and 4 steps x 8 samples x 8 bytes: 3264 bytes
+    cache = PlanCache(max_bytes=1250)  # plans of 16, 15, 16 and 4 steps x 8 samples x 4 bytes: 1632 bytes
     sizes, epochs = [30, 17, 25, 9], [4, 5, 4, 2]
-    gens = [generator(7, "batches", 3, i) for i in range(4)]
     fresh = batch_plan(sizes, epochs, 8, [generator(7, "batches", 3, i) for i in range(4)])
-    got = cache.plans(7, 3, [0, 1, 2, 3], sizes, epochs, 8, gens)
-    assert all(torch.equal(a, b) for a, b in zip(got, fresh))
+    assert all(p.dtype == torch.int32 for p in fresh)
+    made = []
+
+    def make_generator(i):
+        made.append(i)
+        return generator(7, "batches", 3, i)
+
+    got = cache.plans(7, 3, [0, 1, 2, 3], sizes, epochs, 8, make_generator)
+    assert all(torch.equal(a, b) for a, b in zip(got, fresh)) and made == [0, 1, 2, 3]
     assert cache.bytes <= cache.max_bytes and len(cache.entries) < 4  # the oldest plans were dropped
-    again = cache.plans(7, 3, [2, 3], sizes[2:], epochs[2:], 8, [torch.Generator().manual_seed(0)] * 2)
-    assert all(a is b for a, b in zip(again, got[2:]))  # reused, not drawn from the (wrong) generators
-    other = cache.plans(7, 4, [3], [9], [2], 8, [generator(7, "batches", 4, 3)])[0]
+    again = cache.plans(7, 3, [2, 3], sizes[2:], epochs[2:], 8, make_generator)
+    assert all(a is b for a, b in zip(again, got[2:])) and made == [0, 1, 2, 3]  # reused: no generator made
+    other = cache.plans(7, 4, [3], [9], [2], 8, lambda i: generator(7, "batches", 4, i))[0]
     assert torch.equal(other, batch_plan([9], [2], 8, [generator(7, "batches", 4, 3)])[0])
 
 

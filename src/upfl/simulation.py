@@ -107,9 +107,9 @@ class Simulation:
         chosen, epochs = round_participants(c, round_k, n)
         if not chosen:
             return w, 0, 0
-        gens = [generator(c.seed, "batches", round_k, i) for i in chosen]
         plans = PLAN_CACHE.plans(c.seed, round_k, chosen, [self.xs[i].shape[0] for i in chosen],
-                                 [epochs[i] for i in chosen], c.solver.batch_size, gens)
+                                 [epochs[i] for i in chosen], c.solver.batch_size,
+                                 lambda i: generator(c.seed, "batches", round_k, i))
         rnd = ClientRound(chosen, [self.xs[i] for i in chosen], [self.ys[i] for i in chosen], plans,
                           self.sizes[chosen].to(self.device), self.model, self.local_solve, c.solver.lr,
                           c.solver.momentum, generator(c.seed, "dropout", round_k))

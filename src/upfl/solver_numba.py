@@ -171,11 +171,23 @@ def momentum_step(wt, buf, gt, wg, lin, has_lin, mu, lr, momentum):
 
 
 @numba.njit(nogil=True, cache=True)
-def device_solve(wt, wg, x, y, plan, inv_counts, lin, has_lin, hyper, binary):
+def inverse_count(rows):
+    """1 / (real samples of the batch ``rows``, at least 1) in float32: the weight of each sample in the batch
+    mean, as the torch path's ``mask / mask.sum()``."""
+    count = 0
+    for b in range(rows.shape[0]):
+        if rows[b] >= 0:
+            count += 1
+    return np.float32(1.0) / np.float32(max(count, 1))
+
+
+@numba.njit(nogil=True, cache=True)
+def device_solve(wt, wg, x, y, plan, lin, has_lin, hyper, binary):
     """One device's local solve (Algorithm 1 line 4) from the global model along ``plan`` (steps, B), into ``wt``.
 
     ``wt`` (overwritten with the local model), ``wg`` and ``lin`` are (C, d + 1) = ``[W^T | b]``, or (1, P) = theta
-    when ``binary``; ``inv_counts[s]`` is 1 / (real samples of batch s); ``hyper`` holds (mu, lr, momentum).
+    when ``binary``; each batch's mean is over its real samples (:func:`inverse_count`); ``hyper`` holds (mu, lr,
+    momentum).
     """
     mu, lr, momentum = hyper[0], hyper[1], hyper[2]
     w1, wg1 = wt.ravel(), wg.ravel()
@@ -186,36 +198,37 @@ def device_solve(wt, wg, x, y, plan, inv_counts, lin, has_lin, hyper, binary):
     xt = np.empty((x.shape[1], plan.shape[1]), dtype=wt.dtype)
     zt = np.empty((y.shape[1], plan.shape[1]), dtype=wt.dtype)
     for s in range(plan.shape[0]):
+        inv_count = inverse_count(plan[s])
         if binary:
-            binary_batch_gradient(wt, x, y, plan[s], inv_counts[s], gt)
+            binary_batch_gradient(wt, x, y, plan[s], inv_count, gt)
         else:
-            batch_gradient(wt, x, y, plan[s], inv_counts[s], gt, xt, zt)
+            batch_gradient(wt, x, y, plan[s], inv_count, gt, xt, zt)
         momentum_step(wt, buf, gt, wg, lin, has_lin, mu, lr, momentum)
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
-def solve_devices(out, wg, x, y, x_offsets, plan, inv_counts, plan_offsets, lin, has_lin, hyper,
+def solve_devices(out, wg, x, y, x_offsets, plan, plan_offsets, lin, has_lin, hyper,
                   assignment, worker_offsets, binary):
     """Fill ``out[i]`` (C, d + 1) with device i's local model; worker t runs ``assignment[worker_offsets[t]:...]``."""
     for t in numba.prange(worker_offsets.shape[0] - 1):
         for q in range(worker_offsets[t], worker_offsets[t + 1]):
             i = assignment[q]
             a, b, s0, s1 = x_offsets[i], x_offsets[i + 1], plan_offsets[i], plan_offsets[i + 1]
-            device_solve(out[i], wg, x[a:b], y[a:b], plan[s0:s1], inv_counts[s0:s1], lin[i], has_lin, hyper, binary)
+            device_solve(out[i], wg, x[a:b], y[a:b], plan[s0:s1], lin[i], has_lin, hyper, binary)
 
 
 @numba.njit(nogil=True, cache=True)
-def solve_devices_serial(out, wg, x, y, x_offsets, plan, inv_counts, plan_offsets, lin, has_lin, hyper, binary):
+def solve_devices_serial(out, wg, x, y, x_offsets, plan, plan_offsets, lin, has_lin, hyper, binary):
     """:func:`solve_devices` on the calling thread, device after device: the same numbers (devices are
     independent), without the parallel kernel, whose compile costs several seconds more (a fresh clone's first
     run, and every single-threaded pipeline job, needs only this one)."""
     for i in range(out.shape[0]):
         a, b, s0, s1 = x_offsets[i], x_offsets[i + 1], plan_offsets[i], plan_offsets[i + 1]
-        device_solve(out[i], wg, x[a:b], y[a:b], plan[s0:s1], inv_counts[s0:s1], lin[i], has_lin, hyper, binary)
+        device_solve(out[i], wg, x[a:b], y[a:b], plan[s0:s1], lin[i], has_lin, hyper, binary)
 
 
 @numba.njit(nogil=True, cache=True)
-def device_personal_solve(local, theta, wg, x, y, plan, inv_counts, hyper, personal_steps, binary):
+def device_personal_solve(local, theta, wg, x, y, plan, hyper, personal_steps, binary):
     """One device's pFedMe local solve (Dinh et al. 2020, Algorithm 1) from the global model along ``plan``.
 
     Per batch row: ``personal_steps`` times {g = grad f(theta; batch) + lambda (theta - w); theta -= eta_p g},
@@ -232,11 +245,12 @@ def device_personal_solve(local, theta, wg, x, y, plan, inv_counts, hyper, perso
     zt = np.empty((y.shape[1], plan.shape[1]), dtype=theta.dtype)
     g1 = gt.ravel()
     for s in range(plan.shape[0]):
+        inv_count = inverse_count(plan[s])
         for _ in range(personal_steps):
             if binary:
-                binary_batch_gradient(theta, x, y, plan[s], inv_counts[s], gt)
+                binary_batch_gradient(theta, x, y, plan[s], inv_count, gt)
             else:
-                batch_gradient(theta, x, y, plan[s], inv_counts[s], gt, xt, zt)
+                batch_gradient(theta, x, y, plan[s], inv_count, gt, xt, zt)
             for p in range(t1.shape[0]):
                 g1[p] += lam * (t1[p] - w1[p])
                 t1[p] -= personal_lr * g1[p]
@@ -245,24 +259,24 @@ def device_personal_solve(local, theta, wg, x, y, plan, inv_counts, hyper, perso
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
-def personal_devices(local, theta, wg, x, y, x_offsets, plan, inv_counts, plan_offsets, hyper, personal_steps,
+def personal_devices(local, theta, wg, x, y, x_offsets, plan, plan_offsets, hyper, personal_steps,
                      assignment, worker_offsets, binary):
     """:func:`solve_devices` for :func:`device_personal_solve`: fill ``local[i]`` and ``theta[i]``."""
     for t in numba.prange(worker_offsets.shape[0] - 1):
         for q in range(worker_offsets[t], worker_offsets[t + 1]):
             i = assignment[q]
             a, b, s0, s1 = x_offsets[i], x_offsets[i + 1], plan_offsets[i], plan_offsets[i + 1]
-            device_personal_solve(local[i], theta[i], wg, x[a:b], y[a:b], plan[s0:s1], inv_counts[s0:s1], hyper,
+            device_personal_solve(local[i], theta[i], wg, x[a:b], y[a:b], plan[s0:s1], hyper,
                                   personal_steps, binary)
 
 
 @numba.njit(nogil=True, cache=True)
-def personal_devices_serial(local, theta, wg, x, y, x_offsets, plan, inv_counts, plan_offsets, hyper,
+def personal_devices_serial(local, theta, wg, x, y, x_offsets, plan, plan_offsets, hyper,
                             personal_steps, binary):
     """:func:`personal_devices` on the calling thread (see :func:`solve_devices_serial`)."""
     for i in range(local.shape[0]):
         a, b, s0, s1 = x_offsets[i], x_offsets[i + 1], plan_offsets[i], plan_offsets[i + 1]
-        device_personal_solve(local[i], theta[i], wg, x[a:b], y[a:b], plan[s0:s1], inv_counts[s0:s1], hyper,
+        device_personal_solve(local[i], theta[i], wg, x[a:b], y[a:b], plan[s0:s1], hyper,
                               personal_steps, binary)
 
 
@@ -279,12 +293,6 @@ def balance(costs: list[int], workers: int) -> tuple[np.ndarray, np.ndarray]:
         lists[t].append(i)
     offsets = np.cumsum([0] + [len(ls) for ls in lists]).astype(np.int64)
     return np.array([i for ls in lists for i in ls], dtype=np.int64), offsets
-
-
-def inverse_counts(plan: np.ndarray) -> np.ndarray:
-    """1 / (real samples) of every batch row, in float32 as the torch path's ``mask / mask.sum()``."""
-    counts = np.maximum((plan >= 0).sum(axis=1), 1).astype(DTYPE)
-    return (DTYPE(1.0) / counts).astype(DTYPE)
 
 
 def offsets_of(lengths: list[int]) -> np.ndarray:
@@ -307,7 +315,7 @@ def from_class_major(params: np.ndarray) -> np.ndarray:
 
 
 def pack(model, w_global, xs, ys, plans, threads):
-    """The kernels' shared inputs: (wg, x, y, x offsets, plan, 1/counts, plan offsets), the schedule
+    """The kernels' shared inputs: (wg, x, y, x offsets, int32 plan, plan offsets), the schedule
     (assignment, worker offsets, binary), the layout function, its inverse and the devices' step counts."""
     steps = [int(p.shape[0]) for p in plans]
     workers = max(1, min(len(xs), threads or numba.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
@@ -315,12 +323,12 @@ def pack(model, w_global, xs, ys, plans, threads):
     x = torch.cat(xs)
     x = (model.features(x) if binary else x).numpy().astype(DTYPE, copy=False)
     y = torch.cat(ys).numpy().astype(DTYPE, copy=False)
-    plan = torch.cat(plans).numpy().astype(np.int64, copy=False)
+    plan = torch.cat(plans).numpy().astype(np.int32, copy=False)
     dim = x.shape[1]
     layout = (lambda a: np.ascontiguousarray(a[..., None, :])) if binary else (lambda a: to_class_major(a, dim))
     flat = (lambda a: np.ascontiguousarray(a[:, 0, :])) if binary else from_class_major
     wg = layout(w_global.numpy().astype(DTYPE, copy=False))
-    inputs = (wg, x, y, offsets_of([int(t.shape[0]) for t in xs]), plan, inverse_counts(plan), offsets_of(steps))
+    inputs = (wg, x, y, offsets_of([int(t.shape[0]) for t in xs]), plan, offsets_of(steps))
     return inputs, (*balance(steps, workers), binary), layout, flat, steps
 
 
@@ -371,48 +379,100 @@ def personal_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: li
 
 
 @numba.njit(nogil=True, cache=True)
+def row_logits(wt, x, r, fscale, binary, z, k):
+    """Row ``r``'s logits into ``z[k]``: one feature-order sum per class, from the bias (multinomial) or from 0
+    (binary, features times ``fscale``, the folded bias last)."""
+    d = x.shape[1]
+    if binary:
+        t = wt[0, 0] * 0
+        for j in range(d):
+            t += wt[0, j] * (x[r, j] * fscale)
+        if wt.shape[1] > d:
+            t += wt[0, d] * fscale
+        z[k, 0] = t
+    else:
+        for c in range(wt.shape[0]):
+            v = wt[c, d]
+            for j in range(d):
+                v += wt[c, j] * x[r, j]
+            z[k, c] = v
+
+
+@numba.njit(nogil=True, cache=True)
+def four_row_logits(wt, x, r, fscale, binary, z):
+    """:func:`row_logits` of rows r..r+3 into ``z[0..3]``: four independent sums (each in feature order, so bit
+    for bit the one-row result) that the CPU overlaps."""
+    d = x.shape[1]
+    if binary:
+        t0 = wt[0, 0] * 0
+        t1, t2, t3 = t0, t0, t0
+        for j in range(d):
+            wj = wt[0, j]
+            t0 += wj * (x[r, j] * fscale)
+            t1 += wj * (x[r + 1, j] * fscale)
+            t2 += wj * (x[r + 2, j] * fscale)
+            t3 += wj * (x[r + 3, j] * fscale)
+        if wt.shape[1] > d:
+            bias = wt[0, d] * fscale
+            t0 += bias
+            t1 += bias
+            t2 += bias
+            t3 += bias
+        z[0, 0], z[1, 0], z[2, 0], z[3, 0] = t0, t1, t2, t3
+    else:
+        for c in range(wt.shape[0]):
+            v0 = wt[c, d]
+            v1, v2, v3 = v0, v0, v0
+            for j in range(d):
+                wj = wt[c, j]
+                v0 += wj * x[r, j]
+                v1 += wj * x[r + 1, j]
+                v2 += wj * x[r + 2, j]
+                v3 += wj * x[r + 3, j]
+            z[0, c], z[1, c], z[2, c], z[3, c] = v0, v1, v2, v3
+
+
+@numba.njit(nogil=True, cache=True)
 def evaluate_rows(wt, x, labels, binary, scale):
     """Summed loss and number of correct predictions of one model on the rows of ``x`` (one pass).
 
     Logits in the model's float32 (a model that overflows gives a non-finite loss, as under torch, and its run
-    is diverged), the loss from them in float64.
+    is diverged), the loss from them in float64; four rows' logits at a time (:func:`four_row_logits`).
 
     Multinomial: ``wt`` (C, d + 1) = ``[W^T | b]``, cross-entropy of softmax(W^T x + b), prediction the first
     largest logit. Binary: ``wt`` (1, P) = theta on x~ = ``[x, 1] * scale`` (P = d + 1) or ``x * scale``
     (P = d), log loss log(1 + exp(-s z)) with s = 2 y - 1, prediction 1 when z > 0.
     """
-    n, d = x.shape
+    n = x.shape[0]
     classes = wt.shape[0]
     fscale = wt.dtype.type(scale)
-    z = np.empty(classes, dtype=np.float64)
+    z = np.empty((4, classes), dtype=wt.dtype)
     loss = 0.0
     correct = 0
-    for r in range(n):
-        label = labels[r]
-        if binary:
-            t = wt[0, 0] * 0
-            for j in range(d):
-                t += wt[0, j] * (x[r, j] * fscale)
-            if wt.shape[1] > d:
-                t += wt[0, d] * fscale
-            m = -(2.0 * label - 1.0) * np.float64(t)
-            loss += max(m, 0.0) + np.log1p(np.exp(-abs(m)))
-            correct += (t > 0) == (label == 1)
+    for r0 in range(0, n, 4):
+        if r0 + 4 <= n:
+            four_row_logits(wt, x, r0, fscale, binary, z)
         else:
-            best = 0
-            for c in range(classes):
-                v = wt[c, d]
-                for j in range(d):
-                    v += wt[c, j] * x[r, j]
-                z[c] = v
-                if v > z[best]:
-                    best = c
-            top = z[best]
-            total = 0.0
-            for c in range(classes):
-                total += np.exp(z[c] - top)
-            loss += top + np.log(total) - z[label]
-            correct += best == label
+            for k in range(n - r0):
+                row_logits(wt, x, r0 + k, fscale, binary, z, k)
+        for k in range(min(4, n - r0)):
+            label = labels[r0 + k]
+            if binary:
+                t = z[k, 0]
+                m = -(2.0 * label - 1.0) * np.float64(t)
+                loss += max(m, 0.0) + np.log1p(np.exp(-abs(m)))
+                correct += (t > 0) == (label == 1)
+            else:
+                best = 0
+                for c in range(1, classes):
+                    if z[k, c] > z[k, best]:
+                        best = c
+                top = np.float64(z[k, best])
+                total = 0.0
+                for c in range(classes):
+                    total += np.exp(np.float64(z[k, c]) - top)
+                loss += top + np.log(total) - np.float64(z[k, label])
+                correct += best == label
     return loss, correct
 
 
@@ -450,7 +510,7 @@ def warm_up(threads: int = 0) -> None:
     """
     k = max(1, min(2, threads or numba.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
     problem = (None, torch.zeros(4), [torch.zeros(1, 1)] * k, [torch.tensor([[1.0, 0.0]])] * k,
-               [torch.zeros(1, 1, dtype=torch.long)] * k)
+               [torch.zeros(1, 1, dtype=torch.int32)] * k)
     local_solve(*problem, 1.0, 0.1, 0.5, threads=threads)
     personal_solve(*problem, 0.1, 1.0, 0.1, 1, threads=threads)
     for binary in (False, True):

@@ -6,7 +6,7 @@ import shlex
 import sys
 
 from upfl.data.sources import DATASET_SOURCES, PAPER_SET_SOURCES, SOURCES
-from upfl.bundles import bundle_spec, form_bundles, write_spec_if_changed
+from upfl.bundles import bundle_priorities, bundle_spec, form_bundles, write_spec_if_changed
 from upfl.experiments import ExperimentError, build_plan, output_files, resolve_preset
 
 try:
@@ -22,6 +22,8 @@ OUTPUTS = PLAN.outputs
 # Runs with `job.runs_per_job` > 1 are trained in bundles (upfl.bundles, one job each); the others one per job.
 BUNDLES = form_bundles(RUNS)
 BUNDLE_OF = {r: b.name for b in BUNDLES.values() for r in b.run_ids}
+# Bundles with more estimated work start first (upfl.bundles.bundle_priorities).
+BUNDLE_PRIORITY = bundle_priorities(BUNDLES, RUNS)
 SINGLE_RUNS = [r for r in RUNS if r not in BUNDLE_OF]
 
 

@@ -46,6 +46,7 @@ for _bundle in BUNDLES.values():
         benchmark:
             f"results/benchmarks/bundles/{_bundle.name}.tsv"
         threads: _bundle.job["threads"]
+        priority: BUNDLE_PRIORITY[_bundle.name]
         resources:
             gpu=_bundle.job["gpus"],
             runtime=_bundle.job["runtime"],
