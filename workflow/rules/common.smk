@@ -22,8 +22,10 @@ OUTPUTS = PLAN.outputs
 # Runs with `job.runs_per_job` > 1 are trained in bundles (upfl.bundles, one job each); the others one per job.
 BUNDLES = form_bundles(RUNS)
 BUNDLE_OF = {r: b.name for b in BUNDLES.values() for r in b.run_ids}
-# Bundles with more estimated work start first (upfl.bundles.bundle_priorities).
+# Bundles with more estimated work start first (upfl.bundles.bundle_priorities); data sets before any training
+# (they are quick and every bundle waits for its data).
 BUNDLE_PRIORITY = bundle_priorities(BUNDLES, RUNS)
+DATA_PRIORITY = len(BUNDLE_PRIORITY) + 1
 SINGLE_RUNS = [r for r in RUNS if r not in BUNDLE_OF]
 
 

@@ -16,6 +16,7 @@ rule paper_dataset:
     wildcard_constraints:
         dataset=_alternation(datasets_of("paper")),
     localrule: True
+    priority: DATA_PRIORITY
     shell:
         "upfl data prepare paper_{params.setting} --resources {params.resources} --out {output} --name {wildcards.dataset} "
         "{params.overrides} > {log} 2>&1"
@@ -32,6 +33,7 @@ rule synthetic_dataset:
     wildcard_constraints:
         dataset=_alternation(datasets_of("synthetic")),
     localrule: True
+    priority: DATA_PRIORITY
     shell:
         "upfl synth --name {wildcards.dataset} --setting {params.setting} --data-seed {params.data_seed} "
         "--out {output} > {log} 2>&1"
@@ -51,6 +53,7 @@ rule fetch_archive:
     log:
         "results/logs/data/fetch_{archive}.log",
     localrule: True
+    priority: DATA_PRIORITY
     shell:
         "upfl data fetch --source {params.source} --resources {params.resources} --no-progress {params.overrides} > {log} 2>&1"
 
@@ -72,6 +75,7 @@ rule leaf_dataset:
         "results/logs/data/{dataset}.log",
     resources:
         mem_mb=16000,
+    priority: DATA_PRIORITY
     shell:
         "upfl data prepare {params.source} --resources {params.resources} --out {output} --seed {params.seed} "
         "--no-progress {params.options} {params.checksums} > {log} 2>&1"
