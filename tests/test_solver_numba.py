@@ -1,7 +1,9 @@
 """The compiled (numba) local solver: agreement with the torch solver and a plain SGD loop, runs, errors."""
 
+import math
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -291,3 +293,45 @@ def test_binary_gradient_taking_four_rows_at_a_time_equals_the_row_by_row_loop_b
         solver_numba.binary_batch_gradient(wt, x, y, rows, inv, fast)
         row_by_row(wt, x, y, rows, inv, ref)
         assert np.array_equal(fast, ref)
+
+
+def reference_rows(wt, x, labels, binary, scale):
+    """evaluate_rows in plain Python floats (float64), row by row: the reference for exactly representable logits."""
+    loss, correct = 0.0, 0
+    for r in range(x.shape[0]):
+        if binary:
+            t = sum(float(wt[0, j]) * float(x[r, j]) * scale for j in range(x.shape[1]))
+            t += float(wt[0, x.shape[1]]) * scale if wt.shape[1] > x.shape[1] else 0.0
+            m = -(2.0 * labels[r] - 1.0) * t
+            loss += max(m, 0.0) + math.log1p(math.exp(-abs(m)))
+            correct += (t > 0) == (labels[r] == 1)
+        else:
+            z = [float(wt[c, -1]) + sum(float(wt[c, j]) * float(x[r, j]) for j in range(x.shape[1]))
+                 for c in range(wt.shape[0])]
+            best = max(range(len(z)), key=lambda c: (z[c], -c))
+            loss += z[best] + math.log(sum(math.exp(v - z[best]) for v in z)) - z[labels[r]]
+            correct += best == labels[r]
+    return loss, correct
+
+
+@pytest.mark.parametrize("classes", [1, 2, 5])
+@pytest.mark.parametrize("rows", [1, 4, 7, 30])
+def test_compiled_evaluation_of_exact_logits_equals_a_row_by_row_reference(classes, rows):
+    """Small integer weights and features (logits exact in float32, so no rounding order matters); rows not a
+    multiple of 4 take the one-row path; ties go to the first largest logit."""
+    g = np.random.default_rng(classes * 100 + rows)
+    binary = classes == 1
+    x = g.integers(-3, 4, (rows, 6)).astype(np.float32)
+    wt = g.integers(-2, 3, (classes, 7)).astype(np.float32)
+    labels = g.integers(0, 2 if binary else classes, rows).astype(np.int64)
+    loss, correct = solver_numba.evaluate_rows(wt, x, labels, binary, 1.0)
+    ref_loss, ref_correct = reference_rows(wt, x, labels, binary, 1.0)
+    assert correct == ref_correct
+    assert loss == pytest.approx(ref_loss, rel=1e-12, abs=1e-12)
+
+
+def test_compiled_evaluation_of_overflowing_logits_is_not_finite():
+    x = np.full((5, 2), 3e38, dtype=np.float32)
+    wt = np.array([[10.0, 10.0, 0.0], [1.0, 1.0, 0.0]], dtype=np.float32)  # logits inf, finite
+    loss, _ = solver_numba.evaluate_rows(wt, x, np.array([0, 1, 0, 1, 1]), False, 1.0)
+    assert not math.isfinite(loss)

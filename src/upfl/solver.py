@@ -30,8 +30,7 @@ def batch_plan(sizes: list[int], epochs: list[int], batch_size: int, generators:
     for n, e, g in zip(sizes, epochs, generators):
         nb = math.ceil(n / batch_size)
         padded = torch.full((e, nb * batch_size), -1, dtype=torch.int32)
-        for epoch in range(e):
-            padded[epoch, :n] = torch.randperm(n, generator=g)
+        padded[:, :n] = torch.stack([torch.randperm(n, generator=g) for _ in range(e)])
         plans.append(padded.view(e * nb, batch_size))
     return plans
 

@@ -21,6 +21,7 @@ kernels and layout; the selected solver carries it as ``local_solve.personal_sol
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 
@@ -468,9 +469,13 @@ def evaluate_rows(wt, x, labels, binary, scale):
                     if z[k, c] > z[k, best]:
                         best = c
                 top = np.float64(z[k, best])
+                finite = np.isfinite(top)
                 total = 0.0
                 for c in range(classes):
-                    total += np.exp(np.float64(z[k, c]) - top)
+                    if c == best and finite:
+                        total += 1.0  # exp(top - top), exactly
+                    else:
+                        total += np.exp(np.float64(z[k, c]) - top)
                 loss += top + np.log(total) - np.float64(z[k, label])
                 correct += best == label
     return loss, correct
@@ -499,8 +504,10 @@ local_solve.evaluate = evaluate
 """... and the compiled evaluation of its models (:meth:`upfl.simulation.Simulation.evaluate_model` uses it)."""
 
 
+@functools.lru_cache(maxsize=None)
 def warm_up(threads: int = 0) -> None:
-    """Compile the kernels, or load them from numba's cache, on a small problem.
+    """Compile the kernels, or load them from numba's cache, on a small problem (once per process and ``threads``:
+    a bundle's runs share it).
 
     :func:`upfl.solver.select_local_solver` calls it, so that the compile (seconds, once per
     installation and source change) or the cache load (under a second) is not charged to the first

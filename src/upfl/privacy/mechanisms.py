@@ -6,6 +6,7 @@ accounting) loads without torch.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Sequence
 
 if TYPE_CHECKING:
@@ -13,8 +14,14 @@ if TYPE_CHECKING:
 
 
 def _positive(name: str, value) -> torch.Tensor:
+    """``value`` (a number, sequence or tensor) as a float32 tensor, every entry finite and > 0."""
     import torch
 
+    if isinstance(value, (int, float)):  # the common case (one device's parameter): no tensor checks
+        t = torch.tensor(value, dtype=torch.float32)
+        if not (math.isfinite(t.item()) and t.item() > 0):
+            raise ValueError(f"{name} must be > 0, got {value!r}")
+        return t
     t = torch.as_tensor(value, dtype=torch.float32)
     if not torch.isfinite(t).all() or (t <= 0).any():
         raise ValueError(f"{name} must be > 0, got {value!r}")
