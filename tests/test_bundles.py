@@ -70,6 +70,24 @@ def test_bundle_gives_the_metrics_of_single_runs(data, tmp_path, concurrent):
         assert "final iteration" in Path(e["log"]).read_text()
 
 
+def test_run_many_writes_its_own_benchmark_file_and_none_when_a_run_fails(data, tmp_path):
+    spec = spec_of(data, tmp_path)
+    spec["runs"] = spec["runs"][2:]
+    path, bench = tmp_path / "spec.json", tmp_path / "bench" / "b.tsv"
+    path.write_text(json.dumps(spec))
+    assert main(["run-many", "--spec", str(path), "--no-store", "--benchmark", str(bench)]) == 0
+    header, row, *rest = bench.read_text().splitlines()
+    values = dict(zip(header.split("\t"), row.split("\t")))
+    assert header.split("\t") == ["s", "h:m:s", "max_rss", "cpu_time"] and not rest
+    assert float(values["s"]) > 0 and float(values["max_rss"]) > 50 and float(values["cpu_time"]) > 0
+    assert values["h:m:s"] == "0:00:{:02d}".format(int(float(values["s"])))
+    bench.unlink()
+    spec["runs"][0]["config"]["rounds"] = 0
+    path.write_text(json.dumps(spec))
+    assert main(["run-many", "--spec", str(path), "--no-store", "--benchmark", str(bench)]) == 1
+    assert not bench.exists()
+
+
 def test_failed_run_is_named_and_the_others_keep_their_results(data, tmp_path):
     spec = spec_of(data, tmp_path)
     spec["runs"][1]["config"]["algorithm"]["mu"] = -1.0  # invalid: the run fails, the bundle goes on

@@ -11,6 +11,7 @@ rule experiment_runs:
     log:
         "results/logs/report/runs_{experiment}.log",
     localrule: True
+    priority: RUNS_TABLE_PRIORITY
     shell:
         "upfl report runs --out {output} {params.pairs} > {log} 2>&1"
 
@@ -25,6 +26,7 @@ rule all_runs:
     log:
         "results/logs/report/runs.log",
     localrule: True
+    priority: RUNS_TABLE_PRIORITY
     shell:
         "upfl report runs --out {output} {params.pairs} > {log} 2>&1"
 

@@ -1,7 +1,9 @@
 # Training. Runs with `job.runs_per_job: 1` are one job each (rule `train`); the others are trained in
 # bundles (upfl.bundles, config/README.md "Many runs per job"): one rule per bundle, one output set per run,
 # one process (`upfl run-many`) per job, reading the bundle's spec results/bundles/<name>.json (common.smk).
-# Identical runs requested by several experiments are one run.
+# Identical runs requested by several experiments are one run. A bundle job times itself (`upfl run-many
+# --benchmark`, Snakemake's benchmark format): the `benchmark:` directive's per-second sampling of the process's
+# memory maps cost Snakemake's scheduler more CPU than it measured.
 # `resources: gpu` comes from the experiment's `job.gpus`; the run itself picks its device (`device: auto`).
 # Exit status 3 is a diverged run: its summary.json records `diverged` and the report marks its cell, so the
 # job succeeds; any other non-zero status fails the job (a bundle records a diverged run and goes on).
@@ -40,11 +42,10 @@ for _bundle in BUNDLES.values():
             data=sorted({dataset_dir(RUNS[r].dataset) for r in _bundle.run_ids}),
         output:
             [f"{run_dir(r)}/{f}" for r in _bundle.run_ids for f in ("metrics.csv", "summary.json")],
+            benchmark=f"results/benchmarks/bundles/{_bundle.name}.tsv",
         log:
             bundle=f"results/logs/bundles/{_bundle.name}.log",
             runs=[run_log(r) for r in _bundle.run_ids],
-        benchmark:
-            f"results/benchmarks/bundles/{_bundle.name}.tsv"
         threads: _bundle.job["threads"]
         priority: BUNDLE_PRIORITY[_bundle.name]
         resources:
@@ -52,4 +53,4 @@ for _bundle in BUNDLES.values():
             runtime=_bundle.job["runtime"],
             mem_mb=_bundle.job["mem_mb"],
         shell:
-            "upfl run-many --spec {input.spec} > {log.bundle} 2>&1"
+            "upfl run-many --spec {input.spec} --benchmark {output.benchmark} > {log.bundle} 2>&1"

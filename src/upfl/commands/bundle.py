@@ -1,22 +1,45 @@
 """``upfl run-many``: train a bundle of runs in one process (data, torch and the compiled solver load once).
 
     upfl run-many --spec results/bundles/<name>.json [--concurrent K] [--threads T] [--store DIR | --no-store]
+                  [--benchmark results/benchmarks/bundles/<name>.tsv]
 
 The spec (written by the workflow, ``upfl.bundles.bundle_spec``) lists runs, each with its id, data set
 folder, result folder, log file and run-config document; every run is :func:`upfl.simulation.run` with
 that config, exactly as ``upfl run`` would train it. Runs that fail do not stop the others; the command
-then exits 1 and names them.
+then exits 1 and names them. ``--benchmark`` writes the job's wall time, peak memory and CPU time in the
+first columns of a Snakemake benchmark file (:func:`write_benchmark`), measured by the process itself: Snakemake's
+``benchmark:`` directive samples the process tree's memory maps every second, which cost its scheduler more CPU
+than it measured.
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import sys
+import time
+
+BENCHMARK_COLUMNS = ("s", "h:m:s", "max_rss", "cpu_time")
+"""The first columns of a Snakemake benchmark file, and CPU time: wall seconds, the same as h:m:s, peak resident
+memory in MB (the process or its largest child), user + system CPU seconds of the process and its children."""
+
+
+def write_benchmark(path: str, seconds: float) -> None:
+    """``path``: a tab-separated header and one row of :data:`BENCHMARK_COLUMNS` (written atomically)."""
+    from ..files import write_text
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    hours, rest = divmod(int(seconds), 3600)
+    row = (f"{seconds:.4f}", f"{hours}:{rest // 60:02d}:{rest % 60:02d}",
+           f"{max(own.ru_maxrss, children.ru_maxrss) / 1024:.2f}",
+           f"{own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime:.2f}")
+    write_text(path, "\t".join(BENCHMARK_COLUMNS) + "\n" + "\t".join(row) + "\n")
 
 
 def cmd_run_many(args: argparse.Namespace) -> int:
     from ..bundles import BundleError, load_spec, train_bundle
 
+    start = time.perf_counter()
     try:
         spec = load_spec(args.spec)
         train_bundle(spec, store=None if args.no_store else args.store, concurrent=args.concurrent,
@@ -24,6 +47,8 @@ def cmd_run_many(args: argparse.Namespace) -> int:
     except BundleError as e:
         print(f"upfl run-many: error: {e}", file=sys.stderr)
         return 1
+    if args.benchmark:
+        write_benchmark(args.benchmark, time.perf_counter() - start)
     return 0
 
 
@@ -38,4 +63,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--store", default=DEFAULT_STORE,
                    help=f"finished-run store: finished runs are kept and restored from here (default {DEFAULT_STORE})")
     p.add_argument("--no-store", action="store_true", help="neither restore from nor write to the store")
+    p.add_argument("--benchmark", default=None,
+                   help="write the job's wall time, peak memory (MB) and CPU time here (Snakemake's benchmark format)")
     p.set_defaults(func=cmd_run_many)
