@@ -123,6 +123,12 @@ def serve(folder: Path | None):
         yield base
 
 
+def numba_cache_state() -> str:
+    """``warm`` when numba's cache holds the compiled solver's kernels, ``cold`` when the first jobs compile them
+    (a fresh clone, or an edit of ``upfl/solver_numba.py``)."""
+    return "warm" if any((ROOT / "src" / "upfl" / "__pycache__").glob("solver_numba.*.nbi")) else "cold"
+
+
 def measure(part: str, layout: str, cores: int, keep: bool, max_seconds: float | None = None,
             mirror: str | None = None, snakemake_args: str = "") -> dict:
     config = part_config(part)
@@ -135,6 +141,7 @@ def measure(part: str, layout: str, cores: int, keep: bool, max_seconds: float |
     wd = workflow_copy(tmp / "wf", config)
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
     load_before = os.getloadavg()
+    numba_cache = numba_cache_state()
     print(f"{part}/{layout}: {len(plan.runs)} runs of {len(plan.experiments)} experiments; snakemake --cores {cores} "
           f"in {wd} (load average {load_before[0]:.2f})", flush=True)
     start = time.perf_counter()
@@ -183,7 +190,7 @@ def measure(part: str, layout: str, cores: int, keep: bool, max_seconds: float |
         # a stopped layout: the wall time at the rate it trained runs (an estimate, not a measurement)
         "projected_wall_s": None if completed or not summaries else round(wall * len(plan.runs) / len(summaries), 1),
         "snakemake_cpu_s": round(own_cpu, 1), "snakemake_args": snakemake_args,
-        "cores": cores, "load_average_before": [round(x, 2) for x in load_before],
+        "numba_cache_before": numba_cache, "cores": cores, "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in load_after],
     }
     print(f"{part}/{layout}: {'' if completed else 'STOPPED after '}{result['wall_s']:.1f} s wall, {jobs} jobs ({len(train_files)} training), "

@@ -191,21 +191,32 @@ def palette_for(lines: Sequence[str]) -> dict[str, Any]:
     return pal
 
 
-def draw_band(ax, d: pd.DataFrame, color, label: str | None = None, style: str = "-") -> None:
-    """Mean line (seaborn) and the min-max band of one line."""
-    sns = seaborn()
+def draw_band(ax, d: pd.DataFrame, color, label: str | None = None, style: str = "-", marker: str | None = None) -> None:
+    """Mean line and the min-max band of one line, sorted by x; points without a value are left out of the line.
+
+    The line is ``ax.plot``: what ``seaborn.lineplot`` draws for one line without error bars, at a tenth of its cost
+    (a figure draws dozens); seaborn still sets the theme and the palettes.
+    """
     d = d.sort_values("x")
-    sns.lineplot(x=d["x"].to_numpy(), y=d["mean"].to_numpy(), color=color, ax=ax, label=label,
-                 linestyle=style, linewidth=1.3, errorbar=None)
+    line = d.dropna(subset=["x", "mean"])
+    ax.plot(line["x"].to_numpy(), line["mean"].to_numpy(), color=color, label=label, linestyle=style, linewidth=1.3,
+            marker=marker)
     ax.fill_between(d["x"], d["min"], d["max"], color=color, alpha=BAND_ALPHA, linewidth=0)
 
 
 def save_figure(fig, out_prefix: str) -> None:
-    """Save PNG and PDF atomically, with upfl's version and commit in the metadata."""
+    """Save PNG and PDF atomically, with upfl's version and commit in the metadata.
+
+    The figure's layout (``tight_layout``) is already done: without a layout engine left on the figure and with the
+    tight bounding box computed once, each file is one drawing (``bbox_inches="tight"`` draws twice per file).
+    """
     creator = f"upfl {__version__} (git {git_commit() or 'unknown'})"
+    fig.set_layout_engine(None)
+    fig.draw_without_rendering()
+    bbox = fig.get_tightbbox().padded(pyplot().rcParams["savefig.pad_inches"])
     for ext in ("png", "pdf"):
         with atomic_path(f"{out_prefix}.{ext}") as tmp:
-            fig.savefig(tmp, format=ext, dpi=150, bbox_inches="tight", metadata={"Creator": creator})
+            fig.savefig(tmp, format=ext, dpi=150, bbox_inches=bbox, metadata={"Creator": creator})
     pyplot().close(fig)
 
 
@@ -378,12 +389,8 @@ def _sweep_curves(ax, d: pd.DataFrame, sweep: list[str], ramp: dict, ref_color, 
 
 
 def _sweep_final(ax, d: pd.DataFrame, ref: pd.DataFrame, ref_color, legend: bool) -> None:
-    sns = seaborn()
-    d = d.sort_values("x")
-    color = sns.color_palette("colorblind")[2]
-    sns.lineplot(x=d["x"].to_numpy(), y=d["mean"].to_numpy(), marker="o", color=color, ax=ax,
-                 label="Upcycled-FL" if legend else None, errorbar=None)
-    ax.fill_between(d["x"], d["min"], d["max"], color=color, alpha=BAND_ALPHA, linewidth=0)
+    color = seaborn().color_palette("colorblind")[2]
+    draw_band(ax, d, color, label="Upcycled-FL" if legend else None, marker="o")
     if not ref.empty:
         r = ref.iloc[0]
         ax.axhline(r["mean"], color=ref_color, linestyle="--", label="FedProx" if legend else None)
