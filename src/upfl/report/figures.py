@@ -212,7 +212,6 @@ def save_figure(fig, out_prefix: str) -> None:
     """
     creator = f"upfl {__version__} (git {git_commit() or 'unknown'})"
     fig.set_layout_engine(None)
-    fig.draw_without_rendering()
     bbox = fig.get_tightbbox().padded(pyplot().rcParams["savefig.pad_inches"])
     for ext in ("png", "pdf"):
         with atomic_path(f"{out_prefix}.{ext}") as tmp:
