@@ -17,13 +17,12 @@ def _positive(name: str, value) -> torch.Tensor:
     """``value`` (a number, sequence or tensor) as a float32 tensor, every entry finite and > 0."""
     import torch
 
-    if isinstance(value, (int, float)):  # the common case (one device's parameter): no tensor checks
-        t = torch.tensor(value, dtype=torch.float32)
-        if not (math.isfinite(t.item()) and t.item() > 0):
-            raise ValueError(f"{name} must be > 0, got {value!r}")
-        return t
     t = torch.as_tensor(value, dtype=torch.float32)
-    if not torch.isfinite(t).all() or (t <= 0).any():
+    if isinstance(value, (int, float)):  # one device's parameter: checked as a Python float, no tensor reductions
+        ok = 0 < t.item() < math.inf  # False for NaN
+    else:
+        ok = bool(torch.isfinite(t).all()) and not bool((t <= 0).any())
+    if not ok:
         raise ValueError(f"{name} must be > 0, got {value!r}")
     return t
 
