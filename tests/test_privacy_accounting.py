@@ -18,7 +18,7 @@ from upfl.privacy import (NO_GLM, NO_GUARANTEE, SGD_CAVEAT, NoGuaranteeError, Pr
                           rdp_epsilon, release_counts, theorem_c1_epsilon, theorem_c2_condition,
                           theorem_c2_epsilon, training_rounds)
 from upfl.privacy.accounting import pld_tractable
-from upfl.solver import PlanCache
+from upfl.solver import DrawCache
 
 
 @pytest.fixture(scope="module")
@@ -190,9 +190,9 @@ def test_objective_on_a_non_glm_reports_no_guarantee(tiny_data):
 
 def recorded_participation(cfg, monkeypatch, tmp_path):
     """Run the real engine and record (training round, device) of every local solve it draws batches for (with an
-    empty plan cache, so that every plan is drawn: a batch generator is made only for a plan not kept)."""
+    empty draw cache, so that every plan is drawn: a batch generator is made only for a plan not kept)."""
     seen = []
-    monkeypatch.setattr(simulation, "PLAN_CACHE", PlanCache())
+    monkeypatch.setattr(simulation, "DRAW_CACHE", DrawCache())
     real = simulation.generator
 
     def spy(seed, stream, *keys, **kw):

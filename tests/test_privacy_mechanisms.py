@@ -2,7 +2,8 @@ import pytest
 import torch
 from scipy import stats
 
-from upfl.privacy import clip_to_norm, gaussian_output_noise, output_perturbation, sample_objective_noise
+from upfl.privacy import (clip_to_norm, gaussian_output_noise, objective_noise_draws, output_perturbation,
+                          sample_objective_noise, scale_objective_noise, standard_normal_rows)
 
 
 def test_clipping_bounds_norms_and_keeps_inside_rows():
@@ -35,6 +36,22 @@ def test_one_generator_per_row_draws_each_row_as_its_own_release():
         assert torch.equal(together[i:i + 1], alone)
     with pytest.raises(ValueError, match="generator: one per row"):
         gaussian_output_noise(W, 1.0, [torch.Generator()])
+    drawn = standard_normal_rows(W.shape[1:], [torch.Generator().manual_seed(10 + i) for i in range(4)])
+    assert torch.equal(output_perturbation(W, 2.0, sigmas, noise=drawn), together)  # draws made once, reused
+    with pytest.raises(ValueError, match="noise: shape"):
+        output_perturbation(W, 2.0, sigmas, noise=drawn[:3])
+
+
+def test_objective_noise_is_alpha_free_draws_scaled_by_alpha():
+    """A bundle reuses the draws of (seed, round, device) for every alpha: scaling them must give exactly the noise
+    drawn with that alpha, row by row."""
+    P, alphas = 21, [5.0, 10.0, 40.0]
+    rows = [objective_noise_draws(1, P, torch.Generator().manual_seed(20 + i)) for i in range(3)]
+    gamma, direction = torch.cat([r[0] for r in rows]), torch.cat([r[1] for r in rows])
+    together = scale_objective_noise(gamma, direction, alphas)
+    for i, a in enumerate(alphas):
+        assert torch.equal(together[i:i + 1], sample_objective_noise(1, P, a, torch.Generator().manual_seed(20 + i)))
+    torch.testing.assert_close(together.double().norm(dim=1), (gamma / torch.tensor(alphas).double().view(-1, 1)).view(-1))
 
 
 def test_objective_noise_radius_is_gamma_and_direction_isotropic():

@@ -59,9 +59,9 @@ def test_output_noise_is_drawn_once_per_release_and_only_in_training_rounds(data
     calls = []
     real = simulation.output_perturbation
 
-    def counting(W, tau, sigma, gen):
+    def counting(W, tau, sigma, gen=None, noise=None):
         calls.append(W.shape[0])
-        return real(W, tau, sigma, gen)
+        return real(W, tau, sigma, gen, noise)
 
     monkeypatch.setattr(simulation, "output_perturbation", counting)
     over = dict(OUTPUT)

@@ -132,6 +132,27 @@ def test_numba_pfedme_matches_the_torch_pfedme_loop_at_any_thread_count(classes)
     assert torch.equal(two_local, local) and torch.equal(two_theta, theta)
 
 
+def test_kept_device_rows_give_the_same_solve_and_an_in_place_change_is_seen(monkeypatch):
+    """The rows of a device set are concatenated once and kept (:class:`solver_numba.DeviceRows`); a solve from
+    kept rows equals one from fresh rows, and data changed in place is never read from the old entry."""
+    model, w0, xs, _, ys, plans, lin = small_problem(3)
+    rows = solver_numba.DeviceRows(size=2)
+    monkeypatch.setattr(solver_numba, "DEVICE_ROWS", rows)
+    first, _ = solver_numba.local_solve(model, w0, xs, ys, plans, 0.3, 0.05, 0.5, linear_term=lin, threads=1)
+    kept, _ = solver_numba.local_solve(model, w0, xs, ys, plans, 0.3, 0.05, 0.5, linear_term=lin, threads=1)
+    assert len(rows.entries) == 1 and torch.equal(first, kept)
+    xs[1].mul_(-2.0)
+    changed, _ = solver_numba.local_solve(model, w0, xs, ys, plans, 0.3, 0.05, 0.5, linear_term=lin, threads=1)
+    monkeypatch.setattr(solver_numba, "DEVICE_ROWS", solver_numba.DeviceRows(max_bytes=0))  # nothing kept
+    fresh, _ = solver_numba.local_solve(model, w0, xs, ys, plans, 0.3, 0.05, 0.5, linear_term=lin, threads=1)
+    assert torch.equal(changed, fresh) and not torch.equal(changed, first)
+    monkeypatch.setattr(solver_numba, "DEVICE_ROWS", rows)
+    for subset in ([0, 1], [2, 3], [1, 4]):  # more sets than it keeps: the oldest goes
+        solver_numba.local_solve(model, w0, [xs[i] for i in subset], [ys[i] for i in subset],
+                                 [plans[i] for i in subset], 0.3, 0.05, 0.5, threads=1)
+    assert len(rows.entries) == 2 and all(len(key) == 2 + 2 * 2 for key in rows.entries)
+
+
 def test_balance_covers_every_device_once():
     order, offsets = solver_numba.balance([5, 9, 1, 9, 3], 2)
     assert sorted(order.tolist()) == [0, 1, 2, 3, 4]
@@ -266,13 +287,13 @@ def test_binary_gradient_taking_four_rows_at_a_time_equals_the_row_by_row_loop_b
 
     @numba.njit
     def row_by_row(wt, x, y, rows, inv_count, gt):
-        one = wt[0, 0] * 0 + 1
+        one = np.float32(1)
         gt[:] = 0
         for b in range(rows.shape[0]):
             r = rows[b]
             if r < 0:
                 continue
-            z = wt[0, 0] * 0
+            z = np.float32(0)
             for j in range(x.shape[1]):
                 z += wt[0, j] * x[r, j]
             sign = y[r, 1] + y[r, 1] - one

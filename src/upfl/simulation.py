@@ -26,10 +26,11 @@ from .draws import round_participants, straggler_summary, training_rounds_before
 from .files import provenance, write_json, write_text
 from .models import build_model
 from .privacy.accounting import per_device, privacy_report
-from .privacy.mechanisms import output_perturbation, sample_objective_noise
+from .privacy.mechanisms import (objective_noise_draws, output_perturbation, scale_objective_noise,
+                                 standard_normal_rows)
 from .rng import generator
 from .runfolder import check_out
-from .solver import PLAN_CACHE, select_local_solver
+from .solver import DRAW_CACHE, select_local_solver
 
 METRIC_COLUMNS = ["iteration", "kind", "train_loss", "train_acc", "test_loss", "test_acc", "devices",
                   "local_steps", "data_accesses", "wall_s", "cum_wall_s"]
@@ -107,7 +108,7 @@ class Simulation:
         chosen, epochs = round_participants(c, round_k, n)
         if not chosen:
             return w, 0, 0
-        plans = PLAN_CACHE.plans(c.seed, round_k, chosen, [self.xs[i].shape[0] for i in chosen],
+        plans = DRAW_CACHE.plans(c.seed, round_k, chosen, [self.xs[i].shape[0] for i in chosen],
                                  [epochs[i] for i in chosen], c.solver.batch_size,
                                  lambda i: generator(c.seed, "batches", round_k, i))
         rnd = ClientRound(chosen, [self.xs[i] for i in chosen], [self.ys[i] for i in chosen], plans,
@@ -124,17 +125,29 @@ class Simulation:
 
     def objective_noise(self, round_k: int, chosen: list[int]) -> torch.Tensor:
         """Objective perturbation (Section 5): n_i ~ exp(-alpha_i ||n||) over the model's parameters, one per
-        device and training round from the ``noise`` stream keyed (seed, round, device); added as <n_i, w>."""
-        P = self.model.num_params
-        rows = [sample_objective_noise(1, P, self.alphas[i], generator(self.cfg.seed, "noise", round_k, i))
-                for i in chosen]
-        return torch.cat(rows).to(self.device)
+        device and training round from the ``noise`` stream keyed (seed, round, device); added as <n_i, w>.
+
+        The draws do not depend on alpha (:func:`upfl.privacy.mechanisms.objective_noise_draws`): runs of a
+        process that share the seed and the round's devices reuse them (:data:`upfl.solver.DRAW_CACHE`)."""
+        c, P = self.cfg, self.model.num_params
+
+        def draw():
+            rows = [objective_noise_draws(1, P, generator(c.seed, "noise", round_k, i)) for i in chosen]
+            return torch.cat([r[0] for r in rows]), torch.cat([r[1] for r in rows])
+
+        gamma, direction = DRAW_CACHE.get(("objective_noise", c.seed, round_k, tuple(chosen), P), draw)
+        return scale_objective_noise(gamma, direction, [self.alphas[i] for i in chosen]).to(self.device)
 
     def output_noise(self, local: torch.Tensor, round_k: int, chosen: list[int]) -> torch.Tensor:
-        """Output perturbation (Section 5): clip each released model to norm tau, add N(0, sigma_i^2 I)."""
+        """Output perturbation (Section 5): clip each released model to norm tau, add N(0, sigma_i^2 I); the
+        standard normal draws (``noise`` stream keyed (seed, round, device)) are shared like
+        :meth:`objective_noise`'s."""
+        c, W = self.cfg, local.cpu()
+        noise = DRAW_CACHE.get(("output_noise", c.seed, round_k, tuple(chosen), tuple(W.shape[1:]), W.dtype),
+                               lambda: standard_normal_rows(W.shape[1:], [generator(c.seed, "noise", round_k, i)
+                                                                          for i in chosen], W.dtype))
         sigmas = torch.tensor([self.sigmas[i] for i in chosen], dtype=torch.float32)
-        gens = [generator(self.cfg.seed, "noise", round_k, i) for i in chosen]
-        return output_perturbation(local.cpu(), self.cfg.privacy.tau, sigmas, gens).to(local.device)
+        return output_perturbation(W, c.privacy.tau, sigmas, noise=noise).to(local.device)
 
 
 def add_terms(a: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor | None:

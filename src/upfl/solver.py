@@ -24,7 +24,7 @@ def batch_plan(sizes: list[int], epochs: list[int], batch_size: int, generators:
 
     Each epoch visits the device's samples in a uniform random order: one ``torch.randperm`` per epoch from
     the device's generator (O(n), about 10x cheaper than sorting random keys for a device of 27,000 samples).
-    int32 halves the plans a process keeps (:class:`PlanCache`); the solvers index with them as they are.
+    int32 halves the plans a process keeps (:class:`DrawCache`); the solvers index with them as they are.
     """
     plans = []
     for n, e, g in zip(sizes, epochs, generators):
@@ -35,49 +35,48 @@ def batch_plan(sizes: list[int], epochs: list[int], batch_size: int, generators:
     return plans
 
 
-class PlanCache:
-    """Batch plans kept across the runs of one process, at most ``max_bytes`` of them (least recently used
-    dropped first).
+class DrawCache:
+    """Draws kept across the runs of one process, at most ``max_bytes`` of them (least recently used dropped first).
 
-    A device's plan in training round k depends only on (seed, k, device, its sample count, its epochs, the
-    batch size): the runs of a bundle that share a seed (other algorithms, other mu, the same draws) reuse it
-    instead of drawing it again. Entries are only read (the solvers copy them).
+    Every draw of a run comes from a keyed stream (:mod:`upfl.rng`), so a draw is a function of its key: a
+    device's batch plan in training round k depends only on (seed, k, device, its sample count, its epochs, the
+    batch size), its privacy noise only on (seed, k, device, the number of parameters). The runs of a bundle
+    that share a seed (other algorithms, other mu, other noise scales, the same draws) reuse them instead of
+    drawing them again. Entries are tensors or tuples of tensors and are only read (never written in place).
     """
 
     def __init__(self, max_bytes: int = 512 << 20):
         self.max_bytes = max_bytes
         self.bytes = 0
-        self.entries: collections.OrderedDict[tuple, torch.Tensor] = collections.OrderedDict()
+        self.entries: collections.OrderedDict[tuple, tuple[object, int]] = collections.OrderedDict()
+
+    def get(self, key: tuple, make: Callable[[], object]) -> object:
+        """The entry of ``key``, made with ``make()`` (and kept, within the budget) when it is not kept."""
+        entry = self.entries.get(key)
+        if entry is not None:
+            self.entries.move_to_end(key)
+            return entry[0]
+        value = make()
+        size = sum(t.numel() * t.element_size() for t in (value if isinstance(value, tuple) else (value,)))
+        if size <= self.max_bytes:
+            self.entries[key] = (value, size)
+            self.bytes += size
+            while self.bytes > self.max_bytes:
+                _, (_, old) = self.entries.popitem(last=False)
+                self.bytes -= old
+        return value
 
     def plans(self, seed: int, round_k: int, devices: list[int], sizes: list[int], epochs: list[int],
               batch_size: int, make_generator: Callable[[int], torch.Generator]) -> list[torch.Tensor]:
-        """:func:`batch_plan` of the devices, each from the cache or drawn with ``make_generator(device)`` (called
-        only for the plans not kept)."""
-        out = []
-        for i, n, e in zip(devices, sizes, epochs):
-            key = (seed, round_k, i, n, e, batch_size)
-            plan = self.entries.get(key)
-            if plan is None:
-                plan = batch_plan([n], [e], batch_size, [make_generator(i)])[0]
-                self._add(key, plan)
-            else:
-                self.entries.move_to_end(key)
-            out.append(plan)
-        return out
-
-    def _add(self, key: tuple, plan: torch.Tensor) -> None:
-        size = plan.numel() * plan.element_size()
-        if size > self.max_bytes:
-            return
-        self.entries[key] = plan
-        self.bytes += size
-        while self.bytes > self.max_bytes:
-            _, old = self.entries.popitem(last=False)
-            self.bytes -= old.numel() * old.element_size()
+        """:func:`batch_plan` of the devices, each kept or drawn with ``make_generator(device)`` (called only for
+        the plans not kept)."""
+        return [self.get(("plan", seed, round_k, i, n, e, batch_size),
+                         lambda i=i, n=n, e=e: batch_plan([n], [e], batch_size, [make_generator(i)])[0])
+                for i, n, e in zip(devices, sizes, epochs)]
 
 
-PLAN_CACHE = PlanCache()
-"""The process's plan cache (:class:`PlanCache`); it never changes a result, only how often plans are drawn."""
+DRAW_CACHE = DrawCache()
+"""The process's draw cache (:class:`DrawCache`); it never changes a result, only how often draws are made."""
 
 
 def pad_devices(xs: list[torch.Tensor], ys: list[torch.Tensor], plans: list[torch.Tensor], dev: torch.device):
