@@ -133,24 +133,24 @@ def test_numba_pfedme_matches_the_torch_pfedme_loop_at_any_thread_count(classes)
 
 
 def test_kept_device_rows_give_the_same_solve_and_an_in_place_change_is_seen(monkeypatch):
-    """The rows of a device set are concatenated once and kept (:class:`solver_numba.DeviceRows`); a solve from
+    """The rows of a device set are concatenated once and kept (:class:`solver_numba.KeptArrays`); a solve from
     kept rows equals one from fresh rows, and data changed in place is never read from the old entry."""
     model, w0, xs, _, ys, plans, lin = small_problem(3)
-    rows = solver_numba.DeviceRows(size=2)
+    rows = solver_numba.KeptArrays(size=2)
     monkeypatch.setattr(solver_numba, "DEVICE_ROWS", rows)
     first, _ = solver_numba.local_solve(model, w0, xs, ys, plans, 0.3, 0.05, 0.5, linear_term=lin, threads=1)
     kept, _ = solver_numba.local_solve(model, w0, xs, ys, plans, 0.3, 0.05, 0.5, linear_term=lin, threads=1)
     assert len(rows.entries) == 1 and torch.equal(first, kept)
     xs[1].mul_(-2.0)
     changed, _ = solver_numba.local_solve(model, w0, xs, ys, plans, 0.3, 0.05, 0.5, linear_term=lin, threads=1)
-    monkeypatch.setattr(solver_numba, "DEVICE_ROWS", solver_numba.DeviceRows(max_bytes=0))  # nothing kept
+    monkeypatch.setattr(solver_numba, "DEVICE_ROWS", solver_numba.KeptArrays(max_bytes=0))  # nothing kept
     fresh, _ = solver_numba.local_solve(model, w0, xs, ys, plans, 0.3, 0.05, 0.5, linear_term=lin, threads=1)
     assert torch.equal(changed, fresh) and not torch.equal(changed, first)
     monkeypatch.setattr(solver_numba, "DEVICE_ROWS", rows)
     for subset in ([0, 1], [2, 3], [1, 4]):  # more sets than it keeps: the oldest goes
         solver_numba.local_solve(model, w0, [xs[i] for i in subset], [ys[i] for i in subset],
                                  [plans[i] for i in subset], 0.3, 0.05, 0.5, threads=1)
-    assert len(rows.entries) == 2 and all(len(key) == 2 + 2 * 2 for key in rows.entries)
+    assert len(rows.entries) == 2 and all(len(key) == 1 + 2 * 2 for key in rows.entries)
 
 
 def test_balance_covers_every_device_once():
@@ -336,16 +336,16 @@ def reference_rows(wt, x, labels, binary, scale):
 
 
 @pytest.mark.parametrize("classes", [1, 2, 5])
-@pytest.mark.parametrize("rows", [1, 4, 7, 30])
+@pytest.mark.parametrize("rows", [1, 4, 7, 30, 64, 130])
 def test_compiled_evaluation_of_exact_logits_equals_a_row_by_row_reference(classes, rows):
-    """Small integer weights and features (logits exact in float32, so no rounding order matters); rows not a
-    multiple of 4 take the one-row path; ties go to the first largest logit."""
+    """Small integer weights and features (logits exact in float32, so no rounding order matters); ties go to the
+    first largest logit."""
     g = np.random.default_rng(classes * 100 + rows)
     binary = classes == 1
     x = g.integers(-3, 4, (rows, 6)).astype(np.float32)
     wt = g.integers(-2, 3, (classes, 7)).astype(np.float32)
     labels = g.integers(0, 2 if binary else classes, rows).astype(np.int64)
-    loss, correct = solver_numba.evaluate_rows(wt, x, labels, binary, 1.0)
+    loss, correct = solver_numba.evaluate_rows(wt, np.ascontiguousarray(x.T), labels, binary, 1.0)
     ref_loss, ref_correct = reference_rows(wt, x, labels, binary, 1.0)
     assert correct == ref_correct
     assert loss == pytest.approx(ref_loss, rel=1e-12, abs=1e-12)
@@ -354,5 +354,49 @@ def test_compiled_evaluation_of_exact_logits_equals_a_row_by_row_reference(class
 def test_compiled_evaluation_of_overflowing_logits_is_not_finite():
     x = np.full((5, 2), 3e38, dtype=np.float32)
     wt = np.array([[10.0, 10.0, 0.0], [1.0, 1.0, 0.0]], dtype=np.float32)  # logits inf, finite
-    loss, _ = solver_numba.evaluate_rows(wt, x, np.array([0, 1, 0, 1, 1]), False, 1.0)
+    loss, _ = solver_numba.evaluate_rows(wt, np.ascontiguousarray(x.T), np.array([0, 1, 0, 1, 1]), False, 1.0)
     assert not math.isfinite(loss)
+
+
+@pytest.mark.parametrize("classes", [1, 10])
+def test_compiled_evaluation_equals_a_row_by_row_float32_loop_bit_for_bit(classes):
+    """Logits of 64 rows at a time (rows the inner axis) are the row-by-row feature-order float32 sums exactly, so
+    loss and accuracy equal a row loop's to the last bit (random weights and features: every rounding counts)."""
+    import numba
+
+    @numba.njit
+    def row_by_row(wt, x, labels, binary, fscale):
+        loss, correct = 0.0, 0
+        d = x.shape[1]
+        z = np.empty(wt.shape[0], np.float32)
+        for r in range(x.shape[0]):
+            for c in range(wt.shape[0]):
+                v = np.float32(0) if binary else wt[c, d]
+                for j in range(d):
+                    v += wt[c, j] * (x[r, j] * fscale) if binary else wt[c, j] * x[r, j]
+                if binary and wt.shape[1] > d:
+                    v += wt[c, d] * fscale
+                z[c] = v
+            if binary:
+                s = -(2.0 * labels[r] - 1.0) * np.float64(z[0])
+                loss += max(s, 0.0) + np.log1p(np.exp(-abs(s)))
+                correct += (z[0] > 0) == (labels[r] == 1)
+            else:
+                best = np.argmax(z)
+                top = np.float64(z[best])
+                total = 0.0
+                for c in range(z.shape[0]):
+                    total += 1.0 if c == best else np.exp(np.float64(z[c]) - top)
+                loss += top + np.log(total) - np.float64(z[labels[r]])
+                correct += best == labels[r]
+        return loss, correct
+
+    g = np.random.default_rng(classes)
+    binary = classes == 1
+    for n in (3, 64, 200):
+        x = g.standard_normal((n, 20)).astype(np.float32)
+        wt = g.standard_normal((classes, 21)).astype(np.float32)
+        labels = g.integers(0, 2 if binary else classes, n).astype(np.int64)
+        scale = np.float32(0.7071) if binary else np.float32(1)
+        fast = solver_numba.evaluate_rows(wt, np.ascontiguousarray(x.T), labels, binary, float(scale))
+        assert fast == row_by_row(wt, x, labels, binary, scale)

@@ -28,6 +28,7 @@ import collections
 import functools
 import math
 import os
+from typing import Callable
 
 import numba
 import numpy as np
@@ -319,39 +320,47 @@ def from_class_major(params: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(np.concatenate([weights, params[..., -1]], -1))
 
 
-class DeviceRows:
-    """The devices' rows as the kernels read them, kept for the last few device sets of the process.
+class KeptArrays:
+    """Arrays made from tensors that a process hands the kernels again and again, kept for the last ``size`` sets.
 
-    A run hands the solver the same per-device tensors every round (its data set, never changed); with full
-    participation the whole set repeats, so its concatenated features x~ (float32) and labels are made once
-    instead of every round (0.14 ms of a 5.5 ms round of 30 devices). Entries are keyed by the tensors'
-    identities and version counters (an in-place change makes a new key) and keep the tensors alive, so an
-    identity is never reused while its entry exists. At most ``size`` sets of at most ``max_bytes / size`` each.
+    A run hands the solver the same per-device tensors every round and the evaluation the same training and test
+    tensors every iteration (its data set, never changed): with full participation the solver's concatenated
+    features x~ and labels are made once instead of every round (0.14 ms of a 5.5 ms round of 30 devices), and the
+    evaluation's transposed rows once per run. Entries are keyed by the tensors' identities and version counters
+    (an in-place change makes a new key) and keep the tensors alive, so an identity is never reused while its
+    entry exists. Sets larger than ``max_bytes / size`` are made every time.
     """
 
     def __init__(self, size: int = 4, max_bytes: int = 256 << 20):
         self.size, self.max_bytes = size, max_bytes
         self.entries: collections.OrderedDict[tuple, tuple] = collections.OrderedDict()
 
-    def get(self, model, xs: list[torch.Tensor], ys: list[torch.Tensor], binary: bool) -> tuple:
-        """(x, y, x offsets) of the devices ``xs``/``ys`` (x holds x~ for the binary model)."""
-        key = (binary, getattr(model, "bias", None), *((id(t), t._version) for t in (*xs, *ys)))
+    def get(self, tensors: list[torch.Tensor], tag: tuple, make: Callable[[], tuple]) -> tuple:
+        """``make()`` (a tuple of arrays) for ``tensors`` and ``tag`` (what else the arrays depend on), kept."""
+        key = (tag, *((id(t), t._version) for t in tensors))
         entry = self.entries.get(key)
         if entry is not None:
             self.entries.move_to_end(key)
             return entry[0]
-        x = torch.cat(xs)
-        x = (model.features(x) if binary else x).numpy().astype(DTYPE, copy=False)
-        y = torch.cat(ys).numpy().astype(DTYPE, copy=False)
-        rows = (x, y, offsets_of([int(t.shape[0]) for t in xs]))
-        if x.nbytes + y.nbytes <= self.max_bytes // self.size:
-            self.entries[key] = (rows, xs, ys)
+        arrays = make()
+        if sum(a.nbytes for a in arrays) <= self.max_bytes // self.size:
+            self.entries[key] = (arrays, tensors)
             if len(self.entries) > self.size:
                 self.entries.popitem(last=False)
-        return rows
+        return arrays
 
 
-DEVICE_ROWS = DeviceRows()
+DEVICE_ROWS = KeptArrays()
+"""The solver's concatenated device rows (:func:`pack`)."""
+EVALUATION_ROWS = KeptArrays()
+"""The evaluation's transposed rows and labels (:func:`evaluate`)."""
+
+
+def device_rows(model, xs, ys, binary) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(x, y, x offsets) of the devices, x holding x~ for the binary model, float32."""
+    x = torch.cat(xs)
+    x = (model.features(x) if binary else x).numpy().astype(DTYPE, copy=False)
+    return x, torch.cat(ys).numpy().astype(DTYPE, copy=False), offsets_of([int(t.shape[0]) for t in xs])
 
 
 def pack(model, w_global, xs, ys, plans, threads):
@@ -361,7 +370,8 @@ def pack(model, w_global, xs, ys, plans, threads):
     steps = [int(p.shape[0]) for p in plans]
     workers = max(1, min(len(xs), threads or numba.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
     binary = isinstance(model, BinaryLogisticRegression)
-    x, y, x_offsets = DEVICE_ROWS.get(model, xs, ys, binary)
+    x, y, x_offsets = DEVICE_ROWS.get([*xs, *ys], (binary, getattr(model, "bias", None)),
+                                      lambda: device_rows(model, xs, ys, binary))
     plan = torch.cat(plans).numpy().astype(np.int32, copy=False)
     dim = x.shape[1]
     layout = (lambda a: np.ascontiguousarray(a[..., None, :])) if binary else (lambda a: to_class_major(a, dim))
@@ -418,104 +428,82 @@ def personal_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: li
     return torch.from_numpy(flat(local)), torch.from_numpy(flat(theta)), sum(steps) * personal_steps
 
 
-@numba.njit(nogil=True, cache=True)
-def row_logits(wt, x, r, fscale, binary, z, k):
-    """Row ``r``'s logits into ``z[k]``: one feature-order sum per class, from the bias (multinomial) or from 0
-    (binary, features times ``fscale``, the folded bias last)."""
-    d = x.shape[1]
-    if binary:
-        t = wt.dtype.type(0)
-        for j in range(d):
-            t += wt[0, j] * (x[r, j] * fscale)
-        if wt.shape[1] > d:
-            t += wt[0, d] * fscale
-        z[k, 0] = t
-    else:
-        for c in range(wt.shape[0]):
-            v = wt[c, d]
-            for j in range(d):
-                v += wt[c, j] * x[r, j]
-            z[k, c] = v
+EVALUATION_BLOCK = 64
+"""Rows whose logits the evaluation computes together (the rows are the inner, vectorised axis)."""
 
 
 @numba.njit(nogil=True, cache=True)
-def four_row_logits(wt, x, r, fscale, binary, z):
-    """:func:`row_logits` of rows r..r+3 into ``z[0..3]``: four independent sums (each in feature order, so bit
-    for bit the one-row result) that the CPU overlaps."""
-    d = x.shape[1]
+def block_logits(wt, xt, r0, m, fscale, binary, z):
+    """Logits of rows r0..r0+m-1 into ``z[:, :m]``: per row and class one feature-order sum, from the bias
+    (multinomial) or from 0 (binary, features times ``fscale``, the folded bias last). ``xt`` is (d, n): the rows
+    are the inner axis, so the CPU adds a feature to many rows' sums at once, each sum still in feature order."""
+    d = xt.shape[0]
     if binary:
-        t0 = wt.dtype.type(0)
-        t1, t2, t3 = t0, t0, t0
+        for b in range(m):
+            z[0, b] = 0
         for j in range(d):
             wj = wt[0, j]
-            t0 += wj * (x[r, j] * fscale)
-            t1 += wj * (x[r + 1, j] * fscale)
-            t2 += wj * (x[r + 2, j] * fscale)
-            t3 += wj * (x[r + 3, j] * fscale)
+            xr = xt[j, r0:r0 + m]
+            for b in range(m):
+                z[0, b] += wj * (xr[b] * fscale)
         if wt.shape[1] > d:
             bias = wt[0, d] * fscale
-            t0 += bias
-            t1 += bias
-            t2 += bias
-            t3 += bias
-        z[0, 0], z[1, 0], z[2, 0], z[3, 0] = t0, t1, t2, t3
+            for b in range(m):
+                z[0, b] += bias
     else:
         for c in range(wt.shape[0]):
-            v0 = wt[c, d]
-            v1, v2, v3 = v0, v0, v0
+            bias = wt[c, d]
+            for b in range(m):
+                z[c, b] = bias
             for j in range(d):
                 wj = wt[c, j]
-                v0 += wj * x[r, j]
-                v1 += wj * x[r + 1, j]
-                v2 += wj * x[r + 2, j]
-                v3 += wj * x[r + 3, j]
-            z[0, c], z[1, c], z[2, c], z[3, c] = v0, v1, v2, v3
+                xr = xt[j, r0:r0 + m]
+                for b in range(m):
+                    z[c, b] += wj * xr[b]
 
 
 @numba.njit(nogil=True, cache=True)
-def evaluate_rows(wt, x, labels, binary, scale):
-    """Summed loss and number of correct predictions of one model on the rows of ``x`` (one pass).
+def evaluate_rows(wt, xt, labels, binary, scale):
+    """Summed loss and number of correct predictions of one model on the rows of ``xt`` (d, n) (one pass).
 
     Logits in the model's float32 (a model that overflows gives a non-finite loss, as under torch, and its run
-    is diverged), the loss from them in float64; four rows' logits at a time (:func:`four_row_logits`).
+    is diverged), the loss from them in float64; the logits of :data:`EVALUATION_BLOCK` rows at a time
+    (:func:`block_logits`).
 
     Multinomial: ``wt`` (C, d + 1) = ``[W^T | b]``, cross-entropy of softmax(W^T x + b), prediction the first
     largest logit. Binary: ``wt`` (1, P) = theta on x~ = ``[x, 1] * scale`` (P = d + 1) or ``x * scale``
     (P = d), log loss log(1 + exp(-s z)) with s = 2 y - 1, prediction 1 when z > 0.
     """
-    n = x.shape[0]
+    n = xt.shape[1]
     classes = wt.shape[0]
     fscale = wt.dtype.type(scale)
-    z = np.empty((4, classes), dtype=wt.dtype)
+    z = np.empty((classes, EVALUATION_BLOCK), dtype=wt.dtype)
     loss = 0.0
     correct = 0
-    for r0 in range(0, n, 4):
-        if r0 + 4 <= n:
-            four_row_logits(wt, x, r0, fscale, binary, z)
-        else:
-            for k in range(n - r0):
-                row_logits(wt, x, r0 + k, fscale, binary, z, k)
-        for k in range(min(4, n - r0)):
+    for r0 in range(0, n, EVALUATION_BLOCK):
+        m = min(EVALUATION_BLOCK, n - r0)
+        block_logits(wt, xt, r0, m, fscale, binary, z)
+        for k in range(m):
             label = labels[r0 + k]
             if binary:
-                t = z[k, 0]
-                m = -(2.0 * label - 1.0) * np.float64(t)
-                loss += max(m, 0.0) + np.log1p(np.exp(-abs(m)))
+                t = z[0, k]
+                s = -(2.0 * label - 1.0) * np.float64(t)
+                loss += max(s, 0.0) + np.log1p(np.exp(-abs(s)))
                 correct += (t > 0) == (label == 1)
             else:
                 best = 0
                 for c in range(1, classes):
-                    if z[k, c] > z[k, best]:
+                    if z[c, k] > z[best, k]:
                         best = c
-                top = np.float64(z[k, best])
+                top = np.float64(z[best, k])
                 finite = np.isfinite(top)
                 total = 0.0
                 for c in range(classes):
                     if c == best and finite:
                         total += 1.0  # exp(top - top), exactly
                     else:
-                        total += np.exp(np.float64(z[k, c]) - top)
-                loss += top + np.log(total) - np.float64(z[k, label])
+                        total += np.exp(np.float64(z[c, k]) - top)
+                loss += top + np.log(total) - np.float64(z[label, k])
                 correct += best == label
     return loss, correct
 
@@ -530,8 +518,9 @@ def evaluate(model, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> t
         wt, scale = np.ascontiguousarray(w[None, :]), (BIAS_FEATURE_SCALE if model.bias else 1.0)
     else:
         wt, scale = to_class_major(w, x.shape[1]), 1.0
-    xs = np.ascontiguousarray(x.numpy(), dtype=DTYPE)
-    loss, correct = evaluate_rows(wt, xs, np.ascontiguousarray(y.numpy(), dtype=np.int64), binary, scale)
+    xt, labels = EVALUATION_ROWS.get([x, y], (), lambda: (np.ascontiguousarray(x.numpy().T, dtype=DTYPE),
+                                                           np.ascontiguousarray(y.numpy(), dtype=np.int64)))
+    loss, correct = evaluate_rows(wt, xt, labels, binary, scale)
     if abs(loss) > FLOAT32_MAX:  # torch's float32 sum overflows there: the loss is inf and the run diverged
         loss = math.inf
     return float(loss), int(correct)
