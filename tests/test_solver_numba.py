@@ -134,23 +134,31 @@ def test_numba_pfedme_matches_the_torch_pfedme_loop_at_any_thread_count(classes)
 
 def test_kept_device_rows_give_the_same_solve_and_an_in_place_change_is_seen(monkeypatch):
     """The rows of a device set are concatenated once and kept (:class:`solver_numba.KeptArrays`); a solve from
-    kept rows equals one from fresh rows, and data changed in place is never read from the old entry."""
+    kept rows equals one from fresh rows, also with the devices in another order (full participation samples every
+    device in a new order each round), and data changed in place is never read from the old entry."""
     model, w0, xs, _, ys, plans, lin = small_problem(3)
     rows = solver_numba.KeptArrays(size=2)
     monkeypatch.setattr(solver_numba, "DEVICE_ROWS", rows)
-    first, _ = solver_numba.local_solve(model, w0, xs, ys, plans, 0.3, 0.05, 0.5, linear_term=lin, threads=1)
-    kept, _ = solver_numba.local_solve(model, w0, xs, ys, plans, 0.3, 0.05, 0.5, linear_term=lin, threads=1)
+
+    def solve(order, **kw):
+        return solver_numba.local_solve(model, w0, [xs[i] for i in order], [ys[i] for i in order],
+                                        [plans[i] for i in order], 0.3, 0.05, 0.5, linear_term=lin[order],
+                                        threads=1, **kw)[0]
+
+    first = solve([0, 1, 2, 3, 4])
+    kept = solve([0, 1, 2, 3, 4])
+    shuffled = solve([3, 0, 4, 2, 1])
     assert len(rows.entries) == 1 and torch.equal(first, kept)
+    assert torch.equal(shuffled, first[[3, 0, 4, 2, 1]])
     xs[1].mul_(-2.0)
-    changed, _ = solver_numba.local_solve(model, w0, xs, ys, plans, 0.3, 0.05, 0.5, linear_term=lin, threads=1)
+    changed = solve([0, 1, 2, 3, 4])
     monkeypatch.setattr(solver_numba, "DEVICE_ROWS", solver_numba.KeptArrays(max_bytes=0))  # nothing kept
-    fresh, _ = solver_numba.local_solve(model, w0, xs, ys, plans, 0.3, 0.05, 0.5, linear_term=lin, threads=1)
+    fresh = solve([0, 1, 2, 3, 4])
     assert torch.equal(changed, fresh) and not torch.equal(changed, first)
     monkeypatch.setattr(solver_numba, "DEVICE_ROWS", rows)
     for subset in ([0, 1], [2, 3], [1, 4]):  # more sets than it keeps: the oldest goes
-        solver_numba.local_solve(model, w0, [xs[i] for i in subset], [ys[i] for i in subset],
-                                 [plans[i] for i in subset], 0.3, 0.05, 0.5, threads=1)
-    assert len(rows.entries) == 2 and all(len(key) == 1 + 2 * 2 for key in rows.entries)
+        solve(subset)
+    assert len(rows.entries) == 2 and all(len(key) == 1 + 2 for key in rows.entries)
 
 
 def test_balance_covers_every_device_once():

@@ -213,23 +213,24 @@ def device_solve(wt, wg, x, y, plan, lin, has_lin, hyper, binary):
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
-def solve_devices(out, wg, x, y, x_offsets, plan, plan_offsets, lin, has_lin, hyper,
+def solve_devices(out, wg, x, y, x_rows, plan, plan_offsets, lin, has_lin, hyper,
                   assignment, worker_offsets, binary):
-    """Fill ``out[i]`` (C, d + 1) with device i's local model; worker t runs ``assignment[worker_offsets[t]:...]``."""
+    """Fill ``out[i]`` (C, d + 1) with device i's local model from its rows ``x[x_rows[i, 0]:x_rows[i, 1]]``;
+    worker t runs ``assignment[worker_offsets[t]:...]``."""
     for t in numba.prange(worker_offsets.shape[0] - 1):
         for q in range(worker_offsets[t], worker_offsets[t + 1]):
             i = assignment[q]
-            a, b, s0, s1 = x_offsets[i], x_offsets[i + 1], plan_offsets[i], plan_offsets[i + 1]
+            a, b, s0, s1 = x_rows[i, 0], x_rows[i, 1], plan_offsets[i], plan_offsets[i + 1]
             device_solve(out[i], wg, x[a:b], y[a:b], plan[s0:s1], lin[i], has_lin, hyper, binary)
 
 
 @numba.njit(nogil=True, cache=True)
-def solve_devices_serial(out, wg, x, y, x_offsets, plan, plan_offsets, lin, has_lin, hyper, binary):
+def solve_devices_serial(out, wg, x, y, x_rows, plan, plan_offsets, lin, has_lin, hyper, binary):
     """:func:`solve_devices` on the calling thread, device after device: the same numbers (devices are
     independent), without the parallel kernel, whose compile costs several seconds more (a fresh clone's first
     run, and every single-threaded pipeline job, needs only this one)."""
     for i in range(out.shape[0]):
-        a, b, s0, s1 = x_offsets[i], x_offsets[i + 1], plan_offsets[i], plan_offsets[i + 1]
+        a, b, s0, s1 = x_rows[i, 0], x_rows[i, 1], plan_offsets[i], plan_offsets[i + 1]
         device_solve(out[i], wg, x[a:b], y[a:b], plan[s0:s1], lin[i], has_lin, hyper, binary)
 
 
@@ -265,23 +266,23 @@ def device_personal_solve(local, theta, wg, x, y, plan, hyper, personal_steps, b
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
-def personal_devices(local, theta, wg, x, y, x_offsets, plan, plan_offsets, hyper, personal_steps,
+def personal_devices(local, theta, wg, x, y, x_rows, plan, plan_offsets, hyper, personal_steps,
                      assignment, worker_offsets, binary):
     """:func:`solve_devices` for :func:`device_personal_solve`: fill ``local[i]`` and ``theta[i]``."""
     for t in numba.prange(worker_offsets.shape[0] - 1):
         for q in range(worker_offsets[t], worker_offsets[t + 1]):
             i = assignment[q]
-            a, b, s0, s1 = x_offsets[i], x_offsets[i + 1], plan_offsets[i], plan_offsets[i + 1]
+            a, b, s0, s1 = x_rows[i, 0], x_rows[i, 1], plan_offsets[i], plan_offsets[i + 1]
             device_personal_solve(local[i], theta[i], wg, x[a:b], y[a:b], plan[s0:s1], hyper,
                                   personal_steps, binary)
 
 
 @numba.njit(nogil=True, cache=True)
-def personal_devices_serial(local, theta, wg, x, y, x_offsets, plan, plan_offsets, hyper,
+def personal_devices_serial(local, theta, wg, x, y, x_rows, plan, plan_offsets, hyper,
                             personal_steps, binary):
     """:func:`personal_devices` on the calling thread (see :func:`solve_devices_serial`)."""
     for i in range(local.shape[0]):
-        a, b, s0, s1 = x_offsets[i], x_offsets[i + 1], plan_offsets[i], plan_offsets[i + 1]
+        a, b, s0, s1 = x_rows[i, 0], x_rows[i, 1], plan_offsets[i], plan_offsets[i + 1]
         device_personal_solve(local[i], theta[i], wg, x[a:b], y[a:b], plan[s0:s1], hyper,
                               personal_steps, binary)
 
@@ -335,19 +336,22 @@ class KeptArrays:
         self.size, self.max_bytes = size, max_bytes
         self.entries: collections.OrderedDict[tuple, tuple] = collections.OrderedDict()
 
-    def get(self, tensors: list[torch.Tensor], tag: tuple, make: Callable[[], tuple]) -> tuple:
-        """``make()`` (a tuple of arrays) for ``tensors`` and ``tag`` (what else the arrays depend on), kept."""
-        key = (tag, *((id(t), t._version) for t in tensors))
+    def get(self, groups: list[tuple[torch.Tensor, ...]], tag: tuple, make: Callable[[], tuple],
+            any_order: bool = False) -> tuple:
+        """``make()`` (a tuple of arrays and other values) for the tensor ``groups`` and ``tag`` (what else it
+        depends on), kept; with ``any_order`` the same groups in another order are the same entry."""
+        ids = [tuple((id(t), t._version) for t in group) for group in groups]
+        key = (tag, *(sorted(ids) if any_order else ids))
         entry = self.entries.get(key)
         if entry is not None:
             self.entries.move_to_end(key)
             return entry[0]
-        arrays = make()
-        if sum(a.nbytes for a in arrays) <= self.max_bytes // self.size:
-            self.entries[key] = (arrays, tensors)
+        made = make()
+        if sum(getattr(a, "nbytes", 0) for a in made) <= self.max_bytes // self.size:
+            self.entries[key] = (made, groups)
             if len(self.entries) > self.size:
                 self.entries.popitem(last=False)
-        return arrays
+        return made
 
 
 DEVICE_ROWS = KeptArrays()
@@ -356,28 +360,33 @@ EVALUATION_ROWS = KeptArrays()
 """The evaluation's transposed rows and labels (:func:`evaluate`)."""
 
 
-def device_rows(model, xs, ys, binary) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(x, y, x offsets) of the devices, x holding x~ for the binary model, float32."""
+def device_rows(model, xs, ys, binary) -> tuple[np.ndarray, np.ndarray, dict[int, tuple[int, int]]]:
+    """(x, y, rows of each device: id(x_i) -> (first, end)), x holding x~ for the binary model, float32; a device
+    set seen again in another order (full participation samples every device, in a new order each round) reads
+    its rows from the same arrays."""
     x = torch.cat(xs)
     x = (model.features(x) if binary else x).numpy().astype(DTYPE, copy=False)
-    return x, torch.cat(ys).numpy().astype(DTYPE, copy=False), offsets_of([int(t.shape[0]) for t in xs])
+    ends = np.cumsum([int(t.shape[0]) for t in xs]).tolist()
+    rows = {id(t): (end - int(t.shape[0]), end) for t, end in zip(xs, ends)}
+    return x, torch.cat(ys).numpy().astype(DTYPE, copy=False), rows
 
 
 def pack(model, w_global, xs, ys, plans, threads):
-    """The kernels' shared inputs: (wg, x, y, x offsets, int32 plan, plan offsets), the schedule
+    """The kernels' shared inputs: (wg, x, y, (k, 2) row ranges of the devices in x, int32 plan, plan offsets), the schedule
     (assignment, worker offsets, binary; no assignment for one worker), the layout function, its inverse and the
     devices' step counts."""
     steps = [int(p.shape[0]) for p in plans]
     workers = max(1, min(len(xs), threads or numba.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
     binary = isinstance(model, BinaryLogisticRegression)
-    x, y, x_offsets = DEVICE_ROWS.get([*xs, *ys], (binary, getattr(model, "bias", None)),
-                                      lambda: device_rows(model, xs, ys, binary))
+    x, y, rows = DEVICE_ROWS.get(list(zip(xs, ys)), (binary, getattr(model, "bias", None)),
+                                 lambda: device_rows(model, xs, ys, binary), any_order=True)
+    x_rows = np.array([rows[id(t)] for t in xs], dtype=np.int64).reshape(len(xs), 2)
     plan = torch.cat(plans).numpy().astype(np.int32, copy=False)
     dim = x.shape[1]
     layout = (lambda a: np.ascontiguousarray(a[..., None, :])) if binary else (lambda a: to_class_major(a, dim))
     flat = (lambda a: np.ascontiguousarray(a[:, 0, :])) if binary else from_class_major
     wg = layout(w_global.numpy().astype(DTYPE, copy=False))
-    inputs = (wg, x, y, x_offsets, plan, offsets_of(steps))
+    inputs = (wg, x, y, x_rows, plan, offsets_of(steps))
     schedule = (*balance(steps, workers), binary) if workers > 1 else (None, None, binary)
     return inputs, schedule, layout, flat, steps
 
@@ -518,7 +527,7 @@ def evaluate(model, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> t
         wt, scale = np.ascontiguousarray(w[None, :]), (BIAS_FEATURE_SCALE if model.bias else 1.0)
     else:
         wt, scale = to_class_major(w, x.shape[1]), 1.0
-    xt, labels = EVALUATION_ROWS.get([x, y], (), lambda: (np.ascontiguousarray(x.numpy().T, dtype=DTYPE),
+    xt, labels = EVALUATION_ROWS.get([(x, y)], (), lambda: (np.ascontiguousarray(x.numpy().T, dtype=DTYPE),
                                                            np.ascontiguousarray(y.numpy(), dtype=np.int64)))
     loss, correct = evaluate_rows(wt, xt, labels, binary, scale)
     if abs(loss) > FLOAT32_MAX:  # torch's float32 sum overflows there: the loss is inf and the run diverged
