@@ -24,7 +24,6 @@ kernels and layout; the selected solver carries it as ``local_solve.personal_sol
 
 from __future__ import annotations
 
-import collections
 import functools
 import math
 import os
@@ -35,6 +34,7 @@ import numpy as np
 import torch
 
 from .models import BIAS_FEATURE_SCALE, BinaryLogisticRegression
+from .solver import BoundedCache
 
 if "NUMBA_THREADING_LAYER" not in os.environ:
     numba.config.THREADING_LAYER = "workqueue"
@@ -321,7 +321,7 @@ def from_class_major(params: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(np.concatenate([weights, params[..., -1]], -1))
 
 
-class KeptArrays:
+class KeptArrays(BoundedCache):
     """Arrays made from tensors that a process hands the kernels again and again, kept for the last ``size`` sets.
 
     A run hands the solver the same per-device tensors every round and the evaluation the same training and test
@@ -329,12 +329,11 @@ class KeptArrays:
     features x~ and labels are made once instead of every round (0.14 ms of a 5.5 ms round of 30 devices), and the
     evaluation's transposed rows once per run. Entries are keyed by the tensors' identities and version counters
     (an in-place change makes a new key) and keep the tensors alive, so an identity is never reused while its
-    entry exists. Sets larger than ``max_bytes / size`` are made every time.
+    entry exists. At most ``max_bytes`` (the arrays and the tensors they keep) are held.
     """
 
     def __init__(self, size: int = 4, max_bytes: int = 256 << 20):
-        self.size, self.max_bytes = size, max_bytes
-        self.entries: collections.OrderedDict[tuple, tuple] = collections.OrderedDict()
+        super().__init__(max_bytes, max_entries=size)
 
     def get(self, groups: list[tuple[torch.Tensor, ...]], tag: tuple, make: Callable[[], tuple],
             any_order: bool = False) -> tuple:
@@ -342,16 +341,7 @@ class KeptArrays:
         depends on), kept; with ``any_order`` the same groups in another order are the same entry."""
         ids = [tuple((id(t), t._version) for t in group) for group in groups]
         key = (tag, *(sorted(ids) if any_order else ids))
-        entry = self.entries.get(key)
-        if entry is not None:
-            self.entries.move_to_end(key)
-            return entry[0]
-        made = make()
-        if sum(getattr(a, "nbytes", 0) for a in made) <= self.max_bytes // self.size:
-            self.entries[key] = (made, groups)
-            if len(self.entries) > self.size:
-                self.entries.popitem(last=False)
-        return made
+        return super().get(key, lambda: (make(), groups))[0]
 
 
 DEVICE_ROWS = KeptArrays()
