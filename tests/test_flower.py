@@ -27,7 +27,7 @@ NUM_DEVICES = 5
 
 
 class ReplyGrid:
-    """A grid double: node j answers a training message with 0.5 w + j and num-examples j."""
+    """A grid double: node j (device j - 1) answers a training message with 0.5 w + j and num-examples j."""
 
     def __init__(self, nodes=(1, 2, 3)):
         self.nodes = list(nodes)
@@ -42,7 +42,7 @@ class ReplyGrid:
         replies = []
         for m in messages:
             j = m.metadata.dst_node_id
-            metrics = MetricRecord({"num-examples": j})
+            metrics = MetricRecord({"num-examples": j, "partition-id": j - 1})
             content = RecordDict({"metrics": metrics})
             if m.metadata.message_type == "train":
                 w = m.content["arrays"]["params"].numpy()
@@ -191,11 +191,13 @@ def test_flower_simulation_equals_upfl_run_and_even_rounds_send_nothing(flower_d
 
 def test_flower_private_stragglers_minibatches_equal_upfl_run(flower_data, tmp_path, monkeypatch):
     """Output perturbation on the client (clip, Gaussian noise), stragglers' partial work and mini-batches, FedAvg
-    base with a given step: Flower reproduces ``upfl run`` too, since every draw is keyed (seed, round, device)."""
+    base with a given step: with the reproducible-noise switch (no privacy against the server) Flower reproduces
+    ``upfl run`` bit for bit up to float rounding, since every draw is keyed (seed, round, device)."""
     rounds = 4
     run_config = {"num-server-rounds": rounds, "data-path": flower_data, "algorithm": "upcycled", "step": 0.6,
                   "fraction-train": 1.0, "straggler": 0.5, "local-epochs": 3, "batch-size": 8, "seed": 1,
-                  "privacy-mechanism": "output", "privacy-tau": 1.0, "privacy-sigma": 0.05}
+                  "privacy-mechanism": "output", "privacy-tau": 1.0, "privacy-sigma": 0.05,
+                  "privacy-noise-source": "seed-keyed-server-can-remove"}
     flower_models, rows = flower_run(run_config, tmp_path)
     assert_same_rounds(flower_models, upfl_run_models(run_config, tmp_path, monkeypatch), rounds)
     assert [int(r["messages"]) for r in rows] == [0, NUM_DEVICES, 0, NUM_DEVICES, 0]
@@ -258,3 +260,120 @@ def test_example_app_runs_with_flwr_run(tmp_path):
         rows = list(csv.DictReader(f))
     assert [int(r["messages"]) for r in rows] == [0, 1, 0, 1, 0]  # max(floor(0.3 * 6), 1) = 1 node per training round
     assert [r["kind"] for r in rows] == ["init", "train", "upcycle", "train", "upcycle"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Privacy where it is deployed: noise the server cannot regenerate, releases counted from the replies.
+
+
+def client_release(app, run_config, w, device_index, training_round):
+    """The model node ``device_index`` replies to a training message of ``training_round`` (ClientApp called as
+    Flower calls it)."""
+    from flwr.app import ConfigRecord, Context
+
+    content = RecordDict({"arrays": ArrayRecord({"params": Array(w.numpy())}),
+                          "config": ConfigRecord({"server-round": 2 * training_round - 1,
+                                                  "training-round": training_round})})
+    msg = Message(content, dst_node_id=device_index + 1, message_type="train")
+    context = Context(run_id=1, node_id=device_index + 1, node_config={"partition-id": device_index},
+                      state=RecordDict(), run_config=dict(run_config))
+    reply = app(msg, context)
+    assert int(reply.content["metrics"]["partition-id"]) == device_index
+    return torch.from_numpy(reply.content["arrays"]["params"].numpy().copy())
+
+
+def regeneration_attack_residuals(run_config, device_index=1, training_round=1):
+    """The server's attack: regenerate the client's noise from the run seed (upfl run's keyed stream), subtract
+    it from the released model; the L2 distance to the client's clipped model is what the noise still hides."""
+    from upfl.flower.apps import simulation_for
+    from upfl.privacy.mechanisms import clip_to_norm, standard_normal_rows
+    from upfl.rng import generator
+
+    sim = simulation_for(run_config)
+    w = sim.model.init_params(generator(sim.cfg.seed, "init"))
+    plain = client_release(make_client_app({**run_config, "privacy-mechanism": "none"}), {}, w, device_index,
+                           training_round)
+    clipped = clip_to_norm(plain.view(1, -1), run_config["privacy-tau"])[0]
+    sigma, seed = run_config["privacy-sigma"], run_config["seed"]
+    regenerated = sigma * standard_normal_rows(w.shape, [generator(seed, "noise", training_round, device_index)])[0]
+    app = make_client_app(run_config)
+    releases = [client_release(app, {}, w, device_index, training_round) for _ in range(2)]
+    return [float((r - regenerated - clipped).norm()) for r in releases], releases, sim.model.num_params
+
+
+def test_default_noise_resists_the_servers_regeneration_attack(flower_data, task_identity):
+    sigma = 0.05
+    run_config = {"num-server-rounds": 2, "data-path": flower_data, "algorithm": "upcycled", "step": 0.6,
+                  "local-epochs": 2, "batch-size": 8, "seed": 4, "privacy-mechanism": "output", "privacy-tau": 1.0,
+                  "privacy-sigma": sigma}
+    residuals, releases, params = regeneration_attack_residuals(run_config)
+    # Two independent N(0, sigma^2 I) draws apart: norm about sigma sqrt(2 P), nothing like float rounding.
+    expected = sigma * np.sqrt(2 * params)
+    print(f"regeneration attack residual, OS-entropy noise: {residuals} (sigma sqrt(2P) = {expected:.4g})")
+    assert all(0.5 * expected < r < 1.5 * expected for r in residuals), residuals
+    assert not torch.equal(releases[0], releases[1])
+
+
+def test_seed_keyed_noise_is_reproducible_and_removable_by_the_server(flower_data, task_identity):
+    run_config = {"num-server-rounds": 2, "data-path": flower_data, "algorithm": "upcycled", "step": 0.6,
+                  "local-epochs": 2, "batch-size": 8, "seed": 4, "privacy-mechanism": "output", "privacy-tau": 1.0,
+                  "privacy-sigma": 0.05, "privacy-noise-source": "seed-keyed-server-can-remove"}
+    residuals, releases, _ = regeneration_attack_residuals(run_config)
+    print(f"regeneration attack residual, seed-keyed noise: {residuals}")
+    assert max(residuals) < 1e-5, residuals
+    assert torch.equal(releases[0], releases[1])
+
+
+def test_unknown_noise_source_and_unsupported_algorithms_are_refused_by_name(tmp_path):
+    from upfl.algorithms.registry import algorithm_names
+    from upfl.flower.apps import FLOWER_ALGORITHMS
+
+    with pytest.raises(ConfigError, match="'privacy-noise-source'.*'seeded'"):
+        run_config_to_upfl({"data-path": str(tmp_path), "algorithm": "fedavg", "privacy-noise-source": "seeded"})
+    refused = [name for name in algorithm_names() if name not in FLOWER_ALGORITHMS]
+    assert "upcycled_fedavgm" in refused and "fedavgm" in refused
+    for name in refused:
+        with pytest.raises(ConfigError, match=f"'algorithm': '{name}' does not run in Flower"):
+            extra = {"step": 0.5} if name.startswith("upcycled") else {}
+            run_config_to_upfl({"data-path": str(tmp_path), "algorithm": name, **extra})
+
+
+@pytest.mark.parametrize("name, extra, base", [("upcycled", {"mu": 1.0, "lam": 0.43}, FedProx),
+                                               ("upcycled_fedavg", {"step": 0.5}, FedAvg)])
+def test_every_upcycled_base_of_flower_sends_nothing_in_even_rounds(name, extra, base, tmp_path, task_identity):
+    from upfl.flower import strategy_for
+
+    cfg = run_config_to_upfl({"data-path": str(tmp_path), "algorithm": name, "fraction-train": 1.0, **extra})
+    strategy = strategy_for(cfg, 3)
+    assert isinstance(strategy, UpcycledFL) and type(strategy.base) is base
+    counting = CountingGrid(ReplyGrid())
+    strategy.start(counting, ArrayRecord({"params": Array(np.zeros(2, dtype=np.float32))}), num_rounds=6)
+    per_round = [counting.sent[t] for t in range(1, 7)]
+    print(f"{name}: messages per round {per_round}")
+    assert per_round == [3, 0, 3, 0, 3, 0]
+    assert dict(counting.released) == {0: 3, 1: 3, 2: 3}
+
+
+def test_flower_release_counts_are_the_replies_received(flower_data, tmp_path):
+    """fraction-train 0.5 (Flower samples 2 of 5 nodes), stragglers dropped, default (OS-entropy) noise: the
+    privacy block's M_i are the model replies the server received, which add up to the training messages sent
+    less the stragglers' error replies."""
+    import json
+
+    rounds = 8
+    run_config = {"num-server-rounds": rounds, "data-path": flower_data, "algorithm": "upcycled_fedavg",
+                  "step": 0.5, "fraction-train": 0.5, "straggler": 0.3, "straggler-policy": "drop",
+                  "local-epochs": 2, "batch-size": 8, "seed": 3, "privacy-mechanism": "output",
+                  "privacy-tau": 1.0, "privacy-sigma": 0.5}
+    _, rows = flower_run(run_config, tmp_path)
+    summary = json.loads((tmp_path / "flower" / "summary.json").read_text())
+    messages = [int(r["messages"]) for r in rows]
+    assert messages == [0, 2, 0, 2, 0, 2, 0, 2, 0]
+    privacy = summary["privacy"]
+    releases = [d["releases"] for d in privacy["devices"]]
+    errors = sum(summary["straggler_errors"].values())
+    print("messages per round", messages, "releases", releases, "straggler errors", errors)
+    assert sum(summary["training_messages"].values()) == 8
+    assert sum(releases) == 8 - errors
+    assert privacy["releases_source"].startswith("observed")
+    assert privacy["noise_source"].startswith("os-entropy")

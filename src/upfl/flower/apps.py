@@ -10,10 +10,16 @@ A client's local update is ``upfl run``'s, reusing its code (:class:`upfl.simula
 :func:`upfl.solver.batch_plan` and the selected local solver): SGD with momentum on
 F_i(w) + mu/2 ||w - w_global||^2 (mu is the message's ``proximal-mu``), E epochs of mini-batches,
 stragglers' partial work (``straggler``: a straggler runs 1..E-1 epochs; policy ``drop`` replies an
-error instead, which FedAvg skips), objective or output perturbation before the reply. Every random
-draw comes from the keyed stream ``upfl run`` uses for (seed, training round, device), so with every
-node sampled a Flower run reproduces ``upfl run``. Node sampling is Flower's (``random.sample``):
-with ``fraction-train`` < 1 the devices of a round differ from ``upfl run``'s.
+error instead, which FedAvg skips), objective or output perturbation before the reply.
+
+The privacy noise comes from the operating system's entropy (:func:`entropy_generator`): the server, which
+knows the run config and its ``seed``, cannot regenerate and subtract it. ``privacy-noise-source =
+"seed-keyed-server-can-remove"`` draws it from ``upfl run``'s stream keyed (seed, training round, device)
+instead, for simulation studies only: it gives **no privacy against the server**. Every other random draw
+comes from ``upfl run``'s keyed streams, so with every node sampled (and seed-keyed noise, or no privacy) a
+Flower run reproduces ``upfl run``. Node sampling is Flower's (``random.sample``): with ``fraction-train`` < 1
+the devices of a round differ from ``upfl run``'s, and the privacy block counts the releases the server
+observed (:class:`upfl.flower.strategy.CountingGrid`), not ``upfl run``'s draws.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import secrets
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,13 +44,16 @@ from flwr.supercore import log
 
 from .. import config as cfgmod
 from ..data import load_leaf
-from ..draws import draw_stragglers, sample_clients
+from ..algorithms.upcycled import base_name, is_upcycled
+from ..draws import draw_stragglers, resolve_straggler_policy, sample_clients
 from ..files import provenance, write_json, write_text
 from ..privacy.accounting import privacy_report
+from ..privacy.mechanisms import (objective_noise_draws, output_perturbation, scale_objective_noise,
+                                  standard_normal_rows)
 from ..rng import generator
 from ..simulation import Simulation, resolve_device
 from ..solver import batch_plan
-from .strategy import CountingGrid, UpcycledFL, as_flat, training_round
+from .strategy import DEVICE_KEY, CountingGrid, UpcycledFL, as_flat
 
 PARAMS_KEY = "params"
 
@@ -76,9 +86,40 @@ RUN_CONFIG_KEYS = {
 }
 """Flower run-config key -> :class:`upfl.config.RunConfig` key (``config/README.md`` documents the latter)."""
 
+OS_ENTROPY = "os-entropy"
+SEED_KEYED = "seed-keyed-server-can-remove"
+NOISE_SOURCES = (OS_ENTROPY, SEED_KEYED)
+"""``privacy-noise-source`` values: the default draws the clients' privacy noise from the operating system's
+entropy; the other, only when named explicitly, from the run seed's keyed stream (no privacy against the
+server, which knows the seed: it regenerates the noise and subtracts it)."""
+
+FLOWER_ALGORITHMS = ("fedavg", "fedprox", "upcycled", "upcycled_fedavg")
+"""The ``algorithm`` values the apps run with ``upfl run``'s semantics (FedAvg or FedProx training rounds, upcycled
+or not). Every other algorithm of the engine is refused by name: its server state (momentum, moments, control
+variates, FedNova's normalisation, FedDyn's regulariser) has no counterpart here."""
+
 APP_KEYS = {"out-dir": "folder for metrics.csv and summary.json (ServerApp; empty: none)",
-            "fraction-evaluate": "fraction of nodes in federated evaluation after each training round (default 0)"}
+            "fraction-evaluate": "fraction of nodes in federated evaluation after each training round (default 0)",
+            "privacy-noise-source": f"{OS_ENTROPY!r} (default) or {SEED_KEYED!r} (reproducible, no privacy "
+                                    "against the server)"}
 """Run-config keys of the apps themselves."""
+
+
+def noise_source(run_config: dict[str, Any]) -> str:
+    """The run config's ``privacy-noise-source`` (default :data:`OS_ENTROPY`); another value is an error naming it."""
+    source = run_config.get("privacy-noise-source", OS_ENTROPY)
+    if source not in NOISE_SOURCES:
+        raise cfgmod.ConfigError(f"run config 'privacy-noise-source': must be {OS_ENTROPY!r} (the default) or "
+                                 f"{SEED_KEYED!r} (reproducible noise, no privacy against the server); got {source!r}")
+    return source
+
+
+def entropy_generator() -> torch.Generator:
+    """A CPU generator seeded with 63 bits from the operating system's entropy (:mod:`secrets`): draws nobody
+    can regenerate from the run config."""
+    g = torch.Generator()
+    g.manual_seed(secrets.randbits(63))
+    return g
 
 
 def run_config_to_upfl(run_config: dict[str, Any]) -> cfgmod.RunConfig:
@@ -92,7 +133,7 @@ def run_config_to_upfl(run_config: dict[str, Any]) -> cfgmod.RunConfig:
                                      f"{', '.join(sorted([*RUN_CONFIG_KEYS, *APP_KEYS]))}")
         cfgmod.set_key(doc, RUN_CONFIG_KEYS[key], value)
     try:
-        return cfgmod.from_dict(doc)
+        cfg = cfgmod.from_dict(doc)
     except cfgmod.ConfigError as e:
         inverse = {v: k for k, v in RUN_CONFIG_KEYS.items()}
         text = str(e)
@@ -100,6 +141,11 @@ def run_config_to_upfl(run_config: dict[str, Any]) -> cfgmod.RunConfig:
             if text.startswith(dotted + ":"):
                 raise cfgmod.ConfigError(f"run config {inverse[dotted]!r} ({text})") from None
         raise
+    if cfg.algorithm.name not in FLOWER_ALGORITHMS:
+        raise cfgmod.ConfigError(f"run config 'algorithm': {cfg.algorithm.name!r} does not run in Flower (its server "
+                                 f"state has no Flower counterpart here); choose one of {', '.join(FLOWER_ALGORITHMS)}")
+    noise_source(run_config)
+    return cfg
 
 
 @functools.lru_cache(maxsize=4)
@@ -119,25 +165,36 @@ def simulation_for(run_config: dict[str, Any]) -> Simulation:
     return _simulation(json.dumps(dict(run_config), sort_keys=True))
 
 
-def local_update(sim: Simulation, w: torch.Tensor, device_index: int, round_k: int,
-                 mu: float) -> tuple[torch.Tensor | None, int]:
+def local_update(sim: Simulation, w: torch.Tensor, device_index: int, round_k: int, mu: float,
+                 noise: torch.Generator | None = None) -> tuple[torch.Tensor | None, int]:
     """Device i's model after training round k from ``w`` (Algorithm 1 line 4), as ``upfl run`` computes it.
 
-    Returns (model, SGD steps); the model is None for a straggler that ``straggler_policy: drop`` removes.
+    ``noise`` is the generator of the privacy noise (Section 5: objective n_i, or output N(0, sigma_i^2 I)); None
+    takes ``upfl run``'s stream keyed (seed, k, i), which anyone knowing the seed regenerates. Returns (model, SGD
+    steps); the model is None for a straggler that ``straggler_policy: drop`` removes.
     """
     c = sim.cfg
     n = len(sim.devices)
     flags, epochs = draw_stragglers(c.seed, round_k, n, c.devices.straggler, c.solver.epochs)
-    if flags[device_index] and c.devices.straggler_policy == "drop":
+    if flags[device_index] and resolve_straggler_policy(c.devices.straggler_policy, c.algorithm.name) == "drop":
         return None, 0
     x, y = sim.xs[device_index], sim.ys[device_index]
     plans = batch_plan([x.shape[0]], [epochs[device_index]], c.solver.batch_size,
                        [generator(c.seed, "batches", round_k, device_index)])
-    linear = sim.objective_noise(round_k, [device_index]) if sim.alphas is not None else None
+    linear = None
+    if sim.alphas is not None:
+        linear = (sim.objective_noise(round_k, [device_index]) if noise is None else
+                  scale_objective_noise(*objective_noise_draws(1, sim.model.num_params, noise),
+                                        sim.alphas[device_index]).to(x.device))
     local, steps = sim.local_solve(sim.model, w.to(x.device), [x], [y], plans, mu, c.solver.lr, c.solver.momentum,
                                    linear_term=linear, generator=generator(c.seed, "dropout", round_k))
     if sim.sigmas is not None:
-        local = sim.output_noise(local, round_k, [device_index])
+        if noise is None:
+            local = sim.output_noise(local, round_k, [device_index])
+        else:
+            W = local.cpu()
+            local = output_perturbation(W, c.privacy.tau, sim.sigmas[device_index],
+                                        noise=standard_normal_rows(W.shape[1:], [noise], W.dtype))
     return local[0].cpu(), steps
 
 
@@ -167,12 +224,13 @@ def make_client_app(run_config: dict[str, Any] | None = None) -> ClientApp:
         config = msg.content["config"]
         round_k = int(config.get("training-round", config["server-round"]))
         w = as_flat(msg.content["arrays"], PARAMS_KEY)
-        local, steps = local_update(sim, w, i, round_k, float(config.get("proximal-mu", 0.0)))
+        noise = None if noise_source(_merged(context, run_config)) == SEED_KEYED else entropy_generator()
+        local, steps = local_update(sim, w, i, round_k, float(config.get("proximal-mu", 0.0)), noise)
         if local is None:
             return Message(Error(code=0, reason=f"device {i} is a straggler in training round {round_k} "
                                                 "and straggler-policy is drop"), reply_to=msg)
         arrays = ArrayRecord({PARAMS_KEY: Array(local.numpy())})
-        return _reply(arrays, {"num-examples": int(sim.sizes[i]), "local-steps": steps}, msg)
+        return _reply(arrays, {"num-examples": int(sim.sizes[i]), "local-steps": steps, DEVICE_KEY: i}, msg)
 
     @app.evaluate()
     def evaluate(msg: Message, context: Context) -> Message:
@@ -190,14 +248,19 @@ def make_client_app(run_config: dict[str, Any] | None = None) -> ClientApp:
 
 
 def strategy_for(cfg: cfgmod.RunConfig, num_nodes: int, fraction_evaluate: float = 0.0) -> Strategy:
-    """The Flower strategy of a run config: FedAvg, FedProx (``proximal-mu`` to clients) or UpcycledFL on FedProx
-    (FedAvg when mu = 0). Each training round samples max(floor(frac N), 1) nodes, ``upfl run``'s count."""
+    """The Flower strategy of a run config: FedAvg, FedProx (``proximal-mu`` to clients; FedAvg when mu = 0), or
+    UpcycledFL on either for ``upcycled`` (FedProx base) and ``upcycled_fedavg``. Any other algorithm is refused by
+    name (:data:`FLOWER_ALGORITHMS`). Each training round samples max(floor(frac N), 1) nodes, ``upfl run``'s count."""
     a = cfg.algorithm
+    if a.name not in FLOWER_ALGORITHMS:
+        raise cfgmod.ConfigError(f"algorithm.name: {a.name!r} does not run in Flower; choose one of "
+                                 f"{', '.join(FLOWER_ALGORITHMS)}")
     per_round = len(sample_clients(cfg.seed, 1, num_nodes, cfg.devices.frac))
     common = dict(fraction_train=cfg.devices.frac, min_train_nodes=per_round, min_available_nodes=num_nodes,
                   fraction_evaluate=fraction_evaluate, min_evaluate_nodes=1 if fraction_evaluate else 0)
-    base = FedProx(proximal_mu=a.mu, **common) if a.mu > 0 else FedAvg(**common)
-    if a.name != "upcycled":
+    proximal = base_name(a.name) == "fedprox" and a.mu > 0
+    base = FedProx(proximal_mu=a.mu, **common) if proximal else FedAvg(**common)
+    if not is_upcycled(a.name):
         return base
     return UpcycledFL(base, lam=a.lam if a.step is None else None, step=a.step, schedule=a.schedule)
 
@@ -241,28 +304,41 @@ def make_server_app(run_config: dict[str, Any] | None = None,
                                 num_rounds=cfg.rounds, train_config=ConfigRecord(), evaluate_fn=evaluate)
         out = run_config_.get("out-dir", "")
         if out:
-            write_outputs(Path(out), cfg, sim, rows, strategy)
+            write_outputs(Path(out), cfg, sim, rows, strategy, counting, noise_source(run_config_))
         del result
 
     return app
 
 
+OBSERVED_RELEASES = ("observed: per device, the training replies carrying a model that the Flower server "
+                     "received (messages sent to the nodes Flower sampled, less stragglers' error replies)")
+"""``releases_source`` of a Flower run's privacy block."""
+
+
 def write_outputs(out: Path, cfg: cfgmod.RunConfig, sim: Simulation, rows: list[dict[str, Any]],
-                  strategy: Strategy) -> None:
-    """OUT/metrics.csv (one row per round, with the messages sent) and OUT/summary.json, atomically."""
+                  strategy: Strategy, counting: CountingGrid, noise: str = OS_ENTROPY) -> None:
+    """OUT/metrics.csv (one row per round, with the messages sent) and OUT/summary.json, atomically.
+
+    The privacy block counts each device's releases from what ``counting`` saw (:data:`OBSERVED_RELEASES`)."""
     columns = ["iteration", "kind", "train_loss", "train_acc", "test_loss", "test_acc", "messages", "wall_s"]
     lines = [",".join(columns)] + [",".join(repr(r[c]) if isinstance(r[c], float) else str(r[c]) for c in columns)
                                    for r in rows]
     training = [r for r in rows if r["kind"] == "train"]
     final = rows[-1]
+    releases = [counting.released[i] for i in range(len(sim.devices))]
+    privacy = privacy_report(cfg, sim.data, sim.model, releases=releases, releases_source=OBSERVED_RELEASES)
+    if cfg.privacy.mechanism != "none":
+        privacy["noise_source"] = noise + (": no privacy against the server, which knows the seed" if noise == SEED_KEYED
+                                           else ": operating-system entropy, not reproducible")
     summary = {
         "engine": "flower", "final": {k: final[k] for k in columns[:6]},
         "messages": {"total": sum(r["messages"] for r in rows),
                      "even_rounds": sum(r["messages"] for r in rows if r["iteration"] and r["iteration"] % 2 == 0)},
         "seconds_per_training_round": (sum(r["wall_s"] for r in training) / len(training)) if training else math.nan,
-        "releases_per_sampled_device": training_round(cfg.rounds) if isinstance(strategy, UpcycledFL) else cfg.rounds,
+        "training_messages": {str(t): n for t, n in sorted(counting.train_sent.items())},
+        "straggler_errors": {str(t): n for t, n in sorted(counting.errors.items())},
         "config": cfgmod.to_dict(cfg), "config_hash": cfgmod.config_hash(cfg), "seed": cfg.seed, **provenance(),
-        "privacy": privacy_report(cfg, sim.data, sim.model),
+        "privacy": privacy,
     }
     out.mkdir(parents=True, exist_ok=True)
     write_text(out / "metrics.csv", "\n".join(lines) + "\n")

@@ -16,12 +16,16 @@ from collections.abc import Callable, Iterable
 from logging import INFO
 
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 from flwr.supercore import log
 
 from ..algorithms import upcycle_coefficient, upcycle_step
+
+
+DEVICE_KEY = "partition-id"
+"""Metric of a training reply naming the device (the node's ``partition-id``) whose data it released."""
 
 
 def is_upcycle_round(server_round: int) -> bool:
@@ -132,24 +136,49 @@ class UpcycledFL(Strategy):
 
 
 class CountingGrid:
-    """A Grid proxy that counts the messages that actually go out, per ``server-round`` of their config.
+    """A Grid proxy that counts what actually goes out and comes back, per ``server-round`` of the messages' config.
 
-    Pass it to ``strategy.start(grid=CountingGrid(grid), ...)``; ``sent[t]`` is the number of messages
-    of round t (a round absent from ``sent`` sent none).
+    Pass it to ``strategy.start(grid=CountingGrid(grid), ...)``. ``sent[t]``: messages (training and evaluation)
+    of round t (a round absent from ``sent`` sent none). ``train_sent[t]``: the training messages of round t.
+    ``released[i]``: the training replies that carried a model computed on device i's data (``device_key`` of the
+    reply's metrics), i.e. device i's releases; a straggler's error reply releases nothing (``errors[t]`` counts
+    them). These counts are observed, not replayed from a sampling rule.
     """
 
-    def __init__(self, grid: Grid, configrecord_key: str = "config") -> None:
-        self.grid, self.key = grid, configrecord_key
+    def __init__(self, grid: Grid, configrecord_key: str = "config", device_key: str = DEVICE_KEY) -> None:
+        self.grid, self.key, self.device_key = grid, configrecord_key, device_key
         self.sent: Counter[int] = Counter()
+        self.train_sent: Counter[int] = Counter()
+        self.errors: Counter[int] = Counter()
+        self.released: Counter[int] = Counter()
 
     def _count(self, messages: Iterable[Message]) -> list[Message]:
         messages = list(messages)
         for m in messages:
-            self.sent[int(m.content[self.key]["server-round"])] += 1
+            t = int(m.content[self.key]["server-round"])
+            self.sent[t] += 1
+            self.train_sent[t] += m.metadata.message_type == MessageType.TRAIN
         return messages
 
+    def _observe(self, messages: list[Message], replies: Iterable[Message]) -> list[Message]:
+        rounds = {m.metadata.message_id: int(m.content[self.key]["server-round"]) for m in messages}
+        replies = list(replies)
+        for r in replies:
+            if r.metadata.message_type != MessageType.TRAIN:
+                continue
+            if r.has_error():
+                self.errors[rounds.get(r.metadata.reply_to_message_id, 0)] += 1
+            elif "arrays" in r.content:
+                metrics = r.content.metric_records.get("metrics")
+                if metrics is None or self.device_key not in metrics:
+                    raise ValueError(f"CountingGrid: the training reply of node {r.metadata.src_node_id} carries a "
+                                     f"model but no {self.device_key!r} metric naming its device")
+                self.released[int(metrics[self.device_key])] += 1
+        return replies
+
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
-        return self.grid.send_and_receive(self._count(messages), timeout=timeout)
+        messages = self._count(messages)
+        return self._observe(messages, self.grid.send_and_receive(messages, timeout=timeout))
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         return self.grid.push_messages(self._count(messages))
