@@ -57,7 +57,7 @@ def test_cli_marks_vacuous_epsilons_and_not_meaningful_ones(data, tmp_path, caps
     text = capsys.readouterr().out
     sound_bar = [line for line in text.splitlines() if line.startswith("epsilon-bar")][0]
     assert sound_bar.count("*") >= 1                      # the sound epsilon at sigma 0.05, tau 1 is huge
-    assert "worst: f_" in text and "NO MEANINGFUL GUARANTEE" in text and "epsilon > 10" in text
+    assert "worst eps sound (2tau) [guarantee]: f_" in text and "NO MEANINGFUL GUARANTEE" in text and "epsilon > 10" in text
     path.write_text(yaml.safe_dump(doc_for(data, 400.0)))
     assert main(["privacy", "--config", str(path)]) == 0
     text = capsys.readouterr().out
@@ -87,3 +87,38 @@ def test_privacy_table_marks_values_and_shows_the_worst_device(data, tmp_path):
     md = (tmp_path / "privacy.md").read_text()
     assert "†" in md and "ε̄ [worst device]" in md and NO_MEANINGFUL in md
     assert f"{prox['eps_sound']:.3f} [{prox['epsmax_sound']:.3f}] †" in md
+
+
+def test_worst_rows_name_each_columns_own_worst_device():
+    """Hand-made per-device epsilons whose columns' worst devices differ: each worst row names its own device and
+    value, in its own column; every value above the rule is marked; the sound epsilon comes first."""
+    from upfl.commands.privacy import format_report
+    from upfl.privacy.accounting import _epsilon_summary
+
+    eps = {"a": (4160.0, 5.0, 2.0), "b": (45926.0, 3.0, 1.0), "c": (7.0, 12.0, 0.5)}
+    rows = [{"device": d, "n_train": 10 * (j + 1), "releases": 20, "sigma": 1.0,
+             "paper_formula": pf, "sound": snd, "paper_sensitivity": ps}
+            for j, (d, (snd, pf, ps)) in enumerate(eps.items())]
+    kinds = ["paper_formula", "sound", "paper_sensitivity"]
+    rep = {"mechanism": "output", "algorithm": "fedprox", "iterations": 20, "training_rounds": 20,
+           "releases_rule": "every iteration", "num_devices": 3, "num_params": 21, "delta": 0.001,
+           "parameters": {"tau": 1.0}, "neighbouring_relation": "replace-one", "releases_source": "replayed",
+           "devices": rows, "epsilon_bar": {k: sum(r[k] for r in rows) / 3 for k in kinds},
+           **_epsilon_summary(rows, kinds)}
+    text = format_report(rep)
+    print(text)
+    lines = text.splitlines()
+    header = next(line for line in lines if line.startswith("device"))
+    assert header.index("eps sound") < header.index("eps paper C.1") < header.index("eps exact")
+    worst = {line.split(":")[0]: line.split() for line in lines if line.startswith("worst ")}
+    assert [name.split("worst ")[1] for name in worst] == ["eps sound (2tau) [guarantee]", "eps paper C.1",
+                                                           "eps exact tau/|D|"]
+    sound, paper, exact = worst.values()
+    # Each row: its device, |D_i|, M_i, then only its own column's epsilon (marked above the rule).
+    assert sound[-4:] == ["b", "20", "20", "4.593e+04*"]
+    assert paper[-4:] == ["c", "30", "20", "12*"]
+    assert exact[-4:] == ["a", "10", "20", "2"]
+    summary = next(line for line in lines if line.startswith("NO MEANINGFUL GUARANTEE for the worst device"))
+    assert "eps sound (2tau) [guarantee] (b)" in summary and "eps paper C.1 (c)" in summary
+    bar = next(line for line in lines if line.startswith("NO MEANINGFUL GUARANTEE: epsilon-bar"))
+    assert "eps sound" in bar and "eps paper C.1" not in bar   # paper C.1's mean 6.667 is within the rule

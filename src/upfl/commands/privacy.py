@@ -5,7 +5,9 @@
 Reads the data set only for the devices and their |D_i|, builds the model only for its parameter
 count d and its GLM constants, replays the engine's device draws to count each device's releases
 M_i, and prints one row per device with the epsilons of :func:`upfl.privacy.privacy_report`
-(docs/privacy.md explains them) and their average epsilon-bar.
+(docs/privacy.md explains them), their average epsilon-bar, and one ``worst`` row per accountant column
+naming that column's own worst device. The sound epsilon (the guarantee) is the first column, the paper's
+formula beside it; every value above the meaningful-guarantee rule carries ``*``.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from typing import Any
 
 from .. import config as cfgmod
 
-OUTPUT_COLUMNS = [("paper_formula", "eps paper C.1"), ("sound", "eps sound (2tau)"),
+OUTPUT_COLUMNS = [("sound", "eps sound (2tau) [guarantee]"), ("paper_formula", "eps paper C.1"),
                   ("paper_sensitivity", "eps exact tau/|D|"), ("sound_rdp", "sound RDP"), ("sound_pld", "sound PLD")]
+"""Output perturbation's columns: the sound epsilon, the guarantee, first; Theorem C.1 as printed beside it."""
 OBJECTIVE_COLUMNS = [("theorem_c2", "eps C.2 (M_i terms)"), ("theorem_c2_paper_sum", "eps C.2 printed (M_i+1)")]
 
 
@@ -42,26 +45,34 @@ def _eps(v: Any) -> str:
     return _fmt(v) + ("*" if isinstance(v, (int, float)) and guarantee_mark(float(v)) else "")
 
 
-def _worst_row(rep: dict[str, Any], keys: list[str]) -> list[str]:
-    """The worst device per column: its epsilon (and, for the first column, the device)."""
+def worst_rows(rep: dict[str, Any], cols: list[tuple[str, str]]) -> list[list[str]]:
+    """One row per accountant column: that column's worst device (name, |D_i|, M_i) and its epsilon in that column
+    only; the devices of different columns may differ. A column without any epsilon has no row."""
     worst = rep.get("worst_device", {})
-    first = worst.get(keys[0]) if keys else None
-    name = f"worst: {first['device']}" if first else "worst device"
-    size = str(first["n_train"]) if first else ""
-    releases = str(first["releases"]) if first else ""
-    return [name, size, releases, ""] + [_eps(rep.get("epsilon_max", {}).get(k)) for k in keys]
+    rows = []
+    for j, (key, header) in enumerate(cols):
+        w = worst.get(key)
+        if not w:
+            continue
+        cells = [""] * len(cols)
+        cells[j] = _eps(w["epsilon"])
+        rows.append([f"worst {header}: {w['device']}", str(w["n_train"]), str(w["releases"]), ""] + cells)
+    return rows
 
 
-def _meaningful_lines(rep: dict[str, Any], keys: list[str]) -> list[str]:
+def _meaningful_lines(rep: dict[str, Any], cols: list[tuple[str, str]]) -> list[str]:
+    """The rule, then every column whose epsilon-bar and every column whose worst device is above it."""
     from ..privacy.accounting import MEANINGFUL_EPSILON, guarantee_mark
 
-    marked = [k for k in keys if guarantee_mark(rep.get("epsilon_max", {}).get(k))]
     lines = [f"* no meaningful guarantee: epsilon > {MEANINGFUL_EPSILON:g} (an adversary's odds on a record may grow "
              f"by more than e^{MEANINGFUL_EPSILON:g}; docs/privacy.md)"]
-    bar = [k for k in keys if guarantee_mark(rep["epsilon_bar"].get(k))]
+    bar = [h for k, h in cols if guarantee_mark(rep["epsilon_bar"].get(k))]
     if bar:
-        lines.append("NO MEANINGFUL GUARANTEE: epsilon-bar above the rule for " + ", ".join(bar))
-    elif marked:
+        lines.append("NO MEANINGFUL GUARANTEE: epsilon-bar above the rule under " + ", ".join(bar))
+    worst = rep.get("worst_device", {})
+    marked = [f"{h} ({worst[k]['device']})" for k, h in cols
+              if worst.get(k) and guarantee_mark(worst[k]["epsilon"])]
+    if marked:
         lines.append("NO MEANINGFUL GUARANTEE for the worst device under " + ", ".join(marked))
     return lines
 
@@ -82,17 +93,19 @@ def format_report(rep: dict[str, Any]) -> str:
     if rep["mechanism"] == "none":
         lines.append(f"guarantee: {rep['guarantee']}")
         return "\n".join(lines) + "\n"
+    lines.append(f"neighbouring relation: {rep['neighbouring_relation']}; releases M_i {rep['releases_source']}")
     devs = rep["devices"]
     if rep["mechanism"] == "output":
         cols = [(k, h) for k, h in OUTPUT_COLUMNS if devs and k in devs[0]]
         lines.append(f"output perturbation: tau = {rep['parameters']['tau']}, delta = {rep['delta']!r}; "
                      f"sensitivity sound 2*tau, paper tau/|D_i|")
+        lines.append("guarantee: 'eps sound' (exact Gaussian accountant, sensitivity 2*tau); 'eps paper C.1' is "
+                     "Theorem C.1 as printed, for comparison only")
         header = ["device", "|D_i|", "M_i", "sigma"] + [h for _, h in cols]
         rows = [[d["device"], str(d["n_train"]), str(d["releases"]), _fmt(d["sigma"])] + [_eps(d[k]) for k, _ in cols]
                 for d in devs]
         rows.append(["epsilon-bar", "", "", ""] + [_eps(rep["epsilon_bar"].get(k)) for k, _ in cols])
-        rows.append(_worst_row(rep, [k for k, _ in cols]))
-        keys = [k for k, _ in cols]
+        rows += worst_rows(rep, cols)
     else:
         a = rep["assumptions"]
         lines.append(f"objective perturbation: {rep['guarantee']}; mu = {a['mu']}")
@@ -112,11 +125,10 @@ def format_report(rep: dict[str, Any]) -> str:
         rows.append(["epsilon-bar", "", "", ""]
                     + [_eps(rep["epsilon_bar"][k]) if rep["epsilon_bar"][k] is not None else rep["guarantee"]
                        for k, _ in OBJECTIVE_COLUMNS])
-        keys = [k for k, _ in OBJECTIVE_COLUMNS]
-        if any(v is not None for v in rep.get("epsilon_max", {}).values()):
-            rows.append(_worst_row(rep, keys))
+        cols = OBJECTIVE_COLUMNS
+        rows += worst_rows(rep, cols)
     lines.append(_table(header, rows))
-    lines += _meaningful_lines(rep, keys)
+    lines += _meaningful_lines(rep, cols)
     lines += [f"note: {n}" for n in rep.get("notes", [])]
     return "\n".join(lines) + "\n"
 

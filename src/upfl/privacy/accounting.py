@@ -41,7 +41,7 @@ SGD_CAVEAT = ("Theorem C.2 assumes the exact minimiser of the perturbed local ob
 """Printed with every objective-perturbation epsilon."""
 
 OUTPUT_NOTE = ("Output perturbation: 'sound' is the exact Gaussian accountant with sensitivity 2*tau (two "
-               "models clipped to norm tau differ by at most 2*tau, whatever the neighbouring relation); "
+               "models clipped to norm tau differ by at most 2*tau); "
                "'paper_formula' is Theorem C.1 as printed (sensitivity tau/|D_i|, closed form); "
                "'paper_sensitivity' is the exact accountant at the paper's tau/|D_i|. Only 'sound' is a "
                "guarantee for the clipped model the engine releases.")
@@ -50,6 +50,22 @@ OFF_BY_ONE_NOTE = ("Theorem C.2 sums m = 0..M (M + 1 terms) over 2M iterations, 
                    "(training) iterations; we sum M_i terms, one per release. "
                    "'theorem_c2_paper_sum' gives the printed M_i + 1 terms for comparison (0 for a device "
                    "that never trained).")
+
+NEIGHBOURING_RELATION = "replace-one record of one device, |D_i| public"
+"""The neighbouring relation every epsilon here is for."""
+
+NEIGHBOURING_NOTE = ("Neighbouring relation: two data sets differ in one record of one device, which replaces it "
+                     "(replace-one), and |D_i| is public: the aggregation weights, Flower's num-examples and "
+                     "FedNova's step counts release it, so no epsilon here covers adding or removing a record.")
+
+SHARED_NOISE_NOTE = ("Runs with the same seed share their noise draws on purpose (common random numbers make a "
+                     "comparison across sigma, alpha or algorithms sharper): each run's epsilon holds for that run "
+                     "alone; the runs of a sweep on one seed together have no guarantee (from two of them the "
+                     "noise cancels and the clipped models are recovered).")
+
+TRAIN_METRICS_NOTE = ("Training loss and accuracy are computed on every device's private training data: a release "
+                      "that no epsilon covers (metrics.csv marks them 'outside_privacy_guarantee'; "
+                      "privacy.release_train_metrics: false leaves them out).")
 
 MEANINGFUL_EPSILON = 10.0
 """Above this epsilon a guarantee is marked 'no meaningful guarantee' (docs/privacy.md, "Which epsilons mean
@@ -390,8 +406,17 @@ def _mean(values: Sequence[float | None]) -> float | None:
     return float(sum(values) / len(values))
 
 
-def privacy_report(cfg, dataset, model, cross_check: Sequence[str] = ("rdp",)) -> dict[str, Any]:
+REPLAYED_RELEASES = ("replayed: the engine's device and straggler draws (upfl.draws) for the run config, the "
+                     "draws the simulation trains with")
+"""``releases_source`` of :func:`privacy_report` when the counts come from :func:`release_counts`."""
+
+
+def privacy_report(cfg, dataset, model, cross_check: Sequence[str] = ("rdp",), releases: Sequence[int] | None = None,
+                   releases_source: str = REPLAYED_RELEASES) -> dict[str, Any]:
     """Per-device epsilons and epsilon-bar of a run config, without training (JSON-serialisable).
+
+    ``releases`` gives M_i per device where they were observed (a Flower server counts the replies it received;
+    ``releases_source`` says so); by default they are :func:`release_counts` of the config.
 
     ``dataset`` gives the devices (its training users, the engine's order) and |D_i|; ``model`` the
     parameter count d (the noise dimension) and ``glm_constants``. Raises :class:`NoGuaranteeError` when
@@ -412,11 +437,20 @@ def privacy_report(cfg, dataset, model, cross_check: Sequence[str] = ("rdp",)) -
         "sampling": {"frac": cfg.devices.frac, "straggler": cfg.devices.straggler,
                      "straggler_policy": cfg.devices.straggler_policy,
                      "straggler_draw": cfg.devices.straggler_draw},
+        "releases_source": releases_source,
     }
     if p.mechanism == "none":
         base.update({"guarantee": "none (non-private run)", "devices": [], "epsilon_bar": {}})
         return base
-    releases = release_counts(cfg, n)
+    base.update({"neighbouring_relation": NEIGHBOURING_RELATION,
+                 "train_metrics": ("outside_privacy_guarantee" if p.release_train_metrics else "not_computed"),
+                 "released_outside_the_guarantee": (["train_loss", "train_acc"] if p.release_train_metrics else [])})
+    shared = [NEIGHBOURING_NOTE, SHARED_NOISE_NOTE] + ([TRAIN_METRICS_NOTE] if p.release_train_metrics else [])
+    if releases is None:
+        releases = release_counts(cfg, n)
+    elif len(releases) != n:
+        raise PrivacyParameterError(f"releases: {len(releases)} counts given for {n} devices")
+    releases = [_releases(m) for m in releases]
     if p.mechanism == "output":
         delta, tau = _delta(p.delta), _positive("privacy.tau", p.tau)
         sigmas = per_device(p.sigma, n, "privacy.sigma")
@@ -429,7 +463,9 @@ def privacy_report(cfg, dataset, model, cross_check: Sequence[str] = ("rdp",)) -
             rows.append({"device": u, "n_train": size, "releases": m, "sigma": s, **cache[key]})
         kinds = [k for k in rows[0] if k not in ("device", "n_train", "releases", "sigma")] if rows else []
         base.update({
-            "guarantee": f"(epsilon, delta)-DP per device, delta = {delta!r}",
+            "guarantee": (f"(epsilon, delta)-DP per device, delta = {delta!r}: the 'sound' epsilon (Theorem C.1's "
+                          "'paper_formula' beside it for comparison only)"),
+            "guarantee_epsilon": "sound",
             "delta": delta, "parameters": {"tau": tau, "sigma": p.sigma},
             "sensitivity": {"sound": "2*tau", "paper": "tau/|D_i|"},
             "accountant": "dp_accounting.get_epsilon_gaussian(z / sqrt(M_i), delta), z = sigma / sensitivity "
@@ -437,7 +473,7 @@ def privacy_report(cfg, dataset, model, cross_check: Sequence[str] = ("rdp",)) -
             "devices": rows,
             "epsilon_bar": {k: _mean([r[k] for r in rows]) for k in kinds},
             **_epsilon_summary(rows, kinds),
-            "notes": [OUTPUT_NOTE],
+            "notes": [OUTPUT_NOTE, *shared],
         })
         return base
     # objective perturbation
@@ -470,6 +506,6 @@ def privacy_report(cfg, dataset, model, cross_check: Sequence[str] = ("rdp",)) -
         "assumptions": assumptions, "devices": rows,
         "epsilon_bar": {k: _mean([r[k] for r in rows]) for k in ("theorem_c2", "theorem_c2_paper_sum")},
         **_epsilon_summary(rows, ("theorem_c2", "theorem_c2_paper_sum")),
-        "notes": [SGD_CAVEAT, OFF_BY_ONE_NOTE],
+        "notes": [SGD_CAVEAT, OFF_BY_ONE_NOTE, *shared],
     })
     return base
