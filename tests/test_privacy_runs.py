@@ -119,3 +119,24 @@ def test_per_device_sigma_list_of_wrong_length_is_a_named_error(data, tmp_path):
     cfg = make_cfg(data, tmp_path, **{**OUTPUT, "privacy.sigma": [0.1, 0.2]})
     with pytest.raises(cfgmod.ConfigError, match="privacy.sigma"):
         simulation.run(cfg, tmp_path / "bad", log=lambda *_: None)
+
+
+def test_private_run_marks_its_training_metrics_outside_the_guarantee(data, tmp_path):
+    """By default a private run computes train_loss/train_acc on the devices' private data and says so in every
+    row of metrics.csv and in its privacy block; release_train_metrics: false leaves them out, test metrics and
+    the model's trajectory unchanged. A non-private run's metrics.csv has no such column."""
+    marked = simulation.run(make_cfg(data, tmp_path, **OUTPUT), tmp_path / "marked", log=lambda *_: None)
+    kept = simulation.run(make_cfg(data, tmp_path, **OUTPUT, **{"privacy.release_train_metrics": False}),
+                          tmp_path / "kept", log=lambda *_: None)
+    simulation.run(make_cfg(data, tmp_path), tmp_path / "plain", log=lambda *_: None)
+    rm, rk = rows(tmp_path / "marked"), rows(tmp_path / "kept")
+    assert {r["train_metrics"] for r in rm} == {"outside_privacy_guarantee"}
+    assert all(float(r["train_loss"]) > 0 for r in rm)
+    assert {r["train_metrics"] for r in rk} == {"not_computed"}
+    assert {(r["train_loss"], r["train_acc"]) for r in rk} == {("", "")}
+    assert [r["test_acc"] for r in rk] == [r["test_acc"] for r in rm]
+    assert "train_metrics" not in rows(tmp_path / "plain")[0]
+    assert marked["privacy"]["released_outside_the_guarantee"] == ["train_loss", "train_acc"]
+    assert marked["privacy"]["neighbouring_relation"].startswith("replace-one")
+    assert kept["privacy"]["train_metrics"] == "not_computed" and kept["final"]["train_loss"] is None
+    assert kept["diverged"] is False

@@ -134,6 +134,10 @@ class PrivacyConfig:
     """delta of the reported (epsilon, delta) for output perturbation."""
     allow_no_guarantee: bool = False
     """Run objective perturbation even where Theorem C.2's conditions fail (epsilon reported as 'no guarantee')."""
+    release_train_metrics: bool = True
+    """With privacy on: compute the training loss and accuracy on every device's private training data at each
+    evaluated iteration (true; a release no epsilon covers, marked ``outside_privacy_guarantee`` in metrics.csv's
+    ``train_metrics`` column) or leave them empty (false, ``not_computed``). No effect without privacy."""
 
 
 @dataclass

@@ -35,6 +35,17 @@ from .solver import DRAW_CACHE, select_local_solver
 METRIC_COLUMNS = ["iteration", "kind", "train_loss", "train_acc", "test_loss", "test_acc", "devices",
                   "local_steps", "data_accesses", "wall_s", "cum_wall_s"]
 
+TRAIN_METRICS_COLUMN = "train_metrics"
+"""metrics.csv column of a private run: what its train_loss and train_acc are (:func:`train_metrics_status`)."""
+
+
+def train_metrics_status(privacy) -> str | None:
+    """None without privacy; else ``outside_privacy_guarantee`` (computed on the devices' private training data,
+    a release no epsilon covers) or ``not_computed`` (``privacy.release_train_metrics: false``)."""
+    if privacy.mechanism == "none":
+        return None
+    return "outside_privacy_guarantee" if privacy.release_train_metrics else "not_computed"
+
 
 class InjectedStop(RuntimeError):
     """Raised by tests (``stop_after``) to simulate an interrupted run."""
@@ -78,9 +89,14 @@ class Simulation:
             x = x / x.flatten(1).norm(dim=1).clamp_min(1.0).view(-1, *([1] * (x.dim() - 1)))
         return x.to(self.device)
 
-    def evaluate(self, w: torch.Tensor) -> dict[str, float]:
-        out = {}
+    def evaluate(self, w: torch.Tensor) -> dict[str, float | None]:
+        """Loss and accuracy on the pooled train and test sets; the train ones are None where a private run does not
+        release them (:func:`train_metrics_status`)."""
+        out: dict[str, float | None] = {}
         for name, x, y in (("train", self.train_x, self.train_y), ("test", self.test_x, self.test_y)):
+            if name == "train" and train_metrics_status(self.cfg.privacy) == "not_computed":
+                out["train_loss"] = out["train_acc"] = None
+                continue
             if x is None:
                 out[f"{name}_loss"] = out[f"{name}_acc"] = float("nan")
                 continue
@@ -207,7 +223,8 @@ def run(cfg: cfgmod.RunConfig, out: str | Path, log=print, stop_after: int | Non
 
 def _run_loop(cfg, sim, data, device, out, ckpt, privacy, log, stop_after) -> dict[str, Any]:
     T, alg = cfg.rounds, sim.algorithm
-    columns = METRIC_COLUMNS + list(alg.extra_metrics)
+    status = train_metrics_status(cfg.privacy)
+    columns = METRIC_COLUMNS + list(alg.extra_metrics) + ([TRAIN_METRICS_COLUMN] if status else [])
     times = {"train_s": 0.0, "upcycle_s": 0.0, "eval_s": 0.0}
     has_test = sim.test_x is not None
     diverged: dict[str, Any] | None = None
@@ -229,6 +246,8 @@ def _run_loop(cfg, sim, data, device, out, ckpt, privacy, log, stop_after) -> di
         e0 = time.perf_counter()
         rows = [{"iteration": 0, "kind": "init", **sim.evaluate(w), **alg.evaluate_extra(sim, w), "devices": 0,
                  "local_steps": 0, "data_accesses": 0, "wall_s": 0.0, "cum_wall_s": 0.0}]
+        if status:
+            rows[0][TRAIN_METRICS_COLUMN] = status
         times["eval_s"] += time.perf_counter() - e0
         problem = loss_problem(rows[0], has_test)
         if problem:
@@ -249,7 +268,8 @@ def _run_loop(cfg, sim, data, device, out, ckpt, privacy, log, stop_after) -> di
             times["upcycle_s"] += time.perf_counter() - start
         w_prev, w = w, w_new
         wall = time.perf_counter() - start
-        row = {"iteration": t, "kind": kind, "devices": ndev, "local_steps": steps, "data_accesses": accesses}
+        row = {"iteration": t, "kind": kind, "devices": ndev, "local_steps": steps, "data_accesses": accesses,
+               TRAIN_METRICS_COLUMN: status}
         problem = weights_problem(w)
         if t % cfg.evaluation.every == 0 or t == T or problem:
             e0 = time.perf_counter()
@@ -257,8 +277,9 @@ def _run_loop(cfg, sim, data, device, out, ckpt, privacy, log, stop_after) -> di
             row.update(alg.evaluate_extra(sim, w))
             times["eval_s"] += time.perf_counter() - e0
             problem = problem or loss_problem(row, has_test)
-            log(f"iter {t}/{T} {kind:7s} train_loss {row['train_loss']:.4f} train_acc {row['train_acc']:.4f} "
-                f"test_acc {row['test_acc']:.4f}")
+            train = ("" if row["train_loss"] is None else
+                     f"train_loss {row['train_loss']:.4f} train_acc {row['train_acc']:.4f} ")
+            log(f"iter {t}/{T} {kind:7s} {train}test_acc {row['test_acc']:.4f}")
         else:
             row.update({k: float("nan") for k in ("train_loss", "train_acc", "test_loss", "test_acc",
                                                   *alg.extra_metrics)})
