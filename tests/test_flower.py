@@ -377,3 +377,4 @@ def test_flower_release_counts_are_the_replies_received(flower_data, tmp_path):
     assert sum(releases) == 8 - errors
     assert privacy["releases_source"].startswith("observed")
     assert privacy["noise_source"].startswith("os-entropy")
+    assert {r["train_metrics"] for r in rows} == {"outside_privacy_guarantee"}

@@ -86,7 +86,12 @@ def test_privacy_table_marks_values_and_shows_the_worst_device(data, tmp_path):
     assert not prox["meaningful_sound"]
     md = (tmp_path / "privacy.md").read_text()
     assert "†" in md and "ε̄ [worst device]" in md and NO_MEANINGFUL in md
-    assert f"{prox['eps_sound']:.3f} [{prox['epsmax_sound']:.3f}] †" in md
+    worst = max((s["privacy"]["worst_device"]["sound"] for s in summaries), key=lambda w: w["epsilon"])
+    assert prox["worstdev_sound"] == worst["device"]
+    assert f"{prox['eps_sound']:.3f} [{prox['epsmax_sound']:.3f}, {worst['device']}] †" in md
+    assert md.index("sound, the guarantee") < md.index("paper formula (Theorem C.1")
+    assert "outside the privacy guarantee" in md and "the sweep together has no guarantee" not in md
+    assert "runs of a sweep on one seed together have no guarantee" in md
 
 
 def test_worst_rows_name_each_columns_own_worst_device():

@@ -154,7 +154,7 @@ def test_epsilons_equal_the_accounting_module(privset, table):
             assert row["eps_theorem_c2"] == pytest.approx(expect, rel=1e-12)
             assert math.isnan(row["eps_sound"])
     md = Path(f"{table['prefix']}.md").read_text()
-    assert "paper formula (Theorem C.1, sensitivity τ/\\|D\\|)" in md and "sound (sensitivity 2τ" in md
+    assert "paper formula (Theorem C.1, sensitivity τ/\\|D\\|)" in md and "sound, the guarantee (sensitivity 2τ" in md
     assert "Theorem C.2 (pure, δ = 0)" in md and SGD_CAVEAT in md and "exact minimiser" in md
     assert "## Output perturbation (δ = 0.001)" in md and "∞ (no noise)" in md
     for path in (f"{table['prefix']}.md", f"{table['prefix']}.tex", f"{table['prefix']}.csv"):

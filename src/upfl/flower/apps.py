@@ -51,7 +51,7 @@ from ..privacy.accounting import privacy_report
 from ..privacy.mechanisms import (objective_noise_draws, output_perturbation, scale_objective_noise,
                                   standard_normal_rows)
 from ..rng import generator
-from ..simulation import Simulation, resolve_device
+from ..simulation import TRAIN_METRICS_COLUMN, Simulation, resolve_device, train_metrics_status
 from ..solver import batch_plan
 from .strategy import DEVICE_KEY, CountingGrid, UpcycledFL, as_flat
 
@@ -295,10 +295,9 @@ def make_server_app(run_config: dict[str, Any] | None = None,
             kind = "init" if t == 0 else ("upcycle" if isinstance(strategy, UpcycledFL) and t % 2 == 0 else "train")
             rows.append({"iteration": t, "kind": kind, **metrics, "messages": counting.sent[t],
                          "wall_s": 0.0 if t == 0 else wall})
-            log(INFO, "round %d %s: train_loss %.4f test_acc %.4f, %d messages", t, kind, metrics["train_loss"],
-                metrics["test_acc"], counting.sent[t])
+            log(INFO, "round %d %s: test_acc %.4f, %d messages", t, kind, metrics["test_acc"], counting.sent[t])
             clock["t"] = time.perf_counter()
-            return MetricRecord({k: float(v) for k, v in metrics.items()})
+            return MetricRecord({k: float(v) for k, v in metrics.items() if v is not None})
 
         result = strategy.start(grid=counting, initial_arrays=ArrayRecord({PARAMS_KEY: Array(w0.numpy())}),
                                 num_rounds=cfg.rounds, train_config=ConfigRecord(), evaluate_fn=evaluate)
@@ -308,6 +307,11 @@ def make_server_app(run_config: dict[str, Any] | None = None,
         del result
 
     return app
+
+
+def _cell(value: Any) -> str:
+    """A metrics.csv cell: floats as their shortest round trip, None (a metric not computed) empty."""
+    return "" if value is None else repr(value) if isinstance(value, float) else str(value)
 
 
 OBSERVED_RELEASES = ("observed: per device, the training replies carrying a model that the Flower server "
@@ -320,9 +324,11 @@ def write_outputs(out: Path, cfg: cfgmod.RunConfig, sim: Simulation, rows: list[
     """OUT/metrics.csv (one row per round, with the messages sent) and OUT/summary.json, atomically.
 
     The privacy block counts each device's releases from what ``counting`` saw (:data:`OBSERVED_RELEASES`)."""
+    status = train_metrics_status(cfg.privacy)
     columns = ["iteration", "kind", "train_loss", "train_acc", "test_loss", "test_acc", "messages", "wall_s"]
-    lines = [",".join(columns)] + [",".join(repr(r[c]) if isinstance(r[c], float) else str(r[c]) for c in columns)
-                                   for r in rows]
+    marked = columns + ([TRAIN_METRICS_COLUMN] if status else [])
+    rows = [{**r, TRAIN_METRICS_COLUMN: status} for r in rows]
+    lines = [",".join(marked)] + [",".join(_cell(r[c]) for c in marked) for r in rows]
     training = [r for r in rows if r["kind"] == "train"]
     final = rows[-1]
     releases = [counting.released[i] for i in range(len(sim.devices))]

@@ -30,7 +30,8 @@ from typing import Any, Sequence
 import pandas as pd
 
 from ..files import write_text
-from ..privacy.accounting import MEANINGFUL_EPSILON, NO_GLM, NO_MEANINGFUL, OFF_BY_ONE_NOTE, OUTPUT_NOTE, SGD_CAVEAT
+from ..privacy.accounting import (MEANINGFUL_EPSILON, NEIGHBOURING_NOTE, NO_GLM, NO_MEANINGFUL, OFF_BY_ONE_NOTE,
+                                  OUTPUT_NOTE, SGD_CAVEAT, SHARED_NOISE_NOTE, TRAIN_METRICS_NOTE)
 from ..privacy.accounting import meaningful
 from .cells import check_one_config, paired
 from .collect import ReportError, converged, diverged_note, require_converged
@@ -43,21 +44,23 @@ ACC = ("train_acc", "test_acc")
 MECHANISMS = ("objective", "output")
 """In the paper's order (Figure 3: (a)(b) objective, (c)(d) output perturbation)."""
 
-ACCOUNTANTS = {"output": ("paper_formula", "sound", "paper_sensitivity"),
+ACCOUNTANTS = {"output": ("sound", "paper_formula", "paper_sensitivity"),
                "objective": ("theorem_c2", "theorem_c2_paper_sum")}
-"""The ``epsilon_bar`` entries of ``summary.json["privacy"]`` per mechanism (runs.csv ``privacy_epsilon_bar_<name>``)."""
+"""The ``epsilon_bar`` entries of ``summary.json["privacy"]`` per mechanism (runs.csv ``privacy_epsilon_bar_<name>``),
+the guarantee first (output perturbation: the sound epsilon, Theorem C.1's formula beside it)."""
 
 PRIMARY = {"output": "sound", "objective": "theorem_c2"}
 """The accountant that picks the equal-epsilon variant."""
 
 ACCOUNTANT_LABELS = {
     "paper_formula": "paper formula (Theorem C.1, sensitivity τ/|D|)",
-    "sound": "sound (sensitivity 2τ, exact composition)",
+    "sound": "sound, the guarantee (sensitivity 2τ, exact composition)",
     "paper_sensitivity": "exact accountant at the paper's sensitivity τ/|D|",
     "theorem_c2": "Theorem C.2 (pure, δ = 0)",
     "theorem_c2_paper_sum": "Theorem C.2 with the printed M + 1 terms",
 }
-MARK_NOTE = (f"ε̄ [worst device]: the mean over devices and, in brackets, the largest device ε (max over seeds); "
+MARK_NOTE = (f"ε̄ [worst device]: the mean over devices and, in brackets, the largest device ε (max over seeds) "
+             "and that device, each accountant's own; "
              f"† {NO_MEANINGFUL}: the mean or the worst device is above {MEANINGFUL_EPSILON:g} (docs/privacy.md, "
              "'Which epsilons mean something').")
 MECHANISM_LABELS = {"output": "Output perturbation", "objective": "Objective perturbation"}
@@ -146,6 +149,7 @@ def setting_row(dataset: str, mech: str, alg: str, noise: str, cell: pd.DataFram
         col, worst = eps_column(acc), f"privacy_epsilon_max_{acc}"
         row[f"eps_{acc}"] = float(cell[col].astype(float).mean()) if col in cell.columns else math.nan
         row[f"epsmax_{acc}"] = float(cell[worst].astype(float).max()) if worst in cell.columns else math.nan
+        row[f"worstdev_{acc}"] = worst_device(cell, acc)
         top = max((v for v in (row[f"eps_{acc}"], row[f"epsmax_{acc}"]) if not math.isnan(v)), default=math.nan)
         row[f"meaningful_{acc}"] = meaningful(top)
     if "privacy_guarantee" in cell.columns:
@@ -155,6 +159,15 @@ def setting_row(dataset: str, mech: str, alg: str, noise: str, cell: pd.DataFram
         row["guarantee"] = NO_GLM
     row["_cell"] = cell
     return row
+
+
+def worst_device(cell: pd.DataFrame, accountant: str) -> str | None:
+    """The device with the largest ``accountant`` epsilon over the seeds of a setting (runs.csv
+    ``privacy_worst_device_<accountant>_device`` of the seed whose worst epsilon is largest), or None."""
+    eps, name = f"privacy_worst_device_{accountant}_epsilon", f"privacy_worst_device_{accountant}_device"
+    if eps not in cell.columns or name not in cell.columns or cell[eps].astype(float).isna().all():
+        return None
+    return str(cell.loc[cell[eps].astype(float).idxmax(), name])
 
 
 def _primary_eps(row: dict) -> float:
@@ -354,8 +367,9 @@ def _eps_text(row: dict, acc: str) -> str:
     value = row.get(f"eps_{acc}")
     if _missing(value):
         return row.get("guarantee") or "no guarantee"
-    worst = row.get(f"epsmax_{acc}")
-    text = fmt(value, 3) + ("" if _missing(worst) else f" [{fmt(worst, 3)}]")
+    worst, device = row.get(f"epsmax_{acc}"), row.get(f"worstdev_{acc}")
+    at = "" if _missing(device) else f", {device}"
+    text = fmt(value, 3) + ("" if _missing(worst) else f" [{fmt(worst, 3)}{at}]")
     return text + (" †" if row.get(f"meaningful_{acc}") is False else "")
 
 
@@ -371,10 +385,10 @@ def _ratio_text(row: dict) -> str:
 
 
 def table_header(mech: str) -> list[str]:
-    eps = ([f"ε̄ [worst device] {ACCOUNTANT_LABELS[a]}" for a in ("paper_formula", "sound", "paper_sensitivity")]
+    eps = ([f"ε̄ [worst device] {ACCOUNTANT_LABELS[a]}" for a in ACCOUNTANTS["output"]]
            if mech == "output" else [f"ε̄ [worst device] {ACCOUNTANT_LABELS['theorem_c2']}"])
     return (["Dataset", "Variant", "Noise", "Iterations (training rounds)", "Seeds",
-             "Train acc % mean [min, max]", "Test acc % mean [min, max]"] + eps
+             "Train acc % mean [min, max] (outside the privacy guarantee)", "Test acc % mean [min, max]"] + eps
             + [f"ε̄ / FedProx's ({PRIMARY[mech]})"])
 
 
@@ -382,7 +396,7 @@ def table_rows(frame: pd.DataFrame, mech: str) -> list[list[str]]:
     lines = []
     sub = frame[frame["block_mechanism"] == mech]
     last = None
-    accs = ("paper_formula", "sound", "paper_sensitivity") if mech == "output" else ("theorem_c2",)
+    accs = ACCOUNTANTS["output"] if mech == "output" else ("theorem_c2",)
     for r in sub.to_dict("records"):
         block = (r["dataset"], r["reference_noise"])
         first = block != last
@@ -454,7 +468,7 @@ def write_privacy_table(runs: pd.DataFrame, out_prefix: str, provenance: str) ->
     for mech in mechs:
         title = MECHANISM_LABELS[mech] + (f" (δ = {', '.join(f'{d:g}' for d in deltas)})" if mech == "output" and deltas
                                           else " (pure ε-DP, δ = 0)" if mech == "objective" else "")
-        notes = [MARK_NOTE]
+        notes = [MARK_NOTE, SHARED_NOISE_NOTE, TRAIN_METRICS_NOTE, NEIGHBOURING_NOTE]
         notes += [OUTPUT_NOTE] if mech == "output" else [
             "Epsilons assume the exact minimiser: " + SGD_CAVEAT, OFF_BY_ONE_NOTE,
             f"'{NO_GLM}': the model is not a generalized linear model, Theorem C.2 does not apply."]
@@ -481,7 +495,9 @@ FIGURE_METRICS = ("test_acc", "train_acc")
 TRADEOFF_NOTE = ("Points: noise levels (mean over seeds; error bars: min-max over seeds). Output perturbation: "
                  "filled markers, solid lines: sound ε̄ (sensitivity 2τ); hollow, dashed: the paper's formula "
                  "(Theorem C.1). Objective perturbation: Theorem C.2 (δ = 0, exact minimiser assumed). "
-                 "Dotted: non-private.")
+                 "Dotted: non-private. The noise levels of a seed share their noise draws: each point's ε̄ holds "
+                 "for that run alone, the sweep together has no guarantee. Training accuracy is computed on the "
+                 "private training data, outside the guarantee.")
 
 
 def tradeoff_data(runs: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
