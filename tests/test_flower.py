@@ -151,13 +151,13 @@ def upfl_run_models(run_config, tmp_path, monkeypatch):
     return seen
 
 
-def flower_run(run_config, tmp_path):
+def flower_run(run_config, tmp_path, client_app=None):
     from flwr.simulation import run_simulation
 
     run_config = {**run_config, "out-dir": str(tmp_path / "flower")}
     models = {}
     run_simulation(server_app=make_server_app(run_config, on_round=lambda t, w: models.__setitem__(t, w.clone())),
-                   client_app=make_client_app(run_config), num_supernodes=NUM_DEVICES,
+                   client_app=client_app or make_client_app(run_config), num_supernodes=NUM_DEVICES,
                    backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
                                    "init_args": {"num_cpus": 2, "num_gpus": 0}})
     with open(tmp_path / "flower" / "metrics.csv") as f:
@@ -354,10 +354,29 @@ def test_every_upcycled_base_of_flower_sends_nothing_in_even_rounds(name, extra,
     assert dict(counting.released) == {0: 3, 1: 3, 2: 3}
 
 
+def logging_client_app(run_config, log_path):
+    """The ClientApp of ``run_config``, writing one line per training message it answers: its device and whether
+    the reply carried a model (a release) or a straggler's error."""
+    from flwr.clientapp import ClientApp
+
+    inner = make_client_app(run_config)
+    app = ClientApp()
+
+    @app.train()
+    def train(msg, context):
+        reply = inner(msg, context)
+        released = reply.has_content() and "arrays" in reply.content
+        with open(log_path, "a") as f:
+            f.write(f"{int(context.node_config['partition-id'])},{int(released)}\n")
+        return reply
+
+    return app
+
+
 def test_flower_release_counts_are_the_replies_received(flower_data, tmp_path):
-    """fraction-train 0.5 (Flower samples 2 of 5 nodes), stragglers dropped, default (OS-entropy) noise: the
-    privacy block's M_i are the model replies the server received, which add up to the training messages sent
-    less the stragglers' error replies."""
+    """fraction-train 0.5 (Flower samples 2 of 5 nodes), stragglers dropped, default (OS-entropy) noise: each
+    device's M_i in the privacy block is the number of training messages it answered with a model, as the clients
+    themselves logged them; the total is the training messages sent less the stragglers' error replies."""
     import json
 
     rounds = 8
@@ -365,16 +384,21 @@ def test_flower_release_counts_are_the_replies_received(flower_data, tmp_path):
                   "step": 0.5, "fraction-train": 0.5, "straggler": 0.3, "straggler-policy": "drop",
                   "local-epochs": 2, "batch-size": 8, "seed": 3, "privacy-mechanism": "output",
                   "privacy-tau": 1.0, "privacy-sigma": 0.5}
-    _, rows = flower_run(run_config, tmp_path)
+    log_path = tmp_path / "client-log.csv"
+    _, rows = flower_run(run_config, tmp_path, logging_client_app(run_config, log_path))
     summary = json.loads((tmp_path / "flower" / "summary.json").read_text())
     messages = [int(r["messages"]) for r in rows]
     assert messages == [0, 2, 0, 2, 0, 2, 0, 2, 0]
+    answered = [tuple(map(int, line.split(","))) for line in log_path.read_text().split()]
+    assert len(answered) == sum(summary["training_messages"].values()) == 8
+    logged = [sum(released for device, released in answered if device == i) for i in range(NUM_DEVICES)]
     privacy = summary["privacy"]
     releases = [d["releases"] for d in privacy["devices"]]
     errors = sum(summary["straggler_errors"].values())
-    print("messages per round", messages, "releases", releases, "straggler errors", errors)
-    assert sum(summary["training_messages"].values()) == 8
-    assert sum(releases) == 8 - errors
+    print("messages per round", messages, "releases", releases, "logged by the clients", logged,
+          "straggler errors", errors)
+    assert releases == logged
+    assert sum(releases) == 8 - errors == sum(released for _, released in answered)
     assert privacy["releases_source"].startswith("observed")
     assert privacy["noise_source"].startswith("os-entropy")
     assert {r["train_metrics"] for r in rows} == {"outside_privacy_guarantee"}

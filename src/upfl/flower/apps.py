@@ -141,11 +141,16 @@ def run_config_to_upfl(run_config: dict[str, Any]) -> cfgmod.RunConfig:
             if text.startswith(dotted + ":"):
                 raise cfgmod.ConfigError(f"run config {inverse[dotted]!r} ({text})") from None
         raise
-    if cfg.algorithm.name not in FLOWER_ALGORITHMS:
-        raise cfgmod.ConfigError(f"run config 'algorithm': {cfg.algorithm.name!r} does not run in Flower (its server "
-                                 f"state has no Flower counterpart here); choose one of {', '.join(FLOWER_ALGORITHMS)}")
+    check_flower_algorithm(cfg.algorithm.name)
     noise_source(run_config)
     return cfg
+
+
+def check_flower_algorithm(name: str) -> None:
+    """Refuse, by name, an algorithm outside :data:`FLOWER_ALGORITHMS` (no silent fallback to FedAvg or FedProx)."""
+    if name not in FLOWER_ALGORITHMS:
+        raise cfgmod.ConfigError(f"run config 'algorithm': {name!r} does not run in Flower (its server state has no "
+                                 f"Flower counterpart here); choose one of {', '.join(FLOWER_ALGORITHMS)}")
 
 
 @functools.lru_cache(maxsize=4)
@@ -252,9 +257,7 @@ def strategy_for(cfg: cfgmod.RunConfig, num_nodes: int, fraction_evaluate: float
     UpcycledFL on either for ``upcycled`` (FedProx base) and ``upcycled_fedavg``. Any other algorithm is refused by
     name (:data:`FLOWER_ALGORITHMS`). Each training round samples max(floor(frac N), 1) nodes, ``upfl run``'s count."""
     a = cfg.algorithm
-    if a.name not in FLOWER_ALGORITHMS:
-        raise cfgmod.ConfigError(f"algorithm.name: {a.name!r} does not run in Flower; choose one of "
-                                 f"{', '.join(FLOWER_ALGORITHMS)}")
+    check_flower_algorithm(a.name)
     per_round = len(sample_clients(cfg.seed, 1, num_nodes, cfg.devices.frac))
     common = dict(fraction_train=cfg.devices.frac, min_train_nodes=per_round, min_available_nodes=num_nodes,
                   fraction_evaluate=fraction_evaluate, min_evaluate_nodes=1 if fraction_evaluate else 0)
@@ -303,7 +306,7 @@ def make_server_app(run_config: dict[str, Any] | None = None,
                                 num_rounds=cfg.rounds, train_config=ConfigRecord(), evaluate_fn=evaluate)
         out = run_config_.get("out-dir", "")
         if out:
-            write_outputs(Path(out), cfg, sim, rows, strategy, counting, noise_source(run_config_))
+            write_outputs(Path(out), cfg, sim, rows, counting, noise_source(run_config_))
         del result
 
     return app
@@ -320,7 +323,7 @@ OBSERVED_RELEASES = ("observed: per device, the training replies carrying a mode
 
 
 def write_outputs(out: Path, cfg: cfgmod.RunConfig, sim: Simulation, rows: list[dict[str, Any]],
-                  strategy: Strategy, counting: CountingGrid, noise: str = OS_ENTROPY) -> None:
+                  counting: CountingGrid, noise: str = OS_ENTROPY) -> None:
     """OUT/metrics.csv (one row per round, with the messages sent) and OUT/summary.json, atomically.
 
     The privacy block counts each device's releases from what ``counting`` saw (:data:`OBSERVED_RELEASES`)."""
