@@ -76,6 +76,11 @@ def test_privacy_table_marks_values_and_shows_the_worst_device(data, tmp_path):
     assert main(["report", "runs", "--out", str(csv), *specs]) == 0
     runs = pd.read_csv(csv)
     assert "privacy_epsilon_max_sound" in runs.columns
+    from upfl.report.figures import PRIVATE_RUNS_NOTE, private_runs_note
+    assert set(runs["privacy_train_metrics"]) == {"outside_privacy_guarantee"}
+    assert private_runs_note(runs, ["train_loss", "test_acc"]) == PRIVATE_RUNS_NOTE
+    assert private_runs_note(runs, ["test_acc"]) == ""
+    assert private_runs_note(runs.drop(columns=["privacy_train_metrics"]), ["train_loss"]) == ""
     prefix = tmp_path / "privacy"
     assert main(["report", "privacy-table", "--runs", str(csv), "--experiment", "p", "--out-prefix", str(prefix)]) == 0
     table = pd.read_csv(f"{prefix}.csv", comment="#")

@@ -31,6 +31,15 @@ PRIVACY_KEYS = ("mechanism", "sigma", "tau", "alpha")
 """runs.csv columns of a run's privacy setting, carried into the convergence figure's CSV."""
 BAND_ALPHA = 0.2
 BAND_NOTE = "Lines: mean over seeds; bands: min-max over seeds."
+PRIVATE_RUNS_NOTE = ("Private runs: training metrics are computed on the devices' private training data, outside the "
+                     "privacy guarantee; runs of one seed share their noise draws, so each run's ε holds on its own, "
+                     "not for the runs together.")
+
+
+def private_runs_note(runs: pd.DataFrame, metrics: Sequence[str]) -> str:
+    """:data:`PRIVATE_RUNS_NOTE` when ``runs`` holds a private run whose training metrics are drawn, else ''."""
+    marked = runs.get("privacy_train_metrics", pd.Series(dtype=object)).eq("outside_privacy_guarantee").any()
+    return PRIVATE_RUNS_NOTE if marked and any(m.startswith("train_") for m in metrics) else ""
 
 
 def parse_metrics(text: str | None) -> list[str]:
@@ -250,8 +259,8 @@ def panel_layout(facets: Sequence[tuple[str, float]], n_metrics: int) -> tuple[i
     return n_metrics * len(datasets), len(mus), pos
 
 
-def plot_convergence(data: pd.DataFrame, metrics: Sequence[str], x: str, title: str | None):
-    """Metric panels per facet (see :func:`panel_layout`); one band per line."""
+def plot_convergence(data: pd.DataFrame, metrics: Sequence[str], x: str, title: str | None, note: str = ""):
+    """Metric panels per facet (see :func:`panel_layout`); one band per line; ``note`` below the band note."""
     facets = facet_list(data)
     lines = _line_order(data)
     pal = palette_for(lines)
@@ -278,7 +287,7 @@ def plot_convergence(data: pd.DataFrame, metrics: Sequence[str], x: str, title: 
         for c in range(n_cols):
             if (r, c) not in used:
                 axes[r][c].set_visible(False)
-    _finish(fig, title)
+    _finish(fig, title, note)
     return fig
 
 
@@ -293,10 +302,10 @@ def _same(a, b) -> bool:
     return (math.isnan(a) and math.isnan(b)) or a == b
 
 
-def _finish(fig, title: str | None) -> None:
+def _finish(fig, title: str | None, note: str = "") -> None:
     if title:
         fig.suptitle(title)
-    fig.text(0.5, -0.01, BAND_NOTE, ha="center", va="top", fontsize="small")
+    fig.text(0.5, -0.01, f"{BAND_NOTE} {note}".strip(), ha="center", va="top", fontsize="small", wrap=True)
     fig.tight_layout()
 
 
@@ -307,7 +316,7 @@ def convergence_figure(runs: pd.DataFrame, out_prefix: str, metrics: Sequence[st
         raise ReportError(f"--x {x}: convergence plots against {', '.join(X_CHOICES['convergence'])}")
     facets = line_keys(assign_facets(require_converged(runs, "convergence figure")))
     data = curve_data(facets, metrics, x)
-    fig = plot_convergence(data, metrics, x, title)
+    fig = plot_convergence(data, metrics, x, title, private_runs_note(runs, metrics))
     save_figure(fig, out_prefix)
     data.insert(0, "panel", "curve")
     write_csv(f"{out_prefix}.csv", data, provenance)
