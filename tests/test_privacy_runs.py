@@ -140,3 +140,11 @@ def test_private_run_marks_its_training_metrics_outside_the_guarantee(data, tmp_
     assert marked["privacy"]["neighbouring_relation"].startswith("replace-one")
     assert kept["privacy"]["train_metrics"] == "not_computed" and kept["final"]["train_loss"] is None
     assert kept["diverged"] is False
+
+
+def test_release_train_metrics_enters_the_hash_of_private_configs_only(data, tmp_path):
+    plain, plain_off = make_cfg(data, tmp_path), make_cfg(data, tmp_path, **{"privacy.release_train_metrics": False})
+    assert cfgmod.config_hash(plain) == cfgmod.config_hash(plain_off)
+    private = make_cfg(data, tmp_path, **OUTPUT)
+    private_off = make_cfg(data, tmp_path, **OUTPUT, **{"privacy.release_train_metrics": False})
+    assert cfgmod.config_hash(private) != cfgmod.config_hash(private_off)

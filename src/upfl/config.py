@@ -387,5 +387,7 @@ def config_hash(cfg: RunConfig) -> str:
         for part in parts[:-1]:
             node = node[part]
         node.pop(parts[-1], None)
+    if doc["privacy"]["mechanism"] == "none":
+        doc["privacy"].pop("release_train_metrics")  # no effect without privacy: non-private hashes stay as they were
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
