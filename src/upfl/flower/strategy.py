@@ -161,13 +161,16 @@ class CountingGrid:
         return messages
 
     def _observe(self, messages: list[Message], replies: Iterable[Message]) -> list[Message]:
+        """Count the training replies of one send: releases per device, error replies per round (a strategy sends
+        one round per call; the link sets message ids on sending, so they are read after it)."""
         rounds = {m.metadata.message_id: int(m.content[self.key]["server-round"]) for m in messages}
+        only = next(iter(set(rounds.values()))) if len(set(rounds.values())) == 1 else 0
         replies = list(replies)
         for r in replies:
             if r.metadata.message_type != MessageType.TRAIN:
                 continue
             if r.has_error():
-                self.errors[rounds.get(r.metadata.reply_to_message_id, 0)] += 1
+                self.errors[rounds.get(r.metadata.reply_to_message_id, only)] += 1
             elif "arrays" in r.content:
                 metrics = r.content.metric_records.get("metrics")
                 if metrics is None or self.device_key not in metrics:
