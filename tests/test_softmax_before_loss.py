@@ -167,10 +167,15 @@ def test_authors_protocol_sets_the_switch_and_the_scalar_step_in_their_own_folde
                                            "s11/logreg_softmax_before_loss/upcycled/mu1_step0.7/s0_f0.3/T8/seed0"]
     assert not set(plan.experiments["faithful"]) & set(plan.experiments["authors"])
     assert build_plan(protocol_config("paper")).experiments["authors"] == plan.experiments["faithful"]
+    config = protocol_config()
+    config["experiments"]["faithful"]["groups"].append({**config["experiments"]["faithful"]["groups"][0],
+                                                        "protocol": "authors"})
+    both = build_plan(config).experiments["faithful"]
+    assert both == plan.experiments["faithful"] + plan.experiments["authors"]
 
 
 def test_an_unknown_protocol_is_an_error_naming_the_experiment():
     from upfl.experiments import ExperimentError, build_plan
 
-    with pytest.raises(ExperimentError, match=r"experiments.authors.protocol: 'theirs'; known: paper, authors"):
+    with pytest.raises(ExperimentError, match=r"experiments.authors.groups\[0\]: protocol 'theirs'; known: paper, authors"):
         build_plan(protocol_config("theirs"))

@@ -20,9 +20,9 @@ from .data.sources import PAPER_SYNTHETIC_SETS
 from .draws import resolve_straggler_policy
 
 OUTPUT_KINDS = ("table1", "time", "convergence", "lambda_sweep", "privacy_table", "privacy_tradeoff", "momentum_table",
-                "bases_table", "momentum_curves", "schedule_figure", "draws", "sensitivity")
+                "bases_table", "momentum_curves", "schedule_figure", "draws", "sensitivity", "protocol_gap")
 PROTOCOLS = ("paper", "authors")
-"""``experiments.<name>.protocol``: ``paper`` (the default: the paper's model and Eq. (5)'s lambda) or ``authors``
+"""``experiments.<name>.protocol`` (or a group's ``protocol``): ``paper`` (the default: the paper's model and Eq. (5)'s lambda) or ``authors``
 (what the authors' released code runs: :data:`AUTHORS_SETTINGS` on every run, the even-iteration coefficient as
 the scalar :data:`AUTHORS_STEP` on every upcycled run instead of its ``lam``)."""
 AUTHORS_SETTINGS = {"model.softmax_before_loss": True}
@@ -177,7 +177,8 @@ def _merge(doc: dict[str, Any], settings: dict[str, Any], where: str) -> None:
             raise ExperimentError(f"{where}.set.{key}: {e}") from None
 
 
-def _run_doc(config: dict[str, Any], exp: dict[str, Any], entry: dict[str, Any], where: str) -> dict[str, Any]:
+def _run_doc(config: dict[str, Any], exp: dict[str, Any], entry: dict[str, Any], where: str,
+             protocol: str = "paper") -> dict[str, Any]:
     doc = copy.deepcopy(config.get("run_defaults", {}))
     _merge(doc, exp.get("set"), where)
     doc.setdefault("model", {}).setdefault("name", "logreg")
@@ -190,7 +191,7 @@ def _run_doc(config: dict[str, Any], exp: dict[str, Any], entry: dict[str, Any],
             algorithm[key] = entry[key]
     if "model" in entry:
         doc["model"]["name"] = entry["model"]
-    apply_protocol(doc, algorithm, exp.get("protocol", "paper"), where)
+    apply_protocol(doc, algorithm, protocol, where)
     scale = float(config.get("round_scale", 1.0))
     doc["rounds"] = max(1, round(int(entry["rounds"]) * scale))
     _merge(doc, entry.get("set"), where)
@@ -206,7 +207,7 @@ def _run_doc(config: dict[str, Any], exp: dict[str, Any], entry: dict[str, Any],
 def apply_protocol(doc: dict[str, Any], algorithm: dict[str, Any], protocol: str, where: str) -> None:
     """Set what :data:`PROTOCOLS` ``protocol`` implies on one run document (before the entry's own ``set``)."""
     if protocol not in PROTOCOLS:
-        raise ExperimentError(f"{where.rsplit('.groups', 1)[0]}.protocol: {protocol!r}; known: {', '.join(PROTOCOLS)}")
+        raise ExperimentError(f"{where.rsplit('.runs', 1)[0]}: protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
     if protocol == "paper":
         return
     _merge(doc, AUTHORS_SETTINGS, where)
@@ -263,7 +264,7 @@ def build_plan(config: dict[str, Any]) -> Plan:
                 for ei, raw in enumerate(group["runs"]):
                     where = f"experiments.{name}.groups[{gi}].runs[{ei}]"
                     for entry in expand_entry(raw, where):
-                        doc = _run_doc(config, exp, entry, where)
+                        doc = _run_doc(config, exp, entry, where, group.get("protocol", exp.get("protocol", "paper")))
                         _check_run(doc, where)
                         for seed in group_seeds:
                             rid = run_id(ds, doc, seed)
@@ -299,7 +300,7 @@ def output_files(kind: str, name: str) -> list[str]:
     """The files one report output writes (relative to the workflow root)."""
     if kind in ("table1", "privacy_table"):
         return [f"results/tables/{name}.{ext}" for ext in ("csv", "md", "tex")]
-    if kind in ("time", "momentum_table", "bases_table", "sensitivity"):
+    if kind in ("time", "momentum_table", "bases_table", "sensitivity", "protocol_gap"):
         return [f"results/tables/{name}.{ext}" for ext in ("csv", "md")]
     if kind == "draws":
         return [f"results/tables/{name}.{ext}" for ext in ("csv", "md")] + \
