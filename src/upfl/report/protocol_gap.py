@@ -157,8 +157,8 @@ def headline_section(runs: pd.DataFrame) -> list[str]:
         widest = cell[cell["implementation"].isin(IMPLEMENTATIONS.values())]
         top = widest.loc[widest["gain"].idxmax()] if len(widest) else None
         if top is not None:
-            lines.append(f"  Largest mean gain of upfl over every reporting choice and split: "
-                         f"{fmt(top['gain'], signed=True)} pp ({top['implementation']}, {top['reporting']} "
+            lines.append(f"- {dataset_label(dataset)}, the largest mean gain of upfl over every reporting choice "
+                         f"and split: {fmt(top['gain'], signed=True)} pp ({top['implementation']}, {top['reporting']} "
                          f"{top['split']}).")
     text = ("What was measured (experiment protocol_gap, μ = 1, paired on seed, 95% t intervals; the full table is "
             "results/tables/protocol_gap.md): the Upcycled-FL gain of upfl with the paper's model, of upfl under the "
