@@ -13,14 +13,18 @@ from upfl.report.protocol_gap import headline_section, protocol_gap_frame, write
 from upfl.report.tables import table1_frame
 
 
-def fake_run(root, dataset, algorithm, seed, authors, curve):
-    """A run folder with a summary.json and a metrics.csv whose train/test accuracy follow ``curve``."""
+def fake_run(root, dataset, algorithm, seed, authors, curve, source="paper"):
+    """A run folder with a summary.json and a metrics.csv whose train/test accuracy follow ``curve``, on a data
+    folder whose meta.json names ``source``."""
+    data = root / "data" / source / dataset
+    data.mkdir(parents=True, exist_ok=True)
+    (data / "meta.json").write_text(json.dumps({"name": dataset, "source": source}))
     alg = {"name": algorithm, "mu": 1.0}
     alg.update({"step": 0.7} if authors and algorithm == "upcycled" else {"lam": 0.43} if algorithm == "upcycled" else {})
-    doc = {"data": {"path": f"/d/{dataset}"}, "seed": seed, "rounds": len(curve), "algorithm": alg,
+    doc = {"data": {"path": str(data)}, "seed": seed, "rounds": len(curve), "algorithm": alg,
            "model": {"name": "logreg", "softmax_before_loss": authors}, "devices": {"straggler": 0.9}}
     cfg = cfgmod.from_dict(doc)
-    folder = root / f"{dataset}_{algorithm}_{seed}_{authors}"
+    folder = root / f"{dataset}_{algorithm}_{seed}_{authors}_{source}"
     folder.mkdir()
     lines = ["iteration,kind,train_loss,train_acc,test_loss,test_acc", "0,init,1,0.1,1,0.1"]
     lines += [f"{i},train,0.5,{a},0.5,{a - 0.01}" for i, a in enumerate(curve, 1)]
@@ -32,8 +36,7 @@ def fake_run(root, dataset, algorithm, seed, authors, curve):
     return str(folder)
 
 
-@pytest.fixture
-def gap_runs(tmp_path):
+def make_gap_runs(tmp_path, source="paper"):
     """Synthetic(1,1): 3 seeds; Upcycled-FL ends 1 (faithful) or 2 (authors) points above FedProx; every
     FedProx curve peaks at 0.9 mid-run."""
     pairs = []
@@ -42,9 +45,15 @@ def gap_runs(tmp_path):
             base = 0.70 + 0.01 * seed
             prox = [base] * 5 + [0.9] + [base] * 14
             up = [base + lift] * 20
-            pairs.append(("protocol_gap", fake_run(tmp_path, "synthetic_1_1", "fedprox", seed, authors, prox)))
-            pairs.append(("protocol_gap", fake_run(tmp_path, "synthetic_1_1", "upcycled", seed, authors, up)))
+            for algorithm, curve in (("fedprox", prox), ("upcycled", up)):
+                pairs.append(("protocol_gap", fake_run(tmp_path, "synthetic_1_1", algorithm, seed, authors, curve,
+                                                       source)))
     return collect_runs(pairs)
+
+
+@pytest.fixture
+def gap_runs(tmp_path):
+    return make_gap_runs(tmp_path)
 
 
 def test_curve_columns_read_the_best_and_the_last_ten_after_the_initial_model(tmp_path):
@@ -68,6 +77,13 @@ def test_gap_rows_pair_on_seed_under_each_reporting_choice_with_the_reference_be
     ref = frame[frame["implementation"].str.startswith("the authors' code")]
     assert set(ref["dataset"]) == {"synthetic_1_1"} and len(ref) == 3
     assert ref.iloc[0][["fedprox", "gain", "gain_ci_low", "gain_ci_high"]].tolist() == [79.94, 1.61, 0.91, 2.30]
+
+
+def test_a_generator_draw_gets_neither_the_papers_figure_nor_the_authors_code(tmp_path):
+    frame = protocol_gap_frame(make_gap_runs(tmp_path, source="synthetic"))
+    assert set(frame["implementation"]) == {"upfl, the paper's model", "upfl, the authors' protocol"}
+    assert frame["paper_gain"].isna().all() and len(frame) == 2 * 3 * 2
+    assert "not on the paper's released data" in "\n".join(headline_section(make_gap_runs(tmp_path / "b", "synthetic")))
 
 
 def test_written_table_and_claims_section_state_the_measured_numbers(gap_runs, tmp_path):

@@ -10,14 +10,16 @@ authors' code's results measured on the same data (``paper_values/authors_code.c
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from .cells import paired
 from .collect import REPORTING_CHOICES, ReportError, converged
-from .paper import dataset_label, paper_values, table1_value
+from .paper import dataset_label, dataset_order, paper_values, table1_value
 from .render import fmt, markdown_table, write_csv, write_markdown
 from .stats import mean_interval
 
@@ -86,15 +88,27 @@ def protocol_gap_frame(runs: pd.DataFrame) -> pd.DataFrame:
     if runs.empty:
         raise ReportError("protocol_gap: no runs")
     rows = measured_rows(runs[runs["algorithm"].isin(["fedprox", "upcycled"])])
-    datasets = sorted({r["dataset"] for r in rows}, key=dataset_order)
-    frame = pd.DataFrame(rows + reference_rows(datasets))
-    return frame.sort_values("dataset", key=lambda col: col.map(dataset_order), kind="stable").reset_index(drop=True)
+    paper = [d for d in dict.fromkeys(r["dataset"] for r in rows) if on_paper_data(runs[runs["dataset"] == d])]
+    for r in rows:
+        if r["dataset"] not in paper:
+            r.update(paper_fedprox=math.nan, paper_upcycled=math.nan, paper_gain=math.nan)
+    frame = pd.DataFrame(rows + reference_rows(paper))
+    order = {d: i for i, d in enumerate(dataset_order(frame["dataset"]))}
+    return frame.sort_values("dataset", key=lambda col: col.map(order), kind="stable").reset_index(drop=True)
 
 
-def dataset_order(dataset: str) -> tuple[int, str]:
-    """Table 1's order of the data sets (others after them, by name)."""
-    known = list(dict.fromkeys(paper_values("table1")["dataset"]))
-    return (known.index(dataset), "") if dataset in known else (len(known), dataset)
+def on_paper_data(runs: pd.DataFrame) -> bool:
+    """Whether every run's data folder holds the paper's released set (its meta.json ``source: paper``): only then
+    do the paper's figure and the authors' code's results describe the same data."""
+    for path in runs["data_path"].dropna().unique() if "data_path" in runs.columns else ():
+        meta = Path(str(path)) / "meta.json"
+        try:
+            source = json.loads(meta.read_text(encoding="utf-8")).get("source")
+        except (OSError, json.JSONDecodeError):
+            return False
+        if source != "paper":
+            return False
+    return "data_path" in runs.columns and runs["data_path"].notna().any()
 
 
 def _gain_text(r: dict) -> str:
@@ -123,7 +137,9 @@ CAPTION = ("FedProx (80 iterations) and Upcycled-FL (160) at μ = 1, 90% straggl
            "(reference rows, provenance in src/upfl/report/paper_values/authors_code.md). Reporting: "
            + "; ".join(f"{k} = {v}" for k, v in REPORTING_CHOICES.items())
            + ". Gain: Upcycled-FL minus FedProx per seed, mean and 95% t interval. The paper's figure (Table 1) is "
-             "a final value; it is shown on the final rows.")
+             "a final value; it is shown on the final rows. Both it and the authors' code's rows are shown only for "
+             "runs on the paper's released data (the data folder's meta.json says source: paper); a generator draw "
+             "(the quick preset) gets neither.")
 
 
 def write_protocol_gap(runs: pd.DataFrame, out_prefix: str, provenance: str) -> pd.DataFrame:
@@ -166,4 +182,7 @@ def headline_section(runs: pd.DataFrame) -> list[str]:
             "authors' code measured on the same data, beside the paper's figure. The authors' loss "
             "CE(softmax(softmax(z)), y) shrinks every gradient like a smaller step. No conclusion is drawn beyond "
             "these numbers.")
+    if frame["paper_gain"].isna().all():
+        text += (" These runs are not on the paper's released data (a generator draw), so neither the paper's figure "
+                 "nor the authors' code's results are set beside them.")
     return ["## Why the headline differs\n", text + "\n", "\n".join(lines)]
