@@ -353,7 +353,7 @@ def test_compiled_evaluation_of_exact_logits_equals_a_row_by_row_reference(class
     x = g.integers(-3, 4, (rows, 6)).astype(np.float32)
     wt = g.integers(-2, 3, (classes, 7)).astype(np.float32)
     labels = g.integers(0, 2 if binary else classes, rows).astype(np.int64)
-    loss, correct = solver_numba.evaluate_rows(wt, np.ascontiguousarray(x.T), labels, binary, 1.0)
+    loss, correct = solver_numba.evaluate_rows(wt, np.ascontiguousarray(x.T), labels, binary, 1.0, False)
     ref_loss, ref_correct = reference_rows(wt, x, labels, binary, 1.0)
     assert correct == ref_correct
     assert loss == pytest.approx(ref_loss, rel=1e-12, abs=1e-12)
@@ -362,7 +362,7 @@ def test_compiled_evaluation_of_exact_logits_equals_a_row_by_row_reference(class
 def test_compiled_evaluation_of_overflowing_logits_is_not_finite():
     x = np.full((5, 2), 3e38, dtype=np.float32)
     wt = np.array([[10.0, 10.0, 0.0], [1.0, 1.0, 0.0]], dtype=np.float32)  # logits inf, finite
-    loss, _ = solver_numba.evaluate_rows(wt, np.ascontiguousarray(x.T), np.array([0, 1, 0, 1, 1]), False, 1.0)
+    loss, _ = solver_numba.evaluate_rows(wt, np.ascontiguousarray(x.T), np.array([0, 1, 0, 1, 1]), False, 1.0, False)
     assert not math.isfinite(loss)
 
 
@@ -406,5 +406,5 @@ def test_compiled_evaluation_equals_a_row_by_row_float32_loop_bit_for_bit(classe
         wt = g.standard_normal((classes, 21)).astype(np.float32)
         labels = g.integers(0, 2 if binary else classes, n).astype(np.int64)
         scale = np.float32(0.7071) if binary else np.float32(1)
-        fast = solver_numba.evaluate_rows(wt, np.ascontiguousarray(x.T), labels, binary, float(scale))
+        fast = solver_numba.evaluate_rows(wt, np.ascontiguousarray(x.T), labels, binary, float(scale), False)
         assert fast == row_by_row(wt, x, labels, binary, scale)

@@ -86,11 +86,15 @@ def expected_training_runs(config: dict) -> int:
                 for i in range(n):
                     pick = {k: (entry[k][i] if isinstance(entry.get(k), list) else entry.get(k))
                             for k in ("mu", "lam", "step")}
+                    # protocol: authors runs the authors' loss, and upcycled runs with the scalar step 0.7
+                    authors = group.get("protocol", exp.get("protocol", "paper")) == "authors"
+                    if authors and entry["algorithm"].startswith("upcycled"):
+                        pick.update(lam=None, step=0.7)
                     for ds in group["datasets"]:
                         if config["datasets"][ds]["source"] in excluded:
                             continue
                         for seed in seeds:
-                            runs.add((ds, model, entry["algorithm"], pick["mu"], pick["lam"], pick["step"],
+                            runs.add((ds, model, authors, entry["algorithm"], pick["mu"], pick["lam"], pick["step"],
                                       entry.get("schedule", "const"), tuple(sorted(own.items())),
                                       max(1, round(entry["rounds"] * scale)), seed))
     return len(runs)
@@ -138,15 +142,17 @@ def test_dry_run_lists_every_run_of_the_paper(tmp_path, preset):
     # real-data privacy table. One runs.csv per experiment: table1, fig2 (two), fig5, fig8, the three
     # synthetic privacy experiments; real data: fig4, fig6, fig7, fig10, fig12. Issue 10's ablations: the momentum
     # curves and the schedule figure, the momentum and bases tables, three more runs.csv.
-    # Claims: the straggler sensitivity table, the claims page; the draws table and figure (not in quick).
+    # Claims: the straggler sensitivity table, the protocol_gap table (one more runs.csv), the claims page; the
+    # draws table and figure (not in quick).
     real = preset == "full"
     assert counts["figure"] == (17 if real else 11)
     assert counts["accuracy_table"] == 1 and counts["time_table"] == 1
     assert counts["privacy_table"] == (3 if real else 2)
     assert counts["ablation_table"] == 2
     assert counts["sensitivity_table"] == 1 and counts["claims"] == 1
+    assert counts["protocol_gap_table"] == 1
     assert counts.get("draws_report", 0) == (1 if real else 0)
-    assert counts["experiment_runs"] == (18 if real else 12)
+    assert counts["experiment_runs"] == (19 if real else 13)
 
 
 def test_single_target_builds_only_what_it_needs(tmp_path):

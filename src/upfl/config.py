@@ -45,6 +45,10 @@ class ModelConfig:
     real-data model registered in :mod:`upfl.models` (``mlp``, ``cnn``, ``lstm``)."""
     options: dict = field(default_factory=dict)
     """Model-specific options (see the model's docstring)."""
+    softmax_before_loss: bool = False
+    """The authors' released loss: cross-entropy of the softmax of the logits (their ``forward`` ends in a softmax
+    that ``nn.CrossEntropyLoss`` applies again), in training and evaluation; the multinomial models only. Off:
+    the cross-entropy of the logits (the paper's model)."""
 
 
 @dataclass
@@ -181,6 +185,10 @@ CHOICES = {
 }
 
 HASH_EXCLUDED = {"checkpoint", "evaluation.batch_size", "threads"}
+
+HASH_OMITTED_AT_DEFAULT = {"model.softmax_before_loss": False}
+"""Keys left out of the hash while they hold these values, so that configs written before the key existed keep
+their hash (and their checkpoints)."""
 
 
 def _coerce(value: Any, hint: Any, key: str) -> Any:
@@ -378,8 +386,9 @@ def dump_yaml(cfg: RunConfig) -> str:
     return yaml.safe_dump(to_dict(cfg), sort_keys=False)
 
 
-def config_hash(cfg: RunConfig) -> str:
-    """SHA-256 (16 hex digits) of the result-determining part of the config."""
+def hashed_document(cfg: RunConfig) -> dict[str, Any]:
+    """The part of the config that :func:`config_hash` covers: all but :data:`HASH_EXCLUDED`, and the keys of
+    :data:`HASH_OMITTED_AT_DEFAULT` while at their default, and ``privacy.release_train_metrics`` without privacy."""
     doc = to_dict(cfg)
     for dotted in HASH_EXCLUDED:
         parts = dotted.split(".")
@@ -389,5 +398,14 @@ def config_hash(cfg: RunConfig) -> str:
         node.pop(parts[-1], None)
     if doc["privacy"]["mechanism"] == "none":
         doc["privacy"].pop("release_train_metrics")  # no effect without privacy: non-private hashes stay as they were
-    text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
+    for dotted, default in HASH_OMITTED_AT_DEFAULT.items():
+        section, _, key = dotted.rpartition(".")
+        if doc[section].get(key) == default:
+            doc[section].pop(key)
+    return doc
+
+
+def config_hash(cfg: RunConfig) -> str:
+    """SHA-256 (16 hex digits) of the result-determining part of the config (:func:`hashed_document`)."""
+    text = json.dumps(hashed_document(cfg), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]

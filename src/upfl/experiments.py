@@ -4,7 +4,7 @@ An experiment has groups (data sets x run entries); an entry is one algorithm wi
 values of ``mu``, ``lam`` and ``step`` (lists are zipped: ``mu: [0.1, 0.3], lam: [0.04, 0.12]`` is
 two runs). Every run gets a readable id that is also its result folder under ``results/runs/``,
 for example ``synthetic_1_1/logreg/upcycled/mu1_lam0.43/s0.9_f0.3/T160/seed0`` (``s0.9_f0.3_exact_drop``
-under the non-default straggler switches). Two experiments
+under the non-default straggler switches; ``logreg_softmax_before_loss`` for the authors' loss). Two experiments
 asking for the same run share it (one job); the same id with different settings is an error.
 """
 
@@ -20,7 +20,15 @@ from .data.sources import PAPER_SYNTHETIC_SETS
 from .draws import resolve_straggler_policy
 
 OUTPUT_KINDS = ("table1", "time", "convergence", "lambda_sweep", "privacy_table", "privacy_tradeoff", "momentum_table",
-                "bases_table", "momentum_curves", "schedule_figure", "draws", "sensitivity")
+                "bases_table", "momentum_curves", "schedule_figure", "draws", "sensitivity", "protocol_gap")
+PROTOCOLS = ("paper", "authors")
+"""``experiments.<name>.protocol`` (or a group's ``protocol``): ``paper`` (the default: the paper's model and Eq. (5)'s lambda) or ``authors``
+(what the authors' released code runs: :data:`AUTHORS_SETTINGS` on every run, the even-iteration coefficient as
+the scalar :data:`AUTHORS_STEP` on every upcycled run instead of its ``lam``)."""
+AUTHORS_SETTINGS = {"model.softmax_before_loss": True}
+AUTHORS_STEP = 0.7
+"""The authors' code's even-iteration coefficient, a tuned scalar: mu / (mu + lambda) = 1 / 1.43 = 0.699 for
+Table 1's mu 1, lambda 0.43, to 3 digits."""
 JOB_KEYS = ("gpus", "threads", "runtime", "mem_mb", "runs_per_job", "runs_per_gpu")
 ENTRY_KEYS = {"algorithm", "rounds", "mu", "lam", "step", "schedule", "model", "set"}
 
@@ -147,7 +155,8 @@ def run_id(dataset: str, doc: dict[str, Any], seed: int) -> str:
     for key, value in a.items():
         if key not in ("name", "mu", "lam", "step", "schedule"):
             params += f"_{key}{fmt_number(value)}"
-    parts = [dataset, doc["model"]["name"], a["name"], params]
+    model = doc["model"]["name"] + ("_softmax_before_loss" if doc["model"].get("softmax_before_loss") else "")
+    parts = [dataset, model, a["name"], params]
     private = _privacy_part(doc.get("privacy", {}))
     if private:
         parts.append(private)
@@ -168,7 +177,8 @@ def _merge(doc: dict[str, Any], settings: dict[str, Any], where: str) -> None:
             raise ExperimentError(f"{where}.set.{key}: {e}") from None
 
 
-def _run_doc(config: dict[str, Any], exp: dict[str, Any], entry: dict[str, Any], where: str) -> dict[str, Any]:
+def _run_doc(config: dict[str, Any], exp: dict[str, Any], entry: dict[str, Any], where: str,
+             protocol: str = "paper") -> dict[str, Any]:
     doc = copy.deepcopy(config.get("run_defaults", {}))
     _merge(doc, exp.get("set"), where)
     doc.setdefault("model", {}).setdefault("name", "logreg")
@@ -181,6 +191,7 @@ def _run_doc(config: dict[str, Any], exp: dict[str, Any], entry: dict[str, Any],
             algorithm[key] = entry[key]
     if "model" in entry:
         doc["model"]["name"] = entry["model"]
+    apply_protocol(doc, algorithm, protocol, where)
     scale = float(config.get("round_scale", 1.0))
     doc["rounds"] = max(1, round(int(entry["rounds"]) * scale))
     _merge(doc, entry.get("set"), where)
@@ -191,6 +202,18 @@ def _run_doc(config: dict[str, Any], exp: dict[str, Any], entry: dict[str, Any],
         except ValueError as e:
             raise ExperimentError(f"{where}: {e}") from None
     return doc
+
+
+def apply_protocol(doc: dict[str, Any], algorithm: dict[str, Any], protocol: str, where: str) -> None:
+    """Set what :data:`PROTOCOLS` ``protocol`` implies on one run document (before the entry's own ``set``)."""
+    if protocol not in PROTOCOLS:
+        raise ExperimentError(f"{where.rsplit('.runs', 1)[0]}: protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
+    if protocol == "paper":
+        return
+    _merge(doc, AUTHORS_SETTINGS, where)
+    if algorithm["name"].startswith("upcycled"):
+        algorithm.pop("lam", None)
+        algorithm["step"] = AUTHORS_STEP
 
 
 def _check_run(doc: dict[str, Any], where: str) -> None:
@@ -241,7 +264,7 @@ def build_plan(config: dict[str, Any]) -> Plan:
                 for ei, raw in enumerate(group["runs"]):
                     where = f"experiments.{name}.groups[{gi}].runs[{ei}]"
                     for entry in expand_entry(raw, where):
-                        doc = _run_doc(config, exp, entry, where)
+                        doc = _run_doc(config, exp, entry, where, group.get("protocol", exp.get("protocol", "paper")))
                         _check_run(doc, where)
                         for seed in group_seeds:
                             rid = run_id(ds, doc, seed)
@@ -277,7 +300,7 @@ def output_files(kind: str, name: str) -> list[str]:
     """The files one report output writes (relative to the workflow root)."""
     if kind in ("table1", "privacy_table"):
         return [f"results/tables/{name}.{ext}" for ext in ("csv", "md", "tex")]
-    if kind in ("time", "momentum_table", "bases_table", "sensitivity"):
+    if kind in ("time", "momentum_table", "bases_table", "sensitivity", "protocol_gap"):
         return [f"results/tables/{name}.{ext}" for ext in ("csv", "md")]
     if kind == "draws":
         return [f"results/tables/{name}.{ext}" for ext in ("csv", "md")] + \

@@ -11,6 +11,10 @@ The paper's models (Appendix H.2): multinomial logistic regression on Synthetic
 (:class:`BinaryLogisticRegression`), a two-layer MLP (:class:`MLPNet`) and a CNN (:class:`CNNNet`)
 on FEMNIST, and a stacked LSTM on Sent140 (:class:`StackedLSTMNet`). The neural networks are
 ``nn.Module`` s run through :class:`TorchModel`, which keeps the flat-parameter contract.
+
+``model.softmax_before_loss`` (off by default) makes the multinomial models' loss the cross-entropy of the
+softmax of the logits, as the authors' released models compute it (``forward`` ends in a softmax and
+``nn.CrossEntropyLoss`` applies a second one); the binary model has a single logit and no such variant.
 """
 
 from __future__ import annotations
@@ -36,17 +40,36 @@ EVAL_CHUNK = 1024
 """Samples per forward pass in :meth:`TorchModel.evaluate` (memory bound only)."""
 
 
+def softmax_first_residual(z: torch.Tensor, y_onehot: torch.Tensor) -> torch.Tensor:
+    """d/dz CE(softmax(z), y) = p * (g - <p, g>) with p = softmax(z), g = softmax(p) - y.
+
+    The loss of the authors' released models, whose ``forward`` ends in a softmax that
+    ``nn.CrossEntropyLoss`` then softmaxes again (``model.softmax_before_loss``).
+    """
+    p = torch.softmax(z, dim=-1)
+    g = torch.softmax(p, dim=-1) - y_onehot
+    return p * (g - (p * g).sum(-1, keepdim=True))
+
+
+def class_scores(z: torch.Tensor, softmax_before_loss: bool) -> torch.Tensor:
+    """What the cross-entropy reads: the logits, or their softmax under ``model.softmax_before_loss``."""
+    return torch.softmax(z, dim=-1) if softmax_before_loss else z
+
+
 class LogisticRegression:
     """Multinomial logistic regression, logits ``x W + b`` with W of shape (d, C); analytic gradient.
 
     Parameters are flattened as ``[W.ravel(), b]``. Initialisation: W ~ N(0, 0.01^2), b = 0.
+    ``softmax_before_loss``: the loss is CE(softmax(z), y), the authors' model (:func:`softmax_first_residual`);
+    predictions are unchanged (the softmax keeps the order of the logits).
     """
 
     needs_generator = False
     glm_constants = None
 
-    def __init__(self, dim: int, num_classes: int):
+    def __init__(self, dim: int, num_classes: int, softmax_before_loss: bool = False):
         self.dim, self.num_classes = dim, num_classes
+        self.softmax_before_loss = softmax_before_loss
         self.num_params = dim * num_classes + num_classes
 
     def init_params(self, generator: torch.Generator) -> torch.Tensor:
@@ -72,16 +95,19 @@ class LogisticRegression:
         padding, so the result is the gradient of each device's mean batch loss.
         """
         z = self.logits(params, x)
-        resid = (torch.softmax(z, dim=-1) - y_onehot) * weights.unsqueeze(-1)
+        if self.softmax_before_loss:
+            resid = softmax_first_residual(z, y_onehot) * weights.unsqueeze(-1)
+        else:
+            resid = (torch.softmax(z, dim=-1) - y_onehot) * weights.unsqueeze(-1)
         grad_w = torch.bmm(x.transpose(1, 2), resid)
         grad_b = resid.sum(1)
         return torch.cat([grad_w.flatten(1), grad_b], dim=1)
 
     @torch.no_grad()
     def evaluate(self, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> tuple[float, int]:
-        """Summed cross-entropy and number of correct predictions of one model on (x, y)."""
+        """Summed cross-entropy (of the softmax under ``softmax_before_loss``) and number of correct predictions."""
         z = self.logits(params, x)
-        loss = torch.nn.functional.cross_entropy(z, y, reduction="sum")
+        loss = torch.nn.functional.cross_entropy(class_scores(z, self.softmax_before_loss), y, reduction="sum")
         return float(loss), int((z.argmax(1) == y).sum())
 
 
@@ -198,8 +224,10 @@ class TorchModel:
     glm_constants = None
 
     def __init__(self, module: nn.Module, buffers: dict[str, torch.Tensor] | None = None,
-                 dropout: float = 0.0, init: str = "torch", batching: str = "auto"):
+                 dropout: float = 0.0, init: str = "torch", batching: str = "auto",
+                 softmax_before_loss: bool = False):
         self.module, self.dropout, self.init, self.batching = module, dropout, init, batching
+        self.softmax_before_loss = softmax_before_loss
         self.buffers = dict(buffers or {})
         self.names = [n for n, _ in module.named_parameters()]
         self.shapes = [p.shape for _, p in module.named_parameters()]
@@ -232,7 +260,8 @@ class TorchModel:
     def batch_loss(self, params: torch.Tensor, x: torch.Tensor, y_onehot: torch.Tensor, weights: torch.Tensor,
                    masks: tuple[torch.Tensor, ...]) -> torch.Tensor:
         """sum_b weights_b * CE_b of one device (the function whose gradient the solver needs)."""
-        return weighted_cross_entropy(self.logits(params, x, masks), y_onehot, weights)
+        z = class_scores(self.logits(params, x, masks), self.softmax_before_loss)
+        return weighted_cross_entropy(z, y_onehot, weights)
 
     def strategy(self, device: torch.device) -> str:
         """``vmap`` or ``loop``: the configured one, or with ``auto`` the module's choice for the device type."""
@@ -276,7 +305,7 @@ class TorchModel:
         loss = torch.zeros((), dtype=torch.float64, device=x.device)
         correct = torch.zeros((), dtype=torch.long, device=x.device)
         for i in range(0, x.shape[0], EVAL_CHUNK):
-            z = self.logits(params, x[i:i + EVAL_CHUNK])
+            z = class_scores(self.logits(params, x[i:i + EVAL_CHUNK]), self.softmax_before_loss)
             yc = y[i:i + EVAL_CHUNK]
             loss += F.cross_entropy(z, yc, reduction="sum").double()
             correct += (z.argmax(1) == yc).sum()
@@ -297,7 +326,8 @@ class MLPNet(nn.Module):
     """FEMNIST MLP (Appendix H.2): "a two layer network with hidden dimension 14*14".
 
     784 -> ``hidden`` (196) -> ReLU -> dropout -> classes, as the authors' released ``Twolayer``
-    (which also adds a softmax before the loss; here the logits go to the cross-entropy).
+    (which also adds a softmax before the loss: ``model.softmax_before_loss``; by default the logits go to the
+    cross-entropy).
     """
 
     batching = {"cpu": "vmap", "cuda": "vmap"}
@@ -442,14 +472,17 @@ def image_side(dataset) -> int:
     return side
 
 
-def build_logreg(dataset, options: dict | None) -> LogisticRegression:
+def build_logreg(dataset, options: dict | None, softmax_before_loss: bool = False) -> LogisticRegression:
     if options:
         raise ConfigError(f"model.options: logreg takes no options, got {sorted(options)}")
-    return LogisticRegression(flat_features("logreg", dataset), dataset.num_classes)
+    return LogisticRegression(flat_features("logreg", dataset), dataset.num_classes, softmax_before_loss)
 
 
-def build_binary_logreg(dataset, options: dict | None) -> BinaryLogisticRegression:
+def build_binary_logreg(dataset, options: dict | None, softmax_before_loss: bool = False) -> BinaryLogisticRegression:
     """``binary_logreg`` options: ``bias`` (true: fold the bias into the features, see the class)."""
+    if softmax_before_loss:
+        raise ConfigError("model.softmax_before_loss: binary_logreg has a single logit (log loss); the switch "
+                          "applies to the multinomial models (logreg, mlp, cnn, lstm)")
     opts = check_options("binary_logreg", options, {"bias": True})
     bias = flag(opts, "bias")
     if dataset.num_classes > 2:
@@ -458,23 +491,25 @@ def build_binary_logreg(dataset, options: dict | None) -> BinaryLogisticRegressi
     return BinaryLogisticRegression(flat_features("binary_logreg", dataset), bias)
 
 
-def build_mlp(dataset, options: dict | None) -> TorchModel:
+def build_mlp(dataset, options: dict | None, softmax_before_loss: bool = False) -> TorchModel:
     """``mlp`` options: ``hidden`` (196 = 14*14), ``dropout`` (0.5, the authors' code), ``init`` (normal), ``batching``."""
     opts = check_options("mlp", options, {"hidden": 196, "dropout": 0.5, "init": "normal", "batching": "auto"})
     d, hidden = math.prod(dataset.feature_shape), positive_int(opts, "hidden")
     dropout, init, batching = unit_rate(opts, "dropout"), choice(opts, "init", INIT_SCHEMES), choice(opts, "batching", BATCHING)
     module = on_meta(lambda: MLPNet(d, hidden, dataset.num_classes))
-    return TorchModel(module, dropout=dropout, init=init, batching=batching)
+    return TorchModel(module, dropout=dropout, init=init, batching=batching,
+                      softmax_before_loss=softmax_before_loss)
 
 
-def build_cnn(dataset, options: dict | None) -> TorchModel:
+def build_cnn(dataset, options: dict | None, softmax_before_loss: bool = False) -> TorchModel:
     """``cnn`` options: ``channels`` (3), ``hidden`` ([1000, 100]), ``dropout`` (0.5), ``init`` (torch), ``batching``."""
     opts = check_options("cnn", options, {"channels": 3, "hidden": [1000, 100], "dropout": 0.5, "init": "torch",
                                           "batching": "auto"})
     side, channels, hidden = image_side(dataset), positive_int(opts, "channels"), positive_ints(opts, "hidden")
     dropout, init, batching = unit_rate(opts, "dropout"), choice(opts, "init", INIT_SCHEMES), choice(opts, "batching", BATCHING)
     module = on_meta(lambda: CNNNet(side, channels, hidden, dataset.num_classes))
-    return TorchModel(module, dropout=dropout, init=init, batching=batching)
+    return TorchModel(module, dropout=dropout, init=init, batching=batching,
+                      softmax_before_loss=softmax_before_loss)
 
 
 def sent140_embeddings(dataset) -> torch.Tensor:
@@ -496,7 +531,7 @@ def sent140_embeddings(dataset) -> torch.Tensor:
     return torch.as_tensor(matrix, dtype=torch.float32)
 
 
-def build_lstm(dataset, options: dict | None) -> TorchModel:
+def build_lstm(dataset, options: dict | None, softmax_before_loss: bool = False) -> TorchModel:
     """``lstm`` options: ``hidden`` (128), ``layers`` (2), ``dropout`` (0.0, on the last hidden state),
     ``init`` (torch), ``batching``. The embeddings come from the folder (:func:`upfl.data.glove.load_embeddings`)."""
     opts = check_options("lstm", options, {"hidden": 128, "layers": 2, "dropout": 0.0, "init": "torch",
@@ -507,10 +542,11 @@ def build_lstm(dataset, options: dict | None) -> TorchModel:
     dropout, init, batching = unit_rate(opts, "dropout"), choice(opts, "init", INIT_SCHEMES), choice(opts, "batching", BATCHING)
     matrix = sent140_embeddings(dataset)
     module = on_meta(lambda: StackedLSTMNet(matrix.shape[0], matrix.shape[1], hidden, layers, dataset.num_classes))
-    return TorchModel(module, buffers={"embedding": matrix}, dropout=dropout, init=init, batching=batching)
+    return TorchModel(module, buffers={"embedding": matrix}, dropout=dropout, init=init, batching=batching,
+                      softmax_before_loss=softmax_before_loss)
 
 
-BUILDERS: dict[str, Callable[[Any, dict | None], Any]] = {
+BUILDERS: dict[str, Callable[[Any, dict | None, bool], Any]] = {
     "logreg": build_logreg,
     "binary_logreg": build_binary_logreg,
     "mlp": build_mlp,
@@ -519,8 +555,9 @@ BUILDERS: dict[str, Callable[[Any, dict | None], Any]] = {
 }
 
 
-def build_model(name: str, dataset, options: dict | None = None):
-    """The model ``name`` for a :class:`upfl.data.leaf.FederatedDataset` (its feature shape, classes, side files)."""
+def build_model(name: str, dataset, options: dict | None = None, softmax_before_loss: bool = False):
+    """The model ``name`` for a :class:`upfl.data.leaf.FederatedDataset` (its feature shape, classes, side files);
+    ``softmax_before_loss`` as ``model.softmax_before_loss`` (the authors' loss, see the module)."""
     if name not in BUILDERS:
         raise ConfigError(f"model.name: unknown model {name!r}; available: {', '.join(BUILDERS)}")
-    return BUILDERS[name](dataset, options)
+    return BUILDERS[name](dataset, options, softmax_before_loss)

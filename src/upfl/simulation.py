@@ -65,7 +65,7 @@ class Simulation:
         self.devices = ds.train_users
         self.num_classes = ds.num_classes
         ds.check_labels()
-        self.model = build_model(c.model.name, ds, c.model.options)
+        self.model = build_model(c.model.name, ds, c.model.options, c.model.softmax_before_loss)
         self.local_solve = select_local_solver(c.solver.backend, self.model, self.device, c.threads)
         self.num_training_rounds = training_rounds_before(c.algorithm.name, c.rounds)
         self.algorithm = build_algorithm(c, len(ds.train_users), self.model.num_params, self.num_training_rounds)

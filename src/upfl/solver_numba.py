@@ -8,7 +8,8 @@ the global model and runs momentum SGD on
 
 over its batch plan. At each step the gradient is that of the mean loss over the real samples of
 the batch (index -1 pads the last batch of an epoch; cross-entropy for ``logreg``, the log loss for
-``binary_logreg``), plus ``mu (w - w_global)``, plus the device's linear term; then
+``binary_logreg``; with ``model.softmax_before_loss`` the cross-entropy of the softmax of the logits,
+:func:`softmax_first_residual`), plus ``mu (w - w_global)``, plus the device's linear term; then
 ``buf = momentum * buf + g`` and ``w -= lr * buf``.
 
 Devices are independent, so they run in parallel (``numba.prange`` over worker threads, each with a
@@ -49,8 +50,9 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 @numba.njit(nogil=True, cache=True)
-def batch_gradient(wt, x, y, rows, inv_count, gt, xt, zt):
-    """Gradient of sum_b inv_count * CE(softmax(W^T x_b + b), y_b) over the real rows of one batch.
+def batch_gradient(wt, x, y, rows, inv_count, gt, xt, zt, softmax_first):
+    """Gradient of sum_b inv_count * CE(softmax(W^T x_b + b), y_b) over the real rows of one batch; with
+    ``softmax_first`` of CE(softmax(p_b), y_b), p_b = softmax(W^T x_b + b) (:func:`softmax_first_residual`).
 
     ``wt`` and the output ``gt`` are (C, d + 1) = ``[W^T | b]``; ``rows`` holds sample indices (-1 is
     padding, skipped); ``xt`` (d, B) and ``zt`` (C, B) are scratch. The logits are computed with the
@@ -86,8 +88,11 @@ def batch_gradient(wt, x, y, rows, inv_count, gt, xt, zt):
         for c in range(num_classes):
             zt[c, b] = np.exp(zt[c, b] - m)
             total += zt[c, b]
-        for c in range(num_classes):
-            zt[c, b] = (zt[c, b] / total - y[r, c]) * inv_count
+        if softmax_first:
+            softmax_first_residual(zt, b, total, y[r], inv_count)
+        else:
+            for c in range(num_classes):
+                zt[c, b] = (zt[c, b] / total - y[r, c]) * inv_count
     gt[:] = 0
     for b in range(nb):
         r = rows[b]
@@ -98,6 +103,26 @@ def batch_gradient(wt, x, y, rows, inv_count, gt, xt, zt):
             for j in range(d):
                 gt[c, j] += resid * x[r, j]
             gt[c, d] += resid
+
+
+@numba.njit(nogil=True, cache=True)
+def softmax_first_residual(zt, b, total, y_row, inv_count):
+    """Column ``b`` of ``zt`` (exp(z_c - max) summing to ``total``) to inv_count * p_c (g_c - <p, g>), with
+    p = softmax(z), g = softmax(p) - y: the gradient of CE(softmax(p), y) in z (:mod:`upfl.models`)."""
+    num_classes = zt.shape[0]
+    top = zt[0, b] / total
+    for c in range(num_classes):
+        zt[c, b] = zt[c, b] / total
+        top = max(top, zt[c, b])
+    second = zt.dtype.type(0)
+    for c in range(num_classes):
+        second += np.exp(zt[c, b] - top)
+    dot = zt.dtype.type(0)
+    for c in range(num_classes):
+        dot += zt[c, b] * (np.exp(zt[c, b] - top) / second - y_row[c])
+    for c in range(num_classes):
+        p = zt[c, b]
+        zt[c, b] = p * ((np.exp(p - top) / second - y_row[c]) - dot) * inv_count
 
 
 @numba.njit(nogil=True, cache=True)
@@ -188,7 +213,7 @@ def inverse_count(rows):
 
 
 @numba.njit(nogil=True, cache=True)
-def device_solve(wt, wg, x, y, plan, lin, has_lin, hyper, binary):
+def device_solve(wt, wg, x, y, plan, lin, has_lin, hyper, binary, softmax_first):
     """One device's local solve (Algorithm 1 line 4) from the global model along ``plan`` (steps, B), into ``wt``.
 
     ``wt`` (overwritten with the local model), ``wg`` and ``lin`` are (C, d + 1) = ``[W^T | b]``, or (1, P) = theta
@@ -208,34 +233,34 @@ def device_solve(wt, wg, x, y, plan, lin, has_lin, hyper, binary):
         if binary:
             binary_batch_gradient(wt, x, y, plan[s], inv_count, gt)
         else:
-            batch_gradient(wt, x, y, plan[s], inv_count, gt, xt, zt)
+            batch_gradient(wt, x, y, plan[s], inv_count, gt, xt, zt, softmax_first)
         momentum_step(wt, buf, gt, wg, lin, has_lin, mu, lr, momentum)
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
 def solve_devices(out, wg, x, y, x_rows, plan, plan_offsets, lin, has_lin, hyper,
-                  assignment, worker_offsets, binary):
+                  assignment, worker_offsets, binary, softmax_first):
     """Fill ``out[i]`` (C, d + 1) with device i's local model from its rows ``x[x_rows[i, 0]:x_rows[i, 1]]``;
     worker t runs ``assignment[worker_offsets[t]:...]``."""
     for t in numba.prange(worker_offsets.shape[0] - 1):
         for q in range(worker_offsets[t], worker_offsets[t + 1]):
             i = assignment[q]
             a, b, s0, s1 = x_rows[i, 0], x_rows[i, 1], plan_offsets[i], plan_offsets[i + 1]
-            device_solve(out[i], wg, x[a:b], y[a:b], plan[s0:s1], lin[i], has_lin, hyper, binary)
+            device_solve(out[i], wg, x[a:b], y[a:b], plan[s0:s1], lin[i], has_lin, hyper, binary, softmax_first)
 
 
 @numba.njit(nogil=True, cache=True)
-def solve_devices_serial(out, wg, x, y, x_rows, plan, plan_offsets, lin, has_lin, hyper, binary):
+def solve_devices_serial(out, wg, x, y, x_rows, plan, plan_offsets, lin, has_lin, hyper, binary, softmax_first):
     """:func:`solve_devices` on the calling thread, device after device: the same numbers (devices are
     independent), without the parallel kernel, whose compile costs several seconds more (a fresh clone's first
     run, and every single-threaded pipeline job, needs only this one)."""
     for i in range(out.shape[0]):
         a, b, s0, s1 = x_rows[i, 0], x_rows[i, 1], plan_offsets[i], plan_offsets[i + 1]
-        device_solve(out[i], wg, x[a:b], y[a:b], plan[s0:s1], lin[i], has_lin, hyper, binary)
+        device_solve(out[i], wg, x[a:b], y[a:b], plan[s0:s1], lin[i], has_lin, hyper, binary, softmax_first)
 
 
 @numba.njit(nogil=True, cache=True)
-def device_personal_solve(local, theta, wg, x, y, plan, hyper, personal_steps, binary):
+def device_personal_solve(local, theta, wg, x, y, plan, hyper, personal_steps, binary, softmax_first):
     """One device's pFedMe local solve (Dinh et al. 2020, Algorithm 1) from the global model along ``plan``.
 
     Per batch row: ``personal_steps`` times {g = grad f(theta; batch) + lambda (theta - w); theta -= eta_p g},
@@ -257,7 +282,7 @@ def device_personal_solve(local, theta, wg, x, y, plan, hyper, personal_steps, b
             if binary:
                 binary_batch_gradient(theta, x, y, plan[s], inv_count, gt)
             else:
-                batch_gradient(theta, x, y, plan[s], inv_count, gt, xt, zt)
+                batch_gradient(theta, x, y, plan[s], inv_count, gt, xt, zt, softmax_first)
             for p in range(t1.shape[0]):
                 g1[p] += lam * (t1[p] - w1[p])
                 t1[p] -= personal_lr * g1[p]
@@ -267,24 +292,24 @@ def device_personal_solve(local, theta, wg, x, y, plan, hyper, personal_steps, b
 
 @numba.njit(parallel=True, nogil=True, cache=True)
 def personal_devices(local, theta, wg, x, y, x_rows, plan, plan_offsets, hyper, personal_steps,
-                     assignment, worker_offsets, binary):
+                     assignment, worker_offsets, binary, softmax_first):
     """:func:`solve_devices` for :func:`device_personal_solve`: fill ``local[i]`` and ``theta[i]``."""
     for t in numba.prange(worker_offsets.shape[0] - 1):
         for q in range(worker_offsets[t], worker_offsets[t + 1]):
             i = assignment[q]
             a, b, s0, s1 = x_rows[i, 0], x_rows[i, 1], plan_offsets[i], plan_offsets[i + 1]
             device_personal_solve(local[i], theta[i], wg, x[a:b], y[a:b], plan[s0:s1], hyper,
-                                  personal_steps, binary)
+                                  personal_steps, binary, softmax_first)
 
 
 @numba.njit(nogil=True, cache=True)
 def personal_devices_serial(local, theta, wg, x, y, x_rows, plan, plan_offsets, hyper,
-                            personal_steps, binary):
+                            personal_steps, binary, softmax_first):
     """:func:`personal_devices` on the calling thread (see :func:`solve_devices_serial`)."""
     for i in range(local.shape[0]):
         a, b, s0, s1 = x_rows[i, 0], x_rows[i, 1], plan_offsets[i], plan_offsets[i + 1]
         device_personal_solve(local[i], theta[i], wg, x[a:b], y[a:b], plan[s0:s1], hyper,
-                              personal_steps, binary)
+                              personal_steps, binary, softmax_first)
 
 
 def balance(costs: list[int], workers: int) -> tuple[np.ndarray, np.ndarray]:
@@ -363,7 +388,7 @@ def device_rows(model, xs, ys, binary) -> tuple[np.ndarray, np.ndarray, dict[int
 
 def pack(model, w_global, xs, ys, plans, threads):
     """The kernels' shared inputs: (wg, x, y, (k, 2) row ranges of the devices in x, int32 plan, plan offsets), the schedule
-    (assignment, worker offsets, binary; no assignment for one worker), the layout function, its inverse and the
+    (assignment, worker offsets, binary, softmax first; no assignment for one worker), the layout function, its inverse and the
     devices' step counts."""
     steps = [int(p.shape[0]) for p in plans]
     workers = max(1, min(len(xs), threads or numba.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
@@ -377,7 +402,8 @@ def pack(model, w_global, xs, ys, plans, threads):
     flat = (lambda a: np.ascontiguousarray(a[:, 0, :])) if binary else from_class_major
     wg = layout(w_global.numpy().astype(DTYPE, copy=False))
     inputs = (wg, x, y, x_rows, plan, offsets_of(steps))
-    schedule = (*balance(steps, workers), binary) if workers > 1 else (None, None, binary)
+    kind = (binary, bool(getattr(model, "softmax_before_loss", False)))
+    schedule = (*balance(steps, workers), *kind) if workers > 1 else (None, None, *kind)
     return inputs, schedule, layout, flat, steps
 
 
@@ -406,7 +432,7 @@ def local_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: list[
     if several_workers(schedule):
         solve_devices(out, *inputs, lin, has_lin, hyper, *schedule)
     else:
-        solve_devices_serial(out, *inputs, lin, has_lin, hyper, schedule[2])
+        solve_devices_serial(out, *inputs, lin, has_lin, hyper, *schedule[2:])
     return torch.from_numpy(flat(out)), sum(steps)
 
 
@@ -423,7 +449,7 @@ def personal_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: li
     if several_workers(schedule):
         personal_devices(local, theta, *inputs, hyper, personal_steps, *schedule)
     else:
-        personal_devices_serial(local, theta, *inputs, hyper, personal_steps, schedule[2])
+        personal_devices_serial(local, theta, *inputs, hyper, personal_steps, *schedule[2:])
     return torch.from_numpy(flat(local)), torch.from_numpy(flat(theta)), sum(steps) * personal_steps
 
 
@@ -462,15 +488,15 @@ def block_logits(wt, xt, r0, m, fscale, binary, z):
 
 
 @numba.njit(nogil=True, cache=True)
-def evaluate_rows(wt, xt, labels, binary, scale):
+def evaluate_rows(wt, xt, labels, binary, scale, softmax_first):
     """Summed loss and number of correct predictions of one model on the rows of ``xt`` (d, n) (one pass).
 
     Logits in the model's float32 (a model that overflows gives a non-finite loss, as under torch, and its run
     is diverged), the loss from them in float64; the logits of :data:`EVALUATION_BLOCK` rows at a time
     (:func:`block_logits`).
 
-    Multinomial: ``wt`` (C, d + 1) = ``[W^T | b]``, cross-entropy of softmax(W^T x + b), prediction the first
-    largest logit. Binary: ``wt`` (1, P) = theta on x~ = ``[x, 1] * scale`` (P = d + 1) or ``x * scale``
+    Multinomial: ``wt`` (C, d + 1) = ``[W^T | b]``, cross-entropy of softmax(W^T x + b) (with ``softmax_first``
+    of the softmax of p = softmax(W^T x + b), in float64), prediction the first largest logit. Binary: ``wt`` (1, P) = theta on x~ = ``[x, 1] * scale`` (P = d + 1) or ``x * scale``
     (P = d), log loss log(1 + exp(-s z)) with s = 2 y - 1, prediction 1 when z > 0.
     """
     n = xt.shape[1]
@@ -496,6 +522,10 @@ def evaluate_rows(wt, xt, labels, binary, scale):
                         best = c
                 top = np.float64(z[best, k])
                 finite = np.isfinite(top)
+                if softmax_first and finite:
+                    loss += softmax_first_loss(z[:, k], top, label)
+                    correct += best == label
+                    continue
                 total = 0.0
                 for c in range(classes):
                     if c == best and finite:
@@ -505,6 +535,22 @@ def evaluate_rows(wt, xt, labels, binary, scale):
                 loss += top + np.log(total) - np.float64(z[label, k])
                 correct += best == label
     return loss, correct
+
+
+@numba.njit(nogil=True, cache=True)
+def softmax_first_loss(z, top, label):
+    """CE(softmax(p), label) with p = softmax(z) in float64, ``top`` the largest of the float32 logits ``z``."""
+    classes = z.shape[0]
+    p = np.empty(classes)
+    total = 0.0
+    for c in range(classes):
+        p[c] = np.exp(np.float64(z[c]) - top)
+        total += p[c]
+    second = 0.0
+    for c in range(classes):
+        p[c] /= total
+        second += np.exp(p[c])
+    return np.log(second) - p[label]
 
 
 def evaluate(model, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> tuple[float, int]:
@@ -519,7 +565,7 @@ def evaluate(model, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> t
         wt, scale = to_class_major(w, x.shape[1]), 1.0
     xt, labels = EVALUATION_ROWS.get([(x, y)], (), lambda: (np.ascontiguousarray(x.numpy().T, dtype=DTYPE),
                                                            np.ascontiguousarray(y.numpy(), dtype=np.int64)))
-    loss, correct = evaluate_rows(wt, xt, labels, binary, scale)
+    loss, correct = evaluate_rows(wt, xt, labels, binary, scale, bool(getattr(model, "softmax_before_loss", False)))
     if abs(loss) > FLOAT32_MAX:  # torch's float32 sum overflows there: the loss is inf and the run diverged
         loss = math.inf
     return float(loss), int(correct)
@@ -548,4 +594,4 @@ def warm_up(threads: int = 0) -> None:
     local_solve(*problem, 1.0, 0.1, 0.5, threads=threads)
     personal_solve(*problem, 0.1, 1.0, 0.1, 1, threads=threads)
     for binary in (False, True):
-        evaluate_rows(np.zeros((1, 2), DTYPE), np.zeros((1, 1), DTYPE), np.zeros(1, np.int64), binary, 1.0)
+        evaluate_rows(np.zeros((1, 2), DTYPE), np.zeros((1, 1), DTYPE), np.zeros(1, np.int64), binary, 1.0, False)

@@ -163,6 +163,25 @@ rule sensitivity_table:
         "--out-prefix results/tables/{wildcards.name} > {log} 2>&1"
 
 
+rule protocol_gap_table:
+    input:
+        report_inputs,
+    output:
+        csv=report("results/tables/{name}.csv", category="Claims", caption="../report/protocol_gap.rst"),
+        md="results/tables/{name}.md",
+    wildcard_constraints:
+        name=names_of("protocol_gap"),
+    params:
+        args=report_args,
+        configs=" ".join(f"--config-file {f}" for f in workflow.configfiles),
+    log:
+        "results/logs/report/{name}.log",
+    localrule: True
+    shell:
+        "upfl report protocol-gap --runs {input:q} {params.args} {params.configs} "
+        "--out-prefix results/tables/{wildcards.name:q} > {log:q} 2>&1"
+
+
 rule claims:
     input:
         "results/runs.csv",

@@ -141,7 +141,7 @@ def cmd_privacy(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config, args.set)
     dataset = load_leaf(cfg.data.path)
-    model = build_model(cfg.model.name, dataset, cfg.model.options)
+    model = build_model(cfg.model.name, dataset, cfg.model.options, cfg.model.softmax_before_loss)
     rep = privacy_report(cfg, dataset, model, cross_check=("rdp", "pld") if args.pld else ("rdp",))
     print(format_report(rep), end="")
     if args.json:

@@ -21,8 +21,9 @@ import pandas as pd
 
 from ..privacy.accounting import MEANINGFUL_EPSILON, NO_MEANINGFUL
 from .cells import paired
-from .collect import ReportError
+from .collect import REPORTING_NOTE, ReportError
 from .paper import algorithm_label, dataset_label, paper_values
+from .protocol_gap import headline_section
 from .render import as_number, fmt, fmt_mu, markdown_table, write_csv, write_markdown
 from .stats import mean_interval
 
@@ -33,7 +34,7 @@ METRIC_TEXT = {"train_acc": "training accuracy", "test_acc": "test accuracy"}
 DEFAULT_ROLES = {"table1": "table1", "time": "table1", "lambda_sweep": "fig2_lambda",
                  "privacy": "privacy_output,privacy_objective", "privacy_real": "fig12", "cnn": "fig4",
                  "draws": "table1_draws", "bases": "upcycling_bases",
-                 "momentum": "ablation_momentum"}
+                 "momentum": "ablation_momentum", "protocol_gap": "protocol_gap"}
 """Which experiment(s) of the runs table each group of claims reads (comma-separated names)."""
 
 EQUIVALENCE_MARGIN = 0.10
@@ -693,13 +694,15 @@ def write_claims(runs: pd.DataFrame, out_prefix: str, provenance: str, roles: di
         "percentage points. Across draws: the same difference on fresh draws of the synthetic generator "
         "(the draws experiment), each draw's paired mean, their range and how many draws' intervals lie above "
         "or below 0.",
-        VERDICT_RULE, MEANINGFUL_RULE, "Runs: " + diverged, "Summary: " + summary_text(frame)]
+        VERDICT_RULE, REPORTING_NOTE, MEANINGFUL_RULE, "Runs: " + diverged, "Summary: " + summary_text(frame)]
     for section, rows in claims_rows(frame).items():
         sections += [f"## {section}\n", markdown_table(HEADER, rows)]
-    info = momentum_information(Context(without_diverged(runs)[0], roles or {}, excluded))
+    ctx = Context(without_diverged(runs)[0], roles or {}, excluded)
+    info = momentum_information(ctx)
     if info:
         sections += ["## Information: upcycling or server momentum?\n", MOMENTUM_NOTE + "\n",
                      markdown_table(MOMENTUM_HEADER, info)]
+    sections += headline_section(ctx.of("protocol_gap"))
     write_markdown(f"{out_prefix}.md", "The paper's claims, judged", sections, provenance)
     return frame
 
