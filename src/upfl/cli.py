@@ -68,8 +68,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_synth(args: argparse.Namespace) -> int:
     from .data import generate_synthetic
+    from .data.sources import dataset_folder
 
-    path = generate_synthetic(args.name, args.out, data_seed=args.data_seed, num_devices=args.devices,
+    out = args.out or dataset_folder(args.resources, "synthetic", args.name)
+    path = generate_synthetic(args.name, out, data_seed=args.data_seed, num_devices=args.devices,
                               dim=args.dim, num_classes=args.classes, alpha=args.alpha, beta=args.beta,
                               setting=args.setting)
     print(f"wrote {path}")
@@ -104,13 +106,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--setting", default=None,
                    help="generator setting (synthetic_iid, synthetic_0_0, synthetic_0.5_0.5, synthetic_1_1); "
                         "default: --name. The draw depends on the setting and --data-seed only")
-    s.add_argument("--out", required=True)
-    s.add_argument("--data-seed", type=int, default=0)
-    s.add_argument("--devices", type=int, default=30)
-    s.add_argument("--dim", type=int, default=20)
-    s.add_argument("--classes", type=int, default=2)
-    s.add_argument("--alpha", type=float)
-    s.add_argument("--beta", type=float)
+    s.add_argument("--out", default=None,
+                   help="output data set folder (default: RESOURCES/data/generated/NAME, apart from the paper's "
+                        "released draws under RESOURCES/data/paper/)")
+    s.add_argument("--resources", default="resources", help="resources folder for the default --out (default: %(default)s)")
+    s.add_argument("--data-seed", type=int, default=0, help="seed of the draw (default: %(default)s)")
+    s.add_argument("--devices", type=int, default=30, help="number of devices (default: %(default)s)")
+    s.add_argument("--dim", type=int, default=20, help="feature dimension (default: %(default)s)")
+    s.add_argument("--classes", type=int, default=2, help="number of classes (default: %(default)s)")
+    s.add_argument("--alpha", type=float, help="model heterogeneity α (default: the setting's)")
+    s.add_argument("--beta", type=float, help="data heterogeneity β (default: the setting's)")
     s.set_defaults(func=cmd_synth)
     st = sub.add_parser("stats", help="print the Table 2 row of a data set")
     st.add_argument("dir")

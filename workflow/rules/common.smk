@@ -5,7 +5,7 @@ import re
 import shlex
 import sys
 
-from upfl.data.sources import DATASET_SOURCES, PAPER_SET_SOURCES, SOURCES
+from upfl.data.sources import DATA_FOLDERS, DATASET_SOURCES, PAPER_SET_SOURCES, SOURCES, dataset_folder
 from upfl.bundles import bundle_priorities, bundle_spec, form_bundles, write_spec_if_changed
 from upfl.experiments import ExperimentError, build_plan, output_files, resolve_preset
 
@@ -114,7 +114,8 @@ def prepare_options(dataset):
 
 
 def dataset_dir(name):
-    return f"{RESOURCES}/data/{name}"
+    """`RESOURCES/data/<paper|generated|leaf>/<name>`: the authors' draws and ours never share a path."""
+    return dataset_folder(RESOURCES, CONFIG["datasets"][name]["source"], name)
 
 
 def run_dir(run):
