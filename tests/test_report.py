@@ -125,7 +125,7 @@ def test_table1_numbers_equal_recomputation_from_summaries(runset, tmp_path):
     prefix = tmp_path / "tables" / "table1"
     cfg, quick = tmp_path / "config.yaml", tmp_path / "quick.yaml"
     cfg.write_text("seeds: [0, 1]\n")
-    quick.write_text("round_scale: 0.25\n")
+    quick.write_text("preset: quick\nround_scale: 0.25\n")
     assert main(["report", "table1", "--runs", str(runset["csv"]), "--experiment", "table1",
                  "--out-prefix", str(prefix), "--config-file", str(cfg), "--config-file", str(quick)]) == 0
     t1 = read_table(f"{prefix}.csv")
@@ -158,6 +158,10 @@ def test_table1_numbers_equal_recomputation_from_summaries(runset, tmp_path):
         last = [ln for ln in Path(path).read_text().splitlines() if ln.strip() and not ln.startswith("\\end")][-1]
         shown = [tex_escape(str(f)) if path.endswith(".tex") else str(f) for f in (cfg, quick)]
         assert "upfl 0.1.0" in last and "git " in last and all(f in last for f in shown)
+        # The provenance names the preset, the data the runs were trained on, their seeds and how many runs.
+        assert "preset quick" in last and "seeds 0 1" in last
+        origin = "data: our generator's draw (synthetic_1_1, data_seed 0)"
+        assert (tex_escape(origin) if path.endswith(".tex") else origin) in last and "runs made at git" in last
         assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", last)
     assert "\\begin{tabular}" in Path(f"{prefix}.tex").read_text()
 
@@ -198,6 +202,8 @@ def test_table2_numbers_equal_dataset_stats(runset, tmp_path):
         (paper["samples"], paper["test"], paper["devices"])
     md = Path(f"{prefix}.md").read_text()
     assert f"| {st['samples_total']} | {st['samples_train']} | {st['samples_test']} |" in md
+    assert row["data_source"] == "synthetic" and int(row["data_seed"]) == 0
+    assert "| our generator's draw (synthetic_1_1, data_seed 0) — preview, not the paper's data |" in md
     assert md.rstrip().splitlines()[-1].startswith("Provenance: upfl")
 
 

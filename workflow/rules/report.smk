@@ -40,8 +40,10 @@ rule table2:
     log:
         "results/logs/report/table2.log",
     localrule: True
+    params:
+        configs=" ".join(f"--config-file {f}" for f in workflow.configfiles),
     shell:
-        "upfl report table2 --out-prefix results/tables/table2 {input} > {log} 2>&1"
+        "upfl report table2 --out-prefix results/tables/table2 {params.configs} {input} > {log} 2>&1"
 
 
 rule accuracy_table:
@@ -74,11 +76,12 @@ rule time_table:
         name=names_of("time"),
     params:
         args=report_args,
+        configs=" ".join(f"--config-file {f}" for f in workflow.configfiles),
     log:
         "results/logs/report/{name}.log",
     localrule: True
     shell:
-        "upfl report time --runs {input} {params.args} --out-prefix results/tables/{wildcards.name} > {log} 2>&1"
+        "upfl report time --runs {input} {params.args} {params.configs} --out-prefix results/tables/{wildcards.name} > {log} 2>&1"
 
 
 rule privacy_table:
@@ -192,11 +195,12 @@ rule figure:
     params:
         kind=lambda wc: OUTPUTS[wc.name]["kind"],
         args=report_args,
+        configs=" ".join(f"--config-file {f}" for f in workflow.configfiles),
     log:
         "results/logs/report/{name}.log",
     localrule: True
     shell:
-        "upfl report figure {params.kind} --runs {input} {params.args} "
+        "upfl report figure {params.kind} --runs {input} {params.args} {params.configs} "
         "--out-prefix results/figures/{wildcards.name} > {log} 2>&1"
 
 

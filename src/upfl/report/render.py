@@ -32,19 +32,49 @@ def report_date() -> str:
     return when.strftime("%Y-%m-%d %H:%M UTC")
 
 
+def config_preset(config_files: Sequence[str]) -> str:
+    """The ``preset`` the workflow config files select (the last file that sets one wins; ``full`` when none)."""
+    import yaml
+
+    preset = "full"
+    for config_file in config_files:
+        try:
+            doc = yaml.safe_load(Path(config_file).read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError):
+            continue
+        if isinstance(doc, dict) and doc.get("preset"):
+            preset = str(doc["preset"])
+    return preset
+
+
+def runs_provenance(runs: pd.DataFrame) -> str:
+    """'data: <origins>; seeds 0 1; 350 runs made at git <commits>': what the runs were trained on."""
+    from .collect import origin_text
+
+    columns = ["data_source", "data_setting", "data_seed", "data_commit"]
+    origins = sorted({origin_text(*r) for r in runs.reindex(columns=columns).itertuples(index=False)}) \
+        if len(runs) else []
+    seeds = sorted({int(as_number(v)) for v in runs.get("seed", []) if not math.isnan(as_number(v))})
+    commits = sorted({str(c) for c in runs["git_commit"].dropna()}) if "git_commit" in runs.columns else []
+    return (f"data: {', '.join(origins) or 'none'}; seeds {' '.join(map(str, seeds)) or 'none'}; "
+            f"{len(runs)} runs made at git {', '.join(commits) or 'unknown'}")
+
+
 def provenance_line(config_files: str | Sequence[str] | None = None, runs: pd.DataFrame | None = None) -> str:
-    """``upfl <version>; git <commit>; config <file> (sha256 ...); <date>`` plus the runs' own commits."""
+    """``upfl <version>; git <commit>; config <file> (sha256 ...); preset <name>; data: ...; seeds ...; <n> runs
+    made at git ...; <date>``: the code, configuration, data, seeds and runs behind an output."""
     if isinstance(config_files, str):
         config_files = [config_files]
     parts = [f"upfl {__version__}", f"git {git_commit() or 'unknown'}"]
     for config_file in config_files or []:
         digest = sha256_file(config_file)[:12] if Path(config_file).is_file() else "file not found"
         parts.append(f"config {config_file} (sha256 {digest})")
-    if not config_files:
+    if config_files:
+        parts.append(f"preset {config_preset(config_files)}")
+    else:
         parts.append("config none given")
-    if runs is not None and "git_commit" in runs.columns:
-        commits = sorted({str(c) for c in runs["git_commit"].dropna()})
-        parts.append(f"{len(runs)} runs made at git {', '.join(commits) or 'unknown'}")
+    if runs is not None:
+        parts.append(runs_provenance(runs))
     parts.append(report_date())
     return "; ".join(parts)
 
