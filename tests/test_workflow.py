@@ -1,6 +1,7 @@
 """The Snakemake workflow: lint, schema errors, the full grid's job count, a tiny end-to-end run, resume after SIGINT."""
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -240,6 +241,21 @@ def tiny_workflow(tmp_path: Path, rounds: int) -> Path:
     return wd
 
 
+def embedded_files(report: str) -> dict[str, str]:
+    """The files a Snakemake report embeds (its ``results`` entries' base64 data URIs), by file name, as text."""
+    import base64
+    import json
+
+    found = re.search(r"var results = (\{.*?\});\n", report, re.S)
+    assert found, "report.html: no embedded results"
+    out = {}
+    for entry in json.loads(found.group(1)).values():
+        head, _, data = entry["data_uri"].partition(";base64,")
+        if head.startswith("data:text/"):
+            out[entry["filename"]] = base64.b64decode(data).decode("utf-8")
+    return out
+
+
 def test_tiny_preset_end_to_end_then_nothing_to_do(tmp_path):
     wd = tiny_workflow(tmp_path, rounds=3)
     snakemake(wd, "--cores", "2")
@@ -256,6 +272,19 @@ def test_tiny_preset_end_to_end_then_nothing_to_do(tmp_path):
     snakemake(wd, "--report", "results/report.html")
     report = (wd / "results" / "report.html").read_text(encoding="utf-8")
     assert "table1.csv" in report and "fig_tiny.png" not in report
+    # The tables and the claims page are inside the report as formatted HTML, each with its CSV beside it.
+    pages = embedded_files(report)
+    assert {"table1.html", "table1.csv", "claims.html", "claims.csv", "table2.html", "time.html"} <= set(pages)
+    table1, claims = pages["table1.html"], pages["claims.html"]
+    assert "<h1>Table 1: training (testing) accuracy" in table1 and "<table>" in table1 and "<th>" in table1
+    assert "<table>" in claims and "<th>Verdict</th>" in claims
+    assert re.search(r"<td><strong>(holds|does not hold|inconclusive|too few seeds \(\d+\)|not measured here)"
+                     r"</strong>", claims)
+    assert "Summary: " in claims and "preview, not the paper's data" in claims
+    # The front page carries the claims summary and the number of planned runs.
+    page = (wd / "results" / "tables" / "claims.md").read_text(encoding="utf-8")
+    summary = next(ln for ln in page.splitlines() if ln.startswith("Summary: "))[len("Summary: "):]
+    assert summary.split(" (of ")[0] in report
 
 
 @pytest.mark.parametrize("runs_per_job", [1, 4])

@@ -276,10 +276,10 @@ def build_plan(config: dict[str, Any]) -> Plan:
 def output_files(kind: str, name: str) -> list[str]:
     """The files one report output writes (relative to the workflow root)."""
     if kind in ("table1", "privacy_table"):
-        return [f"results/tables/{name}.{ext}" for ext in ("csv", "md", "tex")]
+        return [f"results/tables/{name}.{ext}" for ext in ("csv", "md", "html", "tex")]
     if kind in ("time", "momentum_table", "bases_table", "sensitivity"):
-        return [f"results/tables/{name}.{ext}" for ext in ("csv", "md")]
+        return [f"results/tables/{name}.{ext}" for ext in ("csv", "md", "html")]
     if kind == "draws":
-        return [f"results/tables/{name}.{ext}" for ext in ("csv", "md")] + \
+        return [f"results/tables/{name}.{ext}" for ext in ("csv", "md", "html")] + \
             [f"results/figures/{name}.{ext}" for ext in ("png", "pdf", "csv")]
     return [f"results/figures/{name}.{ext}" for ext in ("png", "pdf", "csv")]

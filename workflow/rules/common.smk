@@ -1,4 +1,5 @@
 # Config handling, the run grid and input functions. The grid logic is upfl.experiments (tested with pytest).
+import base64
 import json
 import os
 import re
@@ -169,8 +170,8 @@ MAKING_REPORT = any(a == "--report" or a.startswith("--report=") for a in sys.ar
 
 def all_outputs():
     files = [f for name in OUTPUTS for f in output_of(name)]
-    files += ["results/runs.csv", "results/tables/table2.csv", "results/tables/table2.md",
-              "results/tables/claims.csv", "results/tables/claims.md"]
+    files += ["results/runs.csv", "results/tables/table2.csv", "results/tables/table2.md", "results/tables/table2.html",
+              "results/tables/claims.csv", "results/tables/claims.md", "results/tables/claims.html"]
     return [f for f in files if os.path.exists(f)] if MAKING_REPORT else files
 
 
@@ -216,3 +217,25 @@ def report_args(wildcards):
 
 def names_of(*kinds):
     return _alternation([n for n, o in OUTPUTS.items() if o["kind"] in kinds])
+
+
+def front_page():
+    """What the report's front page shows from the claims page when it exists: its summary line and the headline
+    figure (the first Table 1 convergence figure built), for `workflow/report/workflow.rst`."""
+    summary = ""
+    if os.path.exists("results/tables/claims.md"):
+        with open("results/tables/claims.md", encoding="utf-8") as f:
+            summary = next((line[len("Summary: "):].strip() for line in f if line.startswith("Summary: ")), "")
+    figures = [f for name, out in OUTPUTS.items() if out["kind"] == "convergence" for f in output_of(name)
+               if f.endswith(".png") and os.path.exists(f)]
+    image = ""
+    if figures:
+        with open(figures[0], "rb") as f:
+            image = f"data:image/png;base64,{base64.b64encode(f.read()).decode('ascii')}"
+    return {"claims_summary": summary, "headline_figure": os.path.basename(figures[0]) if figures else "",
+            "headline_image": image, "runs": len(RUNS), "preset": CONFIG.get("preset", "full")}
+
+
+# The front page's template reads these as `snakemake.config["front_page"]` (set after the config was checked).
+if MAKING_REPORT:
+    config["front_page"] = front_page()

@@ -35,7 +35,8 @@ rule table2:
     input:
         [dataset_dir(d) for d in PLAN.datasets if CONFIG["datasets"][d].get("setting", d) == d],
     output:
-        csv=report("results/tables/table2.csv", category="Tables", caption="../report/table2.rst"),
+        html=report("results/tables/table2.html", category="Tables", subcategory="table2", caption="../report/table2.rst"),
+        csv=report("results/tables/table2.csv", category="Tables", subcategory="table2", caption="../report/table2.rst"),
         md="results/tables/table2.md",
     log:
         "results/logs/report/table2.log",
@@ -50,7 +51,8 @@ rule accuracy_table:
     input:
         report_inputs,
     output:
-        csv=report("results/tables/{name}.csv", category="Tables", caption="../report/table1.rst"),
+        html=report("results/tables/{name}.html", category="Tables", subcategory="{name}", caption="../report/table1.rst"),
+        csv=report("results/tables/{name}.csv", category="Tables", subcategory="{name}", caption="../report/table1.rst"),
         md="results/tables/{name}.md",
         tex="results/tables/{name}.tex",
     wildcard_constraints:
@@ -70,7 +72,8 @@ rule time_table:
     input:
         report_inputs,
     output:
-        csv=report("results/tables/{name}.csv", category="Tables", caption="../report/time.rst"),
+        html=report("results/tables/{name}.html", category="Tables", subcategory="{name}", caption="../report/time.rst"),
+        csv=report("results/tables/{name}.csv", category="Tables", subcategory="{name}", caption="../report/time.rst"),
         md="results/tables/{name}.md",
     wildcard_constraints:
         name=names_of("time"),
@@ -88,7 +91,8 @@ rule privacy_table:
     input:
         report_inputs,
     output:
-        csv=report("results/tables/{name}.csv", category="Tables", caption="../report/privacy.rst"),
+        html=report("results/tables/{name}.html", category="Tables", subcategory="{name}", caption="../report/privacy.rst"),
+        csv=report("results/tables/{name}.csv", category="Tables", subcategory="{name}", caption="../report/privacy.rst"),
         md="results/tables/{name}.md",
         tex="results/tables/{name}.tex",
     wildcard_constraints:
@@ -108,7 +112,8 @@ rule ablation_table:
     input:
         report_inputs,
     output:
-        csv=report("results/tables/{name}.csv", category="Tables", caption="../report/ablation.rst"),
+        html=report("results/tables/{name}.html", category="Tables", subcategory="{name}", caption="../report/ablation.rst"),
+        csv=report("results/tables/{name}.csv", category="Tables", subcategory="{name}", caption="../report/ablation.rst"),
         md="results/tables/{name}.md",
     wildcard_constraints:
         name=names_of("momentum_table", "bases_table"),
@@ -128,9 +133,10 @@ rule draws_report:
     input:
         unpack(reference_inputs),
     output:
-        csv=report("results/tables/{name}.csv", category="Claims", caption="../report/draws.rst"),
+        html=report("results/tables/{name}.html", category="Tables", subcategory="{name}", caption="../report/draws.rst"),
+        csv=report("results/tables/{name}.csv", category="Tables", subcategory="{name}", caption="../report/draws.rst"),
         md="results/tables/{name}.md",
-        png=report("results/figures/{name}.png", category="Claims", caption="../report/draws.rst"),
+        png=report("results/figures/{name}.png", category="Figures", caption="../report/draws.rst"),
         pdf="results/figures/{name}.pdf",
         fig_csv="results/figures/{name}.csv",
     wildcard_constraints:
@@ -151,7 +157,8 @@ rule sensitivity_table:
     input:
         report_inputs,
     output:
-        csv=report("results/tables/{name}.csv", category="Claims", caption="../report/sensitivity.rst"),
+        html=report("results/tables/{name}.html", category="Tables", subcategory="{name}", caption="../report/sensitivity.rst"),
+        csv=report("results/tables/{name}.csv", category="Tables", subcategory="{name}", caption="../report/sensitivity.rst"),
         md="results/tables/{name}.md",
     wildcard_constraints:
         name=names_of("sensitivity"),
@@ -170,7 +177,8 @@ rule claims:
     input:
         "results/runs.csv",
     output:
-        csv=report("results/tables/claims.csv", category="Claims", caption="../report/claims.rst"),
+        html=report("results/tables/claims.html", category="Claims", subcategory="claims", caption="../report/claims.rst"),
+        csv=report("results/tables/claims.csv", category="Claims", subcategory="claims", caption="../report/claims.rst"),
         md="results/tables/claims.md",
     params:
         args=claims_args(),

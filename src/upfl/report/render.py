@@ -144,6 +144,67 @@ def write_csv(path: str | os.PathLike, df: pd.DataFrame, provenance: str | None 
 
 
 def write_markdown(path: str | os.PathLike, title: str, sections: Sequence[str], provenance: str) -> None:
-    """A Markdown file: a title, the sections (tables and notes), and the provenance line last."""
+    """A Markdown file: a title, the sections (tables and notes), and the provenance line last; the same page as
+    formatted HTML beside it (``.html``, the reading copy the Snakemake report shows)."""
     text = f"# {title}\n\n" + "\n".join(s.rstrip("\n") + "\n" for s in sections) + f"\nProvenance: {provenance}\n"
     write_text(path, text)
+    write_text(Path(path).with_suffix(".html"), markdown_html(text, title))
+
+
+HTML_STYLE = (
+    "body{font-family:system-ui,sans-serif;margin:1.5em;max-width:100%;color:#222}"
+    "table{border-collapse:collapse;margin:0.8em 0;font-size:0.9em}"
+    "th,td{border:1px solid #bbb;padding:0.25em 0.5em;vertical-align:top;text-align:left}"
+    "th{background:#eee}tr:nth-child(even) td{background:#fafafa}"
+    "p.provenance{color:#666;font-size:0.8em}")
+
+
+def _inline_html(text: str) -> str:
+    """Escape ``text`` and render the Markdown the report writes inline: ``**bold**`` and ```code```."""
+    import html
+    import re
+
+    out = html.escape(text.replace("\\|", "|"), quote=False)
+    out = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", out)
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
+
+
+def _table_cells(line: str) -> list[str]:
+    """The cells of a Markdown table line (pipes escaped as ``\\|`` stay in their cell)."""
+    import re
+
+    return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+
+
+def markdown_html(text: str, title: str) -> str:
+    """A standalone HTML page of the Markdown the report writes (headings, tables, paragraphs)."""
+    import html
+
+    body: list[str] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("|"):
+            block = []
+            while i < len(lines) and lines[i].startswith("|"):
+                block.append(_table_cells(lines[i]))
+                i += 1
+            head = "".join(f"<th>{_inline_html(c)}</th>" for c in block[0])
+            rows = "".join("<tr>" + "".join(f"<td>{_inline_html(c)}</td>" for c in r) + "</tr>" for r in block[2:])
+            body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
+            continue
+        if line.startswith("#"):
+            level = min(len(line) - len(line.lstrip("#")), 6)
+            body.append(f"<h{level}>{_inline_html(line.lstrip('#').strip())}</h{level}>")
+        elif line.strip():
+            para = [line]
+            while i + 1 < len(lines) and lines[i + 1].strip() and not lines[i + 1].startswith(("|", "#")):
+                i += 1
+                para.append(lines[i])
+            joined = " ".join(p.strip() for p in para)
+            cls = ' class="provenance"' if joined.startswith("Provenance:") else ""
+            body.append(f"<p{cls}>{_inline_html(joined)}</p>")
+        i += 1
+    return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
+            f"<style>{HTML_STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
