@@ -257,6 +257,29 @@ def test_convergence_figure_files_and_data(runset, tmp_path):
         assert r["n_seeds"] == len(SEEDS)
 
 
+def test_each_algorithm_has_one_colour_across_figures(runset, tmp_path):
+    """Every figure's CSV records each line's colour: one per algorithm, the same in every figure, and variants
+    of one algorithm (here the lambda sweep's Upcycled-FL lines) shades of it."""
+    from upfl.report.figures import ALGORITHM_COLOURS, csv_colour, line_algorithm
+
+    seen: dict[str, set[str]] = {}
+    for experiment, metrics_flag in (("table1", "train_loss,test_acc"), ("table1", "test_acc"), ("sweep", "test_acc")):
+        prefix = tmp_path / f"{experiment}_{metrics_flag.replace(',', '_')}"
+        assert main(["report", "figure", "convergence", "--runs", str(runset["csv"]), "--experiment", experiment,
+                     "--out-prefix", str(prefix), "--metrics", metrics_flag]) == 0
+        data = read_table(f"{prefix}.csv")
+        per_line = data.groupby("line")["colour"].nunique()
+        assert (per_line == 1).all(), per_line
+        for line, colour in data.groupby("line")["colour"].first().items():
+            seen.setdefault(line, set()).add(colour)
+            if line in ALGORITHM_COLOURS:
+                assert colour == csv_colour(ALGORITHM_COLOURS[line])
+            assert len({c for ln, c in data.groupby("line")["colour"].first().items()
+                        if line_algorithm(ln) != line_algorithm(line)} & {colour}) == 0
+    assert all(len(colours) == 1 for colours in seen.values()), seen
+    assert {"FedAvg", "FedProx", "Upcycled-FL"} <= set(seen)
+
+
 def test_lambda_sweep_figure_files_and_data(runset, tmp_path):
     prefix = tmp_path / "sweep"
     assert main(["report", "figure", "lambda_sweep", "--runs", str(runset["csv"]), "--experiment", "sweep",
