@@ -280,6 +280,19 @@ def test_each_algorithm_has_one_colour_across_figures(runset, tmp_path):
     assert {"FedAvg", "FedProx", "Upcycled-FL"} <= set(seen)
 
 
+def test_figures_are_numbered_and_say_when_curves_differ_in_length(runset, tmp_path):
+    from upfl.report.figures import figure_title, length_note
+
+    assert figure_title("fig5") == "Figure 5" and figure_title("fig3_output") == "Figure 3 (output)"
+    assert figure_title("ablation_momentum_curves") == "Not in the paper: ablation momentum curves"
+    prefix = tmp_path / "fig5"
+    assert main(["report", "figure", "convergence", "--runs", str(runset["csv"]), "--experiment", "table1",
+                 "--out-prefix", str(prefix), "--metrics", "test_acc"]) == 0
+    note = length_note(read_table(f"{prefix}.csv"), "iteration")
+    assert note.startswith("Curves end at different points: FedAvg, FedProx at iteration 4; Upcycled-FL at "
+                           "iteration 8 (equal training rounds")
+
+
 def test_lambda_sweep_figure_files_and_data(runset, tmp_path):
     prefix = tmp_path / "sweep"
     assert main(["report", "figure", "lambda_sweep", "--runs", str(runset["csv"]), "--experiment", "sweep",

@@ -136,8 +136,13 @@ def cmd_figure(args: argparse.Namespace) -> int:
     from ..report.figures import convergence_figure, lambda_sweep_figure, parse_metrics
     from ..report.render import provenance_line
 
+    from pathlib import Path
+
+    from ..report.figures import figure_title
+
     runs = _runs(args)
     prov = provenance_line(args.config_file, runs)
+    args.title = args.title or figure_title(Path(args.out_prefix).name)
     if args.kind in ("momentum_curves", "schedule_figure"):
         from ..report.ablations import momentum_figure, schedule_figure
 

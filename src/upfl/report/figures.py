@@ -308,7 +308,7 @@ def plot_convergence(data: pd.DataFrame, metrics: Sequence[str], x: str, title: 
         for c in range(n_cols):
             if (r, c) not in used:
                 axes[r][c].set_visible(False)
-    _finish(fig, title)
+    _finish(fig, title, length_note(data, x))
     return fig
 
 
@@ -323,10 +323,37 @@ def _same(a, b) -> bool:
     return (math.isnan(a) and math.isnan(b)) or a == b
 
 
-def _finish(fig, title: str | None) -> None:
+def length_note(data: pd.DataFrame, x: str) -> str:
+    """A caption line when the curves end at different x (Upcycled-FL's 2T iterations against FedProx's T):
+    'FedAvg, FedProx end at iteration 20, Upcycled-FL at 40 (equal training rounds; ...)'; '' when they agree."""
+    ends = data.groupby("line")["x"].max()
+    if ends.nunique() < 2:
+        return ""
+    groups: dict[float, list[str]] = {}
+    for line, end in ends.items():
+        groups.setdefault(float(end), []).append(line)
+    unit = {"iteration": "iteration", "round": "training round", "time": "second"}[x]
+    parts = [f"{', '.join(lines)} at {unit} {end:g}" for end, lines in sorted(groups.items())]
+    why = (" (equal training rounds: Upcycled-FL's even iterations train no device)" if x == "iteration"
+           and any(ln.startswith("Upcycled") for ln in ends.index) else "")
+    return "Curves end at different points: " + "; ".join(parts) + why + "."
+
+
+def figure_title(name: str) -> str:
+    """The paper's number for an output named ``fig<N>[_part]`` ('Figure 5', 'Figure 3 (output)'), else a name
+    that says the paper has no such figure."""
+    import re
+
+    match = re.fullmatch(r"fig(\d+)(?:_(\w+))?", name)
+    if match:
+        return f"Figure {match.group(1)}" + (f" ({match.group(2).replace('_', ' ')})" if match.group(2) else "")
+    return f"Not in the paper: {name.replace('_', ' ')}"
+
+
+def _finish(fig, title: str | None, note: str = "") -> None:
     if title:
         fig.suptitle(title)
-    fig.text(0.5, -0.01, BAND_NOTE, ha="center", va="top", fontsize="small")
+    fig.text(0.5, -0.01, BAND_NOTE + (f"\n{note}" if note else ""), ha="center", va="top", fontsize="small")
     fig.tight_layout()
 
 
