@@ -128,7 +128,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="upfl", description="Upcycled-FL federated simulation",
                                 epilog="exit status of 'upfl run': 0 done, 2 bad input (config, flags, data, --out, "
-                                       "checkpoint), 3 diverged (summary.json written, see README), 4 another run "
+                                       "checkpoint), 3 diverged (summary.json written, see docs/faults.md), 4 another run "
                                        "holds this run's checkpoint")
     p.add_argument("--version", action="version", version=f"upfl {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
