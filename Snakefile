@@ -2,7 +2,7 @@
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version, validate
 
-from upfl.experiments import ExperimentError, check_workflow_config
+from upfl.experiments import ExperimentError, check_workflow_config, misspelt_targets
 
 min_version("9.0")
 
@@ -33,3 +33,8 @@ rule all:
     input:
         all_outputs(),
     default_target: True
+
+
+# A misspelt target (`fig55`) is named with the closest target before Snakemake's generic "No rule to produce".
+for _line in misspelt_targets(sys.argv, [*PLAN.targets, *OUTPUTS, *(r.name for r in workflow.rules)]):
+    print(f"Target {_line}", file=sys.stderr)

@@ -37,3 +37,12 @@ def test_every_subcommand_flag_has_help():
     parser = build_parser()
     run = parser._subparsers._group_actions[0].choices["run"]
     assert all(a.help for a in run._actions if a.option_strings)
+
+
+def test_misspelt_workflow_target_gets_the_closest_one():
+    from upfl.experiments import misspelt_targets
+
+    known = ["fig5", "fig2", "table1", "time", "all"]
+    argv = ["snakemake", "--cores", "all", "-n", "fig55", "table1", "--configfile", "config/quick.yaml", "tabel1"]
+    assert misspelt_targets(argv, known) == ["fig55: not a target of this config; did you mean fig5?",
+                                             "tabel1: not a target of this config; did you mean table1?"]

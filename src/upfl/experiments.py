@@ -371,3 +371,19 @@ def results_readme(config: dict[str, Any]) -> str:
                   "`tables/claims.csv`, `tables/claims.md`, `tables/claims.html`", ""]
     lines += ["## Layout", "", RESULTS_LAYOUT]
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def misspelt_targets(argv: list[str], known: list[str]) -> list[str]:
+    """One line per word of a Snakemake command line that looks like a misspelt target (not a known target or
+    rule, but close to one): 'fig55: not a target of this config; did you mean fig5?'."""
+    import difflib
+    import re
+
+    lines = []
+    for word in argv[1:]:
+        if not re.fullmatch(r"[A-Za-z]\w*", word) or word in known:
+            continue
+        close = difflib.get_close_matches(word, known, n=1, cutoff=0.75)
+        if close:
+            lines.append(f"{word}: not a target of this config; did you mean {close[0]}?")
+    return lines
