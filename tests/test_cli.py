@@ -46,3 +46,12 @@ def test_misspelt_workflow_target_gets_the_closest_one():
     argv = ["snakemake", "--cores", "all", "-n", "fig55", "table1", "--configfile", "config/quick.yaml", "tabel1"]
     assert misspelt_targets(argv, known) == ["fig55: not a target of this config; did you mean fig5?",
                                              "tabel1: not a target of this config; did you mean table1?"]
+
+
+def test_misspelt_run_config_key_gets_the_closest_one(tmp_path, capsys):
+    from upfl.data import generate_synthetic
+
+    data = generate_synthetic("synthetic_1_1", tmp_path / "d", data_seed=0, num_devices=3)
+    rc = main(["run", "--data", str(data), "--set", "devices.stragler=0.5", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "unknown config key 'devices.stragler'" in err and "did you mean 'devices.straggler'?" in err
