@@ -175,6 +175,12 @@ def all_outputs():
     return [f for f in files if os.path.exists(f)] if MAKING_REPORT else files
 
 
+def config_file_args():
+    """`--config-file F ...` (every config file of this invocation) and `--preset NAME` for the provenance line."""
+    files = " ".join(f"--config-file {shlex.quote(str(f))}" for f in workflow.configfiles)
+    return f"{files} --preset {shlex.quote(CONFIG.get('preset', 'full'))}"
+
+
 def claims_args():
     """`upfl report claims` flags: the experiments each group of claims reads (config `claims`) and the data
     sets this preset leaves out (named as the reason for 'not measured here')."""

@@ -42,7 +42,7 @@ rule table2:
         "results/logs/report/table2.log",
     localrule: True
     params:
-        configs=" ".join(f"--config-file {f}" for f in workflow.configfiles),
+        configs=config_file_args(),
     shell:
         "upfl report table2 --out-prefix results/tables/table2 {params.configs} {input} > {log} 2>&1"
 
@@ -59,7 +59,7 @@ rule accuracy_table:
         name=names_of("table1"),
     params:
         args=report_args,
-        configs=" ".join(f"--config-file {f}" for f in workflow.configfiles),
+        configs=config_file_args(),
     log:
         "results/logs/report/{name}.log",
     localrule: True
@@ -79,7 +79,7 @@ rule time_table:
         name=names_of("time"),
     params:
         args=report_args,
-        configs=" ".join(f"--config-file {f}" for f in workflow.configfiles),
+        configs=config_file_args(),
     log:
         "results/logs/report/{name}.log",
     localrule: True
@@ -99,7 +99,7 @@ rule privacy_table:
         name=names_of("privacy_table"),
     params:
         args=report_args,
-        configs=" ".join(f"--config-file {f}" for f in workflow.configfiles),
+        configs=config_file_args(),
     log:
         "results/logs/report/{name}.log",
     localrule: True
@@ -120,7 +120,7 @@ rule ablation_table:
     params:
         kind=lambda wc: OUTPUTS[wc.name]["kind"],
         args=report_args,
-        configs=" ".join(f"--config-file {f}" for f in workflow.configfiles),
+        configs=config_file_args(),
     log:
         "results/logs/report/{name}.log",
     localrule: True
@@ -144,7 +144,7 @@ rule draws_report:
     params:
         args=report_args,
         reference=reference_args,
-        configs=" ".join(f"--config-file {f}" for f in workflow.configfiles),
+        configs=config_file_args(),
     log:
         "results/logs/report/{name}.log",
     localrule: True
@@ -164,7 +164,7 @@ rule sensitivity_table:
         name=names_of("sensitivity"),
     params:
         args=report_args,
-        configs=" ".join(f"--config-file {f}" for f in workflow.configfiles),
+        configs=config_file_args(),
     log:
         "results/logs/report/{name}.log",
     localrule: True
@@ -182,7 +182,7 @@ rule claims:
         md="results/tables/claims.md",
     params:
         args=claims_args(),
-        configs=" ".join(f"--config-file {f}" for f in workflow.configfiles),
+        configs=config_file_args(),
     log:
         "results/logs/report/claims.log",
     localrule: True
@@ -203,7 +203,7 @@ rule figure:
     params:
         kind=lambda wc: OUTPUTS[wc.name]["kind"],
         args=report_args,
-        configs=" ".join(f"--config-file {f}" for f in workflow.configfiles),
+        configs=config_file_args(),
     log:
         "results/logs/report/{name}.log",
     localrule: True

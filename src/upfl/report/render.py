@@ -60,7 +60,8 @@ def runs_provenance(runs: pd.DataFrame) -> str:
             f"{len(runs)} runs made at git {', '.join(commits) or 'unknown'}")
 
 
-def provenance_line(config_files: str | Sequence[str] | None = None, runs: pd.DataFrame | None = None) -> str:
+def provenance_line(config_files: str | Sequence[str] | None = None, runs: pd.DataFrame | None = None,
+                    preset: str | None = None) -> str:
     """``upfl <version>; git <commit>; config <file> (sha256 ...); preset <name>; data: ...; seeds ...; <n> runs
     made at git ...; <date>``: the code, configuration, data, seeds and runs behind an output."""
     if isinstance(config_files, str):
@@ -69,8 +70,8 @@ def provenance_line(config_files: str | Sequence[str] | None = None, runs: pd.Da
     for config_file in config_files or []:
         digest = sha256_file(config_file)[:12] if Path(config_file).is_file() else "file not found"
         parts.append(f"config {config_file} (sha256 {digest})")
-    if config_files:
-        parts.append(f"preset {config_preset(config_files)}")
+    if config_files or preset:
+        parts.append(f"preset {preset or config_preset(config_files or [])}")
     else:
         parts.append("config none given")
     if runs is not None:
