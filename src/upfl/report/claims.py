@@ -1,7 +1,8 @@
 """The claims page: every quantitative claim of the paper, our figure beside it, and a verdict.
 
-One row per claim (``results/tables/claims.{csv,md}``): the paper's figure, ours on the paper's data with a
-95% t interval and the number of seed pairs, the spread across fresh data draws where the draws experiment
+One row per claim (``results/tables/claims.{csv,md,html}``): the paper's figure, ours with a 95% t interval and
+the number of seed pairs (a verdict needs :data:`MIN_PAIRS`), the data, seeds and runs it was computed on (rows on
+our generator's draws marked as a preview), the spread across fresh data draws where the draws experiment
 measured it, the privacy level the claim was measured at (marked when it gives no meaningful guarantee),
 and a verdict by the rule :data:`VERDICT_RULE`. Claims whose runs are not in the runs table are listed
 as 'not measured here' with the reason. Runs flagged ``diverged`` (in runs.csv or their summary.json) are
@@ -21,7 +22,7 @@ import pandas as pd
 
 from ..privacy.accounting import MEANINGFUL_EPSILON, NO_MEANINGFUL
 from .cells import paired
-from .collect import ReportError, is_generated, origin_text
+from .collect import ORIGIN_COLUMNS, ReportError, is_generated, origin_text
 from .paper import algorithm_label, dataset_label, paper_values
 from .render import as_number, fmt, fmt_mu, markdown_table, write_csv, write_markdown
 from .stats import mean_interval
@@ -668,8 +669,7 @@ def provenance_columns(runs: pd.DataFrame) -> dict[str, Any]:
     ``seeds`` and ``n_runs`` of a claim's runs."""
     if runs.empty:
         return dict(data_origin="", preview=False, seeds="", n_runs=0)
-    cols = [c for c in ("data_source", "data_setting", "data_seed", "data_commit")]
-    origin = runs.reindex(columns=cols)
+    origin = runs.reindex(columns=list(ORIGIN_COLUMNS))
     texts = sorted({origin_text(*r) for r in origin.itertuples(index=False)})
     seeds = sorted({int(float(v)) for v in runs["seed"] if not math.isnan(as_number(v))})
     return dict(data_origin="; ".join(texts), preview=bool(origin["data_source"].map(is_generated).any()),

@@ -49,10 +49,9 @@ def config_preset(config_files: Sequence[str]) -> str:
 
 def runs_provenance(runs: pd.DataFrame) -> str:
     """'data: <origins>; seeds 0 1; 350 runs made at git <commits>': what the runs were trained on."""
-    from .collect import origin_text
+    from .collect import ORIGIN_COLUMNS, origin_text
 
-    columns = ["data_source", "data_setting", "data_seed", "data_commit"]
-    origins = sorted({origin_text(*r) for r in runs.reindex(columns=columns).itertuples(index=False)}) \
+    origins = sorted({origin_text(*r) for r in runs.reindex(columns=list(ORIGIN_COLUMNS)).itertuples(index=False)}) \
         if len(runs) else []
     seeds = sorted({int(as_number(v)) for v in runs.get("seed", []) if not math.isnan(as_number(v))})
     commits = sorted({str(c) for c in runs["git_commit"].dropna()}) if "git_commit" in runs.columns else []
