@@ -237,7 +237,8 @@ def front_page():
     image = ""
     if figures:
         with open(figures[0], "rb") as f:
-            image = f"data:image/png;base64,{base64.b64encode(f.read()).decode('ascii')}"
+            # in lines of 76 characters: docutils refuses longer lines; it joins an image URI's lines
+            image = f"data:image/png;base64,\n{base64.encodebytes(f.read()).decode('ascii').rstrip()}"
     return {"claims_summary": summary, "headline_figure": os.path.basename(figures[0]) if figures else "",
             "headline_image": image, "runs": len(RUNS), "preset": CONFIG.get("preset", "full")}
 
