@@ -1,5 +1,8 @@
 # Upcycled-FL: from data to the paper's tables and figures. Rules live in workflow/rules/.
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version, validate
+
+from upfl.experiments import ExperimentError, check_workflow_config, misspelt_targets
 
 min_version("9.0")
 
@@ -7,6 +10,12 @@ min_version("9.0")
 configfile: "config/config.yaml"
 
 
+# One short line naming the key, its value and what is allowed (Snakemake's own message would print the schema);
+# then Snakemake's check, which also fills the schema's defaults.
+try:
+    check_workflow_config(config, "workflow/schemas/config.schema.yaml")
+except ExperimentError as e:
+    raise WorkflowError(f"config: {e}") from None
 validate(config, schema="workflow/schemas/config.schema.yaml")
 
 
@@ -24,3 +33,8 @@ rule all:
     input:
         all_outputs(),
     default_target: True
+
+
+# A misspelt target (`fig55`) is named with the closest target before Snakemake's generic "No rule to produce".
+for _line in misspelt_targets(sys.argv, [*PLAN.targets, *OUTPUTS, *(r.name for r in workflow.rules)]):
+    print(f"Target {_line}", file=sys.stderr)

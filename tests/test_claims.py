@@ -11,7 +11,9 @@ import pytest
 
 from upfl import config as cfgmod
 from upfl.cli import main
-from upfl.report.claims import half_unit, verdict_direction, verdict_equivalence, verdict_gain
+from upfl.report.claims import (MIN_PAIRS, PREVIEW, TOO_FEW, VERDICTS, half_unit, verdict_direction,
+                                verdict_equivalence, verdict_gain, write_claims)
+from upfl.report.collect import read_runs
 from upfl.report.paper import table1_value
 from upfl.report.stats import mean_interval
 
@@ -117,6 +119,12 @@ def page(tmp_path_factory):
             specs.append("privacy_output:" + make_run(root, f"p_{ds}_upe_{seed}", ds, "upcycled", seed,
                                                       (0.7 + g, 0.7 + g), 8, lam=0.04,
                                                       privacy=private(5000.0, 14000.0, 0.7071), **common))
+    # Where the data came from (each data set's meta.json): Synthetic(1,1) the authors' released draw,
+    # Synthetic(0,0) our generator's draw; the others say nothing.
+    for ds, meta in (("synthetic_1_1", {"source": "paper", "setting": "synthetic_1_1", "commit": "4dd74006fb42"}),
+                     ("synthetic_0_0", {"source": "synthetic", "setting": "synthetic_0_0", "data_seed": 3})):
+        (root / "data" / ds).mkdir(parents=True, exist_ok=True)
+        (root / "data" / ds / "meta.json").write_text(json.dumps(meta))
     csv = root / "runs.csv"
     assert main(["report", "runs", "--out", str(csv), *specs]) == 0
     prefix = root / "tables" / "claims"
@@ -136,7 +144,7 @@ def test_verdict_rule_cases():
     assert verdict_gain(48, 47.0, 47.4, 10, half_unit("48"))[0] == "does not hold"
     assert verdict_gain(-1.82, -3.0, -1.0, 10)[0] == "holds"               # the paper's FedProx-above cell
     assert verdict_gain(-1.82, 0.5, 1.0, 10)[0] == "does not hold"
-    assert verdict_gain(7.19, 1.0, 2.0, 1)[0] == "inconclusive"
+    assert verdict_gain(7.19, 6.0, 8.0, 1)[0] == TOO_FEW
     assert verdict_equivalence(1.0, 0.95, 1.05, 5)[0] == "holds"
     assert verdict_equivalence(1.0, 1.2, 1.3, 5)[0] == "does not hold"
     assert verdict_equivalence(1.0, 0.95, 1.2, 5)[0] == "inconclusive"
@@ -207,9 +215,11 @@ def test_time_and_lambda_claims(page):
     eq = f.loc["time/equal_iterations"]
     # At 8 iterations FedProx trains 8 times (8 s), Upcycled-FL 4 times + 4 free steps (4.004 s): 49.95% less;
     # at 8 training rounds Upcycled-FL has also made 8 free steps (its 16th iteration included): 8.008 s.
-    assert eq["ours"] == pytest.approx((1 - 4.004 / 8) * 100) and eq["verdict"] == "holds"
+    # Every seed's runs are timed alike here, so the interval has zero width: no evidence, inconclusive.
+    assert eq["ours"] == pytest.approx((1 - 4.004 / 8) * 100) and eq["verdict"] == "inconclusive"
     rounds = f.loc["time/equal_rounds"]
-    assert rounds["ours"] == pytest.approx(8.008 / 8) and rounds["verdict"] == "holds"
+    assert rounds["ours"] == pytest.approx(8.008 / 8) and rounds["verdict"] == "inconclusive"
+    assert "zero-width" in eq["why"] and "zero-width" in rounds["why"]
     lam = f.loc["fig2/lambda_sweep/synthetic_0.5_0.5"]
     assert lam["verdict"] == "holds" and lam["ours"] < 0 and lam["n_pairs"] == 5
 
@@ -221,7 +231,7 @@ def test_privacy_claims_and_marks(page):
     assert loss["meaningful_guarantee"] == "no" and "worst device 14000" in loss["privacy_level"]
     acc = f.loc["privacy/output/train_acc"]
     assert acc["n_pairs"] == 10 and acc["ours"] == pytest.approx(1.0) and acc["verdict"] == "does not hold"
-    assert f.loc["privacy/output/time", "verdict"] == "holds"
+    assert f.loc["privacy/output/time", "verdict"] == "inconclusive"  # timed alike: a zero-width interval
     assert "no meaningful guarantee (ε > 10)" in page["md"]
 
 
@@ -230,7 +240,49 @@ def test_page_states_the_rule_and_counts(page):
     assert "Verdict rule." in md and "inconclusive" in md
     counts = page["frame"]["verdict"].value_counts()
     assert f"{counts['holds']} holds" in md and f"{counts['not measured here']} not measured here" in md
-    assert set(page["frame"]["verdict"]) <= {"holds", "does not hold", "inconclusive", "not measured here"}
+    assert set(page["frame"]["verdict"]) <= set(VERDICTS)
+    assert f"at least {MIN_PAIRS} paired seeds" in md
+
+
+@pytest.mark.parametrize("n", range(0, MIN_PAIRS))
+def test_below_the_minimum_of_pairs_no_verdict(n):
+    """An interval that would hold with enough pairs gives no verdict below the minimum, for every rule."""
+    for verdict, why in (verdict_gain(7.19, 6.0, 8.0, n), verdict_equivalence(1.0, 0.95, 1.05, n),
+                         verdict_direction(+1, 0.1, 0.3, n)):
+        assert verdict == TOO_FEW and f"at least {MIN_PAIRS}" in why
+    assert verdict_gain(7.19, 6.0, 8.0, MIN_PAIRS)[0] == "holds"
+
+
+def test_identical_differences_are_no_evidence():
+    """Every pair giving the same difference makes a zero-width interval: inconclusive, whatever its place."""
+    ci = mean_interval([0.88] * MIN_PAIRS)
+    assert ci.low == pytest.approx(0.88) and ci.high == pytest.approx(0.88)
+    for verdict, why in (verdict_gain(0.5, ci.low, ci.high, ci.n), verdict_gain(7.19, ci.low, ci.high, ci.n),
+                         verdict_equivalence(1.0, 1.0, 1.0, ci.n), verdict_direction(+1, ci.low, ci.high, ci.n)):
+        assert verdict == "inconclusive" and "zero-width" in why
+
+
+def test_page_with_two_seeds_and_identical_differences(page, tmp_path):
+    """Two seeds per cell (the quick preset's) give 'too few seeds (2)' and print no interval; five seeds with one
+    difference each print the mean alone and no verdict of the interval."""
+    runs = read_runs(page["csv"])
+    two = runs[runs["seed"].astype(int) < 2]
+    frame = write_claims(two, str(tmp_path / "two"), "test")
+    md = (tmp_path / "two.md").read_text()
+    row = frame.set_index("id").loc["table1/synthetic_1_1/mu1/train_acc"]
+    assert row["verdict"] == TOO_FEW and row["n_pairs"] == 2 and f"**{TOO_FEW} (2)**" in md
+    line = next(ln for ln in md.splitlines() if "μ = 1 (" in ln and "Synthetic(1,1)" in ln)
+    assert "[" not in line.split("|")[4]
+
+
+def test_rows_name_their_data_and_mark_previews(page):
+    f, md = page["frame"], page["md"]
+    paper_row, generated = f.loc["table1/synthetic_1_1/mu1/test_acc"], f.loc["table1/synthetic_0_0/mu0.1/test_acc"]
+    assert paper_row["data_origin"] == "the authors' released draw at commit 4dd7400" and not paper_row["preview"]
+    assert generated["data_origin"] == "our generator's draw (synthetic_0_0, data_seed 3)" and generated["preview"]
+    # The diverged Upcycled-FL run is left out; its FedProx partner (seed 5) stays among the runs read.
+    assert generated["seeds"] == "0 1 2 3 4 5" and generated["n_runs"] == 11
+    assert md.count(PREVIEW) >= 2 and "seeds 0 1 2 3 4 5; 11 runs" in md
 
 
 def test_draws_table_and_figure(page, tmp_path):

@@ -197,8 +197,8 @@ def test_fetch_from_a_local_mirror_converts_every_set(tmp_path):
     assert rc == 0
     assert len(set(requested)) == 16 and len(requested) == 17, "one resumed download, nothing else twice"
     for setting in ("synthetic_iid", "synthetic_0_0", "synthetic_0.5_0.5", "synthetic_1_1"):
-        ds = load_leaf(res / "data" / setting)
-        assert len(ds.users) == 3 and ds.meta["setting"] == setting
+        ds = load_leaf(res / "data" / "paper" / setting)
+        assert len(ds.users) == 3 and ds.meta["setting"] == setting and ds.meta["source"] == "paper"
     for name, path in files.items():
         assert (res / SOURCES[name].filename).read_bytes() == path.read_bytes()
     # A wrong checksum for one file: refused at download, nothing new written.
@@ -300,3 +300,19 @@ def test_a_paper_or_generator_data_set_needs_a_known_setting():
     config["datasets"]["synthetic_1_1"] = {"source": "paper", "setting": "synthetic_2_2"}
     with pytest.raises(ExperimentError, match=r"datasets\.synthetic_1_1\.setting: 'synthetic_2_2'"):
         build_plan(config)
+
+
+def test_paper_draws_and_generated_draws_never_share_a_path(tmp_path):
+    """`upfl synth`'s default folder and the paper's converted sets differ for the same name, and the workflow's
+    folder of a data set follows its source."""
+    from upfl.cli import main
+    from upfl.data.sources import DATA_FOLDERS, dataset_folder
+
+    assert main(["synth", "--name", "synthetic_1_1", "--devices", "3", "--resources", str(tmp_path)]) == 0
+    generated = load_leaf(tmp_path / "data" / "generated" / "synthetic_1_1")
+    assert generated.meta["source"] == "synthetic" and not (tmp_path / "data" / "paper").exists()
+    folders = {src: dataset_folder("r", src, "synthetic_1_1") for src in DATA_FOLDERS}
+    assert folders["paper"] == "r/data/paper/synthetic_1_1" and folders["synthetic"] == "r/data/generated/synthetic_1_1"
+    assert folders["paper"] != folders["synthetic"]
+    with pytest.raises(ValueError, match="unknown data source 'mirror'"):
+        dataset_folder("r", "mirror", "x")

@@ -89,6 +89,9 @@ def test_readme_quick_start_runs_verbatim_in_a_fresh_copy(tmp_path):
     assert "table1.csv" in report and "fig5.png" in report
     # The front page (workflow/report/workflow.rst) names the preset that was selected and how to get the paper.
     assert "config-preset-quick" in report and "The full paper" in report
+    # ... the claims summary (one seed here: too few seeds for any verdict) and the headline figure.
+    front = re.search(r"var workflow_desc = (\".*?\");\n", report).group(1)
+    assert "too few seeds" in front and "Headline figure" in front and "<img" in front
     assert (results / "README.md").exists()
     # The newcomer's next command: the report of the full config after the quick preset reports what exists.
     run_line("snakemake --report results/report_full.html", wd)

@@ -16,7 +16,7 @@ from upfl.cli import main
 from upfl.data import dataset_stats, generate_synthetic, load_leaf
 from upfl.report.paper import paper_values
 from upfl.report.render import tex_escape
-from upfl.report.stats import mean_interval, t_central_probability, t_quantile
+from upfl.report.stats import mean_interval, t_quantile
 from upfl.simulation import run
 
 SEEDS = (0, 1)
@@ -125,7 +125,7 @@ def test_table1_numbers_equal_recomputation_from_summaries(runset, tmp_path):
     prefix = tmp_path / "tables" / "table1"
     cfg, quick = tmp_path / "config.yaml", tmp_path / "quick.yaml"
     cfg.write_text("seeds: [0, 1]\n")
-    quick.write_text("round_scale: 0.25\n")
+    quick.write_text("preset: quick\nround_scale: 0.25\n")
     assert main(["report", "table1", "--runs", str(runset["csv"]), "--experiment", "table1",
                  "--out-prefix", str(prefix), "--config-file", str(cfg), "--config-file", str(quick)]) == 0
     t1 = read_table(f"{prefix}.csv")
@@ -158,6 +158,10 @@ def test_table1_numbers_equal_recomputation_from_summaries(runset, tmp_path):
         last = [ln for ln in Path(path).read_text().splitlines() if ln.strip() and not ln.startswith("\\end")][-1]
         shown = [tex_escape(str(f)) if path.endswith(".tex") else str(f) for f in (cfg, quick)]
         assert "upfl 0.1.0" in last and "git " in last and all(f in last for f in shown)
+        # The provenance names the preset, the data the runs were trained on, their seeds and how many runs.
+        assert "preset quick" in last and "seeds 0 1" in last
+        origin = "data: our generator's draw (synthetic_1_1, data_seed 0)"
+        assert (tex_escape(origin) if path.endswith(".tex") else origin) in last and "runs made at git" in last
         assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", last)
     assert "\\begin{tabular}" in Path(f"{prefix}.tex").read_text()
 
@@ -166,7 +170,6 @@ def test_t_quantile_and_interval_match_scipy():
     for df in list(range(1, 41)) + [75, 200]:
         for level in (0.8, 0.9, 0.95, 0.99):
             assert t_quantile(level, df) == pytest.approx(sstats.t.ppf((1 + level) / 2, df), rel=1e-10)
-        assert t_central_probability(2.1, df) == pytest.approx(2 * sstats.t.cdf(2.1, df) - 1, abs=1e-12)
     x = np.array([0.3, -0.1, 0.8, 0.45, 0.2])
     ci = mean_interval(x)
     lo, hi = sstats.t.interval(0.95, len(x) - 1, loc=x.mean(), scale=sstats.sem(x))
@@ -199,6 +202,8 @@ def test_table2_numbers_equal_dataset_stats(runset, tmp_path):
         (paper["samples"], paper["test"], paper["devices"])
     md = Path(f"{prefix}.md").read_text()
     assert f"| {st['samples_total']} | {st['samples_train']} | {st['samples_test']} |" in md
+    assert row["data_source"] == "synthetic" and int(row["data_seed"]) == 0
+    assert "| our generator's draw (synthetic_1_1, data_seed 0) — preview, not the paper's data |" in md
     assert md.rstrip().splitlines()[-1].startswith("Provenance: upfl")
 
 
@@ -250,6 +255,42 @@ def test_convergence_figure_files_and_data(runset, tmp_path):
         vals = [c[r["iteration"]] for c in curves]
         assert (r["mean"], r["min"], r["max"]) == (pytest.approx(np.mean(vals)), min(vals), max(vals))
         assert r["n_seeds"] == len(SEEDS)
+
+
+def test_each_algorithm_has_one_colour_across_figures(runset, tmp_path):
+    """Every figure's CSV records each line's colour: one per algorithm, the same in every figure, and variants
+    of one algorithm (here the lambda sweep's Upcycled-FL lines) shades of it."""
+    from upfl.report.figures import ALGORITHM_COLOURS, csv_colour, line_algorithm
+
+    seen: dict[str, set[str]] = {}
+    for experiment, metrics_flag in (("table1", "train_loss,test_acc"), ("table1", "test_acc"), ("sweep", "test_acc")):
+        prefix = tmp_path / f"{experiment}_{metrics_flag.replace(',', '_')}"
+        assert main(["report", "figure", "convergence", "--runs", str(runset["csv"]), "--experiment", experiment,
+                     "--out-prefix", str(prefix), "--metrics", metrics_flag]) == 0
+        data = read_table(f"{prefix}.csv")
+        per_line = data.groupby("line")["colour"].nunique()
+        assert (per_line == 1).all(), per_line
+        for line, colour in data.groupby("line")["colour"].first().items():
+            seen.setdefault(line, set()).add(colour)
+            if line in ALGORITHM_COLOURS:
+                assert colour == csv_colour(ALGORITHM_COLOURS[line])
+            assert len({c for ln, c in data.groupby("line")["colour"].first().items()
+                        if line_algorithm(ln) != line_algorithm(line)} & {colour}) == 0
+    assert all(len(colours) == 1 for colours in seen.values()), seen
+    assert {"FedAvg", "FedProx", "Upcycled-FL"} <= set(seen)
+
+
+def test_figures_are_numbered_and_say_when_curves_differ_in_length(runset, tmp_path):
+    from upfl.report.figures import figure_title, length_note
+
+    assert figure_title("fig5") == "Figure 5" and figure_title("fig3_output") == "Figure 3 (output)"
+    assert figure_title("ablation_momentum_curves") == "Not in the paper: ablation momentum curves"
+    prefix = tmp_path / "fig5"
+    assert main(["report", "figure", "convergence", "--runs", str(runset["csv"]), "--experiment", "table1",
+                 "--out-prefix", str(prefix), "--metrics", "test_acc"]) == 0
+    note = length_note(read_table(f"{prefix}.csv"), "iteration")
+    assert note.startswith("Curves end at different points: FedAvg, FedProx at iteration 4; Upcycled-FL at "
+                           "iteration 8 (equal training rounds")
 
 
 def test_lambda_sweep_figure_files_and_data(runset, tmp_path):

@@ -1,6 +1,7 @@
 """The Snakemake workflow: lint, schema errors, the full grid's job count, a tiny end-to-end run, resume after SIGINT."""
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -179,11 +180,16 @@ def test_schema_rejects_a_misspelled_key_and_negative_mu(tmp_path):
     bad = wd / "config" / "config.yaml"
     bad.write_text(_with(base, "run_defaults:", "run_defualts:"))
     proc = snakemake(wd, "-n", check=False)
-    assert proc.returncode != 0 and "run_defualts" in proc.stdout + proc.stderr
+    text = proc.stdout + proc.stderr
+    # The key, what is allowed and the closest known key; not the schema (Snakemake's message ran 2,000 lines).
+    assert proc.returncode != 0 and "config: run_defualts: unknown key; allowed: " in text
+    assert "did you mean 'run_defaults'?" in text and len(text.splitlines()) < 20 and "$schema" not in text
     bad.write_text(_with(base, "mu: [0.1, 0.3, 0.5, 1]}", "mu: [-0.1, 0.3, 0.5, 1]}"))
     proc = snakemake(wd, "-n", check=False)
     text = proc.stdout + proc.stderr
-    assert proc.returncode != 0 and "'mu'" in text and "-0.1" in text
+    assert proc.returncode != 0 and len(text.splitlines()) < 20
+    assert re.search(r"config: experiments\.\w+\.groups\[\d+\]\.runs\[\d+\]\.mu\[0\]: value -0\.1 is not allowed; "
+                     r"allowed: numbers >= 0", text)
 
 
 def test_run_config_errors_name_the_experiment_and_key():
@@ -246,6 +252,21 @@ def tiny_workflow(tmp_path: Path, rounds: int) -> Path:
     return wd
 
 
+def embedded_files(report: str) -> dict[str, str]:
+    """The files a Snakemake report embeds (its ``results`` entries' base64 data URIs), by file name, as text."""
+    import base64
+    import json
+
+    found = re.search(r"var results = (\{.*?\});\n", report, re.S)
+    assert found, "report.html: no embedded results"
+    out = {}
+    for entry in json.loads(found.group(1)).values():
+        head, _, data = entry["data_uri"].partition(";base64,")
+        if head.startswith("data:text/"):
+            out[entry["filename"]] = base64.b64decode(data).decode("utf-8")
+    return out
+
+
 def test_tiny_preset_end_to_end_then_nothing_to_do(tmp_path):
     wd = tiny_workflow(tmp_path, rounds=3)
     snakemake(wd, "--cores", "2")
@@ -262,6 +283,19 @@ def test_tiny_preset_end_to_end_then_nothing_to_do(tmp_path):
     snakemake(wd, "--report", "results/report.html")
     report = (wd / "results" / "report.html").read_text(encoding="utf-8")
     assert "table1.csv" in report and "fig_tiny.png" not in report
+    # The tables and the claims page are inside the report as formatted HTML, each with its CSV beside it.
+    pages = embedded_files(report)
+    assert {"table1.html", "table1.csv", "claims.html", "claims.csv", "table2.html", "time.html"} <= set(pages)
+    table1, claims = pages["table1.html"], pages["claims.html"]
+    assert "<h1>Table 1: training (testing) accuracy" in table1 and "<table>" in table1 and "<th>" in table1
+    assert "<table>" in claims and "<th>Verdict</th>" in claims
+    assert re.search(r"<td><strong>(holds|does not hold|inconclusive|too few seeds \(\d+\)|not measured here)"
+                     r"</strong>", claims)
+    assert "Summary: " in claims and "preview, not the paper's data" in claims
+    # The front page carries the claims summary and the number of planned runs.
+    page = (wd / "results" / "tables" / "claims.md").read_text(encoding="utf-8")
+    summary = next(ln for ln in page.splitlines() if ln.startswith("Summary: "))[len("Summary: "):]
+    assert summary.split(" (of ")[0] in report
 
 
 @pytest.mark.parametrize("runs_per_job", [1, 4])

@@ -73,11 +73,11 @@ def test_paper_sets_fetched_checked_converted_and_tabled(tmp_path):
         assert fetched.read_bytes() == path.read_bytes(), name
     for name, setting in (("synthetic_iid", "synthetic_iid"), ("synthetic_1_1", "synthetic_1_1"),
                           ("paper_one_one", "synthetic_1_1")):
-        ds = load_leaf(wd / "resources" / "data" / name)
+        ds = load_leaf(wd / "resources" / "data" / "paper" / name)
         assert ds.meta["source"] == "paper" and ds.meta["setting"] == setting and ds.meta["name"] == name
         assert len(ds.users) == 4
-    a = load_leaf(wd / "resources" / "data" / "synthetic_1_1")
-    b = load_leaf(wd / "resources" / "data" / "paper_one_one")
+    a = load_leaf(wd / "resources" / "data" / "paper" / "synthetic_1_1")
+    b = load_leaf(wd / "resources" / "data" / "paper" / "paper_one_one")
     assert all(np.array_equal(a.train_x[u], b.train_x[u]) for u in a.users), "the data set's name does not matter"
     table1 = (wd / "results" / "tables" / "table1.md").read_text()
     assert "Synthetic(iid)" in table1 and "Synthetic(1,1)" in table1
@@ -86,11 +86,11 @@ def test_paper_sets_fetched_checked_converted_and_tabled(tmp_path):
     table2 = (wd / "results" / "tables" / "table2.csv").read_text()
     rows = [line for line in table2.splitlines() if not line.startswith("#")]
     for name in ("synthetic_iid", "synthetic_1_1"):
-        ds = load_leaf(wd / "resources" / "data" / name)
+        ds = load_leaf(wd / "resources" / "data" / "paper" / name)
         total = sum(len(ds.train_y[u]) + len(ds.test_y[u]) for u in ds.users)
         line = next(r for r in rows if r.startswith(name + ","))
         assert f",{total}," in line, (name, line)
-    meta = json.loads((wd / "resources" / "data" / "synthetic_iid" / "meta.json").read_text())
+    meta = json.loads((wd / "resources" / "data" / "paper" / "synthetic_iid" / "meta.json").read_text())
     assert all(f["url"].startswith(srv.base) for f in meta["files"].values())
     again = snakemake(wd, "--cores", "2", "-n", "--configfile", "config/config.yaml", "config/mirror.yaml")
     assert "Nothing to be done" in again.stdout + again.stderr

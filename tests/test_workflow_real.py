@@ -85,7 +85,7 @@ def test_archives_downloaded_from_the_mirrors_with_recorded_checksums(pipeline):
 def test_prepared_sets_have_the_leaf_layout_and_device_counts(pipeline):
     wd = pipeline[0]
     for name, devices in DEVICES.items():
-        folder = wd / "resources" / "fixtures" / "data" / name
+        folder = wd / "resources" / "fixtures" / "data" / "leaf" / name
         for split in ("train", "test"):
             files = list((folder / split).glob("*.json"))
             assert files, (name, split)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
+import os
 import pkgutil
 import sys
 
@@ -24,6 +26,43 @@ RUN_FLAGS = {
 }
 
 
+RUN_FLAG_HELP = {
+    "data": "data set folder (LEAF layout, e.g. resources/data/paper/synthetic_1_1)",
+    "algorithm": "algorithm (upcycled_<base> upcycles any base)",
+    "mu": "proximal coefficient μ (Eq. 3)", "lam": "Upcycled-FL's λ: the even step is μ/(μ+λ) (Eq. 5)",
+    "step": "even-iteration step, instead of μ/(μ+λ)", "schedule": "step schedule over the iterations",
+    "rounds": "iterations T, even (upcycling) ones included: FedProx 80 = Upcycled-FL 160",
+    "frac": "fraction of devices sampled per iteration (0..1]", "straggler": "fraction of sampled devices that straggle [0..1]",
+    "straggler_policy": "what a straggler does", "straggler_draw": "how stragglers are drawn",
+    "epochs": "local epochs per training iteration", "batch_size": "local mini-batch size in samples",
+    "lr": "local learning rate", "momentum": "local SGD momentum", "seed": "run seed (every random stream)",
+    "eval_every": "evaluate every N iterations", "device": "torch device", "model": "model name",
+    "threads": "torch CPU threads (0: torch's default)", "checkpoint_every": "checkpoint every N iterations (0: never)",
+    "checkpoint_dir": "checkpoint root folder (default: OUT/.checkpoints)",
+}
+"""What each ``upfl run`` flag sets, with its unit; the help adds the config key, default and choices."""
+
+
+def run_flag_help(flag: str, key: str) -> str:
+    """'<meaning> (<config key>; default <value>; one of a, b)' for ``upfl run --help``."""
+    from .algorithm_keys import ALGORITHM_KEYS
+
+    default = cfgmod.get_key(cfgmod.RunConfig(), key)
+    algorithms = (*ALGORITHM_KEYS, "upcycled", "upcycled_<base>")
+    choices = cfgmod.CHOICES.get(key) or (algorithms if key == "algorithm.name" else None)
+    parts = [key] + ([f"default {default}"] if default not in (None, "") else []) + \
+        ([f"one of {', '.join(choices)}"] if choices else [])
+    return f"{RUN_FLAG_HELP[flag]} ({'; '.join(parts)})".replace("%", "%%")
+
+
+def check_data_first(doc: dict) -> None:
+    """A missing data folder is the first thing to fix: report it before any algorithm key."""
+    path = (doc.get("data") or {}).get("path")
+    if path and not os.path.isdir(str(path)):
+        raise cfgmod.ConfigError(f"data.path: data set folder {path} not found (make it with 'upfl synth' or "
+                                 "'upfl data fetch')")
+
+
 def resolve_run_config(args: argparse.Namespace) -> cfgmod.RunConfig:
     doc = cfgmod.load_yaml(args.config) if args.config else {}
     for flag, (key, _) in RUN_FLAGS.items():
@@ -31,6 +70,7 @@ def resolve_run_config(args: argparse.Namespace) -> cfgmod.RunConfig:
         if value is not None:
             cfgmod.set_key(doc, key, value)
     cfgmod.apply_settings(doc, args.set)
+    check_data_first(doc)
     return cfgmod.from_dict(doc)
 
 
@@ -68,8 +108,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_synth(args: argparse.Namespace) -> int:
     from .data import generate_synthetic
+    from .data.sources import dataset_folder
 
-    path = generate_synthetic(args.name, args.out, data_seed=args.data_seed, num_devices=args.devices,
+    out = args.out or dataset_folder(args.resources, "synthetic", args.name)
+    path = generate_synthetic(args.name, out, data_seed=args.data_seed, num_devices=args.devices,
                               dim=args.dim, num_classes=args.classes, alpha=args.alpha, beta=args.beta,
                               setting=args.setting)
     print(f"wrote {path}")
@@ -86,7 +128,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="upfl", description="Upcycled-FL federated simulation",
                                 epilog="exit status of 'upfl run': 0 done, 2 bad input (config, flags, data, --out, "
-                                       "checkpoint), 3 diverged (summary.json written, see README), 4 another run "
+                                       "checkpoint), 3 diverged (summary.json written, see docs/faults.md), 4 another run "
                                        "holds this run's checkpoint")
     p.add_argument("--version", action="version", version=f"upfl {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
@@ -94,7 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--config", help="run config YAML (flags override it)")
     r.add_argument("--out", required=True, help="result folder (metrics.csv, summary.json)")
     for flag, (key, typ) in RUN_FLAGS.items():
-        r.add_argument("--" + flag.replace("_", "-"), dest=flag, type=typ, default=None, help=key)
+        r.add_argument("--" + flag.replace("_", "-"), dest=flag, type=typ, default=None,
+                       metavar=typ.__name__.upper(), help=run_flag_help(flag, key))
     r.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="any run-config key, dotted (privacy.sigma=0.8); the value is read as YAML; repeatable")
     r.add_argument("--force", action="store_true", help="overwrite an OUT that holds another config's results")
@@ -104,13 +147,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--setting", default=None,
                    help="generator setting (synthetic_iid, synthetic_0_0, synthetic_0.5_0.5, synthetic_1_1); "
                         "default: --name. The draw depends on the setting and --data-seed only")
-    s.add_argument("--out", required=True)
-    s.add_argument("--data-seed", type=int, default=0)
-    s.add_argument("--devices", type=int, default=30)
-    s.add_argument("--dim", type=int, default=20)
-    s.add_argument("--classes", type=int, default=2)
-    s.add_argument("--alpha", type=float)
-    s.add_argument("--beta", type=float)
+    s.add_argument("--out", default=None,
+                   help="output data set folder (default: RESOURCES/data/generated/NAME, apart from the paper's "
+                        "released draws under RESOURCES/data/paper/)")
+    s.add_argument("--resources", default="resources", help="resources folder for the default --out (default: %(default)s)")
+    s.add_argument("--data-seed", type=int, default=0, help="seed of the draw (default: %(default)s)")
+    s.add_argument("--devices", type=int, default=30, help="number of devices (default: %(default)s)")
+    s.add_argument("--dim", type=int, default=20, help="feature dimension (default: %(default)s)")
+    s.add_argument("--classes", type=int, default=2, help="number of classes (default: %(default)s)")
+    s.add_argument("--alpha", type=float, help="model heterogeneity α (default: the setting's)")
+    s.add_argument("--beta", type=float, help="data heterogeneity β (default: the setting's)")
     s.set_defaults(func=cmd_synth)
     st = sub.add_parser("stats", help="print the Table 2 row of a data set")
     st.add_argument("dir")
@@ -124,8 +170,32 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def suggestion(word: str, known: list[str]) -> str:
+    """'; did you mean X?' for the closest of ``known`` to a misspelt ``word`` ('' when none is close)."""
+    close = difflib.get_close_matches(word.split("=", 1)[0], known, n=1)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """Parse ``argv``; an unknown flag is reported by the sub-command it was given to, with the closest flag."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        sub = parser
+        for action in parser._subparsers._group_actions if parser._subparsers else []:
+            sub = action.choices.get(args.command, parser)
+            while hasattr(sub, "_subparsers") and sub._subparsers:
+                nested = sub._subparsers._group_actions[0]
+                name = next((v for v in vars(args).values() if isinstance(v, str) and v in nested.choices), None)
+                if name is None:
+                    break
+                sub = nested.choices[name]
+        flags = [o for a in sub._actions for o in a.option_strings]
+        sub.error(f"unrecognized arguments: {' '.join(extra)}{suggestion(extra[0], flags)}")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse(build_parser(), argv)
     from .data import DatasetError  # after parsing: --help and usage errors need no numpy
 
     try:

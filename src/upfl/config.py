@@ -12,6 +12,7 @@ it leaves out where results go (``output``) and how often progress is printed.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import json
 import math
@@ -235,8 +236,10 @@ def _from_dict(cls: type, doc: Any, prefix: str) -> Any:
     unknown = [k for k in doc if k not in names]
     if unknown:
         where = f"{prefix}." if prefix else ""
+        close = difflib.get_close_matches(str(unknown[0]), sorted(names), n=1)
+        hint = f"; did you mean '{where}{close[0]}'?" if close else ""
         raise ConfigError(f"unknown config key '{where}{unknown[0]}'; known keys{' of ' + prefix if prefix else ''}: "
-                          f"{', '.join(sorted(names))}")
+                          f"{', '.join(sorted(names))}{hint}")
     values = {}
     for name, value in doc.items():
         key = f"{prefix}.{name}" if prefix else name

@@ -1,11 +1,12 @@
 # Config handling, the run grid and input functions. The grid logic is upfl.experiments (tested with pytest).
+import base64
 import json
 import os
 import re
 import shlex
 import sys
 
-from upfl.data.sources import DATASET_SOURCES, PAPER_SET_SOURCES, SOURCES
+from upfl.data.sources import DATA_FOLDERS, DATASET_SOURCES, PAPER_SET_SOURCES, SOURCES, dataset_folder
 from upfl.bundles import bundle_priorities, bundle_spec, form_bundles, write_spec_if_changed
 from upfl.experiments import ExperimentError, build_plan, output_files, resolve_preset
 
@@ -114,7 +115,8 @@ def prepare_options(dataset):
 
 
 def dataset_dir(name):
-    return f"{RESOURCES}/data/{name}"
+    """`RESOURCES/data/<paper|generated|leaf>/<name>`: the authors' draws and ours never share a path."""
+    return dataset_folder(RESOURCES, CONFIG["datasets"][name]["source"], name)
 
 
 def run_dir(run):
@@ -168,9 +170,15 @@ MAKING_REPORT = any(a == "--report" or a.startswith("--report=") for a in sys.ar
 
 def all_outputs():
     files = [f for name in OUTPUTS for f in output_of(name)]
-    files += ["results/runs.csv", "results/tables/table2.csv", "results/tables/table2.md",
-              "results/tables/claims.csv", "results/tables/claims.md"]
+    files += ["results/runs.csv", "results/tables/table2.csv", "results/tables/table2.md", "results/tables/table2.html",
+              "results/tables/claims.csv", "results/tables/claims.md", "results/tables/claims.html"]
     return [f for f in files if os.path.exists(f)] if MAKING_REPORT else files
+
+
+def config_file_args():
+    """`--config-file F ...` (every config file of this invocation) and `--preset NAME` for the provenance line."""
+    files = " ".join(f"--config-file {shlex.quote(str(f))}" for f in workflow.configfiles)
+    return f"{files} --preset {shlex.quote(CONFIG.get('preset', 'full'))}"
 
 
 def claims_args():
@@ -215,3 +223,26 @@ def report_args(wildcards):
 
 def names_of(*kinds):
     return _alternation([n for n, o in OUTPUTS.items() if o["kind"] in kinds])
+
+
+def front_page():
+    """What the report's front page shows from the claims page when it exists: its summary line and the headline
+    figure (the first Table 1 convergence figure built), for `workflow/report/workflow.rst`."""
+    summary = ""
+    if os.path.exists("results/tables/claims.md"):
+        with open("results/tables/claims.md", encoding="utf-8") as f:
+            summary = next((line[len("Summary: "):].strip() for line in f if line.startswith("Summary: ")), "")
+    figures = [f for name, out in OUTPUTS.items() if out["kind"] == "convergence" for f in output_of(name)
+               if f.endswith(".png") and os.path.exists(f)]
+    image = ""
+    if figures:
+        with open(figures[0], "rb") as f:
+            # in lines of 76 characters: docutils refuses longer lines; it joins an image URI's lines
+            image = f"data:image/png;base64,\n{base64.encodebytes(f.read()).decode('ascii').rstrip()}"
+    return {"claims_summary": summary, "headline_figure": os.path.basename(figures[0]) if figures else "",
+            "headline_image": image, "runs": len(RUNS), "preset": CONFIG.get("preset", "full")}
+
+
+# The front page's template reads these as `snakemake.config["front_page"]` (set after the config was checked).
+if MAKING_REPORT:
+    config["front_page"] = front_page()

@@ -1,12 +1,13 @@
-# Data sets: the paper's synthetic sets are downloaded and converted; the FedProx generator's draws are
-# generated; LEAF sets are downloaded and preprocessed.
+# Data sets: the paper's synthetic sets are downloaded and converted (RESOURCES/data/paper/); the FedProx
+# generator's draws are generated (RESOURCES/data/generated/); LEAF sets are downloaded and preprocessed
+# (RESOURCES/data/leaf/).
 
 
 rule paper_dataset:
     input:
         paper_files,
     output:
-        directory(f"{RESOURCES}/data/{{dataset}}"),
+        directory(f"{RESOURCES}/data/{DATA_FOLDERS['paper']}/{{dataset}}"),
     params:
         setting=lambda wc: dataset_setting(wc.dataset),
         overrides=paper_overrides,
@@ -24,7 +25,7 @@ rule paper_dataset:
 
 rule synthetic_dataset:
     output:
-        directory(f"{RESOURCES}/data/{{dataset}}"),
+        directory(f"{RESOURCES}/data/{DATA_FOLDERS['synthetic']}/{{dataset}}"),
     params:
         setting=lambda wc: dataset_setting(wc.dataset),
         data_seed=lambda wc: CONFIG["datasets"][wc.dataset].get("data_seed", 0),
@@ -62,7 +63,7 @@ rule leaf_dataset:
     input:
         source_archives,
     output:
-        directory(f"{RESOURCES}/data/{{dataset}}"),
+        directory(f"{RESOURCES}/data/{DATA_FOLDERS['femnist']}/{{dataset}}"),
     params:
         resources=lambda wc, input: os.path.dirname(input[0]),
         source=lambda wc: CONFIG["datasets"][wc.dataset]["source"],

@@ -35,27 +35,31 @@ rule table2:
     input:
         [dataset_dir(d) for d in PLAN.datasets if CONFIG["datasets"][d].get("setting", d) == d],
     output:
-        csv=report("results/tables/table2.csv", category="Tables", caption="../report/table2.rst"),
+        html=report("results/tables/table2.html", category="Tables", subcategory="table2", caption="../report/table2.rst"),
+        csv=report("results/tables/table2.csv", category="Tables", subcategory="table2", caption="../report/table2.rst"),
         md="results/tables/table2.md",
     log:
         "results/logs/report/table2.log",
     localrule: True
+    params:
+        configs=config_file_args(),
     shell:
-        "upfl report table2 --out-prefix results/tables/table2 {input} > {log} 2>&1"
+        "upfl report table2 --out-prefix results/tables/table2 {params.configs} {input} > {log} 2>&1"
 
 
 rule accuracy_table:
     input:
         report_inputs,
     output:
-        csv=report("results/tables/{name}.csv", category="Tables", caption="../report/table1.rst"),
+        html=report("results/tables/{name}.html", category="Tables", subcategory="{name}", caption="../report/table1.rst"),
+        csv=report("results/tables/{name}.csv", category="Tables", subcategory="{name}", caption="../report/table1.rst"),
         md="results/tables/{name}.md",
         tex="results/tables/{name}.tex",
     wildcard_constraints:
         name=names_of("table1"),
     params:
         args=report_args,
-        configs=" ".join(f"--config-file {f}" for f in workflow.configfiles),
+        configs=config_file_args(),
     log:
         "results/logs/report/{name}.log",
     localrule: True
@@ -68,31 +72,34 @@ rule time_table:
     input:
         report_inputs,
     output:
-        csv=report("results/tables/{name}.csv", category="Tables", caption="../report/time.rst"),
+        html=report("results/tables/{name}.html", category="Tables", subcategory="{name}", caption="../report/time.rst"),
+        csv=report("results/tables/{name}.csv", category="Tables", subcategory="{name}", caption="../report/time.rst"),
         md="results/tables/{name}.md",
     wildcard_constraints:
         name=names_of("time"),
     params:
         args=report_args,
+        configs=config_file_args(),
     log:
         "results/logs/report/{name}.log",
     localrule: True
     shell:
-        "upfl report time --runs {input} {params.args} --out-prefix results/tables/{wildcards.name} > {log} 2>&1"
+        "upfl report time --runs {input} {params.args} {params.configs} --out-prefix results/tables/{wildcards.name} > {log} 2>&1"
 
 
 rule privacy_table:
     input:
         report_inputs,
     output:
-        csv=report("results/tables/{name}.csv", category="Tables", caption="../report/privacy.rst"),
+        html=report("results/tables/{name}.html", category="Tables", subcategory="{name}", caption="../report/privacy.rst"),
+        csv=report("results/tables/{name}.csv", category="Tables", subcategory="{name}", caption="../report/privacy.rst"),
         md="results/tables/{name}.md",
         tex="results/tables/{name}.tex",
     wildcard_constraints:
         name=names_of("privacy_table"),
     params:
         args=report_args,
-        configs=" ".join(f"--config-file {f}" for f in workflow.configfiles),
+        configs=config_file_args(),
     log:
         "results/logs/report/{name}.log",
     localrule: True
@@ -105,14 +112,15 @@ rule ablation_table:
     input:
         report_inputs,
     output:
-        csv=report("results/tables/{name}.csv", category="Tables", caption="../report/ablation.rst"),
+        html=report("results/tables/{name}.html", category="Tables", subcategory="{name}", caption="../report/ablation.rst"),
+        csv=report("results/tables/{name}.csv", category="Tables", subcategory="{name}", caption="../report/ablation.rst"),
         md="results/tables/{name}.md",
     wildcard_constraints:
         name=names_of("momentum_table", "bases_table"),
     params:
         kind=lambda wc: OUTPUTS[wc.name]["kind"],
         args=report_args,
-        configs=" ".join(f"--config-file {f}" for f in workflow.configfiles),
+        configs=config_file_args(),
     log:
         "results/logs/report/{name}.log",
     localrule: True
@@ -125,9 +133,10 @@ rule draws_report:
     input:
         unpack(reference_inputs),
     output:
-        csv=report("results/tables/{name}.csv", category="Claims", caption="../report/draws.rst"),
+        html=report("results/tables/{name}.html", category="Tables", subcategory="{name}", caption="../report/draws.rst"),
+        csv=report("results/tables/{name}.csv", category="Tables", subcategory="{name}", caption="../report/draws.rst"),
         md="results/tables/{name}.md",
-        png=report("results/figures/{name}.png", category="Claims", caption="../report/draws.rst"),
+        png=report("results/figures/{name}.png", category="Figures", caption="../report/draws.rst"),
         pdf="results/figures/{name}.pdf",
         fig_csv="results/figures/{name}.csv",
     wildcard_constraints:
@@ -135,7 +144,7 @@ rule draws_report:
     params:
         args=report_args,
         reference=reference_args,
-        configs=" ".join(f"--config-file {f}" for f in workflow.configfiles),
+        configs=config_file_args(),
     log:
         "results/logs/report/{name}.log",
     localrule: True
@@ -148,13 +157,14 @@ rule sensitivity_table:
     input:
         report_inputs,
     output:
-        csv=report("results/tables/{name}.csv", category="Claims", caption="../report/sensitivity.rst"),
+        html=report("results/tables/{name}.html", category="Tables", subcategory="{name}", caption="../report/sensitivity.rst"),
+        csv=report("results/tables/{name}.csv", category="Tables", subcategory="{name}", caption="../report/sensitivity.rst"),
         md="results/tables/{name}.md",
     wildcard_constraints:
         name=names_of("sensitivity"),
     params:
         args=report_args,
-        configs=" ".join(f"--config-file {f}" for f in workflow.configfiles),
+        configs=config_file_args(),
     log:
         "results/logs/report/{name}.log",
     localrule: True
@@ -186,11 +196,12 @@ rule claims:
     input:
         "results/runs.csv",
     output:
-        csv=report("results/tables/claims.csv", category="Claims", caption="../report/claims.rst"),
+        html=report("results/tables/claims.html", category="Claims", subcategory="claims", caption="../report/claims.rst"),
+        csv=report("results/tables/claims.csv", category="Claims", subcategory="claims", caption="../report/claims.rst"),
         md="results/tables/claims.md",
     params:
         args=claims_args(),
-        configs=" ".join(f"--config-file {f}" for f in workflow.configfiles),
+        configs=config_file_args(),
     log:
         "results/logs/report/claims.log",
     localrule: True
@@ -211,11 +222,12 @@ rule figure:
     params:
         kind=lambda wc: OUTPUTS[wc.name]["kind"],
         args=report_args,
+        configs=config_file_args(),
     log:
         "results/logs/report/{name}.log",
     localrule: True
     shell:
-        "upfl report figure {params.kind} --runs {input} {params.args} "
+        "upfl report figure {params.kind} --runs {input} {params.args} {params.configs} "
         "--out-prefix results/figures/{wildcards.name} > {log} 2>&1"
 
 

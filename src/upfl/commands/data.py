@@ -1,7 +1,7 @@
 """``upfl data``: fetch the real data sets' archives and the paper's released files; prepare data sets.
 
     upfl data fetch femnist sent140 [--resources DIR] [--from-archive [NAME=]PATH] [--url NAME=URL]
-    upfl data fetch paper_synthetic [--url paper=MIRROR] [--from-mirror DIR]   (also converts: DIR/data/<set>)
+    upfl data fetch paper_synthetic [--url paper=MIRROR] [--from-mirror DIR]   (also converts: DIR/data/paper/<set>)
     upfl data fetch --source by_class sent140 ...   (archive sources, not data sets)
     upfl data prepare femnist --out DIR [--resources DIR] [--seed N] [--set KEY=VALUE ...]
     upfl data prepare paper_synthetic_1_1 --out DIR [--resources DIR] [--sha256 NAME=HEX ...]
@@ -18,7 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..data.sources import DATASET_SOURCES, PAPER_SET_SOURCES, PAPER_SYNTHETIC_SETS, SOURCES, resolve_sources
+from ..data.sources import (DATASET_SOURCES, PAPER_SET_SOURCES, PAPER_SYNTHETIC_SETS, SOURCES, dataset_folder,
+                            resolve_sources)
 
 SPEC_DATASETS = ("femnist", "sent140")
 """Data sets ``upfl data prepare`` builds from archives (their specs: FemnistSpec, Sent140Spec). The builders
@@ -111,7 +112,7 @@ def cmd_fetch(args: argparse.Namespace) -> int:
         print(f"{src.name:9s} {path}")
     if not args.source:
         for setting in paper_sets_of(args.names):
-            out = build_paper_synthetic(setting, args.resources, Path(args.resources) / "data" / setting,
+            out = build_paper_synthetic(setting, args.resources, dataset_folder(args.resources, "paper", setting),
                                         sources=sources)
             print(f"{setting:9s} {out}")
     return 0

@@ -54,7 +54,7 @@ def _runs_table(args: argparse.Namespace, write, suffixes: str) -> tuple:
     from ..report.render import provenance_line
 
     runs = _runs(args)
-    result = write(runs, args.out_prefix, provenance_line(args.config_file, runs))
+    result = write(runs, args.out_prefix, provenance_line(args.config_file, runs, args.preset))
     print(f"wrote {args.out_prefix}{suffixes} ({len(runs)} runs)")
     return runs, result
 
@@ -70,7 +70,7 @@ def cmd_table2(args: argparse.Namespace) -> int:
     from ..report.render import provenance_line
     from ..report.tables import write_table2
 
-    write_table2(args.data_dirs, args.out_prefix, provenance_line(args.config_file))
+    write_table2(args.data_dirs, args.out_prefix, provenance_line(args.config_file, preset=args.preset))
     print(f"wrote {args.out_prefix}.csv, .md ({len(args.data_dirs)} data sets)")
     return 0
 
@@ -105,7 +105,7 @@ def cmd_claims(args: argparse.Namespace) -> int:
 
     runs = read_runs(args.runs)
     excluded = [d for item in args.excluded or [] for d in item.split(",") if d]
-    frame = write_claims(runs, args.out_prefix, provenance_line(args.config_file, runs),
+    frame = write_claims(runs, args.out_prefix, provenance_line(args.config_file, runs, args.preset),
                          parse_roles(args.experiment_for), excluded)
     print(f"wrote {args.out_prefix}.csv, .md ({len(frame)} claims: {summary_text(frame)})")
     return 0
@@ -120,7 +120,8 @@ def cmd_draws(args: argparse.Namespace) -> int:
     reference = None
     if args.reference_runs:
         reference = select_experiment(read_runs(args.reference_runs), args.reference_experiment)
-    frame = write_draws(runs, reference, args.out_prefix, args.figure_prefix, provenance_line(args.config_file, runs))
+    prov = provenance_line(args.config_file, runs, args.preset)
+    frame = write_draws(runs, reference, args.out_prefix, args.figure_prefix, prov)
     print(f"wrote {args.out_prefix}.csv, .md and {args.figure_prefix}.png, .pdf, .csv ({len(runs)} runs, "
           f"{len(frame)} rows)")
     return 0
@@ -144,8 +145,13 @@ def cmd_figure(args: argparse.Namespace) -> int:
     from ..report.figures import convergence_figure, lambda_sweep_figure, parse_metrics
     from ..report.render import provenance_line
 
+    from pathlib import Path
+
+    from ..report.figures import figure_title
+
     runs = _runs(args)
-    prov = provenance_line(args.config_file, runs)
+    prov = provenance_line(args.config_file, runs, args.preset)
+    args.title = args.title or figure_title(Path(args.out_prefix).name)
     if args.kind in ("momentum_curves", "schedule_figure"):
         from ..report.ablations import momentum_figure, schedule_figure
 
@@ -195,6 +201,9 @@ def _selection(q: argparse.ArgumentParser, experiment_required: bool = True) -> 
 def _config_file(q: argparse.ArgumentParser) -> None:
     q.add_argument("--config-file", action="append", default=None, metavar="FILE",
                    help="workflow config file, named with its sha256 in the provenance line; repeatable")
+    q.add_argument("--preset", default=None, metavar="NAME",
+                   help="the config preset the outputs were made with (default: the last config file's 'preset', "
+                        "else full)")
 
 
 def _table_parser(sub: argparse._SubParsersAction, name: str, help_text: str, writes: str, func,

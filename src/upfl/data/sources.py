@@ -23,6 +23,8 @@ files, so their pinned sha256 still apply.
 
 from __future__ import annotations
 
+import os
+
 from dataclasses import dataclass, replace
 
 
@@ -62,6 +64,17 @@ PAPER_COMMIT = "4dd74006fb42a6d39fb1a997943e63b3372383a6"
 PAPER_BASE_URL = "https://raw.githubusercontent.com/"
 PAPER_MIRROR = "paper"
 PAPER_SYNTHETIC_SETS = ("synthetic_iid", "synthetic_0_0", "synthetic_0.5_0.5", "synthetic_1_1")
+
+DATA_FOLDERS = {"paper": "paper", "synthetic": "generated", "femnist": "leaf", "sent140": "leaf", "leaf": "leaf"}
+"""The folder under ``<resources>/data/`` of each data source: the authors' released draws (``paper``), our
+generator's draws (``generated``) and LEAF's sets (``leaf``) never share a path."""
+
+
+def dataset_folder(resources: str | os.PathLike, source: str, name: str) -> str:
+    """``<resources>/data/<paper|generated|leaf>/<name>``: where the data set ``name`` of ``source`` lives."""
+    if source not in DATA_FOLDERS:
+        raise ValueError(f"unknown data source {source!r}; known: {', '.join(DATA_FOLDERS)}")
+    return f"{resources}/data/{DATA_FOLDERS[source]}/{name}"
 
 # sha256 of each released file (path in the repository -> digest), computed from the files at PAPER_COMMIT.
 PAPER_SHA256: dict[str, str] = {

@@ -1,7 +1,8 @@
 """The claims page: every quantitative claim of the paper, our figure beside it, and a verdict.
 
-One row per claim (``results/tables/claims.{csv,md}``): the paper's figure, ours on the paper's data with a
-95% t interval and the number of seed pairs, the spread across fresh data draws where the draws experiment
+One row per claim (``results/tables/claims.{csv,md,html}``): the paper's figure, ours with a 95% t interval and
+the number of seed pairs (a verdict needs :data:`MIN_PAIRS`), the data, seeds and runs it was computed on (rows on
+our generator's draws marked as a preview), the spread across fresh data draws where the draws experiment
 measured it, the privacy level the claim was measured at (marked when it gives no meaningful guarantee),
 and a verdict by the rule :data:`VERDICT_RULE`. Claims whose runs are not in the runs table are listed
 as 'not measured here' with the reason. Runs flagged ``diverged`` (in runs.csv or their summary.json) are
@@ -21,7 +22,7 @@ import pandas as pd
 
 from ..privacy.accounting import MEANINGFUL_EPSILON, NO_MEANINGFUL
 from .cells import paired
-from .collect import REPORTING_NOTE, ReportError
+from .collect import ORIGIN_COLUMNS, REPORTING_NOTE, ReportError, is_generated, origin_text
 from .paper import algorithm_label, dataset_label, paper_values
 from .protocol_gap import headline_section
 from .render import as_number, fmt, fmt_mu, markdown_table, write_csv, write_markdown
@@ -40,20 +41,32 @@ DEFAULT_ROLES = {"table1": "table1", "time": "table1", "lambda_sweep": "fig2_lam
 EQUIVALENCE_MARGIN = 0.10
 """'About the same' (a ratio of 1): holds when the 95% interval lies within 1 +- this margin."""
 
-VERDICTS = ("holds", "does not hold", "inconclusive", "not measured here")
+MIN_PAIRS = 5
+"""Fewest paired seeds a verdict is given on. The 95% t interval's half-width is t* s / sqrt(n): 8.98 s at 2
+pairs (t* = 12.71), 2.48 s at 3, 1.59 s at 4 and 1.24 s at 5 (t* = 2.78), and s itself, estimated from 2 to 4
+values, is too unsteady for the interval to be trusted; from 5 pairs on both settle."""
+
+TOO_FEW = "too few seeds"
+VERDICTS = ("holds", "does not hold", "inconclusive", TOO_FEW, "not measured here")
+PREVIEW = "preview, not the paper's data"
 
 VERDICT_RULE = (
     "Verdict rule. A claim 'Upcycled-FL is better by g' (the paper's figure g; ours as a per-seed paired "
     "difference, mean and 95% t interval [lo, hi]) **holds** when the interval lies on the paper's side of 0 and "
     "does not lie wholly short of g (lo > 0 and hi >= g, g taken to the half-unit of its last printed digit; "
     "mirrored for g < 0); it **does not hold** when the interval lies wholly short of g or on the other side of 0; "
-    "it is **inconclusive** when the interval contains both 0 and g (too few pairs or too much spread to tell). "
+    "it is **inconclusive** when the interval contains both 0 and g (too much spread to tell), or when it has zero "
+    "width (every pair gave the same difference, so the seeds say nothing of the spread). "
+    f"A verdict needs at least {MIN_PAIRS} paired seeds: the 95% t interval's half-width is 8.98 standard deviations "
+    "of the differences over √n at 2 pairs and 1.24 at 5, and a standard deviation from 2 to 4 values is itself "
+    f"too unsteady; below {MIN_PAIRS} the row shows '{TOO_FEW} (n)' and its mean, with no interval and no verdict. "
     "A figure without sampling noise (a privacy-loss reduction computed from the configuration) is judged by the "
     f"same rule with lo = hi = ours. 'About the same' (a ratio of 1) holds when the interval lies within "
     f"1 ± {EQUIVALENCE_MARGIN:g}, does not hold when it lies wholly outside, else inconclusive. A claim without a "
     "figure (a direction only) holds when the interval excludes 0 on the claimed side, does not hold when it "
-    "excludes 0 on the other side, else inconclusive. Fewer than 2 pairs: inconclusive. 'Not measured here': "
-    "the runs are not in the runs table (the reason is given).")
+    "excludes 0 on the other side, else inconclusive. 'Not measured here': "
+    "the runs are not in the runs table (the reason is given). Every row names the data its runs were trained on; "
+    f"a row on our generator's draws rather than the authors' released ones is marked '{PREVIEW}'.")
 
 MEANINGFUL_RULE = (f"Privacy level: ε̄ (mean over devices) and the worst device's ε; a value above "
                    f"{MEANINGFUL_EPSILON:g} is marked '{NO_MEANINGFUL}' (at ε = {MEANINGFUL_EPSILON:g} an adversary's "
@@ -61,7 +74,8 @@ MEANINGFUL_RULE = (f"Privacy level: ε̄ (mean over devices) and the worst devic
 
 COLUMNS = ["id", "section", "claim", "dataset", "paper", "unit", "ours", "ci_low", "ci_high", "n_pairs",
            "draws_n", "draws_min", "draws_max", "draws_above_zero", "draws_below_zero", "privacy_level",
-           "meaningful_guarantee", "verdict", "why", "experiment", "source"]
+           "meaningful_guarantee", "verdict", "why", "experiment", "source", "data_origin", "preview", "seeds",
+           "n_runs"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -77,14 +91,38 @@ def half_unit(paper_text: str | float) -> float:
     return 0.5 * 10.0 ** (-digits)
 
 
-def verdict_gain(paper: float, low: float, high: float, n: int, tolerance: float = 0.0) -> tuple[str, str]:
-    """The verdict on 'better by ``paper``' from our interval [low, high] over ``n`` pairs (see VERDICT_RULE)."""
+def pairs_text(n: int) -> str:
+    return f"{n} pair{'s' if n != 1 else ''}"
+
+
+def zero_width(low: float, high: float) -> bool:
+    """True for an interval of no width (every pair gave the same difference, up to rounding)."""
+    return high - low <= 1e-9 * max(1.0, abs(low), abs(high))
+
+
+def evidence_gate(low: float, high: float, n: int) -> tuple[str, str] | None:
+    """The verdict when the interval cannot carry one (fewer than MIN_PAIRS pairs, no interval, zero width)."""
+    if n < MIN_PAIRS:
+        return TOO_FEW, f"{pairs_text(n)}; a verdict needs at least {MIN_PAIRS}"
+    if math.isnan(low) or math.isnan(high):
+        return "inconclusive", f"{pairs_text(n)}: no interval"
+    if zero_width(low, high):
+        return "inconclusive", (f"all {n} pairs gave the same difference: a zero-width interval says nothing of "
+                                "the spread")
+    return None
+
+
+def verdict_gain(paper: float, low: float, high: float, n: int, tolerance: float = 0.0,
+                 exact: bool = False) -> tuple[str, str]:
+    """The verdict on 'better by ``paper``' from our interval [low, high] over ``n`` pairs (see VERDICT_RULE);
+    ``exact``: a figure without sampling noise, judged with low = high = ours."""
     if math.isnan(paper):
         return "inconclusive", "the paper gives no figure"
-    if n < 2 or math.isnan(low) or math.isnan(high):
-        return "inconclusive", f"{n} pair{'s' if n != 1 else ''}: no interval"
+    gate = None if exact else evidence_gate(low, high, n)
+    if gate:
+        return gate
     if paper < 0:
-        verdict, why = verdict_gain(-paper, -high, -low, n, tolerance)
+        verdict, why = verdict_gain(-paper, -high, -low, n, tolerance, exact=True)
         return verdict, why.replace("above 0", "below 0 (the paper's sign)")
     target = paper - tolerance
     if paper == 0:
@@ -104,8 +142,9 @@ def verdict_gain(paper: float, low: float, high: float, n: int, tolerance: float
 def verdict_equivalence(target: float, low: float, high: float, n: int,
                         margin: float = EQUIVALENCE_MARGIN) -> tuple[str, str]:
     """'About ``target``' (a ratio): the interval within target x (1 +- margin)."""
-    if n < 2 or math.isnan(low):
-        return "inconclusive", f"{n} pair{'s' if n != 1 else ''}: no interval"
+    gate = evidence_gate(low, high, n)
+    if gate:
+        return gate
     lo_ok, hi_ok = target * (1 - margin), target * (1 + margin)
     if lo_ok <= low and high <= hi_ok:
         return "holds", f"the interval lies within {fmt(lo_ok, 2)}..{fmt(hi_ok, 2)}"
@@ -116,8 +155,9 @@ def verdict_equivalence(target: float, low: float, high: float, n: int,
 
 def verdict_direction(sign: int, low: float, high: float, n: int) -> tuple[str, str]:
     """A direction without a figure: ``sign`` +1 (ours should be > 0) or -1 (< 0)."""
-    if n < 2 or math.isnan(low):
-        return "inconclusive", f"{n} pair{'s' if n != 1 else ''}: no interval"
+    gate = evidence_gate(low, high, n)
+    if gate:
+        return gate
     if (sign > 0 and low > 0) or (sign < 0 and high < 0):
         return "holds", "the interval excludes 0 on the claimed side"
     if (sign > 0 and high < 0) or (sign < 0 and low > 0):
@@ -195,7 +235,7 @@ class Context:
 def _row(**kw) -> dict[str, Any]:
     row = {c: kw.get(c, math.nan) for c in COLUMNS}
     for key in ("id", "section", "claim", "dataset", "unit", "privacy_level", "meaningful_guarantee", "verdict",
-                "why", "experiment", "source"):
+                "why", "experiment", "source", "data_origin", "seeds"):
         if isinstance(row[key], float) and math.isnan(row[key]):
             row[key] = ""
     return row
@@ -443,7 +483,7 @@ def privacy_claims(ctx: Context) -> list[dict[str, Any]]:
                 f" ({versus}; {where})"
             if claim == "privacy_loss":
                 ours = float(r["ours"])
-                verdict, why = verdict_gain(base["paper"], ours, ours, 2, half_unit(c["paper_value"]))
+                verdict, why = verdict_gain(base["paper"], ours, ours, 0, half_unit(c["paper_value"]), exact=True)
                 why += "; computed from the configuration (no sampling noise)"
                 rows.append(_row(**base, id=ident, claim=text, ours=ours, verdict=verdict, why=why,
                                  privacy_level=level, meaningful_guarantee=mark))
@@ -615,14 +655,38 @@ BUILDERS: tuple[Callable[[Context], list[dict[str, Any]]], ...] = (
     table1_claims, time_claims, lambda_claims, privacy_claims, real_claims, bases_claims)
 
 
+def row_runs(runs: pd.DataFrame, row: dict[str, Any]) -> pd.DataFrame:
+    """The runs a claim row was computed from: its experiment's, on its data set when it names one."""
+    if row["verdict"] == "not measured here" or not row["experiment"]:
+        return runs.iloc[0:0]
+    sub = select(runs, row["experiment"])
+    if row["dataset"] in set(sub["dataset"]):
+        sub = sub[sub["dataset"] == row["dataset"]]
+    return sub
+
+
+def provenance_columns(runs: pd.DataFrame) -> dict[str, Any]:
+    """``data_origin`` (each distinct data origin in words), ``preview`` (any run on our generator's draws),
+    ``seeds`` and ``n_runs`` of a claim's runs."""
+    if runs.empty:
+        return dict(data_origin="", preview=False, seeds="", n_runs=0)
+    origin = runs.reindex(columns=list(ORIGIN_COLUMNS))
+    texts = sorted({origin_text(*r) for r in origin.itertuples(index=False)})
+    seeds = sorted({int(float(v)) for v in runs["seed"] if not math.isnan(as_number(v))})
+    return dict(data_origin="; ".join(texts), preview=bool(origin["data_source"].map(is_generated).any()),
+                seeds=" ".join(str(v) for v in seeds), n_runs=len(runs))
+
+
 def claims_frame(runs: pd.DataFrame, roles: dict[str, str] | None = None,
                  excluded: Iterable[str] = ()) -> tuple[pd.DataFrame, str]:
-    """Every claim's row (see :data:`COLUMNS`) and the sentence on diverged runs."""
+    """Every claim's row (see :data:`COLUMNS`) with the data, seeds and runs it came from, and the sentence on
+    diverged runs."""
     kept, diverged = without_diverged(runs)
     ctx = Context(kept, roles or {}, excluded)
     rows = []
     for build in BUILDERS:
         rows += build(ctx)
+    rows = [{**row, **provenance_columns(row_runs(kept, row))} for row in rows]
     return pd.DataFrame(rows, columns=COLUMNS), diverged
 
 
@@ -641,8 +705,9 @@ def _ours_text(r: dict) -> str:
     if r["verdict"] == "not measured here":
         return "–"
     ours = _number(r["ours"], r["unit"])
-    if not math.isnan(as_number(r["ci_low"])):
-        ours += f" [{_number(r['ci_low'], r['unit'])}, {_number(r['ci_high'], r['unit'])}]"
+    low, high = _number(r["ci_low"], r["unit"]), _number(r["ci_high"], r["unit"])
+    if r["verdict"] != TOO_FEW and low and low != high:
+        ours += f" [{low}, {high}]"
     return ours
 
 
@@ -659,7 +724,20 @@ def _unit_text(unit: str) -> str:
 
 
 HEADER = ["Claim", "Data", "Paper", "Ours [95% CI]", "Pairs", "Across draws (mean gains; intervals)",
-          "Privacy level", "Verdict", "Why"]
+          "Privacy level", "Verdict", "Why", "Trained on (seeds; runs)"]
+
+
+def verdict_text(r: dict) -> str:
+    """The verdict cell: the verdict, 'too few seeds (n)', and the preview mark for generated data."""
+    text = f"{TOO_FEW} ({int(as_number(r['n_pairs']))})" if r["verdict"] == TOO_FEW else r["verdict"]
+    return f"**{text}**" + (f" — {PREVIEW}" if r["preview"] else "")
+
+
+def origin_cell(r: dict) -> str:
+    """What a claim row's runs were trained on, their seeds and how many runs."""
+    if not r["data_origin"]:
+        return ""
+    return f"{r['data_origin']} (seeds {r['seeds']}; {int(r['n_runs'])} runs)"
 
 
 def claims_rows(frame: pd.DataFrame) -> dict[str, list[list[str]]]:
@@ -674,13 +752,16 @@ def claims_rows(frame: pd.DataFrame) -> dict[str, list[list[str]]]:
             else (r["dataset"] or ""), paper, _ours_text(r),
             "" if math.isnan(as_number(r["n_pairs"])) or r["verdict"] == "not measured here"
             else str(int(r["n_pairs"])),
-            _draws_text(r), level, f"**{r['verdict']}**", r["why"]])
+            _draws_text(r), level, verdict_text(r), r["why"], origin_cell(r)])
     return out
 
 
 def summary_text(frame: pd.DataFrame) -> str:
+    """'2 holds, 0 does not hold, ... (of 40 claims; 12 on generated data, a preview).'"""
     counts = frame["verdict"].value_counts()
-    return ", ".join(f"{int(counts.get(v, 0))} {v}" for v in VERDICTS) + f" (of {len(frame)} claims)."
+    previews = int(frame["preview"].astype(bool).sum()) if "preview" in frame.columns else 0
+    tail = f"; {previews} on our generator's draws: {PREVIEW}" if previews else ""
+    return ", ".join(f"{int(counts.get(v, 0))} {v}" for v in VERDICTS) + f" (of {len(frame)} claims{tail})."
 
 
 def write_claims(runs: pd.DataFrame, out_prefix: str, provenance: str, roles: dict[str, str] | None = None,
@@ -689,7 +770,7 @@ def write_claims(runs: pd.DataFrame, out_prefix: str, provenance: str, roles: di
     frame, diverged = claims_frame(runs, roles, excluded)
     write_csv(f"{out_prefix}.csv", frame, provenance)
     sections = [
-        "Each quantitative claim of the paper, our figure on the paper's data beside it, and a verdict. Ours: "
+        "Each quantitative claim of the paper, our figure beside it (on the data each row names), and a verdict. Ours: "
         "Upcycled-FL minus FedProx per seed (same seed, same device draws), mean and 95% t interval; pp = "
         "percentage points. Across draws: the same difference on fresh draws of the synthetic generator "
         "(the draws experiment), each draw's paired mean, their range and how many draws' intervals lie above "

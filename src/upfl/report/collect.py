@@ -32,8 +32,8 @@ DIVERGED_COLUMNS = ("diverged", "diverged_iteration", "diverged_what")
 """``runs.csv`` columns of a diverged run (``summary.json``'s ``diverged``): flag, first bad iteration, what."""
 
 TEXT_COLUMNS = ("diverged_what", "experiments", "dataset", "algorithm", "base", "algorithm_options", "schedule",
-                "policy", "straggler_draw", "model", "mechanism", "run_dir", "data_path", "config_hash", "git_commit",
-                "upfl_version", "torch_version", "device")
+                "policy", "straggler_draw", "model", "mechanism", "run_dir", "data_path", "data_source", "data_setting",
+                "data_commit", "config_hash", "git_commit", "upfl_version", "torch_version", "device")
 """Columns of ``runs.csv`` read as text whatever they look like (a data set called ``2`` stays ``'2'``)."""
 
 RESULT_KEYS = ("iteration", "train_loss", "train_acc", "test_loss", "test_acc")
@@ -205,6 +205,7 @@ def run_row(run_dir: str, summary: dict[str, Any]) -> dict[str, Any]:
     for key in ("config_hash", "upfl_version", "git_commit", "torch_version", "device"):
         row[key] = summary.get(key)
     row["data_path"] = summary["config"].get("data", {}).get("path")
+    row.update(data_origin(row["data_path"]))
     row["run_dir"] = run_dir
     return row
 
@@ -224,6 +225,48 @@ def curve_columns(run_dir: str | os.PathLike) -> dict[str, float]:
         out[f"max_{key}"] = float(values.max()) if len(values) else np.nan
         out[f"last10_{key}"] = float(values.iloc[-LAST_ITERATIONS:].mean()) if len(values) else np.nan
     return out
+
+
+ORIGIN_COLUMNS = ("data_source", "data_setting", "data_seed", "data_commit")
+"""``runs.csv`` columns naming a run's data: its source (``paper``: the authors' released draw; ``synthetic``: our
+generator; ``femnist``, ``sent140``: LEAF), the generator setting, ``data_seed`` and the authors' commit."""
+
+
+def data_origin(data_path: str | None) -> dict[str, Any]:
+    """The :data:`ORIGIN_COLUMNS` of a data set folder, read from its ``meta.json`` (empty when it has none)."""
+    out: dict[str, Any] = {c: np.nan for c in ORIGIN_COLUMNS}
+    meta_path = Path(str(data_path or "")) / "meta.json"
+    if not data_path or not meta_path.is_file():
+        return out
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError:
+        return out
+    for column, key in zip(ORIGIN_COLUMNS, ("source", "setting", "data_seed", "commit")):
+        if meta.get(key) is not None:
+            out[column] = meta[key]
+    return out
+
+
+def origin_text(source: Any, setting: Any = None, data_seed: Any = None, commit: Any = None) -> str:
+    """What a figure was computed on, in words: the authors' released draw at its commit, or our generator's
+    setting and ``data_seed`` ('data of unknown origin' when the runs table does not say)."""
+    def given(v: Any) -> bool:
+        return v is not None and not (isinstance(v, float) and math.isnan(v)) and str(v) != ""
+
+    if not given(source):
+        return "data of unknown origin"
+    if source == "paper":
+        return "the authors' released draw" + (f" at commit {str(commit)[:7]}" if given(commit) else "")
+    if source == "synthetic":
+        seed = f", data_seed {int(float(data_seed))}" if given(data_seed) else ""
+        return f"our generator's draw ({setting}{seed})" if given(setting) else f"our generator's draw{seed}"
+    return f"LEAF {source}" + (f" (split seed {int(float(data_seed))})" if given(data_seed) else "")
+
+
+def is_generated(source: Any) -> bool:
+    """True for data drawn by our generator (a preview, not the paper's data)."""
+    return str(source) == "synthetic"
 
 
 def collect_runs(pairs: Iterable[tuple[str, str]]) -> pd.DataFrame:

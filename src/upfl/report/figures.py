@@ -184,20 +184,50 @@ def seaborn():
     return sns
 
 
-def palette_for(lines: Sequence[str]) -> dict[str, Any]:
-    """Fixed colours per algorithm (colour-blind palette); several Upcycled-FL variants get a sequential ramp."""
-    sns = seaborn()
-    cb = sns.color_palette("colorblind")
-    base = {"FedAvg": cb[0], "FedProx": cb[1], "Upcycled-FL": cb[2]}
-    variants = [ln for ln in lines if ln.startswith("Upcycled-FL (")]
-    ramp = sns.color_palette("rocket", n_colors=max(len(variants), 1) + 1)
-    pal = {ln: base.get(ln, cb[(i + 3) % len(cb)]) for i, ln in enumerate(lines)}
-    pal.update({ln: ramp[i] for i, ln in enumerate(variants)})
-    for name, colour in (("FedAvg", cb[0]), ("FedProx", cb[1])):
-        others = [ln for ln in lines if ln.startswith(f"{name} (")]
-        shades = sns.dark_palette(colour, n_colors=len(others) + 2, reverse=True)
-        pal.update({ln: shades[i] for i, ln in enumerate(others)})
+ALGORITHM_COLOURS = {
+    "FedAvg": "#0072B2", "FedProx": "#E69F00", "Upcycled-FL": "#009E73", "fedavgm": "#CC79A7",
+    "fednova": "#56B4E9", "scaffold": "#D55E00", "fedadam": "#8C564B", "fedyogi": "#7F7F7F",
+    "feddyn": "#BCBD22", "pfedme": "#17BECF",
+}
+"""The one colour of each algorithm in every figure (keyed by its legend label; Okabe-Ito colour-blind safe
+for the paper's three). Variants of one algorithm (λ values, privacy settings) get shades of its colour."""
+OTHER_COLOUR = "#444444"
+
+
+def csv_colour(colour: str) -> str:
+    """A hex colour as a figure's CSV records it, ``rgb(0,114,178)`` ('#' is the CSV's comment character, and a
+    bare hex such as ``009e73`` would read as a number)."""
+    value = colour.lstrip("#")
+    return "rgb({},{},{})".format(*(int(value[i:i + 2], 16) for i in (0, 2, 4)))
+
+
+def line_algorithm(line: str) -> str:
+    """The algorithm part of a legend entry (``Upcycled-FL (λ = 0.2)`` -> ``Upcycled-FL``)."""
+    return line.split(" (", 1)[0]
+
+
+def palette_for(lines: Sequence[str]) -> dict[str, str]:
+    """Each legend entry's colour (hex): its algorithm's from :data:`ALGORITHM_COLOURS`; several variants of one
+    algorithm in a figure get shades of that colour, darkest first."""
+    from matplotlib.colors import to_hex, to_rgb
+
+    pal: dict[str, str] = {}
+    for algorithm in dict.fromkeys(line_algorithm(ln) for ln in lines):
+        colour = ALGORITHM_COLOURS.get(algorithm, OTHER_COLOUR)
+        variants = [ln for ln in lines if line_algorithm(ln) == algorithm]
+        if len(variants) == 1:
+            pal[variants[0]] = colour
+            continue
+        rgb = to_rgb(colour)
+        for i, ln in enumerate(variants):
+            t = 0.55 * i / (len(variants) - 1)  # blend toward white: 0 (the colour itself) .. 0.55
+            pal[ln] = to_hex(tuple(c + (1 - c) * t for c in rgb))
     return pal
+
+
+def outside_legend(ax, fontsize: str = "small") -> None:
+    """The legend to the right of the axes, off the data."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, frameon=False, fontsize=fontsize)
 
 
 def draw_band(ax, d: pd.DataFrame, color, label: str | None = None, style: str = "-", marker: str | None = None) -> None:
@@ -282,12 +312,12 @@ def plot_convergence(data: pd.DataFrame, metrics: Sequence[str], x: str, title: 
             ax.set_xlabel(X_LABELS[x] if i == len(metrics) - 1 else "")
             if i == 0:
                 ax.set_title(facet_title(dataset, mu, lam))
-                ax.legend(frameon=True, fontsize="small")
+                outside_legend(ax)
     for r in range(n_rows):
         for c in range(n_cols):
             if (r, c) not in used:
                 axes[r][c].set_visible(False)
-    _finish(fig, title, note)
+    _finish(fig, title, "\n".join(part for part in (length_note(data, x), note) if part))
     return fig
 
 
@@ -302,10 +332,37 @@ def _same(a, b) -> bool:
     return (math.isnan(a) and math.isnan(b)) or a == b
 
 
+def length_note(data: pd.DataFrame, x: str) -> str:
+    """A caption line when the curves end at different x (Upcycled-FL's 2T iterations against FedProx's T):
+    'FedAvg, FedProx end at iteration 20, Upcycled-FL at 40 (equal training rounds; ...)'; '' when they agree."""
+    ends = data.groupby("line")["x"].max()
+    if ends.nunique() < 2:
+        return ""
+    groups: dict[float, list[str]] = {}
+    for line, end in ends.items():
+        groups.setdefault(float(end), []).append(line)
+    unit = {"iteration": "iteration", "round": "training round", "time": "second"}[x]
+    parts = [f"{', '.join(lines)} at {unit} {end:g}" for end, lines in sorted(groups.items())]
+    why = (" (equal training rounds: Upcycled-FL's even iterations train no device)" if x == "iteration"
+           and any(ln.startswith("Upcycled") for ln in ends.index) else "")
+    return "Curves end at different points: " + "; ".join(parts) + why + "."
+
+
+def figure_title(name: str) -> str:
+    """The paper's number for an output named ``fig<N>[_part]`` ('Figure 5', 'Figure 3 (output)'), else a name
+    that says the paper has no such figure."""
+    import re
+
+    match = re.fullmatch(r"fig(\d+)(?:_(\w+))?", name)
+    if match:
+        return f"Figure {match.group(1)}" + (f" ({match.group(2).replace('_', ' ')})" if match.group(2) else "")
+    return f"Not in the paper: {name.replace('_', ' ')}"
+
+
 def _finish(fig, title: str | None, note: str = "") -> None:
     if title:
         fig.suptitle(title)
-    fig.text(0.5, -0.01, f"{BAND_NOTE} {note}".strip(), ha="center", va="top", fontsize="small", wrap=True)
+    fig.text(0.5, -0.01, BAND_NOTE + (f"\n{note}" if note else ""), ha="center", va="top", fontsize="small")
     fig.tight_layout()
 
 
@@ -319,6 +376,7 @@ def convergence_figure(runs: pd.DataFrame, out_prefix: str, metrics: Sequence[st
     fig = plot_convergence(data, metrics, x, title, private_runs_note(runs, metrics))
     save_figure(fig, out_prefix)
     data.insert(0, "panel", "curve")
+    data["colour"] = data["line"].map(palette_for(_line_order(data))).map(csv_colour)
     write_csv(f"{out_prefix}.csv", data, provenance)
     return data
 
@@ -363,7 +421,7 @@ def plot_lambda_sweep(curves: pd.DataFrame, finals: pd.DataFrame, refs: pd.DataF
     sns = seaborn()
     facets = facet_list(pd.concat([finals, curves]) if not curves.empty else finals)
     fig, axes = _grid(len(metrics), len(facets) * len(panels))
-    ref_color = "0.25"
+    ref_color = ALGORITHM_COLOURS["FedProx"]
     for j, (dataset, mu) in enumerate(facets):
         sel = lambda d: d[(d["dataset"] == dataset) & d["mu"].map(lambda m: _same(m, mu))] if not d.empty else d  # noqa: E731
         fc, ff, fr = sel(curves), sel(finals), sel(refs)
@@ -393,7 +451,7 @@ def _sweep_curves(ax, d: pd.DataFrame, sweep: list[str], ramp: dict, ref_color, 
     if not ref.empty:
         draw_band(ax, ref, ref_color, label="FedProx" if legend else None, style="--")
     if legend:
-        ax.legend(frameon=True, fontsize="x-small")
+        outside_legend(ax, "x-small")
 
 
 def _sweep_final(ax, d: pd.DataFrame, ref: pd.DataFrame, ref_color, legend: bool) -> None:
@@ -404,7 +462,7 @@ def _sweep_final(ax, d: pd.DataFrame, ref: pd.DataFrame, ref_color, legend: bool
         ax.axhline(r["mean"], color=ref_color, linestyle="--", label="FedProx" if legend else None)
         ax.axhspan(r["min"], r["max"], color=ref_color, alpha=BAND_ALPHA / 2, linewidth=0)
     if legend:
-        ax.legend(frameon=True, fontsize="small")
+        outside_legend(ax)
 
 
 def lambda_sweep_figure(runs: pd.DataFrame, out_prefix: str, metrics: Sequence[str], x: str = "step",

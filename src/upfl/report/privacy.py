@@ -535,14 +535,12 @@ def _columns(data: pd.DataFrame) -> list[tuple[str, str]]:
 
 def plot_tradeoff(data: pd.DataFrame, metrics: Sequence[str], title: str | None):
     """Rows: metrics; columns: mechanism x data set; per algorithm a line through its noise levels."""
-    from .figures import _grid, seaborn
-
-    sns = seaborn()
+    from .figures import ALGORITHM_COLOURS, OTHER_COLOUR, _grid
 
     cols = _columns(data)
     fig, axes = _grid(len(metrics), len(cols))
-    cb = sns.color_palette("colorblind")
-    colours = {"fedavg": cb[0], "fedprox": cb[1], "upcycled": cb[2]}
+    cb = [OTHER_COLOUR] * 5
+    colours = {a: ALGORITHM_COLOURS[algorithm_label(a)] for a in ("fedavg", "fedprox", "upcycled")}
     for j, (mech, dataset) in enumerate(cols):
         for i, metric in enumerate(metrics):
             ax = axes[i][j]
@@ -604,11 +602,12 @@ def log_axis(ax) -> None:
 def privacy_tradeoff_figure(runs: pd.DataFrame, out_prefix: str, metrics: Sequence[str] = FIGURE_METRICS,
                             title: str | None = None, provenance: str | None = None) -> pd.DataFrame:
     """Final accuracy against epsilon-bar (log x) for every algorithm and noise level; PNG, PDF and CSV."""
-    from .figures import save_figure
+    from .figures import ALGORITHM_COLOURS, OTHER_COLOUR, csv_colour, save_figure
 
     data = tradeoff_data(require_converged(runs, "privacy_tradeoff"), metrics)
     fig = plot_tradeoff(data, metrics, title)
     save_figure(fig, out_prefix)
+    data["colour"] = [csv_colour(ALGORITHM_COLOURS.get(algorithm_label(a), OTHER_COLOUR)) for a in data["algorithm"]]
     write_csv(f"{out_prefix}.csv", data, provenance)
     return data
 

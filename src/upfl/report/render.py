@@ -32,19 +32,49 @@ def report_date() -> str:
     return when.strftime("%Y-%m-%d %H:%M UTC")
 
 
-def provenance_line(config_files: str | Sequence[str] | None = None, runs: pd.DataFrame | None = None) -> str:
-    """``upfl <version>; git <commit>; config <file> (sha256 ...); <date>`` plus the runs' own commits."""
+def config_preset(config_files: Sequence[str]) -> str:
+    """The ``preset`` the workflow config files select (the last file that sets one wins; ``full`` when none)."""
+    import yaml
+
+    preset = "full"
+    for config_file in config_files:
+        try:
+            doc = yaml.safe_load(Path(config_file).read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError):
+            continue
+        if isinstance(doc, dict) and doc.get("preset"):
+            preset = str(doc["preset"])
+    return preset
+
+
+def runs_provenance(runs: pd.DataFrame) -> str:
+    """'data: <origins>; seeds 0 1; 350 runs made at git <commits>': what the runs were trained on."""
+    from .collect import ORIGIN_COLUMNS, origin_text
+
+    origins = sorted({origin_text(*r) for r in runs.reindex(columns=list(ORIGIN_COLUMNS)).itertuples(index=False)}) \
+        if len(runs) else []
+    seeds = sorted({int(as_number(v)) for v in runs.get("seed", []) if not math.isnan(as_number(v))})
+    commits = sorted({str(c) for c in runs["git_commit"].dropna()}) if "git_commit" in runs.columns else []
+    return (f"data: {', '.join(origins) or 'none'}; seeds {' '.join(map(str, seeds)) or 'none'}; "
+            f"{len(runs)} runs made at git {', '.join(commits) or 'unknown'}")
+
+
+def provenance_line(config_files: str | Sequence[str] | None = None, runs: pd.DataFrame | None = None,
+                    preset: str | None = None) -> str:
+    """``upfl <version>; git <commit>; config <file> (sha256 ...); preset <name>; data: ...; seeds ...; <n> runs
+    made at git ...; <date>``: the code, configuration, data, seeds and runs behind an output."""
     if isinstance(config_files, str):
         config_files = [config_files]
     parts = [f"upfl {__version__}", f"git {git_commit() or 'unknown'}"]
     for config_file in config_files or []:
         digest = sha256_file(config_file)[:12] if Path(config_file).is_file() else "file not found"
         parts.append(f"config {config_file} (sha256 {digest})")
-    if not config_files:
+    if config_files or preset:
+        parts.append(f"preset {preset or config_preset(config_files or [])}")
+    else:
         parts.append("config none given")
-    if runs is not None and "git_commit" in runs.columns:
-        commits = sorted({str(c) for c in runs["git_commit"].dropna()})
-        parts.append(f"{len(runs)} runs made at git {', '.join(commits) or 'unknown'}")
+    if runs is not None:
+        parts.append(runs_provenance(runs))
     parts.append(report_date())
     return "; ".join(parts)
 
@@ -114,6 +144,67 @@ def write_csv(path: str | os.PathLike, df: pd.DataFrame, provenance: str | None 
 
 
 def write_markdown(path: str | os.PathLike, title: str, sections: Sequence[str], provenance: str) -> None:
-    """A Markdown file: a title, the sections (tables and notes), and the provenance line last."""
+    """A Markdown file: a title, the sections (tables and notes), and the provenance line last; the same page as
+    formatted HTML beside it (``.html``, the reading copy the Snakemake report shows)."""
     text = f"# {title}\n\n" + "\n".join(s.rstrip("\n") + "\n" for s in sections) + f"\nProvenance: {provenance}\n"
     write_text(path, text)
+    write_text(Path(path).with_suffix(".html"), markdown_html(text, title))
+
+
+HTML_STYLE = (
+    "body{font-family:system-ui,sans-serif;margin:1.5em;max-width:100%;color:#222}"
+    "table{border-collapse:collapse;margin:0.8em 0;font-size:0.9em}"
+    "th,td{border:1px solid #bbb;padding:0.25em 0.5em;vertical-align:top;text-align:left}"
+    "th{background:#eee}tr:nth-child(even) td{background:#fafafa}"
+    "p.provenance{color:#666;font-size:0.8em}")
+
+
+def _inline_html(text: str) -> str:
+    """Escape ``text`` and render the Markdown the report writes inline: ``**bold**`` and ```code```."""
+    import html
+    import re
+
+    out = html.escape(text.replace("\\|", "|"), quote=False)
+    out = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", out)
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
+
+
+def _table_cells(line: str) -> list[str]:
+    """The cells of a Markdown table line (pipes escaped as ``\\|`` stay in their cell)."""
+    import re
+
+    return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+
+
+def markdown_html(text: str, title: str) -> str:
+    """A standalone HTML page of the Markdown the report writes (headings, tables, paragraphs)."""
+    import html
+
+    body: list[str] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("|"):
+            block = []
+            while i < len(lines) and lines[i].startswith("|"):
+                block.append(_table_cells(lines[i]))
+                i += 1
+            head = "".join(f"<th>{_inline_html(c)}</th>" for c in block[0])
+            rows = "".join("<tr>" + "".join(f"<td>{_inline_html(c)}</td>" for c in r) + "</tr>" for r in block[2:])
+            body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
+            continue
+        if line.startswith("#"):
+            level = min(len(line) - len(line.lstrip("#")), 6)
+            body.append(f"<h{level}>{_inline_html(line.lstrip('#').strip())}</h{level}>")
+        elif line.strip():
+            para = [line]
+            while i + 1 < len(lines) and lines[i + 1].strip() and not lines[i + 1].startswith(("|", "#")):
+                i += 1
+                para.append(lines[i])
+            joined = " ".join(p.strip() for p in para)
+            cls = ' class="provenance"' if joined.startswith("Provenance:") else ""
+            body.append(f"<p{cls}>{_inline_html(joined)}</p>")
+        i += 1
+    return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
+            f"<style>{HTML_STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")

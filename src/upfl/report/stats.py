@@ -1,7 +1,7 @@
 """Small statistics for the report: Student t quantiles and paired confidence intervals.
 
-The t distribution's CDF for integer degrees of freedom has a closed form (Abramowitz and Stegun
-26.7.3-4); the quantile is found by bisection on it, so the package needs no scipy.
+The t quantile is scipy's (``scipy.special.stdtrit``, the inverse of Student's t CDF), imported when an interval
+is computed so that commands without one start without scipy.
 """
 
 from __future__ import annotations
@@ -13,46 +13,15 @@ from typing import Sequence
 import numpy as np
 
 
-def t_central_probability(t: float, df: int) -> float:
-    """P(|T| <= t) for Student's t with integer ``df`` >= 1 degrees of freedom (A&S 26.7.3-4)."""
-    if df < 1 or int(df) != df:
-        raise ValueError(f"degrees of freedom must be a positive integer, got {df!r}")
-    df = int(df)
-    t = abs(float(t))
-    theta = math.atan(t / math.sqrt(df))
-    s, c2 = math.sin(theta), math.cos(theta) ** 2
-    if df % 2 == 0:
-        term, total = 1.0, 1.0
-        for j in range(1, df // 2):
-            term *= (2 * j - 1) / (2 * j) * c2
-            total += term
-        return s * total
-    if df == 1:
-        return 2.0 * theta / math.pi
-    term = math.cos(theta)
-    total = term
-    for j in range(1, (df - 1) // 2):
-        term *= (2 * j) / (2 * j + 1) * c2
-        total += term
-    return 2.0 / math.pi * (theta + s * total)
-
-
 def t_quantile(level: float, df: int) -> float:
     """The two-sided critical value t* with P(|T| <= t*) = ``level`` (t_{(1+level)/2, df})."""
     if not 0 < level < 1:
         raise ValueError(f"confidence level must be in (0, 1), got {level!r}")
-    lo, hi = 0.0, 1.0
-    while t_central_probability(hi, df) < level:
-        lo, hi = hi, hi * 2.0
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if mid in (lo, hi):
-            break
-        if t_central_probability(mid, df) < level:
-            lo = mid
-        else:
-            hi = mid
-    return 0.5 * (lo + hi)
+    if df < 1:
+        raise ValueError(f"degrees of freedom must be >= 1, got {df!r}")
+    from scipy.special import stdtrit
+
+    return float(stdtrit(df, (1 + level) / 2))
 
 
 @dataclass(frozen=True)
