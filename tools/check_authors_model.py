@@ -27,6 +27,7 @@ from pathlib import Path
 
 from upfl import config as cfgmod
 from upfl.data.mirror import serve_folder
+from upfl.data.sources import dataset_folder
 from upfl.report.paper import paper_values
 from upfl.report.stats import mean_interval
 from upfl.simulation import run
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"check_authors_model: {' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}",
                   file=sys.stderr)
             return 1
-        data = str(Path(tmp) / "data" / "synthetic_1_1")
+        data = dataset_folder(tmp, "paper", "synthetic_1_1")
         prox = final_train(data, "fedprox", 80, Path(tmp) / "runs")
         up = final_train(data, "upcycled", 160, Path(tmp) / "runs")
     ci = mean_interval([u - p for u, p in zip(up, prox)], 0.95)

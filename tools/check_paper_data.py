@@ -29,7 +29,7 @@ from upfl.data.femnist import FemnistSpec, device_sizes
 from upfl.data.leaf import load_leaf
 from upfl.data.mirror import serve_folder
 from upfl.data.paper import femnist_device_counts
-from upfl.data.sources import PAPER_SYNTHETIC_SETS
+from upfl.data.sources import PAPER_SYNTHETIC_SETS, dataset_folder
 from upfl.data.stats import dataset_stats
 from upfl.report.paper import paper_values
 
@@ -44,7 +44,7 @@ def table2_rows(resources: Path) -> list[tuple[str, dict, dict]]:
     pv = paper_values("table2").set_index("dataset")
     rows = []
     for setting in PAPER_SYNTHETIC_SETS:
-        st = dataset_stats(load_leaf(resources / "data" / setting))
+        st = dataset_stats(load_leaf(dataset_folder(resources, "paper", setting)))
         ours = {"samples": st["samples_total"], "test": st["samples_test"], "devices": st["devices"],
                 "mean": half_up(st["per_device_total_mean"]), "std": half_up(st["per_device_total_std"])}
         paper = {k: int(pv.loc[setting, k]) for k in ours}
