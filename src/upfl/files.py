@@ -83,6 +83,11 @@ def write_text(path: str | os.PathLike, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
+def write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+
+
 def write_json(path: str | os.PathLike, obj: Any) -> None:
     """Write ``obj`` as strict JSON: NaN and infinities become ``null`` (never a bare ``NaN``)."""
     write_text(path, json.dumps(json_safe(obj), indent=2, sort_keys=False, allow_nan=False) + "\n")

@@ -3,7 +3,8 @@
 
 rule experiment_runs:
     input:
-        experiment_summaries,
+        summaries=experiment_summaries,
+        absent=lambda wc: ABSENT_STAMPS[wc.experiment],
     output:
         "results/experiments/{experiment}/runs.csv",
     params:
@@ -13,12 +14,13 @@ rule experiment_runs:
     localrule: True
     priority: RUNS_TABLE_PRIORITY
     shell:
-        "upfl report runs --out {output} {params.pairs} > {log} 2>&1"
+        "upfl report runs --out {output:q} {params.pairs} > {log:q} 2>&1"
 
 
 rule all_runs:
     input:
-        [f"results/runs/{r}/summary.json" for r in RUNS],
+        summaries=[f"results/runs/{r}/summary.json" for r in RUNS],
+        absent=list(ABSENT_STAMPS.values()),
     output:
         "results/runs.csv",
     params:
@@ -28,7 +30,7 @@ rule all_runs:
     localrule: True
     priority: RUNS_TABLE_PRIORITY
     shell:
-        "upfl report runs --out {output} {params.pairs} > {log} 2>&1"
+        "upfl report runs --out {output:q} {params.pairs} > {log:q} 2>&1"
 
 
 rule table2:
@@ -41,7 +43,7 @@ rule table2:
         "results/logs/report/table2.log",
     localrule: True
     shell:
-        "upfl report table2 --out-prefix results/tables/table2 {input} > {log} 2>&1"
+        "upfl report table2 --out-prefix results/tables/table2 {input:q} > {log:q} 2>&1"
 
 
 rule accuracy_table:
@@ -55,13 +57,13 @@ rule accuracy_table:
         name=names_of("table1"),
     params:
         args=report_args,
-        configs=" ".join(f"--config-file {f}" for f in workflow.configfiles),
+        configs=config_file_args(),
     log:
         "results/logs/report/{name}.log",
     localrule: True
     shell:
-        "upfl report table1 --runs {input} {params.args} {params.configs} "
-        "--out-prefix results/tables/{wildcards.name} > {log} 2>&1"
+        "upfl report table1 --runs {input:q} {params.args} {params.configs} "
+        "--out-prefix results/tables/{wildcards.name:q} > {log:q} 2>&1"
 
 
 rule time_table:
@@ -78,7 +80,7 @@ rule time_table:
         "results/logs/report/{name}.log",
     localrule: True
     shell:
-        "upfl report time --runs {input} {params.args} --out-prefix results/tables/{wildcards.name} > {log} 2>&1"
+        "upfl report time --runs {input:q} {params.args} --out-prefix results/tables/{wildcards.name:q} > {log:q} 2>&1"
 
 
 rule privacy_table:
@@ -92,13 +94,13 @@ rule privacy_table:
         name=names_of("privacy_table"),
     params:
         args=report_args,
-        configs=" ".join(f"--config-file {f}" for f in workflow.configfiles),
+        configs=config_file_args(),
     log:
         "results/logs/report/{name}.log",
     localrule: True
     shell:
-        "upfl report privacy-table --runs {input} {params.args} {params.configs} "
-        "--out-prefix results/tables/{wildcards.name} > {log} 2>&1"
+        "upfl report privacy-table --runs {input:q} {params.args} {params.configs} "
+        "--out-prefix results/tables/{wildcards.name:q} > {log:q} 2>&1"
 
 
 rule ablation_table:
@@ -112,13 +114,13 @@ rule ablation_table:
     params:
         kind=lambda wc: OUTPUTS[wc.name]["kind"],
         args=report_args,
-        configs=" ".join(f"--config-file {f}" for f in workflow.configfiles),
+        configs=config_file_args(),
     log:
         "results/logs/report/{name}.log",
     localrule: True
     shell:
-        "upfl report ablation-table {params.kind} --runs {input} {params.args} {params.configs} "
-        "--out-prefix results/tables/{wildcards.name} > {log} 2>&1"
+        "upfl report ablation-table {params.kind:q} --runs {input:q} {params.args} {params.configs} "
+        "--out-prefix results/tables/{wildcards.name:q} > {log:q} 2>&1"
 
 
 rule draws_report:
@@ -135,13 +137,13 @@ rule draws_report:
     params:
         args=report_args,
         reference=reference_args,
-        configs=" ".join(f"--config-file {f}" for f in workflow.configfiles),
+        configs=config_file_args(),
     log:
         "results/logs/report/{name}.log",
     localrule: True
     shell:
-        "upfl report draws --runs {input.runs} {params.args} {params.reference} {params.configs} "
-        "--out-prefix results/tables/{wildcards.name} --figure-prefix results/figures/{wildcards.name} > {log} 2>&1"
+        "upfl report draws --runs {input.runs:q} {params.args} {params.reference} {params.configs} "
+        "--out-prefix results/tables/{wildcards.name:q} --figure-prefix results/figures/{wildcards.name:q} > {log:q} 2>&1"
 
 
 rule sensitivity_table:
@@ -154,13 +156,13 @@ rule sensitivity_table:
         name=names_of("sensitivity"),
     params:
         args=report_args,
-        configs=" ".join(f"--config-file {f}" for f in workflow.configfiles),
+        configs=config_file_args(),
     log:
         "results/logs/report/{name}.log",
     localrule: True
     shell:
-        "upfl report sensitivity --runs {input} {params.args} {params.configs} "
-        "--out-prefix results/tables/{wildcards.name} > {log} 2>&1"
+        "upfl report sensitivity --runs {input:q} {params.args} {params.configs} "
+        "--out-prefix results/tables/{wildcards.name:q} > {log:q} 2>&1"
 
 
 rule claims:
@@ -171,13 +173,13 @@ rule claims:
         md="results/tables/claims.md",
     params:
         args=claims_args(),
-        configs=" ".join(f"--config-file {f}" for f in workflow.configfiles),
+        configs=config_file_args(),
     log:
         "results/logs/report/claims.log",
     localrule: True
     shell:
-        "upfl report claims --runs {input} {params.args} {params.configs} "
-        "--out-prefix results/tables/claims > {log} 2>&1"
+        "upfl report claims --runs {input:q} {params.args} {params.configs} "
+        "--out-prefix results/tables/claims > {log:q} 2>&1"
 
 
 rule figure:
@@ -196,8 +198,8 @@ rule figure:
         "results/logs/report/{name}.log",
     localrule: True
     shell:
-        "upfl report figure {params.kind} --runs {input} {params.args} "
-        "--out-prefix results/figures/{wildcards.name} > {log} 2>&1"
+        "upfl report figure {params.kind:q} --runs {input:q} {params.args} "
+        "--out-prefix results/figures/{wildcards.name:q} > {log:q} 2>&1"
 
 
 for _target, _names in PLAN.targets.items():
