@@ -89,10 +89,14 @@ def source_archives(wildcards):
     return [f"{RESOURCES}/{SOURCES[name].filename}" for name in dataset_sources(wildcards.dataset)]
 
 
+def sha256_flag(name, digest):
+    return f"--sha256 {shlex.quote(f'{name}={digest}')}"
+
+
 def index_checksums(wildcards):
     """`--sha256 NAME=HEX` for the FEMNIST index files whose checksum `sources` overrides."""
     spec = CONFIG.get("sources", {})
-    return " ".join("--sha256 " + shlex.quote(f"{n}={spec[n]['sha256']}") for n in dataset_sources(wildcards.dataset)
+    return " ".join(sha256_flag(n, spec[n]["sha256"]) for n in dataset_sources(wildcards.dataset)
                     if SOURCES[n].mirror and "sha256" in spec.get(n, {}))
 
 
@@ -104,7 +108,7 @@ def source_overrides(name):
     mirror = SOURCES[name].mirror
     base = CONFIG.get("sources", {}).get(mirror, {}).get("url") if mirror else None
     flags += [f"--url {shlex.quote(f'{mirror}={base}')}"] if base and not url else []
-    flags += ["--sha256 " + shlex.quote(f"{name}={spec['sha256']}")] if "sha256" in spec else []
+    flags += [sha256_flag(name, spec["sha256"])] if "sha256" in spec else []
     return " ".join(flags)
 
 
