@@ -83,3 +83,76 @@ def test_shell_commands_quote_what_they_interpolate():
             for placeholder in re.findall(r"\{([^{}]+)\}", field):
                 assert placeholder.endswith(":q") or placeholder in prebuilt or not re.match(
                     r"(input|output|params|wildcards|log)\b", placeholder), f"{smk.name}: {{{placeholder}}}"
+
+
+def leaf_folder(root: Path, x, y, meta=None, raw: bytes | None = None) -> Path:
+    """A one-user LEAF folder: train/data.json from ``x``, ``y`` (or ``raw`` bytes), test a copy of it."""
+    import json
+
+    for split in ("train", "test"):
+        (root / split).mkdir(parents=True, exist_ok=True)
+        doc = {"users": ["u0"], "num_samples": [len(y)], "user_data": {"u0": {"x": x, "y": y}}}
+        (root / split / "data.json").write_bytes(raw if raw is not None and split == "train"
+                                                 else json.dumps(doc).encode())
+    if meta is not None:
+        (root / "meta.json").write_text(json.dumps(meta))
+    return root
+
+
+GOOD_X = [[0.5, 1.0], [1.5, -2.0], [0.0, 3.0]]
+
+
+@pytest.mark.parametrize("case,expected", [
+    ("float32_overflow", r"train/data.json: user 'u0': x row 1 holds 1e\+39, beyond float32"),
+    ("zero_features", r"train/data.json: user 'u0': x rows have shape \(0,\): no features"),
+    ("label_1e9", r"train/data.json: user 'u0': label 2 is 1e\+09, outside 0..99999"),
+    ("label_1e20", r"train/data.json: user 'u0': label 0 is 1e\+20, outside"),
+    ("num_classes_1e9", r"meta.json: num_classes must be an integer in 1..100000, got 1000000000"),
+    ("num_classes_float", r"meta.json: num_classes must be an integer .* got 1000000000.0"),
+    ("meta_list", r"meta.json: must be a JSON object, got a list"),
+    ("meta_dtype_list", r"meta.json: x_dtype must be"),
+    ("deep_nesting", r"train/data.json: JSON nested too deeply"),
+    ("moderate_nesting", r"train/data.json: user 'u0': x row 0 is nested more than 4 levels deep"),
+    ("not_utf8", r"train/data.json: not UTF-8 \(byte 1 is 0xff\)"),
+])
+def test_data_errors_are_named_before_training(tmp_path, case, expected):
+    from upfl.data import DatasetError, load_leaf
+
+    x, y, meta, raw = [list(r) for r in GOOD_X], [0, 1, 1], None, None
+    if case == "float32_overflow":
+        x[1][0] = 1e39
+    elif case == "zero_features":
+        x = [[], [], []]
+    elif case == "label_1e9":
+        y[2] = 1e9
+    elif case == "label_1e20":
+        y[0] = 10 ** 20
+    elif case == "num_classes_1e9":
+        meta = {"num_classes": 10 ** 9}
+    elif case == "num_classes_float":
+        meta = {"num_classes": 1e9}
+    elif case == "meta_list":
+        meta = [1, 2]
+    elif case == "meta_dtype_list":
+        meta = {"x_dtype": ["float32"]}
+    elif case == "deep_nesting":
+        raw = b'{"users": ["u0"], "num_samples": [1], "user_data": {"u0": {"x": ' + b"[" * 200_000 + b"]" * 200_000 + b', "y": [0]}}}'
+    elif case == "moderate_nesting":
+        x = [[[[[[[1.0]]]]]]] * 3
+    else:
+        raw = b'{\xff"users": []}'
+    root = leaf_folder(tmp_path / "d", x, y, meta, raw)
+    with pytest.raises(DatasetError, match=expected):
+        load_leaf(root)
+
+
+def test_cli_run_exits_2_naming_the_float32_overflow(tmp_path, capsys):
+    from upfl.cli import main
+
+    x = [list(r) for r in GOOD_X]
+    x[2][1] = -1e39
+    root = leaf_folder(tmp_path / "d", x, [0, 1, 1])
+    assert main(["run", "--data", str(root), "--out", str(tmp_path / "out"), "--rounds", "2", "--device", "cpu", "--algorithm", "fedavg"]) == 2
+    err = capsys.readouterr().err
+    assert "x row 2 holds -1e+39, beyond float32" in err and "diverged" not in err
+    assert not (tmp_path / "out" / "metrics.csv").exists()
