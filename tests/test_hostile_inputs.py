@@ -156,3 +156,23 @@ def test_cli_run_exits_2_naming_the_float32_overflow(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "x row 2 holds -1e+39, beyond float32" in err and "diverged" not in err
     assert not (tmp_path / "out" / "metrics.csv").exists()
+
+
+def test_a_batch_larger_than_every_device_is_a_full_batch_and_stays_small(tmp_path):
+    """A batch of 10**18 on 6-sample devices: plans as wide as the largest device, same numbers as batch = that size."""
+    import json
+
+    from upfl.data import generate_synthetic
+    from upfl.simulation import plan_batch_size, run
+
+    assert plan_batch_size(10 ** 18, [6, 4, 6]) == 6 and plan_batch_size(4, [6, 4, 6]) == 4
+    data = generate_synthetic("synthetic_iid", tmp_path / "d", data_seed=1, num_devices=5)
+    sizes = [len(v["y"]) for v in json.loads((data / "train" / "data.json").read_text())["user_data"].values()]
+    summaries = {}
+    for batch in (max(sizes), 10 ** 18):
+        doc = {"data": {"path": str(data)}, "rounds": 3, "algorithm": {"name": "fedavg"}, "device": "cpu",
+               "solver": {"batch_size": batch, "epochs": 2}}
+        from upfl import config as cfgmod
+
+        summaries[batch] = run(cfgmod.from_dict(doc), tmp_path / f"b{batch}", log=lambda s: None)["final"]
+    assert summaries[max(sizes)]["train_loss"] == summaries[10 ** 18]["train_loss"]

@@ -40,6 +40,12 @@ class InjectedStop(RuntimeError):
     """Raised by tests (``stop_after``) to simulate an interrupted run."""
 
 
+def plan_batch_size(batch_size: int, device_sizes: list[int]) -> int:
+    """The width of the batch plans: ``solver.batch_size``, or the largest device's sample count when the batch
+    is larger (a batch larger than a device is a full batch of that device; plans never exceed the data)."""
+    return max(1, min(batch_size, max(device_sizes, default=1)))
+
+
 @dataclass
 class Simulation:
     cfg: cfgmod.RunConfig
@@ -66,6 +72,7 @@ class Simulation:
         self.xs = [self._x(ds.train_x[u]) for u in self.devices]
         self.ys = [eye[torch.as_tensor(ds.train_y[u])].to(self.device) for u in self.devices]
         self.sizes = torch.tensor([len(ds.train_y[u]) for u in self.devices], dtype=torch.float32)
+        self.batch_size = plan_batch_size(c.solver.batch_size, [len(ds.train_y[u]) for u in self.devices])
         self.train_x = torch.cat(self.xs)
         self.train_y = torch.cat([torch.as_tensor(ds.train_y[u]) for u in self.devices]).to(self.device)
         test = [u for u in ds.users if len(ds.test_y[u])]
@@ -109,7 +116,7 @@ class Simulation:
         if not chosen:
             return w, 0, 0
         plans = DRAW_CACHE.plans(c.seed, round_k, chosen, [self.xs[i].shape[0] for i in chosen],
-                                 [epochs[i] for i in chosen], c.solver.batch_size,
+                                 [epochs[i] for i in chosen], self.batch_size,
                                  lambda i: generator(c.seed, "batches", round_k, i))
         rnd = ClientRound(chosen, [self.xs[i] for i in chosen], [self.ys[i] for i in chosen], plans,
                           self.sizes[chosen].to(self.device), self.model, self.local_solve, c.solver.lr,
