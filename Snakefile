@@ -7,6 +7,16 @@ min_version("9.0")
 configfile: "config/config.yaml"
 
 
+# Duplicate keys and alias bombs are refused before anything walks the config (upfl.config.check_workflow_yaml).
+from upfl.config import ConfigError, check_workflow_yaml
+
+try:
+    for _file in workflow.configfiles:
+        check_workflow_yaml(_file)
+except ConfigError as e:
+    raise WorkflowError(f"config: {e}") from None
+
+
 validate(config, schema="workflow/schemas/config.schema.yaml")
 
 

@@ -176,3 +176,91 @@ def test_a_batch_larger_than_every_device_is_a_full_batch_and_stays_small(tmp_pa
 
         summaries[batch] = run(cfgmod.from_dict(doc), tmp_path / f"b{batch}", log=lambda s: None)["final"]
     assert summaries[max(sizes)]["train_loss"] == summaries[10 ** 18]["train_loss"]
+
+
+ALIAS_BOMB = "privacy:\n  mechanism: none\n  sigma: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + "".join(
+    f"x{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 9))
+
+
+@pytest.mark.parametrize("text,expected", [
+    (ALIAS_BOMB, "anchor or alias 'a0': refused"),
+    ("solver:\n  lr: 0.05\n  lr: 5.0\n", "duplicate key 'lr' \\(first given on line 2\\)"),
+    ("privacy: {sigma: 1.0e-300}\n", "privacy.sigma: 1e-300 is too small or too large"),
+    ("privacy: {mechanism: none, sigma: -1}\n", "privacy.sigma: must be a positive number"),
+    ("privacy: {mechanism: none, tau: 0}\n", "privacy.tau: must be a positive number"),
+])
+def test_run_configs_are_data_and_every_value_is_checked(tmp_path, capsys, text, expected):
+    import re
+
+    from upfl.cli import main
+
+    config = tmp_path / "run.yaml"
+    config.write_text(text)
+    data = leaf_folder(tmp_path / "d", GOOD_X, [0, 1, 1])
+    assert main(["run", "--config", str(config), "--data", str(data), "--algorithm", "fedavg",
+                 "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert re.search(expected, err), err
+    assert not (tmp_path / "out").exists()
+
+
+def test_workflow_config_refuses_duplicates_and_alias_bombs_but_takes_plain_anchors(tmp_path):
+    from upfl.config import ConfigError, check_workflow_yaml
+
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("grid: &g [{algorithm: fedavg, rounds: 2}]\nexperiments: {e: {groups: [{runs: *g}]}}\n")
+    check_workflow_yaml(plain)
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(ALIAS_BOMB)
+    with pytest.raises(ConfigError, match=r"bomb.yaml: expands to .* YAML nodes"):
+        check_workflow_yaml(bomb)
+    duplicate = tmp_path / "dup.yaml"
+    duplicate.write_text("seeds: [0]\nseeds: [1]\n")
+    with pytest.raises(ConfigError, match=r"dup.yaml: .*duplicate key 'seeds'"):
+        check_workflow_yaml(duplicate)
+
+
+def test_exit_2_naming_the_path_for_a_config_folder_and_a_read_only_out(tmp_path, capsys, monkeypatch):
+    from upfl.cli import main
+
+    data = leaf_folder(tmp_path / "d", GOOD_X, [0, 1, 1])
+    assert main(["run", "--config", str(tmp_path), "--data", str(data), "--out", str(tmp_path / "o")]) == 2
+    assert f"{tmp_path}: a folder, not a config file" in capsys.readouterr().err
+    import errno
+
+    real_mkdir = Path.mkdir
+
+    def read_only(self, *args, **kwargs):
+        if "ro" in self.parts:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self))
+        return real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    assert main(["run", "--data", str(data), "--algorithm", "fedavg", "--rounds", "2", "--device", "cpu",
+                 "--out", str(tmp_path / "ro" / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "ro" in err and "Read-only file system" in err and "Traceback" not in err
+
+
+def test_disk_full_while_writing_results_leaves_no_metrics_without_summary(tmp_path, capsys, monkeypatch):
+    """ENOSPC on the summary's write: the run's folder is as it was (no metrics.csv without summary.json), exit 2."""
+    import errno
+
+    from upfl.cli import main
+
+    data = leaf_folder(tmp_path / "d", GOOD_X, [0, 1, 1])
+    real = Path.write_text
+
+    def full_disk(self, text, *args, **kwargs):
+        if self.name.startswith(".summary.json."):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
+        return real(self, text, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", full_disk)
+    out = tmp_path / "out"
+    assert main(["run", "--data", str(data), "--algorithm", "fedavg", "--rounds", "2", "--device", "cpu",
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "summary.json." in err and "No space left on device" in err
+    assert not (out / "metrics.csv").exists() and not (out / "summary.json").exists()
+    assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")] if out.exists() else True

@@ -23,7 +23,7 @@ from .checkpoints import open_checkpoint
 from .data import FederatedDataset, load_leaf
 from .divergence import diverged_entry, loss_problem, weights_problem
 from .draws import round_participants, straggler_summary, training_rounds_before
-from .files import provenance, write_json, write_text
+from .files import json_text, provenance, write_texts
 from .models import build_model
 from .privacy.accounting import per_device, privacy_report
 from .privacy.mechanisms import (objective_noise_draws, output_perturbation, scale_objective_noise,
@@ -299,8 +299,7 @@ def _run_loop(cfg, sim, data, device, out, ckpt, privacy, log, stop_after) -> di
         "privacy": privacy,
     }
     out.mkdir(parents=True, exist_ok=True)
-    write_text(out / "metrics.csv", _metrics_csv(rows, columns))
-    write_json(out / "summary.json", summary)
+    write_texts({out / "metrics.csv": _metrics_csv(rows, columns), out / "summary.json": json_text(summary)})
     if ckpt is not None:
         ckpt.remove()
     return summary
