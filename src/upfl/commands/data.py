@@ -87,6 +87,10 @@ def check_fetch_flags(args: argparse.Namespace) -> None:
         raise ValueError(f"--backoff: must be >= 0 seconds, got {args.backoff}")
     if args.timeout <= 0:
         raise ValueError(f"--timeout: must be > 0 seconds, got {args.timeout}")
+    if not args.deadline > 0:
+        raise ValueError(f"--deadline: must be > 0 seconds, got {args.deadline}")
+    if args.max_bytes < 1:
+        raise ValueError(f"--max-bytes: must be >= 1, got {args.max_bytes}")
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
@@ -107,7 +111,7 @@ def cmd_fetch(args: argparse.Namespace) -> int:
             from_archive = Path(args.from_mirror) / src.filename.split("/", 1)[1]
         path = fetch_source(src, args.resources, cache_dir=args.cache, from_archive=from_archive,
                             retries=args.retries, backoff=args.backoff, timeout=args.timeout,
-                            progress=not args.no_progress)
+                            deadline=args.deadline, max_bytes=args.max_bytes, progress=not args.no_progress)
         print(f"{src.name:9s} {path}")
     if not args.source:
         for setting in paper_sets_of(args.names):
@@ -215,6 +219,8 @@ def _guard(func):
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``data`` with sub-commands ``fetch``, ``prepare`` and ``extract``."""
+    from ..data.download import DEADLINE, MAX_BYTES
+
     p = subparsers.add_parser("data", help="download and prepare data sets (the paper's synthetic sets, FEMNIST, Sent140)",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="data_command", metavar="{fetch,prepare,extract}")
@@ -240,7 +246,11 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                         "(DIR/<repo>/<commit>/<path>, e.g. a copy of shared/upstream), checked like a download")
     f.add_argument("--retries", type=int, default=5)
     f.add_argument("--backoff", type=float, default=1.0, help="seconds before the first retry, doubling")
-    f.add_argument("--timeout", type=float, default=60.0, help="socket timeout in seconds")
+    f.add_argument("--timeout", type=float, default=60.0, help="seconds one read may wait (socket timeout)")
+    f.add_argument("--deadline", type=float, default=DEADLINE,
+                   help=f"seconds one file's download may take in all, retries included (default {DEADLINE:g})")
+    f.add_argument("--max-bytes", type=int, default=MAX_BYTES,
+                   help=f"the most bytes of a download whose length the server does not announce (default {MAX_BYTES})")
     f.set_defaults(func=_guard(cmd_fetch))
 
     pr = sub.add_parser("prepare", help="build FEMNIST, Sent140 or a paper synthetic set as a LEAF folder")
