@@ -171,7 +171,7 @@ def experiment_pairs(experiment):
 
 def config_file_args():
     """`--config-file F` for each config file Snakemake was given (quoted: a path may hold any character)."""
-    return " ".join(f"--config-file {shlex.quote(f)}" for f in workflow.configfiles)
+    return " ".join(f"--config-file {shlex.quote(str(f))}" for f in workflow.configfiles)
 
 
 def output_of(name):
