@@ -18,7 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..data.sources import DATASET_SOURCES, PAPER_SET_SOURCES, PAPER_SYNTHETIC_SETS, SOURCES, resolve_sources
+from ..data.sources import (DATASET_SOURCES, DEADLINE, MAX_BYTES, PAPER_SET_SOURCES, PAPER_SYNTHETIC_SETS, SOURCES,
+                            resolve_sources)
 
 SPEC_DATASETS = ("femnist", "sent140")
 """Data sets ``upfl data prepare`` builds from archives (their specs: FemnistSpec, Sent140Spec). The builders
@@ -219,8 +220,6 @@ def _guard(func):
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``data`` with sub-commands ``fetch``, ``prepare`` and ``extract``."""
-    from ..data.download import DEADLINE, MAX_BYTES
-
     p = subparsers.add_parser("data", help="download and prepare data sets (the paper's synthetic sets, FEMNIST, Sent140)",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="data_command", metavar="{fetch,prepare,extract}")

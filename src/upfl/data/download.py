@@ -36,15 +36,10 @@ from tqdm import tqdm
 
 from ..files import atomic_path, sha256_file, write_json, write_text
 from .archive import ArchiveError, check_zip, verify_zip
-from .sources import Source
+from .sources import DEADLINE, MAX_BYTES, Source
 
 CHUNK = 1 << 16
 CACHE_DIR = ".download-cache"
-MAX_BYTES = 4 << 30
-"""The most bytes a download may hold when the server does not announce its length (``--max-bytes``): the
-largest source (FEMNIST's by_class.zip) is under 1.5 GB."""
-DEADLINE = 3600.0
-"""Seconds one file's download may take in all, attempts and waits included (``--deadline``)."""
 OFFLINE_HINT = ("download the files elsewhere and give them with --from-mirror DIR (or --from-archive FILE)")
 
 
