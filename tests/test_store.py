@@ -185,3 +185,16 @@ def test_a_deleted_run_folder_is_restored_or_retrained_and_the_tables_rebuilt(tm
     again = snakemake(wd, "--cores", "1", "-n")
     assert "Nothing to be done" in again.stdout + again.stderr
     assert yaml.safe_load((wd / "config" / "config.yaml").read_text())["experiments"]
+
+
+def test_code_edited_and_undone_is_told_apart_by_the_code_fingerprint(data, tmp_path, monkeypatch):
+    """Two states of uncommitted code (the same commit name) keep separate entries; each restores its own."""
+    spec = one_run_spec(data, tmp_path)
+    st = tmp_path / "store"
+    statuses = []
+    for code in ("original", "edited", "original", "edited"):
+        monkeypatch.setattr(checkpoints, "code_fingerprint", lambda code=code: code.ljust(16, "0"))
+        out_files(spec)
+        statuses.append(train(spec, st))
+    assert statuses == ["trained", "trained", "restored", "restored"]
+    assert len(list(st.iterdir())) == 2

@@ -2,7 +2,7 @@
 
 An entry is ``<store>/<config hash>-<data fingerprint>-<code fingerprint>/`` (the fingerprints of
 :mod:`upfl.checkpoints`: the data set's file contents, the package sources that compute the numbers and
-torch's version), so an edited and then restored simulation is a new entry, never the commit's name. An
+torch's version), never the commit's name: every state of the code, committed or not, has its own entries. An
 entry holds the run's result files and ``manifest.json``: the identity it was made for and the SHA-256 of
 each file. Restoring reads each file once, checks its checksum against the manifest and writes the bytes it
 checked; any mismatch is reported by file name and the run is retrained (its new result replaces the entry).
@@ -16,7 +16,6 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from . import config as cfgmod
 from .files import replace_dir, write_bytes, write_text
