@@ -2,6 +2,7 @@
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version, validate
 
+from upfl.config import ConfigError, check_workflow_yaml
 from upfl.experiments import ExperimentError, check_workflow_config, misspelt_targets
 
 min_version("9.0")
@@ -10,12 +11,21 @@ min_version("9.0")
 configfile: "config/config.yaml"
 
 
+# Duplicate keys and alias bombs are refused before anything walks the config (upfl.config.check_workflow_yaml).
+try:
+    for _file in workflow.configfiles:
+        check_workflow_yaml(_file)
+except ConfigError as e:
+    raise WorkflowError(f"config: {e}") from None
+
+
 # One short line naming the key, its value and what is allowed (Snakemake's own message would print the schema);
 # then Snakemake's check, which also fills the schema's defaults.
 try:
     check_workflow_config(config, "workflow/schemas/config.schema.yaml")
 except ExperimentError as e:
     raise WorkflowError(f"config: {e}") from None
+
 validate(config, schema="workflow/schemas/config.schema.yaml")
 
 

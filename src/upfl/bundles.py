@@ -9,8 +9,9 @@ Bundle formation (:func:`form_bundles`) is deterministic and stable: runs are pa
 experiment and job settings, sorted by run id (so a bundle's runs are grouped by data set), and cut with content-defined boundaries (a run starts a new bundle when a
 hash of its id is 0 modulo ``runs_per_job``; at most ``2 * runs_per_job`` runs per bundle). Adding or
 removing a run changes only the bundle it falls into. A run whose result is already finished is not
-retrained when its bundle changes: every finished run is also kept in a *finished-run store*
-(``results/finished/<config hash>-<data fingerprint>/``) from which :func:`train_bundle` restores it.
+retrained when its bundle changes: every finished run is also kept in the *finished-run store*
+(:mod:`upfl.store`: keyed by config, data and code fingerprints, each file checksummed) from which
+:func:`train_bundle` restores it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import functools
 import hashlib
 import json
 import os
-import shutil
 import sys
 import time
 import traceback
@@ -28,10 +28,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import config as cfgmod
-from .files import provenance, write_text
-
-RESULT_FILES = ("metrics.csv", "summary.json")
-DEFAULT_STORE = os.path.join("results", "finished")
+from . import store as storemod
+from .files import write_text
+from .store import DEFAULT_STORE
 
 
 class BundleError(RuntimeError):
@@ -152,20 +151,6 @@ def run_config(entry: dict[str, Any], threads: int) -> cfgmod.RunConfig:
     return cfgmod.from_dict(doc)
 
 
-@functools.lru_cache(maxsize=None)
-def data_fingerprint(path: str) -> str:
-    """SHA-256 (12 hex digits) of a data set folder's file names and contents: a changed data set is new data."""
-    h = hashlib.sha256()
-    root = Path(path)
-    for f in sorted(p for p in root.rglob("*") if p.is_file()):
-        h.update(str(f.relative_to(root)).encode("utf-8") + b"\0")
-        with open(f, "rb") as fh:
-            while block := fh.read(1 << 20):
-                h.update(block)
-        h.update(b"\0")
-    return h.hexdigest()[:12]
-
-
 @functools.lru_cache(maxsize=4)
 def load_data(path: str):
     """A data set loaded once per bundle process (the last 4 kept): runs only read it."""
@@ -174,35 +159,17 @@ def load_data(path: str):
     return load_leaf(path)
 
 
-@functools.lru_cache(maxsize=1)
-def _code_version() -> tuple[Any, Any]:
-    p = provenance()
-    return p["upfl_version"], p["git_commit"]
-
-
-def store_entry(store: str | os.PathLike, cfg: cfgmod.RunConfig) -> Path:
-    """Where a finished run of ``cfg`` is kept: keyed by its config hash and its data's fingerprint."""
-    return Path(store) / f"{cfgmod.config_hash(cfg)}-{data_fingerprint(str(cfg.data.path))}"
-
-
-def _finished(entry: Path, cfg: cfgmod.RunConfig) -> bool:
-    """A stored result made by this config with this code version (a new commit retrains)."""
-    try:
-        summary = json.loads((entry / "summary.json").read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return False
-    version, commit = _code_version()
-    return ((entry / "metrics.csv").is_file() and summary.get("config_hash") == cfgmod.config_hash(cfg)
-            and summary.get("upfl_version") == version and summary.get("git_commit") == commit)
-
-
 def _acc(value: Any) -> str:
     return "n/a" if value is None else f"{value:.4f}"
 
 
-def _copy_results(src: Path, dst: Path) -> None:
-    for name in RESULT_FILES:
-        write_text(dst / name, (src / name).read_text(encoding="utf-8"))
+def _restored(kept: Path, ident: dict[str, str], out: Path, log: Callable[[str], None]) -> bool:
+    """Restore a stored result into ``out``; a failed checksum is logged by file name (the run is retrained)."""
+    try:
+        return storemod.restore(kept, ident, out)
+    except storemod.StoreMismatch as e:
+        log(f"store entry not used, retraining: {e}")
+        return False
 
 
 def train_entry(entry: dict[str, Any], threads: int, store: str | None) -> dict[str, Any]:
@@ -224,15 +191,16 @@ def train_entry(entry: dict[str, Any], threads: int, store: str | None) -> dict[
 
         try:
             cfg = run_config(entry, threads)
-            kept = store_entry(store, cfg) if store else None
-            if kept is not None and _finished(kept, cfg):
-                _copy_results(kept, out)
-                log(f"run {rid}: finished result restored from {kept} (same config, data and code; not retrained)")
+            ident = storemod.identity(cfg) if store else None
+            kept = storemod.entry_path(store, ident) if store else None
+            if kept is not None and _restored(kept, ident, out, log):
+                log(f"run {rid}: finished result restored from {kept} (same config, data and code, checksums "
+                    "verified; not retrained)")
                 return {"id": rid, "status": "restored", "seconds": time.perf_counter() - start, "error": None}
             log(f"run {rid}: training ({cfgmod.config_hash(cfg)}) -> {out}")
             summary = run(cfg, out, log=log, data=load_data(str(cfg.data.path)))
             if kept is not None:
-                _copy_results(out, kept)
+                storemod.save(kept, out, ident)
             f = summary["final"]
             if summary.get("diverged"):  # a result (summary.json records it), as `upfl run`'s exit status 3
                 d = summary["diverged"]

@@ -203,6 +203,10 @@ def main(argv: list[str] | None = None) -> int:
     except (cfgmod.ConfigError, DatasetError, ValueError) as e:
         print(f"upfl {args.command}: error: {e}", file=sys.stderr)
         return EXIT_INPUT
+    except OSError as e:  # a folder given as a file, a read-only or full file system: named, nothing half-written
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"upfl {args.command}: error: {where}{e.strerror or e}", file=sys.stderr)
+        return EXIT_INPUT
 
 
 if __name__ == "__main__":

@@ -252,10 +252,14 @@ def _from_dict(cls: type, doc: Any, prefix: str) -> Any:
 
 
 def _check_number_list(value: Any, key: str) -> None:
+    """Positive numbers whose square and its inverse are finite, non-zero floats (the mechanisms use both)."""
     items = value if isinstance(value, list) else [value]
     for v in items:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
             raise ConfigError(f"{key}: must be a positive number or a list of positive numbers, got {value!r}")
+        square = float(v) * float(v)
+        if not (square > 0 and math.isfinite(square) and math.isfinite(1 / square)):
+            raise ConfigError(f"{key}: {v!r} is too small or too large (its square must be a finite, non-zero float)")
 
 
 def validate(cfg: RunConfig) -> RunConfig:
@@ -319,8 +323,14 @@ def validate(cfg: RunConfig) -> RunConfig:
     p = cfg.privacy
     if not 0 < p.delta < 1:
         raise ConfigError(f"privacy.delta: must be in (0, 1), got {p.delta!r}")
+    for key, value in (("privacy.sigma", p.sigma), ("privacy.alpha", p.alpha)):
+        if value is not None:  # checked whether or not the mechanism uses it
+            _check_number_list(value, key)
+    if p.tau is not None and (isinstance(p.tau, bool) or not isinstance(p.tau, (int, float))
+                              or not 0 < p.tau < math.inf):
+        raise ConfigError(f"privacy.tau: must be a positive number, got {p.tau!r}")
     if p.mechanism == "output":
-        if p.tau is None or p.tau <= 0:
+        if p.tau is None:
             raise ConfigError(f"privacy.tau: output perturbation needs a clipping norm tau > 0, got {p.tau!r}")
         _check_number_list(p.sigma, "privacy.sigma")
     elif p.mechanism == "objective":
@@ -334,12 +344,90 @@ def from_dict(doc: dict[str, Any] | None) -> RunConfig:
     return validate(_from_dict(RunConfig, doc or {}, ""))
 
 
+class DataLoader(yaml.SafeLoader):
+    """YAML read as data: anchors, aliases (and so merge keys) and duplicate keys are refused, so a config
+    cannot expand into more than it spells out, and no value is silently replaced by a later one."""
+
+    allow_aliases = False
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        if not self.allow_aliases and (isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None)):
+            raise yaml.composer.ComposerError(
+                None, None, f"anchor or alias {event.anchor!r}: refused (configs are data; write the value out)",
+                event.start_mark)
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+            except TypeError:
+                continue  # an unhashable key: SafeLoader names it
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first given on line {seen[key] + 1})", key_node.start_mark)
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep)
+
+
+class WorkflowLoader(DataLoader):
+    """The workflow config's loader: anchors and aliases allowed (its grids share run lists), duplicate keys
+    refused, and the document as expanded (every alias written out) bounded by :data:`MAX_EXPANDED_NODES`."""
+
+    allow_aliases = True
+
+
+MAX_EXPANDED_NODES = 1_000_000
+"""The most YAML nodes a workflow config may expand to (the paper's config expands to about 10,000)."""
+
+
+def read_yaml(text: str) -> Any:
+    """A YAML document read with :class:`DataLoader`."""
+    return yaml.load(text, Loader=DataLoader)  # noqa: S506 - DataLoader is a SafeLoader
+
+
+def _expanded_nodes(node: yaml.Node, sizes: dict[int, int]) -> int:
+    """Nodes of ``node`` with every alias written out (each shared node counted once per use, computed once)."""
+    if id(node) not in sizes:
+        sizes[id(node)] = 0  # a recursive alias counts as nothing more (SafeLoader builds it as a cycle)
+        children = node.value if isinstance(node.value, list) else []
+        flat = [n for item in children for n in (item if isinstance(item, tuple) else (item,))]
+        sizes[id(node)] = 1 + sum(_expanded_nodes(n, sizes) for n in flat)
+    return sizes[id(node)]
+
+
+def check_workflow_yaml(path: str | Path) -> None:
+    """:class:`ConfigError` naming ``path`` when a workflow config has a duplicate key, or expands (aliases written
+    out) to more than :data:`MAX_EXPANDED_NODES` nodes: checked before anything walks the config."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+        root = yaml.compose(text, Loader=WorkflowLoader)  # noqa: S506 - a SafeLoader
+        if root is not None:
+            size = _expanded_nodes(root, {})
+            if size > MAX_EXPANDED_NODES:
+                raise ConfigError(f"{path}: expands to {size:,} YAML nodes once its aliases are written out "
+                                  f"(at most {MAX_EXPANDED_NODES:,}): an alias bomb?")
+        yaml.load(text, Loader=WorkflowLoader)  # noqa: S506 - duplicate keys
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read the config ({e})") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        doc = read_yaml(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{path}: config file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: a folder, not a config file") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 (byte {e.start})") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
     if doc is None:
@@ -367,7 +455,7 @@ def apply_settings(doc: dict[str, Any], items: list[str] | None) -> dict[str, An
         if not sep or not key:
             raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. privacy.sigma=0.8")
         try:
-            value = yaml.safe_load(text)
+            value = read_yaml(text)
         except yaml.YAMLError as e:
             raise ConfigError(f"--set {key}: value {text!r} is not valid YAML: {e}") from None
         set_key(doc, key, value)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -128,6 +129,18 @@ def flatten(doc: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
         else:
             items.append((dotted, value))
     return items
+
+
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+"""Names that become a path component and a shell word (data sets, experiments, outputs, targets): letters,
+digits, ``_``, ``.``, ``-``, not starting with ``.`` or ``-`` (so never ``..``, a hidden file or an option)."""
+
+
+def check_name(where: str, name: Any) -> None:
+    """:class:`ExperimentError` unless ``name`` is one safe path component (:data:`SAFE_NAME`)."""
+    if not isinstance(name, str) or not SAFE_NAME.fullmatch(name):
+        raise ExperimentError(f"{where}: {name!r} is not a safe name (letters, digits, '_', '.', '-', "
+                              "starting with a letter or digit; at most 128 characters)")
 
 
 def resolve_preset(config: dict[str, Any]) -> dict[str, Any]:
@@ -278,6 +291,9 @@ def build_plan(config: dict[str, Any]) -> Plan:
     config = resolve_preset(config)
     datasets = config.get("datasets", {})
     for name, d in datasets.items():
+        check_name("datasets", name)
+        if "setting" in d:
+            check_name(f"datasets.{name}.setting", d["setting"])
         setting = d.get("setting", name)
         if d.get("source") in ("paper", "synthetic") and setting not in PAPER_SYNTHETIC_SETS:
             where = f"datasets.{name}.setting" if "setting" in d else f"datasets.{name} (no setting: its name is the setting)"
@@ -294,6 +310,7 @@ def build_plan(config: dict[str, Any]) -> Plan:
         raise ExperimentError(f"exclude_experiments: {unknown[0]!r} is not an experiment "
                               f"({', '.join(config.get('experiments', {}))})")
     for name, exp in config.get("experiments", {}).items():
+        check_name("experiments", name)
         if name in skipped:
             continue
         ids: list[str] = []
@@ -336,6 +353,8 @@ def build_plan(config: dict[str, Any]) -> Plan:
             if out["kind"] not in OUTPUT_KINDS:
                 raise ExperimentError(f"experiments.{name}.outputs[{oi}].kind: {out['kind']!r}; "
                                       f"known: {', '.join(OUTPUT_KINDS)}")
+            check_name(f"experiments.{name}.outputs[{oi}].name", out["name"])
+            check_name(f"experiments.{name}.outputs[{oi}].target", out.get("target", out["name"]))
             if out["name"] in outputs:
                 raise ExperimentError(f"experiments.{name}.outputs[{oi}].name: {out['name']!r} is used twice")
             outputs[out["name"]] = {**out, "experiment": name}

@@ -83,9 +83,41 @@ def write_text(path: str | os.PathLike, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
+def write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+
+
+def write_texts(texts: dict[Any, str]) -> None:
+    """Write several files all or none: every file is written to a temporary sibling first, and the renames
+    (in the order given) follow only when every write succeeded. A full or read-only file system leaves the
+    files as they were."""
+    written: list[tuple[Path, Path]] = []
+    try:
+        for path, text in texts.items():
+            path = Path(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            os.close(fd)
+            written.append((Path(tmp), path))
+            Path(tmp).write_text(text, encoding="utf-8")
+        for tmp, path in written:
+            publish_mode(tmp)
+            os.replace(tmp, path)
+    finally:
+        for tmp, _ in written:
+            if tmp.exists():
+                tmp.unlink()
+
+
+def json_text(obj: Any) -> str:
+    """``obj`` as strict JSON text: NaN and infinities become ``null`` (never a bare ``NaN``)."""
+    return json.dumps(json_safe(obj), indent=2, sort_keys=False, allow_nan=False) + "\n"
+
+
 def write_json(path: str | os.PathLike, obj: Any) -> None:
-    """Write ``obj`` as strict JSON: NaN and infinities become ``null`` (never a bare ``NaN``)."""
-    write_text(path, json.dumps(json_safe(obj), indent=2, sort_keys=False, allow_nan=False) + "\n")
+    """Write ``obj`` as strict JSON (:func:`json_text`)."""
+    write_text(path, json_text(obj))
 
 
 def json_safe(obj: Any) -> Any:

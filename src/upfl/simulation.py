@@ -23,7 +23,7 @@ from .checkpoints import open_checkpoint
 from .data import FederatedDataset, load_leaf
 from .divergence import diverged_entry, loss_problem, weights_problem
 from .draws import round_participants, straggler_summary, training_rounds_before
-from .files import provenance, write_json, write_text
+from .files import json_text, provenance, write_texts
 from .models import build_model
 from .privacy.accounting import per_device, privacy_report
 from .privacy.mechanisms import (objective_noise_draws, output_perturbation, scale_objective_noise,
@@ -49,6 +49,12 @@ def train_metrics_status(privacy) -> str | None:
 
 class InjectedStop(RuntimeError):
     """Raised by tests (``stop_after``) to simulate an interrupted run."""
+
+
+def plan_batch_size(batch_size: int, device_sizes: list[int]) -> int:
+    """The width of the batch plans: ``solver.batch_size``, or the largest device's sample count when the batch
+    is larger (a batch larger than a device is a full batch of that device; plans never exceed the data)."""
+    return max(1, min(batch_size, max(device_sizes, default=1)))
 
 
 @dataclass
@@ -77,6 +83,7 @@ class Simulation:
         self.xs = [self._x(ds.train_x[u]) for u in self.devices]
         self.ys = [eye[torch.as_tensor(ds.train_y[u])].to(self.device) for u in self.devices]
         self.sizes = torch.tensor([len(ds.train_y[u]) for u in self.devices], dtype=torch.float32)
+        self.batch_size = plan_batch_size(c.solver.batch_size, [len(ds.train_y[u]) for u in self.devices])
         self.train_x = torch.cat(self.xs)
         self.train_y = torch.cat([torch.as_tensor(ds.train_y[u]) for u in self.devices]).to(self.device)
         test = [u for u in ds.users if len(ds.test_y[u])]
@@ -125,7 +132,7 @@ class Simulation:
         if not chosen:
             return w, 0, 0
         plans = DRAW_CACHE.plans(c.seed, round_k, chosen, [self.xs[i].shape[0] for i in chosen],
-                                 [epochs[i] for i in chosen], c.solver.batch_size,
+                                 [epochs[i] for i in chosen], self.batch_size,
                                  lambda i: generator(c.seed, "batches", round_k, i))
         rnd = ClientRound(chosen, [self.xs[i] for i in chosen], [self.ys[i] for i in chosen], plans,
                           self.sizes[chosen].to(self.device), self.model, self.local_solve, c.solver.lr,
@@ -313,8 +320,7 @@ def _run_loop(cfg, sim, data, device, out, ckpt, privacy, log, stop_after) -> di
         "privacy": privacy,
     }
     out.mkdir(parents=True, exist_ok=True)
-    write_text(out / "metrics.csv", _metrics_csv(rows, columns))
-    write_json(out / "summary.json", summary)
+    write_texts({out / "metrics.csv": _metrics_csv(rows, columns), out / "summary.json": json_text(summary)})
     if ckpt is not None:
         ckpt.remove()
     return summary

@@ -8,6 +8,7 @@ import sys
 
 from upfl.data.sources import DATA_FOLDERS, DATASET_SOURCES, PAPER_SET_SOURCES, SOURCES, dataset_folder
 from upfl.bundles import bundle_priorities, bundle_spec, form_bundles, write_spec_if_changed
+from upfl.store import absent_runs_stamp
 from upfl.experiments import ExperimentError, build_plan, output_files, resolve_preset
 
 try:
@@ -89,10 +90,14 @@ def source_archives(wildcards):
     return [f"{RESOURCES}/{SOURCES[name].filename}" for name in dataset_sources(wildcards.dataset)]
 
 
+def sha256_flag(name, digest):
+    return f"--sha256 {shlex.quote(f'{name}={digest}')}"
+
+
 def index_checksums(wildcards):
     """`--sha256 NAME=HEX` for the FEMNIST index files whose checksum `sources` overrides."""
     spec = CONFIG.get("sources", {})
-    return " ".join(f"--sha256 {n}={spec[n]['sha256']}" for n in dataset_sources(wildcards.dataset)
+    return " ".join(sha256_flag(n, spec[n]["sha256"]) for n in dataset_sources(wildcards.dataset)
                     if SOURCES[n].mirror and "sha256" in spec.get(n, {}))
 
 
@@ -104,7 +109,7 @@ def source_overrides(name):
     mirror = SOURCES[name].mirror
     base = CONFIG.get("sources", {}).get(mirror, {}).get("url") if mirror else None
     flags += [f"--url {shlex.quote(f'{mirror}={base}')}"] if base and not url else []
-    flags += [f"--sha256 {name}={spec['sha256']}"] if "sha256" in spec else []
+    flags += [sha256_flag(name, spec["sha256"])] if "sha256" in spec else []
     return " ".join(flags)
 
 
@@ -154,8 +159,16 @@ def experiment_summaries(wildcards):
     return [f"{run_dir(r)}/summary.json" for r in PLAN.experiments[wildcards.experiment]]
 
 
+# A runs table is rebuilt when one of its runs is absent from disk (upfl.store.absent_runs_stamp): Snakemake
+# alone would keep a table whose input run folder was deleted. Stamps are written when the workflow is parsed.
+ABSENT_STAMPS = {
+    e: absent_runs_stamp(f"results/experiments/{e}/absent_runs.txt", [run_dir(r) for r in ids])
+    for e, ids in PLAN.experiments.items()
+}
+
+
 def experiment_pairs(experiment):
-    return " ".join(f"{experiment}:{run_dir(r)}" for r in PLAN.experiments[experiment])
+    return " ".join(shlex.quote(f"{experiment}:{run_dir(r)}") for r in PLAN.experiments[experiment])
 
 
 def output_of(name):
@@ -209,15 +222,15 @@ def reference_args(wildcards, input):
     out = OUTPUTS[wildcards.name]
     if "reference" not in input.keys():
         return ""
-    return f"--reference-runs {input.reference} --reference-experiment {out['reference']}"
+    return f"--reference-runs {shlex.quote(input.reference)} --reference-experiment {shlex.quote(out['reference'])}"
 
 
 def report_args(wildcards):
     out = OUTPUTS[wildcards.name]
-    args = [f"--experiment {out['experiment']}"]
+    args = [f"--experiment {shlex.quote(out['experiment'])}"]
     args += [f"--where {shlex.quote(w)}" for w in out.get("where", [])]
     if out.get("metrics"):
-        args.append(f"--metrics {','.join(out['metrics'])}")
+        args.append(f"--metrics {shlex.quote(','.join(out['metrics']))}")
     return " ".join(args)
 
 

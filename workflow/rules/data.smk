@@ -19,8 +19,8 @@ rule paper_dataset:
     localrule: True
     priority: DATA_PRIORITY
     shell:
-        "upfl data prepare paper_{params.setting} --resources {params.resources} --out {output} --name {wildcards.dataset} "
-        "{params.overrides} > {log} 2>&1"
+        "upfl data prepare paper_{params.setting:q} --resources {params.resources:q} --out {output:q} --name {wildcards.dataset:q} "
+        "{params.overrides} > {log:q} 2>&1"
 
 
 rule synthetic_dataset:
@@ -36,8 +36,8 @@ rule synthetic_dataset:
     localrule: True
     priority: DATA_PRIORITY
     shell:
-        "upfl synth --name {wildcards.dataset} --setting {params.setting} --data-seed {params.data_seed} "
-        "--out {output} > {log} 2>&1"
+        "upfl synth --name {wildcards.dataset:q} --setting {params.setting:q} --data-seed {params.data_seed:q} "
+        "--out {output:q} > {log:q} 2>&1"
 
 
 # One archive (or one file of the paper's) per job: `--source` makes `sent140` the tweets archive alone (as a
@@ -56,7 +56,7 @@ rule fetch_archive:
     localrule: True
     priority: DATA_PRIORITY
     shell:
-        "upfl data fetch --source {params.source} --resources {params.resources} --no-progress {params.overrides} > {log} 2>&1"
+        "upfl data fetch --source {params.source:q} --resources {params.resources:q} --no-progress {params.overrides} > {log:q} 2>&1"
 
 
 rule leaf_dataset:
@@ -78,5 +78,5 @@ rule leaf_dataset:
         mem_mb=16000,
     priority: DATA_PRIORITY
     shell:
-        "upfl data prepare {params.source} --resources {params.resources} --out {output} --seed {params.seed} "
-        "--no-progress {params.options} {params.checksums} > {log} 2>&1"
+        "upfl data prepare {params.source:q} --resources {params.resources:q} --out {output:q} --seed {params.seed:q} "
+        "--no-progress {params.options} {params.checksums} > {log:q} 2>&1"

@@ -3,7 +3,8 @@
 
 rule experiment_runs:
     input:
-        experiment_summaries,
+        summaries=experiment_summaries,
+        absent=lambda wc: ABSENT_STAMPS[wc.experiment],
     output:
         "results/experiments/{experiment}/runs.csv",
     params:
@@ -13,12 +14,13 @@ rule experiment_runs:
     localrule: True
     priority: RUNS_TABLE_PRIORITY
     shell:
-        "upfl report runs --out {output} {params.pairs} > {log} 2>&1"
+        "upfl report runs --out {output:q} {params.pairs} > {log:q} 2>&1"
 
 
 rule all_runs:
     input:
-        [f"results/runs/{r}/summary.json" for r in RUNS],
+        summaries=[f"results/runs/{r}/summary.json" for r in RUNS],
+        absent=list(ABSENT_STAMPS.values()),
     output:
         "results/runs.csv",
     params:
@@ -28,7 +30,7 @@ rule all_runs:
     localrule: True
     priority: RUNS_TABLE_PRIORITY
     shell:
-        "upfl report runs --out {output} {params.pairs} > {log} 2>&1"
+        "upfl report runs --out {output:q} {params.pairs} > {log:q} 2>&1"
 
 
 rule table2:
@@ -44,7 +46,7 @@ rule table2:
     params:
         configs=config_file_args(),
     shell:
-        "upfl report table2 --out-prefix results/tables/table2 {params.configs} {input} > {log} 2>&1"
+        "upfl report table2 --out-prefix results/tables/table2 {params.configs} {input:q} > {log:q} 2>&1"
 
 
 rule accuracy_table:
@@ -64,8 +66,8 @@ rule accuracy_table:
         "results/logs/report/{name}.log",
     localrule: True
     shell:
-        "upfl report table1 --runs {input} {params.args} {params.configs} "
-        "--out-prefix results/tables/{wildcards.name} > {log} 2>&1"
+        "upfl report table1 --runs {input:q} {params.args} {params.configs} "
+        "--out-prefix results/tables/{wildcards.name:q} > {log:q} 2>&1"
 
 
 rule time_table:
@@ -84,7 +86,7 @@ rule time_table:
         "results/logs/report/{name}.log",
     localrule: True
     shell:
-        "upfl report time --runs {input} {params.args} {params.configs} --out-prefix results/tables/{wildcards.name} > {log} 2>&1"
+        "upfl report time --runs {input:q} {params.args} {params.configs} --out-prefix results/tables/{wildcards.name:q} > {log:q} 2>&1"
 
 
 rule privacy_table:
@@ -104,8 +106,8 @@ rule privacy_table:
         "results/logs/report/{name}.log",
     localrule: True
     shell:
-        "upfl report privacy-table --runs {input} {params.args} {params.configs} "
-        "--out-prefix results/tables/{wildcards.name} > {log} 2>&1"
+        "upfl report privacy-table --runs {input:q} {params.args} {params.configs} "
+        "--out-prefix results/tables/{wildcards.name:q} > {log:q} 2>&1"
 
 
 rule ablation_table:
@@ -125,8 +127,8 @@ rule ablation_table:
         "results/logs/report/{name}.log",
     localrule: True
     shell:
-        "upfl report ablation-table {params.kind} --runs {input} {params.args} {params.configs} "
-        "--out-prefix results/tables/{wildcards.name} > {log} 2>&1"
+        "upfl report ablation-table {params.kind:q} --runs {input:q} {params.args} {params.configs} "
+        "--out-prefix results/tables/{wildcards.name:q} > {log:q} 2>&1"
 
 
 rule draws_report:
@@ -149,8 +151,8 @@ rule draws_report:
         "results/logs/report/{name}.log",
     localrule: True
     shell:
-        "upfl report draws --runs {input.runs} {params.args} {params.reference} {params.configs} "
-        "--out-prefix results/tables/{wildcards.name} --figure-prefix results/figures/{wildcards.name} > {log} 2>&1"
+        "upfl report draws --runs {input.runs:q} {params.args} {params.reference} {params.configs} "
+        "--out-prefix results/tables/{wildcards.name:q} --figure-prefix results/figures/{wildcards.name:q} > {log:q} 2>&1"
 
 
 rule sensitivity_table:
@@ -169,21 +171,22 @@ rule sensitivity_table:
         "results/logs/report/{name}.log",
     localrule: True
     shell:
-        "upfl report sensitivity --runs {input} {params.args} {params.configs} "
-        "--out-prefix results/tables/{wildcards.name} > {log} 2>&1"
+        "upfl report sensitivity --runs {input:q} {params.args} {params.configs} "
+        "--out-prefix results/tables/{wildcards.name:q} > {log:q} 2>&1"
 
 
 rule protocol_gap_table:
     input:
         report_inputs,
     output:
-        csv=report("results/tables/{name}.csv", category="Claims", caption="../report/protocol_gap.rst"),
+        html=report("results/tables/{name}.html", category="Tables", subcategory="{name}", caption="../report/protocol_gap.rst"),
+        csv=report("results/tables/{name}.csv", category="Tables", subcategory="{name}", caption="../report/protocol_gap.rst"),
         md="results/tables/{name}.md",
     wildcard_constraints:
         name=names_of("protocol_gap"),
     params:
         args=report_args,
-        configs=" ".join(f"--config-file {f}" for f in workflow.configfiles),
+        configs=config_file_args(),
     log:
         "results/logs/report/{name}.log",
     localrule: True
@@ -206,8 +209,8 @@ rule claims:
         "results/logs/report/claims.log",
     localrule: True
     shell:
-        "upfl report claims --runs {input} {params.args} {params.configs} "
-        "--out-prefix results/tables/claims > {log} 2>&1"
+        "upfl report claims --runs {input:q} {params.args} {params.configs} "
+        "--out-prefix results/tables/claims > {log:q} 2>&1"
 
 
 rule figure:
@@ -227,8 +230,8 @@ rule figure:
         "results/logs/report/{name}.log",
     localrule: True
     shell:
-        "upfl report figure {params.kind} --runs {input} {params.args} {params.configs} "
-        "--out-prefix results/figures/{wildcards.name} > {log} 2>&1"
+        "upfl report figure {params.kind:q} --runs {input:q} {params.args} {params.configs} "
+        "--out-prefix results/figures/{wildcards.name:q} > {log:q} 2>&1"
 
 
 for _target, _names in PLAN.targets.items():

@@ -28,7 +28,7 @@ rule train:
         runtime=run_job("runtime"),
         mem_mb=run_job("mem_mb"),
     shell:
-        "upfl run --data {input} --out {params.out} --threads {threads} {params.flags} > {log} 2>&1 "
+        "upfl run --data {input:q} --out {params.out:q} --threads {threads} {params.flags} > {log:q} 2>&1 "
         "|| [ $? -eq 3 ]"
 
 
@@ -53,4 +53,4 @@ for _bundle in BUNDLES.values():
             runtime=_bundle.job["runtime"],
             mem_mb=_bundle.job["mem_mb"],
         shell:
-            "upfl run-many --spec {input.spec} --benchmark {output.benchmark} > {log.bundle} 2>&1"
+            "upfl run-many --spec {input.spec:q} --benchmark {output.benchmark:q} > {log.bundle:q} 2>&1"

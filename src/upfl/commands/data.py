@@ -18,7 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..data.sources import (DATASET_SOURCES, PAPER_SET_SOURCES, PAPER_SYNTHETIC_SETS, SOURCES, dataset_folder,
+from ..data.sources import (DATASET_SOURCES, DEADLINE, MAX_BYTES, PAPER_SET_SOURCES, PAPER_SYNTHETIC_SETS, SOURCES,
+                            dataset_folder,
                             resolve_sources)
 
 SPEC_DATASETS = ("femnist", "sent140")
@@ -88,6 +89,10 @@ def check_fetch_flags(args: argparse.Namespace) -> None:
         raise ValueError(f"--backoff: must be >= 0 seconds, got {args.backoff}")
     if args.timeout <= 0:
         raise ValueError(f"--timeout: must be > 0 seconds, got {args.timeout}")
+    if not args.deadline > 0:
+        raise ValueError(f"--deadline: must be > 0 seconds, got {args.deadline}")
+    if args.max_bytes < 1:
+        raise ValueError(f"--max-bytes: must be >= 1, got {args.max_bytes}")
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
@@ -108,7 +113,7 @@ def cmd_fetch(args: argparse.Namespace) -> int:
             from_archive = Path(args.from_mirror) / src.filename.split("/", 1)[1]
         path = fetch_source(src, args.resources, cache_dir=args.cache, from_archive=from_archive,
                             retries=args.retries, backoff=args.backoff, timeout=args.timeout,
-                            progress=not args.no_progress)
+                            deadline=args.deadline, max_bytes=args.max_bytes, progress=not args.no_progress)
         print(f"{src.name:9s} {path}")
     if not args.source:
         for setting in paper_sets_of(args.names):
@@ -241,7 +246,11 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                         "(DIR/<repo>/<commit>/<path>, e.g. a copy of shared/upstream), checked like a download")
     f.add_argument("--retries", type=int, default=5)
     f.add_argument("--backoff", type=float, default=1.0, help="seconds before the first retry, doubling")
-    f.add_argument("--timeout", type=float, default=60.0, help="socket timeout in seconds")
+    f.add_argument("--timeout", type=float, default=60.0, help="seconds one read may wait (socket timeout)")
+    f.add_argument("--deadline", type=float, default=DEADLINE,
+                   help=f"seconds one file's download may take in all, retries included (default {DEADLINE:g})")
+    f.add_argument("--max-bytes", type=int, default=MAX_BYTES,
+                   help=f"the most bytes of a download whose length the server does not announce (default {MAX_BYTES})")
     f.set_defaults(func=_guard(cmd_fetch))
 
     pr = sub.add_parser("prepare", help="build FEMNIST, Sent140 or a paper synthetic set as a LEAF folder")

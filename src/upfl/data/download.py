@@ -24,6 +24,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import sys
 import time
 import urllib.error
@@ -35,10 +36,11 @@ from tqdm import tqdm
 
 from ..files import atomic_path, sha256_file, write_json, write_text
 from .archive import ArchiveError, check_zip, verify_zip
-from .sources import Source
+from .sources import DEADLINE, MAX_BYTES, Source
 
 CHUNK = 1 << 16
 CACHE_DIR = ".download-cache"
+OFFLINE_HINT = ("download the files elsewhere and give them with --from-mirror DIR (or --from-archive FILE)")
 
 
 class DownloadError(RuntimeError):
@@ -163,8 +165,22 @@ def _resume_point(url: str, part: Path, log: Callable[[str], None]) -> tuple[int
     return size, state, h
 
 
+def _check_budget(url: str, part: Path, written: int, total: int | None, max_bytes: int, deadline: float) -> None:
+    """:class:`DownloadError` (the ``.part`` removed) once a body passes its announced length or the size cap,
+    or the download passes its total deadline; neither is retried."""
+    limit = total if total is not None else max_bytes
+    if written > limit:
+        _discard(part)
+        what = f"the announced {total}" if total is not None else f"the cap of {max_bytes} bytes (--max-bytes)"
+        raise DownloadError(f"{url}: the server sent more than {what}; nothing kept")
+    if time.monotonic() > deadline:
+        raise DownloadError(f"{url}: not finished within the total deadline (--deadline); {written} bytes kept in "
+                            f"{part}, run again to resume")
+
+
 def _attempt(url: str, part: Path, timeout: float, progress: bool, label: str,
-             log: Callable[[str], None] = lambda m: None) -> None:
+             log: Callable[[str], None] = lambda m: None, max_bytes: int = MAX_BYTES,
+             deadline: float = float("inf")) -> None:
     """One HTTP request writing to ``part``; returns when ``part`` holds the whole file.
 
     A resume sends ``Range`` with ``If-Range`` (the object's strong ETag or Last-Modified): a server
@@ -189,7 +205,12 @@ def _attempt(url: str, part: Path, timeout: float, progress: bool, label: str,
         if e.code in (408, 429) or e.code >= 500:
             raise _Retry(f"HTTP {e.code} {e.reason}") from None
         raise DownloadError(f"{url}: HTTP {e.code} {e.reason}") from None
-    except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
+    except urllib.error.URLError as e:
+        if isinstance(e.reason, socket.gaierror):  # a name that does not resolve will not resolve in a minute
+            raise DownloadError(f"{url}: host name lookup failed ({e.reason}); offline or behind a proxy? "
+                                f"{OFFLINE_HINT}") from None
+        raise _Retry(f"{type(e).__name__}: {e}") from None
+    except (OSError, http.client.HTTPException) as e:
         raise _Retry(f"{type(e).__name__}: {e}") from None
     with resp:
         length = resp.headers.get("Content-Length")
@@ -218,7 +239,7 @@ def _attempt(url: str, part: Path, timeout: float, progress: bool, label: str,
                 try:
                     while True:
                         try:
-                            block = resp.read(CHUNK)
+                            block = resp.read1(CHUNK)  # what has arrived: a dripping server meets the deadline
                         except http.client.IncompleteRead as e:
                             out.write(e.partial)
                             h.update(e.partial)
@@ -228,7 +249,12 @@ def _attempt(url: str, part: Path, timeout: float, progress: bool, label: str,
                             raise _Retry(f"{type(e).__name__} mid-transfer: {e}") from None
                         if not block:
                             break
-                        out.write(block)
+                        _check_budget(url, part, written + len(block), total, max_bytes, deadline)
+                        try:
+                            out.write(block)
+                        except OSError as e:
+                            raise DownloadError(f"{part}: cannot write the download ({e.strerror}); "
+                                                "nothing published") from None
                         h.update(block)
                         written += len(block)
                         since += len(block)
@@ -238,8 +264,10 @@ def _attempt(url: str, part: Path, timeout: float, progress: bool, label: str,
                             _save_state(part, state, written, h.hexdigest())
                             since = 0
                 finally:
-                    out.flush()
-                    _save_state(part, state, written, h.hexdigest())
+                    if part.exists():
+                        with contextlib.suppress(OSError):  # a full disk: the record is best effort
+                            out.flush()
+                            _save_state(part, state, written, h.hexdigest())
         finally:
             bar.close()
     size = part.stat().st_size
@@ -290,11 +318,14 @@ def download(url: str, dest: str | os.PathLike, *, sha256: str | None = None,
              cache_dir: str | os.PathLike | None = None, retries: int = 5, backoff: float = 1.0,
              timeout: float = 60.0, progress: bool = True,
              validate: Callable[[Path], None] | None = None,
-             log: Callable[[str], None] | None = None) -> Path:
+             log: Callable[[str], None] | None = None, max_bytes: int = MAX_BYTES,
+             deadline: float = DEADLINE) -> Path:
     """Download ``url`` to ``dest`` unless ``dest`` is already there (then only verified).
 
     Resumes ``<cache_dir>/<name>.part`` across attempts and across calls when the server confirms the
-    same object (``If-Range``); waits ``backoff * 2**attempt`` seconds between attempts. Two processes
+    same object (``If-Range``); waits ``backoff * 2**attempt`` seconds between attempts. ``timeout`` bounds
+    one read, ``deadline`` the whole download (attempts and waits); a body without Content-Length is capped at
+    ``max_bytes``; a host name that does not resolve is not retried. Two processes
     fetching the same ``dest`` take turns (a lock in the cache); the second finds it published and
     verifies it. A checksum mismatch or a failed ``validate`` moves the data to ``<name>.bad`` in the
     cache and raises :class:`DownloadError`.
@@ -313,17 +344,20 @@ def download(url: str, dest: str | os.PathLike, *, sha256: str | None = None,
         if dest.exists():
             verify_file(dest, sha256)
             return dest
-        return _download_locked(url, dest, cache, sha256, retries, backoff, timeout, progress, validate, log)
+        return _download_locked(url, dest, cache, sha256, retries, backoff, timeout, progress, validate, log,
+                                max_bytes, time.monotonic() + deadline)
 
 
-def _download_locked(url, dest, cache, sha256, retries, backoff, timeout, progress, validate, log) -> Path:
+def _download_locked(url, dest, cache, sha256, retries, backoff, timeout, progress, validate, log,
+                     max_bytes, deadline) -> Path:
     part = cache / (dest.name + ".part")
     reasons: list[str] = []
     for attempt in range(retries + 1):
         if attempt:
-            time.sleep(min(backoff * 2 ** (attempt - 1), 60.0))
+            time.sleep(max(0.0, min(backoff * 2 ** (attempt - 1), 60.0, deadline - time.monotonic())))
         try:
-            _attempt(url, part, timeout, progress, dest.name, log)
+            _attempt(url, part, min(timeout, max(0.1, deadline - time.monotonic())), progress, dest.name, log,
+                     max_bytes, deadline)
             break
         except _Retry as e:
             reasons.append(str(e))

@@ -21,6 +21,12 @@ import numpy as np
 from ..files import replace_dir, sha256_file, write_json
 
 META_FILE = "meta.json"
+MAX_CLASSES = 100_000
+"""The most classes a data set may have (labels 0..MAX_CLASSES-1): far above LEAF's 62, far below what would
+exhaust memory for the model's output layer."""
+MAX_X_DIMS = 4
+"""The most dimensions of one x row (a 3-channel image is 3); deeper nesting is refused before it is converted."""
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 class DatasetError(ValueError):
@@ -88,6 +94,44 @@ def _fail(file: Path, msg: str) -> None:
     raise DatasetError(f"{file}: {msg}")
 
 
+def read_json(file: Path) -> Any:
+    """A JSON file's document; :class:`DatasetError` naming the file for bad UTF-8, bad JSON or deep nesting."""
+    try:
+        with open(file, encoding="utf-8") as f:
+            return json.load(f)
+    except UnicodeDecodeError as e:
+        raise DatasetError(f"{file}: not UTF-8 (byte {e.start} is 0x{e.object[e.start]:02x})") from None
+    except json.JSONDecodeError as e:
+        raise DatasetError(f"{file}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    except RecursionError:
+        raise DatasetError(f"{file}: JSON nested too deeply to be a data set") from None
+
+
+def _depth(value: Any, limit: int) -> int:
+    """Nesting depth of the first element chain of ``value`` (lists), stopping above ``limit``."""
+    depth = 0
+    while isinstance(value, list) and depth <= limit:
+        depth += 1
+        value = value[0] if value else None
+    return depth
+
+
+def _check_x(file: Path, user: str, x_arr: np.ndarray, x_dtype: str) -> None:
+    """Rows with features, finite in the dtype the model uses (float32 overflow is named by row)."""
+    if 0 in x_arr.shape[1:]:
+        _fail(file, f"user {user!r}: x rows have shape {x_arr.shape[1:]}: no features")
+    rows = x_arr.reshape(len(x_arr), -1)
+    if not np.isfinite(rows).all():
+        row = int(np.flatnonzero(~np.isfinite(rows).all(axis=1))[0])
+        _fail(file, f"user {user!r}: x row {row} holds NaN or infinite values")
+    limit = FLOAT32_MAX if x_dtype == "float32" else float(2 ** 31 - 1)
+    too_large = np.abs(rows) > limit
+    if too_large.any():
+        row = int(np.flatnonzero(too_large.any(axis=1))[0])
+        _fail(file, f"user {user!r}: x row {row} holds {float(rows[row][too_large[row]][0]):g}, beyond {x_dtype} "
+                    f"(largest {limit:g}): it would be infinite in training")
+
+
 def _read_split(folder: Path, x_dtype: str, where: dict[str, str]) -> tuple[list[str], dict[str, np.ndarray], dict[str, np.ndarray]]:
     if not folder.is_dir():
         raise DatasetError(f"{folder}: missing folder (a LEAF data set needs train/ and test/ folders)")
@@ -99,11 +143,7 @@ def _read_split(folder: Path, x_dtype: str, where: dict[str, str]) -> tuple[list
     ys: dict[str, np.ndarray] = {}
     feature_shape: tuple[int, ...] | None = None
     for file in files:
-        try:
-            with open(file, encoding="utf-8") as f:
-                doc = json.load(f)
-        except json.JSONDecodeError as e:
-            raise DatasetError(f"{file}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+        doc = read_json(file)
         if not isinstance(doc, dict):
             _fail(file, "top level must be an object with keys users, num_samples, user_data")
         for key in ("users", "num_samples", "user_data"):
@@ -135,6 +175,10 @@ def _read_split(folder: Path, x_dtype: str, where: dict[str, str]) -> tuple[list
                     _fail(file, f"user {user!r}: label {i} is {label!r}, not an integer")
                 if label < 0:
                     _fail(file, f"user {user!r}: label {i} is {label}, labels must be >= 0")
+                if label >= MAX_CLASSES:
+                    _fail(file, f"user {user!r}: label {i} is {label:g}, outside 0..{MAX_CLASSES - 1} (upfl.data.leaf.MAX_CLASSES)")
+            if x and _depth(x, MAX_X_DIMS + 1) > MAX_X_DIMS + 1:
+                _fail(file, f"user {user!r}: x row 0 is nested more than {MAX_X_DIMS} levels deep")
             try:
                 x_arr = np.asarray(x, dtype=np.float64)
             except (ValueError, TypeError):
@@ -151,8 +195,8 @@ def _read_split(folder: Path, x_dtype: str, where: dict[str, str]) -> tuple[list
                 feature_shape = x_arr.shape[1:]
             elif x_arr.shape[1:] != feature_shape:
                 _fail(file, f"user {user!r}: x rows have shape {x_arr.shape[1:]}, other users have {feature_shape}")
-            if len(x) and not np.isfinite(x_arr).all():
-                _fail(file, f"user {user!r}: x holds NaN or infinite values")
+            if len(x):
+                _check_x(file, user, x_arr, x_dtype)
             if x_dtype == "int64":
                 if len(x) and not np.all(x_arr == np.round(x_arr)):
                     _fail(file, f"user {user!r}: meta.json says x_dtype int64 but x holds non-integers")
@@ -176,12 +220,12 @@ def load_leaf(path: str | os.PathLike) -> FederatedDataset:
     meta: dict[str, Any] = {}
     meta_file = root / META_FILE
     if meta_file.exists():
-        try:
-            meta = json.loads(meta_file.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise DatasetError(f"{meta_file}: not valid JSON (line {e.lineno}: {e.msg})") from None
+        meta = read_json(meta_file)
+        if not isinstance(meta, dict):
+            raise DatasetError(f"{meta_file}: must be a JSON object, got a {type(meta).__name__}")
+    _check_num_classes(meta_file, meta)
     x_dtype = meta.get("x_dtype", "float32")
-    if x_dtype not in ("float32", "int64"):
+    if not isinstance(x_dtype, str) or x_dtype not in ("float32", "int64"):
         raise DatasetError(f"{meta_file}: x_dtype must be 'float32' or 'int64', got {x_dtype!r}")
     files: dict[str, dict[str, str]] = {"train": {}, "test": {}}
     tr_users, tr_x, tr_y = _read_split(root / "train", x_dtype, files["train"])
@@ -204,10 +248,16 @@ def load_leaf(path: str | os.PathLike) -> FederatedDataset:
                 ys[u] = np.zeros((0,), dtype=np.int64)
     ds = FederatedDataset(users, tr_x, tr_y, te_x, te_y, meta=meta, path=str(root), files=files)
     if "num_classes" in meta:
-        if isinstance(meta["num_classes"], bool) or not isinstance(meta["num_classes"], int) or meta["num_classes"] < 1:
-            raise DatasetError(f"{meta_file}: num_classes must be a positive integer, got {meta['num_classes']!r}")
         ds.check_labels()
     return ds
+
+
+def _check_num_classes(meta_file: Path, meta: dict[str, Any]) -> None:
+    if "num_classes" not in meta:
+        return
+    k = meta["num_classes"]
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_CLASSES:
+        raise DatasetError(f"{meta_file}: num_classes must be an integer in 1..{MAX_CLASSES}, got {k!r}")
 
 
 def _split_doc(users: list[str], xs: dict[str, np.ndarray], ys: dict[str, np.ndarray]) -> dict[str, Any]:

@@ -27,6 +27,12 @@ import os
 
 from dataclasses import dataclass, replace
 
+MAX_BYTES = 4 << 30
+"""The most bytes a download may hold when the server does not announce its length (``--max-bytes``): the
+largest source (FEMNIST's by_class.zip) is under 1.5 GB."""
+DEADLINE = 3600.0
+"""Seconds one file's download may take in all, attempts and waits included (``--deadline``)."""
+
 
 @dataclass(frozen=True)
 class Source:
