@@ -101,6 +101,7 @@ def run_work(doc: dict[str, Any]) -> float:
     bundles depends on it (:func:`bundle_priorities`), never a result. Reads the run document directly (keys it
     lacks take :class:`upfl.config.RunConfig`'s defaults): resolving 2,000 configs would cost the DAG a second."""
     from .draws import training_rounds_before
+    from .names import base_name
 
     default = cfgmod.RunConfig()
 
@@ -110,7 +111,7 @@ def run_work(doc: dict[str, Any]) -> float:
 
     algorithm = key("algorithm", "name")
     rounds = int(doc.get("rounds", default.rounds))
-    inner = int(key("algorithm", "personal_steps")) if algorithm.endswith("pfedme") else 1
+    inner = int(key("algorithm", "personal_steps")) if base_name(algorithm) == "pfedme" else 1
     training = training_rounds_before(algorithm, rounds) * float(key("devices", "frac")) * int(key("solver", "epochs"))
     return training * inner + rounds / max(1, int(key("evaluation", "every"))) / 3
 

@@ -23,12 +23,10 @@ from typing import Any, get_args, get_origin, get_type_hints
 import yaml
 
 from .draws import resolve_straggler_policy
+from .errors import ConfigError
+from .names import algorithm_names, check_algorithm_config
 
 SCHEMA_VERSION = 1
-
-
-class ConfigError(ValueError):
-    """A run config is invalid; the message names the key."""
 
 
 @dataclass
@@ -268,8 +266,6 @@ def validate(cfg: RunConfig) -> RunConfig:
         raise ConfigError(f"schema_version: this upfl reads version {SCHEMA_VERSION}, got {cfg.schema_version}")
     policy = cfg.devices.straggler_policy
     if isinstance(policy, dict):
-        from .algorithms import algorithm_names
-
         known = (*algorithm_names(), "default")
         unknown = [k for k in policy if k not in known]
         if unknown:
@@ -317,8 +313,6 @@ def validate(cfg: RunConfig) -> RunConfig:
     if d.straggler > 0 and s.epochs < 2:
         raise ConfigError(f"devices.straggler: stragglers run 1..E-1 epochs, so they need solver.epochs >= 2 "
                           f"(got epochs {s.epochs} with straggler probability {d.straggler})")
-    from .algorithms import check_algorithm_config
-
     check_algorithm_config(cfg)
     p = cfg.privacy
     if not 0 < p.delta < 1:

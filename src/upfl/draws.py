@@ -22,18 +22,13 @@ import functools
 import math
 from typing import Any
 
+from .names import is_training_iteration
 from .rng import generator
 
 STRAGGLER_DRAWS = ("bernoulli", "exact")
 STRAGGLER_POLICIES = ("partial", "drop")
 FEDPROX_REFERENCE_POLICY = {"fedavg": "drop", "default": "partial"}
 """FedProx's experiments: FedAvg drops stragglers, FedProx (and here Upcycled-FL) keeps their partial work."""
-
-
-def is_training_iteration(algorithm: str, t: int) -> bool:
-    """Algorithm 2: Upcycled-FL (``upcycled``, ``upcycled_<base>``) trains at odd t only (even t is Eq. (5));
-    every base algorithm trains at every t."""
-    return not (algorithm == "upcycled" or algorithm.startswith("upcycled_")) or t % 2 == 1
 
 
 def training_rounds_before(algorithm: str, t: int) -> int:

@@ -19,6 +19,7 @@ from typing import Any
 from . import config as cfgmod
 from .data.sources import PAPER_SYNTHETIC_SETS
 from .draws import resolve_straggler_policy
+from .names import is_upcycled
 
 OUTPUT_KINDS = ("table1", "time", "convergence", "lambda_sweep", "privacy_table", "privacy_tradeoff", "momentum_table",
                 "bases_table", "momentum_curves", "schedule_figure", "draws", "sensitivity", "protocol_gap")
@@ -272,7 +273,7 @@ def apply_protocol(doc: dict[str, Any], algorithm: dict[str, Any], protocol: str
     if protocol == "paper":
         return
     _merge(doc, AUTHORS_SETTINGS, where)
-    if algorithm["name"].startswith("upcycled"):
+    if is_upcycled(algorithm["name"]):
         algorithm.pop("lam", None)
         algorithm["step"] = AUTHORS_STEP
 

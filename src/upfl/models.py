@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
-from .config import ConfigError
+from .errors import ConfigError
 
 INIT_STD = 0.01
 """Standard deviation of the ``normal`` initialisation (the authors' code: weights N(0, 0.01^2), biases 0)."""

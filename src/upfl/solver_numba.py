@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from .models import BIAS_FEATURE_SCALE, BinaryLogisticRegression
-from .solver import BoundedCache
+from .caches import BoundedCache
 
 if "NUMBA_THREADING_LAYER" not in os.environ:
     numba.config.THREADING_LAYER = "workqueue"

@@ -4,7 +4,8 @@
 from .base import Algorithm, ClientRound
 from .registry import (ALGORITHMS, AlgorithmPrivacyError, algorithm_class, algorithm_names, build_algorithm,
                        check_algorithm_config, is_upcycled)
-from .upcycled import Upcycled, base_name
+from ..names import base_name
+from .upcycled import Upcycled
 from .updates import upcycle_coefficient, upcycle_step, weighted_average
 
 __all__ = ["ALGORITHMS", "Algorithm", "AlgorithmPrivacyError", "ClientRound", "Upcycled", "algorithm_class",

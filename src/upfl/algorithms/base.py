@@ -20,6 +20,7 @@ from typing import Any, Callable, ClassVar
 
 import torch
 
+from .. import names
 from .updates import weighted_average
 
 
@@ -65,7 +66,7 @@ class Algorithm(ABC):
     name: ClassVar[str]
     keys: ClassVar[tuple[str, ...]] = ()
     """The ``algorithm.*`` keys this algorithm reads besides ``name`` (any other key set to a non-default value
-    is a config error naming it; mirrored torch-free in :mod:`upfl.algorithm_keys` for the report)."""
+    is a config error naming it); :data:`upfl.names.ALGORITHM_KEYS` holds them."""
     uses_mu: ClassVar[bool] = False
     """Whether ``algorithm.mu`` is this algorithm's proximal coefficient (then ``lam`` of an upcycled run reads
     mu/(mu+lambda)); else ``mu`` must be 0."""
@@ -89,11 +90,11 @@ class Algorithm(ABC):
     @property
     def extrapolation_mu(self) -> float:
         """The mu of mu/(mu+lambda) when upcycled (the proximal coefficient; FedDyn's alpha)."""
-        return self.proximal_mu
+        return names.extrapolation_mu(names.base_name(self.name), self.cfg.mu, self.cfg.alpha)
 
     def trains(self, t: int) -> bool:
-        """Whether iteration t is a training iteration (every t for a base algorithm)."""
-        return True
+        """Whether iteration t is a training iteration (every t for a base algorithm, odd t upcycled)."""
+        return names.is_training_iteration(self.name, t)
 
     def linear_term(self, w: torch.Tensor, rnd: ClientRound) -> torch.Tensor | None:
         """n_i of the local objective, (k, P) for the round's devices, or None."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import names
 from .base import Algorithm
 from .updates import weighted_average
 
@@ -13,8 +14,9 @@ class FedAdam(Algorithm):
     w^{t+1} = w^t + eta_s m / (sqrt(v) + tau). m starts at 0, v at tau^2; no bias correction (as the paper)."""
 
     name = "fedadam"
-    keys = ("server_lr", "beta1", "beta2", "tau")
-    uses_mu = True
+    keys = names.ALGORITHM_KEYS[name]
+    uses_mu = names.uses_mu(name)
+    privacy = names.privacy_refusals(name)
     server_lr_default = 0.03
 
     def __init__(self, cfg, num_devices: int, num_params: int) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import names
 from .base import Algorithm
 from .updates import weighted_average
 
@@ -17,10 +18,9 @@ class FedDyn(Algorithm):
     w^{t+1} = sum_i p_i w_i - h / alpha. Upcycled, mu/(mu+lambda) reads alpha/(alpha+lambda)."""
 
     name = "feddyn"
-    keys = ("alpha",)
-    privacy = {"output": None,
-               "objective": "the data-dependent term -<h_i, w> changes the local objective; Theorem C.2 needs "
-                            "the FedProx objective"}
+    keys = names.ALGORITHM_KEYS[name]
+    uses_mu = names.uses_mu(name)
+    privacy = names.privacy_refusals(name)
 
     def __init__(self, cfg, num_devices: int, num_params: int) -> None:
         super().__init__(cfg, num_devices, num_params)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import names
 from .base import Algorithm
 
 
@@ -25,9 +26,9 @@ class FedNova(Algorithm):
     With equal work on every device this is FedAvg's average."""
 
     name = "fednova"
-    keys = ("server_lr",)
-    privacy = {"output": None,
-               "objective": "Theorem C.2 needs the FedProx objective with mu > 0; FedNova's clients run FedAvg's (mu = 0)"}
+    keys = names.ALGORITHM_KEYS[name]
+    uses_mu = names.uses_mu(name)
+    privacy = names.privacy_refusals(name)
 
     def server_update(self, w, released, rnd):
         p = rnd.weights

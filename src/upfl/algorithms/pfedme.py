@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import names
 from ..solver import pad_devices
 from .base import Algorithm
 from .updates import weighted_average
@@ -52,11 +53,10 @@ class PFedMe(Algorithm):
     so ``solver.momentum`` is not used."""
 
     name = "pfedme"
-    keys = ("server_lr", "personal_lambda", "personal_steps", "personal_lr")
+    keys = names.ALGORITHM_KEYS[name]
+    uses_mu = names.uses_mu(name)
+    privacy = names.privacy_refusals(name)
     extra_metrics = ("personal_train_acc", "personal_test_acc")
-    privacy = {"output": "the paper's analysis covers one local solve of the FedProx objective; pFedMe's bi-level "
-                         "local problem is not analysed",
-               "objective": "Theorem C.2 needs the FedProx objective; pFedMe's local problem is a Moreau envelope"}
 
     def __init__(self, cfg, num_devices: int, num_params: int) -> None:
         super().__init__(cfg, num_devices, num_params)

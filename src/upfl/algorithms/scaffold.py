@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import names
 from .base import Algorithm
 from .updates import weighted_average
 
@@ -17,11 +18,9 @@ class Scaffold(Algorithm):
     the paper's formula at rho = 0). Server: w^{t+1} = w^t + eta_s (sum_i p_i w_i - w^t); c += sum_i (c_i+ - c_i) / N."""
 
     name = "scaffold"
-    keys = ("server_lr",)
-    privacy = {"output": "the device also releases its control-variate update c_i+ - c_i, which output "
-                         "perturbation does not cover",
-               "objective": "the correction <c - c_i, w> changes the local objective; Theorem C.2 needs the "
-                            "FedProx objective"}
+    keys = names.ALGORITHM_KEYS[name]
+    uses_mu = names.uses_mu(name)
+    privacy = names.privacy_refusals(name)
 
     def __init__(self, cfg, num_devices: int, num_params: int) -> None:
         super().__init__(cfg, num_devices, num_params)

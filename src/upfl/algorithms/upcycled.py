@@ -9,24 +9,9 @@ from __future__ import annotations
 
 import torch
 
+from .. import names
 from .base import Algorithm, ClientRound
 from .updates import upcycle_coefficient, upcycle_step
-
-PREFIX = "upcycled"
-"""``upcycled`` is Upcycled FedProx (the paper's Upcycled-FL); ``upcycled_<base>`` upcycles any other base."""
-
-
-def is_upcycled(name: str) -> bool:
-    """Whether an algorithm name is an upcycled one (``upcycled`` or ``upcycled_<base>``)."""
-    return name == PREFIX or name.startswith(PREFIX + "_")
-
-
-def base_name(name: str) -> str:
-    """The base algorithm of an algorithm name: ``upcycled`` -> ``fedprox``, ``upcycled_fedavgm`` -> ``fedavgm``."""
-    if name == PREFIX:
-        return "fedprox"
-    return name[len(PREFIX) + 1:] if name.startswith(PREFIX + "_") else name
-
 
 class Upcycled(Algorithm):
     """Base algorithm ``base`` at odd iterations, Eq. (5) at even ones. Delegates every client and server hook."""
@@ -34,14 +19,10 @@ class Upcycled(Algorithm):
     def __init__(self, base: Algorithm, num_training_rounds: int) -> None:
         self.base = base
         self.cfg = base.cfg
-        self.name = PREFIX if base.name == "fedprox" else f"{PREFIX}_{base.name}"
+        self.name = names.upcycled_name(base.name)
         self.extra_metrics = base.extra_metrics
         self.num_training_rounds = num_training_rounds
         self.c1 = coefficient(base)
-
-    def trains(self, t: int) -> bool:
-        """Algorithm 2: odd t trains, even t extrapolates."""
-        return t % 2 == 1
 
     def extrapolate(self, w: torch.Tensor, w_prev: torch.Tensor, t: int) -> torch.Tensor:
         """Eq. (5) at even iteration t = 2m."""
@@ -76,8 +57,4 @@ class Upcycled(Algorithm):
 
 def coefficient(base: Algorithm) -> float:
     """c_1: ``algorithm.step``, else mu/(mu+lambda) with the base's mu (Eq. 5)."""
-    a = base.cfg
-    if a.step is not None:
-        return float(a.step)
-    mu = base.extrapolation_mu
-    return mu / (mu + a.lam)
+    return names.even_step_coefficient(base.extrapolation_mu, base.cfg.lam, base.cfg.step)

@@ -44,16 +44,16 @@ from flwr.supercore import log
 
 from .. import config as cfgmod
 from ..data import load_leaf
-from ..algorithms.upcycled import base_name, is_upcycled
 from ..draws import draw_stragglers, resolve_straggler_policy, sample_clients
 from ..files import provenance, write_json, write_text
+from ..names import base_name, is_upcycled
 from ..privacy.accounting import privacy_report
 from ..privacy.mechanisms import (objective_noise_draws, output_perturbation, scale_objective_noise,
                                   standard_normal_rows)
 from ..rng import generator
 from ..simulation import TRAIN_METRICS_COLUMN, Simulation, resolve_device, train_metrics_status
 from ..solver import batch_plan
-from .strategy import DEVICE_KEY, CountingGrid, UpcycledFL, as_flat
+from .strategy import DEVICE_KEY, CountingGrid, UpcycledFL, as_flat, is_upcycle_round
 
 PARAMS_KEY = "params"
 
@@ -295,7 +295,7 @@ def make_server_app(run_config: dict[str, Any] | None = None,
             if on_round is not None:
                 on_round(t, w)
             metrics = sim.evaluate(w.to(sim.device))
-            kind = "init" if t == 0 else ("upcycle" if isinstance(strategy, UpcycledFL) and t % 2 == 0 else "train")
+            kind = "init" if t == 0 else ("upcycle" if isinstance(strategy, UpcycledFL) and is_upcycle_round(t) else "train")
             rows.append({"iteration": t, "kind": kind, **metrics, "messages": counting.sent[t],
                          "wall_s": 0.0 if t == 0 else wall})
             log(INFO, "round %d %s: test_acc %.4f, %d messages", t, kind, metrics["test_acc"], counting.sent[t])

@@ -22,6 +22,7 @@ from flwr.serverapp.strategy import Result, Strategy
 from flwr.supercore import log
 
 from ..algorithms import upcycle_coefficient, upcycle_step
+from ..names import PREFIX, even_step_coefficient, is_training_iteration
 
 
 DEVICE_KEY = "partition-id"
@@ -30,7 +31,7 @@ DEVICE_KEY = "partition-id"
 
 def is_upcycle_round(server_round: int) -> bool:
     """Algorithm 2: even rounds are server-only extrapolations."""
-    return server_round % 2 == 0
+    return not is_training_iteration(PREFIX, server_round)
 
 
 def training_round(server_round: int) -> int:
@@ -60,15 +61,11 @@ class UpcycledFL(Strategy):
         if (lam is None) == (step is None):
             raise ValueError("UpcycledFL: give exactly one of lam (c = mu/(mu+lam)) or step (c directly)")
         mu = float(getattr(base, "proximal_mu", 0.0))
-        if step is not None:
-            if step < 0:
-                raise ValueError(f"UpcycledFL: step must be >= 0, got {step!r}")
-            c1 = float(step)
-        else:
-            if lam < 0 or mu + lam <= 0:
-                raise ValueError(f"UpcycledFL: need lam >= 0 and mu + lam > 0 (mu {mu}, lam {lam}); "
-                                 "with mu = 0 give step")
-            c1 = mu / (mu + lam)
+        if step is not None and step < 0:
+            raise ValueError(f"UpcycledFL: step must be >= 0, got {step!r}")
+        if step is None and (lam < 0 or mu + lam <= 0):
+            raise ValueError(f"UpcycledFL: need lam >= 0 and mu + lam > 0 (mu {mu}, lam {lam}); with mu = 0 give step")
+        c1 = even_step_coefficient(mu, lam, step)
         upcycle_coefficient(c1, 1, schedule, 1)
         self.base, self.lam, self.step, self.schedule, self.c1 = base, lam, step, schedule, c1
         self.num_rounds = 0

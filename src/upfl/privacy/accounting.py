@@ -33,7 +33,8 @@ import functools
 import math
 from typing import Any, Sequence
 
-from ..config import ConfigError
+from ..errors import ConfigError
+from ..names import is_upcycled
 
 SGD_CAVEAT = ("Theorem C.2 assumes the exact minimiser of the perturbed local objective; the engine "
               "approximates it with SGD, so this epsilon is the theorem's value for the exact minimiser, "
@@ -433,7 +434,7 @@ def privacy_report(cfg, dataset, model, cross_check: Sequence[str] = ("rdp",), r
         "training_rounds": training_rounds(cfg), "num_devices": n,
         "num_params": int(getattr(model, "num_params", 0)) or None,
         "releases_rule": ("odd iterations only (Lemma 5.1: even iterations are post-processing)"
-                          if alg == "upcycled" or alg.startswith("upcycled_") else "every iteration"),
+                          if is_upcycled(alg) else "every iteration"),
         "sampling": {"frac": cfg.devices.frac, "straggler": cfg.devices.straggler,
                      "straggler_policy": cfg.devices.straggler_policy,
                      "straggler_draw": cfg.devices.straggler_draw},

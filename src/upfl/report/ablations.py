@@ -17,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..names import is_upcycled
 from .cells import paired
 from .collect import ReportError, converged, cumulative_rounds, load_metrics
 from .figures import pyplot, save_figure, seaborn
@@ -70,7 +71,7 @@ def _group_key(row: dict) -> tuple:
 def _variants(sub: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     keys = sub.apply(lambda r: _group_key(r.to_dict()), axis=1)
     out = []
-    for key in sorted(set(keys), key=lambda k: (k[0] != "fedprox", k[0].startswith("upcycled"), k[1])):
+    for key in sorted(set(keys), key=lambda k: (k[0] != "fedprox", is_upcycled(k[0]), k[1])):
         cell = sub[keys == key]
         out.append((variant_label(cell.iloc[0].to_dict()), cell))
     return out
@@ -218,7 +219,7 @@ def momentum_figure(runs: pd.DataFrame, out_prefix: str, provenance: str) -> Non
             ax = axes[i, j]
             for (label, cell), colour in zip(variants, colours):
                 d = _curves(cell, x)
-                style = "--" if cell["algorithm"].iloc[0].startswith("upcycled") else "-"
+                style = "--" if is_upcycled(cell["algorithm"].iloc[0]) else "-"
                 ax.plot(d["x"], d["mean"], style, color=colour, label=label, linewidth=1.2)
                 ax.fill_between(d["x"], d["low"], d["high"], color=colour, alpha=0.15, linewidth=0)
                 if i == 0:
@@ -249,7 +250,7 @@ def schedule_figure(runs: pd.DataFrame, out_prefix: str, provenance: str) -> Non
     rows = []
     for j, dataset in enumerate(datasets):
         sub = runs[runs["dataset"] == dataset]
-        ups = sub[sub["algorithm"].map(lambda a: isinstance(a, str) and a.startswith("upcycled"))]
+        ups = sub[sub["algorithm"].map(lambda a: isinstance(a, str) and is_upcycled(a))]
         ref = sub[sub["algorithm"] == "fedprox"]
         ax = axes[0, j]
         for schedule, grp in ups.groupby("schedule"):

@@ -15,6 +15,8 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
+from .. import names
+
 
 class ReportError(ValueError):
     """A report input is missing or inconsistent; the message names the file, run or key."""
@@ -130,32 +132,26 @@ ALGORITHM_KEYS = ("name", "mu", "lam", "step", "schedule")
 def algorithm_options(alg: dict[str, Any]) -> str:
     """The hyper-parameters the run's base algorithm reads besides mu/lam/step/schedule (its registry ``keys``),
     ``key=value;...`` ('' for FedAvg, FedProx, Upcycled-FL and for unknown algorithms)."""
-    from ..algorithm_keys import ALGORITHM_KEYS
-
-    keys = ALGORITHM_KEYS.get(base_algorithm(alg.get("name")), ())
+    keys = names.ALGORITHM_KEYS.get(base_algorithm(alg.get("name")), ())
     return ";".join(f"{k}={alg[k]}" for k in keys if alg.get(k) is not None)
 
 
 def base_algorithm(name: Any) -> Any:
     """The base of an upcycled algorithm (``upcycled`` -> ``fedprox``, ``upcycled_scaffold`` -> ``scaffold``)."""
-    if not isinstance(name, str):
-        return name
-    if name == "upcycled":
-        return "fedprox"
-    return name[len("upcycled_"):] if name.startswith("upcycled_") else name
+    return names.base_name(name) if isinstance(name, str) else name
 
 
 def effective_coefficient(alg: dict[str, Any]) -> float:
     """The even-iteration coefficient c_1 of Eq. (5): ``step``, or mu / (mu + lambda) (FedDyn: alpha / (alpha +
     lambda)); NaN off the upcycled algorithms."""
     name = alg.get("name")
-    if not isinstance(name, str) or base_algorithm(name) == name:
+    if not isinstance(name, str) or not names.is_upcycled(name):
         return math.nan
-    if base_algorithm(name) == "feddyn" and alg.get("step") is None:
-        return float(alg["alpha"]) / (float(alg["alpha"]) + float(alg["lam"]))
-    if alg.get("step") is not None:
-        return float(alg["step"])
-    return float(alg["mu"]) / (float(alg["mu"]) + float(alg["lam"]))
+    step = alg.get("step")
+    if step is not None:
+        return float(step)
+    mu = names.extrapolation_mu(names.base_name(name), alg.get("mu", 0.0), alg.get("alpha", 0.0))
+    return names.even_step_coefficient(mu, float(alg["lam"]))
 
 
 def config_columns(summary: dict[str, Any]) -> dict[str, Any]:

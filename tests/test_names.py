@@ -1,0 +1,128 @@
+"""upfl.names: the torch-free home of the algorithm names, and the parse-time side that must stay torch-free."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from upfl import config as cfgmod
+from upfl import names
+from upfl.algorithms import ALGORITHMS, algorithm_names, build_algorithm
+from upfl.errors import AlgorithmPrivacyError, ConfigError
+from upfl.report.collect import effective_coefficient
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_registry_classes_read_their_keys_mu_and_privacy_from_names():
+    assert list(ALGORITHMS) == list(names.BASE_ALGORITHMS)
+    for base, cls in ALGORITHMS.items():
+        assert cls.name == base
+        assert cls.keys == names.ALGORITHM_KEYS[base]
+        assert cls.uses_mu == names.uses_mu(base)
+        assert cls.privacy == names.privacy_refusals(base)
+    assert algorithm_names() == names.algorithm_names()
+
+
+def test_base_and_upcycled_names_round_trip():
+    assert names.base_name("upcycled") == "fedprox"
+    assert names.base_name("upcycled_scaffold") == "scaffold"
+    assert names.base_name("fedavgm") == "fedavgm"
+    for base in names.BASE_ALGORITHMS:
+        up = names.upcycled_name(base)
+        assert names.is_upcycled(up) and not names.is_upcycled(base)
+        assert names.base_name(up) == base and up in names.algorithm_names()
+    assert not names.is_known("upcycled_fedprox") and not names.is_known("fedsgd")
+
+
+@pytest.mark.parametrize("name", ["fedprox", "upcycled", "upcycled_feddyn", "pfedme", "upcycled_pfedme"])
+def test_training_iterations_match_the_algorithm_objects(name):
+    """Algorithm 2: upcycled names train at odd t only; bases at every t. The loop asks the object, the
+    privacy accountant and the bundle planner ask names: the two agree."""
+    doc = {"data": {"path": "x"}, "algorithm": {"name": name, "mu": 1.0 if names.uses_mu(names.base_name(name)) else 0.0}}
+    if names.is_upcycled(name):
+        doc["algorithm"]["lam"] = 0.5
+    alg = build_algorithm(cfgmod.from_dict(doc), 3, 4, 5)
+    expected = [not names.is_upcycled(name) or t % 2 == 1 for t in range(1, 11)]
+    assert [alg.trains(t) for t in range(1, 11)] == expected
+    assert [names.is_training_iteration(name, t) for t in range(1, 11)] == expected
+
+
+@pytest.mark.parametrize("name, alg, expected", [
+    ("upcycled", {"mu": 1.0, "lam": 0.43}, 1.0 / 1.43),
+    ("upcycled_feddyn", {"alpha": 0.1, "lam": 0.3}, 0.1 / 0.4),
+    ("upcycled_fedavgm", {"mu": 0.5, "step": 0.2}, 0.2),
+    ("upcycled_fedavg", {"lam": 1.0, "step": None}, 0.0),
+])
+def test_even_step_coefficient_is_one_value_for_engine_report_and_flower(name, alg, expected):
+    """c_1 of Eq. (5) (mu/(mu+lambda), FedDyn's alpha as its mu, or ``step``), as the engine, the report and
+    the Flower strategy compute it."""
+    doc = {"data": {"path": "x"}, "algorithm": {"name": name, **alg}}
+    cfg = cfgmod.from_dict(doc)
+    engine = build_algorithm(cfg, 3, 4, 5).c1
+    report = effective_coefficient(json.loads(json.dumps(cfgmod.to_dict(cfg)))["algorithm"])
+    assert engine == report == pytest.approx(expected, abs=0, rel=1e-15)
+
+
+@pytest.mark.parametrize("mu, lam", [(1.0, 0.43), (0.0, 1.0), (0.01, 0.3)])
+def test_flower_strategy_takes_the_engines_coefficient(mu, lam):
+    pytest.importorskip("flwr", reason="the flower extra is not installed (pip install -e '.[flower]')")
+    from flwr.serverapp.strategy import FedAvg, FedProx
+
+    from upfl.flower.strategy import UpcycledFL
+
+    name = "upcycled" if mu > 0 else "upcycled_fedavg"
+    cfg = cfgmod.from_dict({"data": {"path": "x"}, "algorithm": {"name": name, "mu": mu, "lam": lam}})
+    base = FedProx(proximal_mu=mu) if mu > 0 else FedAvg()
+    assert UpcycledFL(base, lam=lam).c1 == build_algorithm(cfg, 3, 4, 5).c1
+
+
+def test_privacy_refusals_name_the_key_and_reason():
+    with pytest.raises(AlgorithmPrivacyError, match=r"privacy.mechanism: output perturbation is not supported for "
+                                                    r"upcycled_scaffold: the device also releases"):
+        cfgmod.from_dict({"data": {"path": "x"}, "algorithm": {"name": "upcycled_scaffold", "lam": 1.0},
+                          "privacy": {"mechanism": "output", "tau": 1.0, "sigma": 1.0}})
+    with pytest.raises(ConfigError, match="algorithm.mu: fedavg has no proximal term"):
+        cfgmod.from_dict({"data": {"path": "x"}, "algorithm": {"name": "fedavg", "mu": 1.0}})
+    assert issubclass(cfgmod.ConfigError, ValueError) and cfgmod.ConfigError is ConfigError
+
+
+PARSE_SIDE = """
+import json, sys
+import yaml
+from upfl.bundles import form_bundles
+from upfl.experiments import build_plan
+config = yaml.safe_load(open(sys.argv[1]))
+runs = build_plan(config).runs
+bundles = form_bundles(runs)
+print(json.dumps({"runs": len(runs), "bundles": len(bundles), "torch": "torch" in sys.modules}))
+"""
+
+
+def test_planning_the_full_config_imports_no_torch():
+    """What the workflow does at parse time (every run config of the full grid validated, bundles formed) in a
+    fresh interpreter, as Snakemake and each cluster job do: torch is never imported."""
+    proc = subprocess.run([sys.executable, "-c", PARSE_SIDE, str(ROOT / "config" / "config.yaml")],
+                          capture_output=True, text=True, timeout=300, check=True)
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["runs"] > 100 and out["bundles"] >= 1
+    assert out["torch"] is False
+
+
+@pytest.mark.workflow
+def test_snakemake_dry_run_imports_no_torch(tmp_path):
+    """``snakemake -n`` on a copy of the workflow (quick preset): ``-X importtime`` lists no torch module."""
+    wd = tmp_path / "wf"
+    wd.mkdir()
+    shutil.copy(ROOT / "Snakefile", wd)
+    for folder in ("workflow", "config", "profiles"):
+        shutil.copytree(ROOT / folder, wd / folder)
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "snakemake", "--workflow-profile", "none",
+                           "-n", "--config", "preset=quick"], cwd=wd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    imported = [line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
+    assert "upfl.experiments" in imported
+    assert not [m for m in imported if m == "torch" or m.startswith("torch.")]
