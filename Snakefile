@@ -3,7 +3,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version, validate
 
 from upfl.config import ConfigError, check_workflow_yaml
-from upfl.experiments import ExperimentError, check_workflow_config, misspelt_targets
+from upfl.pipeline.plan import ExperimentError, check_workflow_config, misspelt_targets
 
 min_version("9.0")
 

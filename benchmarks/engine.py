@@ -53,11 +53,11 @@ def w1_config(data: str, alg: str, rounds: int, extra: dict, backend: str, priva
 def warm_up(backend: str) -> float:
     """Seconds to select the backend's solver: for numba the import, then the compile or cache load.
 
-    :func:`upfl.solver.select_local_solver` does this once per :class:`upfl.simulation.Simulation`,
+    :func:`upfl.solvers.torch_backend.select_local_solver` does this once per :class:`upfl.engine.simulation.Simulation`,
     before the first iteration, so none of it is in the per-round figures.
     """
     from upfl.models import LogisticRegression
-    from upfl.solver import select_local_solver
+    from upfl.solvers.torch_backend import select_local_solver
     t0 = time.perf_counter()
     select_local_solver(backend, LogisticRegression(3, 2), torch.device("cpu"))
     return time.perf_counter() - t0
@@ -86,9 +86,9 @@ def round_profile(data: str, backend: str, rounds: int) -> dict:
     from upfl.algorithms import weighted_average
     from upfl.data import load_leaf
     from upfl.rng import generator
-    from upfl.draws import draw_stragglers, sample_clients
-    from upfl.simulation import Simulation
-    from upfl.solver import batch_plan
+    from upfl.engine.draws import draw_stragglers, sample_clients
+    from upfl.engine.simulation import Simulation
+    from upfl.solvers.torch_backend import batch_plan
     cfg = w1_config(data, "fedprox", rounds, {}, backend)
     sim = Simulation(cfg, load_leaf(data), torch.device("cpu"))
     w = sim.model.init_params(generator(0, "init"))
@@ -119,7 +119,7 @@ def round_profile(data: str, backend: str, rounds: int) -> dict:
 
 def worker(backend: str, data: str) -> dict:
     """All W1 figures of one backend (run in its own process)."""
-    from upfl.simulation import run
+    from upfl.engine.simulation import run
     result = {"backend": backend, "warmup_s": warm_up(backend), "torch_threads": torch.get_num_threads()}
     if backend == "numba":
         import numba
@@ -161,7 +161,7 @@ def private_rows(data: str, backend: str, tmp: Path, reps: int = 5) -> dict:
 
 
 def run_w1(data: str, backend: str, privacy: dict | None, out: Path) -> dict:
-    from upfl.simulation import run
+    from upfl.engine.simulation import run
     return run(w1_config(data, "fedprox", 80, {}, backend, privacy), out, log=lambda m: None)
 
 

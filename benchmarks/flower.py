@@ -96,7 +96,7 @@ def per_round(metrics_csv: Path, wall_column: str) -> dict:
 def worker_upfl(data: str, out: str) -> None:
     from upfl import config as cfgmod
     from upfl.flower import run_config_to_upfl
-    from upfl.simulation import run
+    from upfl.engine.simulation import run
     cfg = run_config_to_upfl({**W1, "data-path": data})
     run(cfgmod.validate(cfg), out, log=lambda *_: None)
 

@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from upfl.data.mirror import serve_folder  # noqa: E402
-from upfl.experiments import build_plan  # noqa: E402
+from upfl.pipeline.plan import build_plan  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "pipeline.json"
 REAL_SOURCES = ["femnist", "sent140", "leaf"]
@@ -125,7 +125,7 @@ def serve(folder: Path | None):
 
 def numba_cache_state() -> str:
     """``warm`` when numba's cache holds the compiled solver's kernels, ``cold`` when the first jobs compile them
-    (a fresh clone, or an edit of ``upfl/solver_numba.py``)."""
+    (a fresh clone, or an edit of ``upfl/solvers/numba_backend.py``)."""
     return "warm" if any((ROOT / "src" / "upfl" / "__pycache__").glob("solver_numba.*.nbi")) else "cold"
 
 

@@ -2,7 +2,7 @@
 
 Per step: k = 15 devices (frac 0.3 of FEMNIST's 50), batch 32; mlp and cnn on 784 features and 10
 classes, lstm on 25 token ids with 300d embeddings. ``grad_s`` times ``model.loss_and_grad`` alone,
-``solver_step_s`` one step of ``upfl.solver.local_solve`` (gradient, proximal term, momentum update).
+``solver_step_s`` one step of ``upfl.solvers.torch_backend.local_solve`` (gradient, proximal term, momentum update).
 vmap and loop repetitions are interleaved so both see the same machine load; the summary statistic
 is the median, the minimum is reported too.
 
@@ -36,8 +36,8 @@ from upfl.data import load_leaf, write_leaf
 from upfl.data.glove import embedding_matrix, save_npy, save_vocab
 from upfl.data.publish import write_dataset
 from upfl.models import build_model
-from upfl.simulation import run
-from upfl.solver import batch_plan, local_solve
+from upfl.engine.simulation import run
+from upfl.solvers.torch_backend import batch_plan, local_solve
 
 K, BATCH, SEQ, EMB_DIM, VOCAB = 15, 32, 25, 300, 5000
 

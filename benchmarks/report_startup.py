@@ -46,7 +46,7 @@ def make_runs(root: Path) -> list[str]:
     """Train the tiny run folders; return their ``EXPERIMENT:RUN_DIR`` specs."""
     from upfl import config as cfgmod
     from upfl.data import generate_synthetic
-    from upfl.simulation import run
+    from upfl.engine.simulation import run
 
     data = str(generate_synthetic("synthetic_1_1", root / "synthetic_1_1", data_seed=0, num_devices=6))
     specs = []

@@ -15,11 +15,11 @@ from upfl.algorithms.fednova import momentum_work
 from upfl.cli import main
 from upfl.data import generate_synthetic, load_leaf
 from upfl.data.leaf import write_leaf
-from upfl.draws import round_participants
+from upfl.engine.draws import round_participants
 from upfl.models import LogisticRegression
 from upfl.rng import generator
-from upfl.simulation import InjectedStop, Simulation, run
-from upfl.solver import batch_plan, local_solve
+from upfl.engine.simulation import InjectedStop, Simulation, run
+from upfl.solvers.torch_backend import batch_plan, local_solve
 
 QUIET = {"log": lambda s: None}
 BASE_OPTIONS = {"fedavg": {}, "fedprox": {"mu": 0.5}, "fedavgm": {"mu": 0.5, "server_momentum": 0.5},
@@ -355,7 +355,7 @@ def test_cli_algorithm_and_set(small_data, tmp_path):
 
 def fake_run(root, name, seed, accs, walls, straggler=0.9, **alg):
     """A run folder with a hand-made metrics.csv (one row per iteration) and summary.json."""
-    from upfl.experiments import run_id
+    from upfl.pipeline.plan import run_id
 
     doc = {"data": {"path": "/x/synthetic_1_1"}, "algorithm": {"name": name, **alg},
            "devices": {"straggler": straggler, "frac": 0.3}, "model": {"name": "logreg"}, "rounds": len(accs)}

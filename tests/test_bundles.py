@@ -1,4 +1,4 @@
-"""Many runs per job (upfl.bundles, `upfl run-many`): same numbers as single runs, failures named and
+"""Many runs per job (upfl.pipeline.bundles, `upfl run-many`): same numbers as single runs, failures named and
 contained, resume of an interrupted bundle, restore of finished runs, stable deterministic bundles."""
 
 import copy
@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from upfl.bundles import (BundleError, bundle_priorities, bundle_spec, chunk_stably, form_bundles, run_config,
+from upfl.pipeline.bundles import (BundleError, bundle_priorities, bundle_spec, chunk_stably, form_bundles, run_config,
                           run_work, train_bundle)
 from upfl.cli import main
 from upfl.data import generate_synthetic
-from upfl.experiments import build_plan
-from upfl.simulation import InjectedStop, run
+from upfl.pipeline.plan import build_plan
+from upfl.engine.simulation import InjectedStop, run
 
 ROOT = Path(__file__).resolve().parents[1]
 TIME_COLUMNS = ("wall_s", "cum_wall_s")

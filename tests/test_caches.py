@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from upfl import config as cfgmod
-from upfl import draws
-from upfl import simulation
+from upfl.engine import draws
+from upfl.engine import simulation
 from upfl.data import generate_synthetic
 from upfl.rng import generator
-from upfl.solver import DrawCache, batch_plan
+from upfl.solvers.torch_backend import DrawCache, batch_plan
 
 
 @pytest.fixture(scope="module")

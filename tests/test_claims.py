@@ -14,7 +14,7 @@ from upfl.cli import main
 from upfl.report.claims import (MIN_PAIRS, PREVIEW, TOO_FEW, VERDICTS, half_unit, verdict_direction,
                                 verdict_equivalence, verdict_gain, write_claims)
 from upfl.report.collect import read_runs
-from upfl.report.paper import table1_value
+from upfl.report.paper_numbers import table1_value
 from upfl.report.stats import mean_interval
 
 SEEDS = (0, 1, 2, 3, 4)

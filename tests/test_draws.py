@@ -5,10 +5,10 @@ import json
 import pytest
 
 from upfl import config as cfgmod
-from upfl import draws
+from upfl.engine import draws
 from upfl.data import generate_synthetic
-from upfl.experiments import ExperimentError, build_plan
-from upfl.simulation import run
+from upfl.pipeline.plan import ExperimentError, build_plan
+from upfl.engine.simulation import run
 
 ALGORITHMS = {"fedavg": {"name": "fedavg"}, "fedprox": {"name": "fedprox", "mu": 1.0},
               "upcycled": {"name": "upcycled", "mu": 1.0, "lam": 0.43}}

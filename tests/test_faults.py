@@ -23,14 +23,14 @@ import torch
 
 from fixtures_leaf import ArchiveServer, etag_of, make_glove_zip, run_data_cli
 from upfl import config as cfgmod
-from upfl.checkpoints import Checkpoint, open_checkpoint
+from upfl.engine.checkpoints import Checkpoint, open_checkpoint
 from upfl.cli import EXIT_BUSY, EXIT_INPUT, main
 from upfl.data import generate_synthetic, load_leaf
 from upfl.data.download import CACHE_DIR, DownloadError, download, fetch_source, state_file
 from upfl.data.leaf import DatasetError, write_leaf
 from upfl.data.sources import SOURCES, resolve_sources
-from upfl.divergence import EXIT_DIVERGED
-from upfl.simulation import InjectedStop, run
+from upfl.engine.divergence import EXIT_DIVERGED
+from upfl.engine.simulation import InjectedStop, run
 
 RUN = ["--rounds", "6", "--algorithm", "fedprox", "--mu", "0.1", "--frac", "0.5", "--epochs", "2",
        "--checkpoint-every", "1", "--seed", "0"]

@@ -17,7 +17,7 @@ from flwr.serverapp.strategy import FedAvg, FedProx  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 from upfl import config as cfgmod  # noqa: E402
-from upfl import simulation  # noqa: E402
+from upfl.engine import simulation
 from upfl.config import ConfigError  # noqa: E402
 from upfl.data import generate_synthetic  # noqa: E402
 from upfl.flower import CountingGrid, UpcycledFL, make_client_app, make_server_app, run_config_to_upfl  # noqa: E402
@@ -135,7 +135,7 @@ def flower_data(tmp_path_factory):
 
 
 def upfl_run_models(run_config, tmp_path, monkeypatch):
-    """``upfl run`` (:func:`upfl.simulation.run`) of the same config; the global model of every iteration, read
+    """``upfl run`` (:func:`upfl.engine.simulation.run`) of the same config; the global model of every iteration, read
     where run evaluates it (every iteration, ``evaluation.every: 1``)."""
     seen = []
     evaluate = simulation.Simulation.evaluate

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from upfl.experiments import ExperimentError, build_plan
+from upfl.pipeline.plan import ExperimentError, build_plan
 
 HOSTILE_NAMES = ["synthetic_iid --out q;touch PWNED;#", "../../../esc", ".hidden", "-rf", "a/b", "a b", "x" * 200]
 
@@ -164,7 +164,7 @@ def test_a_batch_larger_than_every_device_is_a_full_batch_and_stays_small(tmp_pa
     import json
 
     from upfl.data import generate_synthetic
-    from upfl.simulation import plan_batch_size, run
+    from upfl.engine.simulation import plan_batch_size, run
 
     assert plan_batch_size(10 ** 18, [6, 4, 6]) == 6 and plan_batch_size(4, [6, 4, 6]) == 4
     data = generate_synthetic("synthetic_iid", tmp_path / "d", data_seed=1, num_devices=5)

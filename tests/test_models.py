@@ -16,8 +16,8 @@ from upfl.data import DatasetError, load_leaf, write_leaf
 from upfl.data.glove import embedding_matrix, save_npy, save_vocab
 from upfl.data.publish import write_dataset
 from upfl.models import BinaryLogisticRegression, build_model, dropout_masks
-from upfl.simulation import run
-from upfl.solver import batch_plan, local_solve
+from upfl.engine.simulation import run
+from upfl.solvers.torch_backend import batch_plan, local_solve
 
 SIZES = [3, 11, 7, 20]
 VMAP_LSTM_FALLBACK = pytest.mark.filterwarnings("ignore:There is a performance drop:UserWarning")

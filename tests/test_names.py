@@ -93,8 +93,8 @@ def test_privacy_refusals_name_the_key_and_reason():
 PARSE_SIDE = """
 import json, sys
 import yaml
-from upfl.bundles import form_bundles
-from upfl.experiments import build_plan
+from upfl.pipeline.bundles import form_bundles
+from upfl.pipeline.plan import build_plan
 config = yaml.safe_load(open(sys.argv[1]))
 runs = build_plan(config).runs
 bundles = form_bundles(runs)
@@ -124,5 +124,5 @@ def test_snakemake_dry_run_imports_no_torch(tmp_path):
                            "-n", "--config", "preset=quick"], cwd=wd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     imported = [line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
-    assert "upfl.experiments" in imported
+    assert "upfl.pipeline.plan" in imported
     assert not [m for m in imported if m == "torch" or m.startswith("torch.")]

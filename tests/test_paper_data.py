@@ -248,7 +248,7 @@ def _config():
 
 
 def test_every_synthetic_experiment_defaults_to_the_papers_data_and_table1_has_five_seeds():
-    from upfl.experiments import build_plan
+    from upfl.pipeline.plan import build_plan
 
     config = _config()
     synthetic = [n for n in ("synthetic_iid", "synthetic_0_0", "synthetic_0.5_0.5", "synthetic_1_1")]
@@ -264,7 +264,7 @@ def test_every_synthetic_experiment_defaults_to_the_papers_data_and_table1_has_f
 
 
 def test_quick_preset_stays_offline_on_the_generator():
-    from upfl.experiments import build_plan, resolve_preset
+    from upfl.pipeline.plan import build_plan, resolve_preset
 
     config = {**_config(), "preset": "quick"}
     resolved = resolve_preset(config)
@@ -289,7 +289,7 @@ def test_generator_draw_depends_on_setting_and_seed_not_on_the_name(tmp_path):
 
 
 def test_a_paper_or_generator_data_set_needs_a_known_setting():
-    from upfl.experiments import ExperimentError, build_plan
+    from upfl.pipeline.plan import ExperimentError, build_plan
 
     config = _config()
     config["datasets"]["synthetic_1_1_draw0"] = {"source": "synthetic", "data_seed": 0}

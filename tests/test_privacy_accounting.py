@@ -7,8 +7,8 @@ import math
 import pytest
 import yaml
 
-import upfl.draws as draws
-import upfl.simulation as simulation
+import upfl.engine.draws as draws
+import upfl.engine.simulation as simulation
 from upfl import config as cfgmod
 from upfl.cli import main
 from upfl.data import generate_synthetic, load_leaf
@@ -18,7 +18,7 @@ from upfl.privacy import (NO_GLM, NO_GUARANTEE, SGD_CAVEAT, NoGuaranteeError, Pr
                           rdp_epsilon, release_counts, theorem_c1_epsilon, theorem_c2_condition,
                           theorem_c2_epsilon, training_rounds)
 from upfl.privacy.accounting import pld_tractable
-from upfl.solver import DrawCache
+from upfl.solvers.torch_backend import DrawCache
 
 
 @pytest.fixture(scope="module")

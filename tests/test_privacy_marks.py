@@ -13,7 +13,7 @@ from upfl.data import generate_synthetic, load_leaf
 from upfl.models import build_model
 from upfl.privacy.accounting import (MEANINGFUL_EPSILON, NO_MEANINGFUL, guarantee_mark, meaningful, privacy_report,
                                      theorem_c1_epsilon)
-from upfl.simulation import run
+from upfl.engine.simulation import run
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from upfl import config as cfgmod
-from upfl import draws, simulation
+from upfl.engine import draws, simulation
 from upfl.data import generate_synthetic, load_leaf
 from upfl.privacy import NoGuaranteeError, clip_to_norm, release_counts
 

@@ -14,10 +14,10 @@ from scipy import stats as sstats
 from upfl import config as cfgmod
 from upfl.cli import main
 from upfl.data import dataset_stats, generate_synthetic, load_leaf
-from upfl.report.paper import paper_values
+from upfl.report.paper_numbers import paper_values
 from upfl.report.render import tex_escape
 from upfl.report.stats import mean_interval, t_quantile
-from upfl.simulation import run
+from upfl.engine.simulation import run
 
 SEEDS = (0, 1)
 

@@ -13,12 +13,12 @@ from scipy import stats as sstats
 from upfl import config as cfgmod
 from upfl.cli import main
 from upfl.data import generate_synthetic, load_leaf
-from upfl.experiments import build_plan
+from upfl.pipeline.plan import build_plan
 from upfl.privacy.accounting import NO_GLM, SGD_CAVEAT, output_epsilons, theorem_c2_epsilon
-from upfl.report.paper import paper_values
-from upfl.report.privacy import claims_frame
+from upfl.report.paper_numbers import paper_values
+from upfl.report.privacy_tradeoff import claims_frame
 from upfl.report.collect import read_runs
-from upfl.simulation import run
+from upfl.engine.simulation import run
 
 SEEDS = (0, 1, 2)
 T = 6

@@ -14,7 +14,7 @@ import pytest
 
 from upfl import config as cfgmod
 from upfl.data import generate_synthetic
-from upfl.simulation import run
+from upfl.engine.simulation import run
 
 HEAVY = ("torch", "scipy", "seaborn", "matplotlib", "dp_accounting")
 """Packages no report command imports, but figure rendering (matplotlib, seaborn, and scipy through seaborn)."""
@@ -105,7 +105,7 @@ def test_every_report_module_imports_without_torch_or_plotting(tmp_path):
     code = (
         "import sys\n"
         "import upfl.commands.report, upfl.report, upfl.privacy\n"
-        "from upfl.report import ablations, claims, collect, draws, figures, privacy, protocol_gap, sensitivity\n"
+        "from upfl.report import ablations, claims, collect, data_draws, figures, privacy_tradeoff, protocol_gap, sensitivity\n"
         "from upfl.report import tables, timing\n"
         "from upfl.report import convergence_figure, privacy_tradeoff_figure, write_privacy_table\n"
         "from upfl.privacy import clip_to_norm, output_epsilons, privacy_report\n"
@@ -125,8 +125,8 @@ def test_help_imports_no_torch_nor_numpy(tmp_path, argv):
 
 
 def test_torch_free_algorithm_keys_equal_the_registry():
-    """upfl.algorithm_keys mirrors each algorithm class's ``keys`` (the report's algorithm_options column)."""
-    from upfl.algorithm_keys import ALGORITHM_KEYS
+    """upfl.names mirrors each algorithm class's ``keys`` (the report's algorithm_options column)."""
+    from upfl.names import ALGORITHM_KEYS
     from upfl.algorithms import ALGORITHMS
 
     assert ALGORITHM_KEYS == {name: cls.keys for name, cls in ALGORITHMS.items()}

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import yaml
 
-from upfl.experiments import build_plan, output_files, results_readme
+from upfl.pipeline.plan import build_plan, output_files, results_readme
 
 ROOT = Path(__file__).resolve().parents[1]
 

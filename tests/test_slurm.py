@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from slurm_cluster import SlurmClusterError, slurm_cluster
-from upfl.bundles import form_bundles
-from upfl.experiments import build_plan
+from upfl.pipeline.bundles import form_bundles
+from upfl.pipeline.plan import build_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slurm

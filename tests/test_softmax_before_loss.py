@@ -6,12 +6,12 @@ import pytest
 import torch
 
 from upfl import config as cfgmod
-from upfl import solver_numba
+from upfl.solvers import numba_backend as solver_numba
 from upfl.config import ConfigError
 from upfl.data import generate_synthetic, load_leaf
 from upfl.models import LogisticRegression, build_model
-from upfl.simulation import run
-from upfl.solver import batch_plan, local_solve
+from upfl.engine.simulation import run
+from upfl.solvers.torch_backend import batch_plan, local_solve
 
 
 def authors_loss(params, model, x, y_onehot, weights):
@@ -154,7 +154,7 @@ def protocol_config(protocol=None):
 
 
 def test_authors_protocol_sets_the_switch_and_the_scalar_step_in_their_own_folders():
-    from upfl.experiments import build_plan
+    from upfl.pipeline.plan import build_plan
 
     plan = build_plan(protocol_config("authors"))
     faithful = [plan.runs[r] for r in plan.experiments["faithful"]]
@@ -175,7 +175,7 @@ def test_authors_protocol_sets_the_switch_and_the_scalar_step_in_their_own_folde
 
 
 def test_an_unknown_protocol_is_an_error_naming_the_experiment():
-    from upfl.experiments import ExperimentError, build_plan
+    from upfl.pipeline.plan import ExperimentError, build_plan
 
     with pytest.raises(ExperimentError, match=r"experiments.authors.groups\[0\]: protocol 'theirs'; known: paper, authors"):
         build_plan(protocol_config("theirs"))

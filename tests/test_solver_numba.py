@@ -9,11 +9,11 @@ import torch
 
 from upfl import config as cfgmod
 from upfl.data import generate_synthetic
-from upfl import solver_numba
+from upfl.solvers import numba_backend as solver_numba
 from upfl.algorithms.pfedme import personal_solve
 from upfl.models import BinaryLogisticRegression, LogisticRegression
-from upfl.simulation import run
-from upfl.solver import batch_plan, local_solve, select_local_solver
+from upfl.engine.simulation import run
+from upfl.solvers.torch_backend import batch_plan, local_solve, select_local_solver
 
 
 def reference_local_solve(x, labels, w0, plan, mu, lr, momentum, lin, num_classes):
@@ -249,8 +249,8 @@ def test_select_local_solver_auto_and_named_errors(monkeypatch):
         select_local_solver("numba", logreg, cuda)
     with pytest.raises(cfgmod.ConfigError, match="solver.backend: unknown backend"):
         select_local_solver("jax", logreg, cpu)
-    monkeypatch.setitem(sys.modules, "upfl.solver_numba", None)
-    monkeypatch.delattr("upfl.solver_numba", raising=False)
+    monkeypatch.setitem(sys.modules, "upfl.solvers.numba_backend", None)
+    monkeypatch.delattr("upfl.solvers.numba_backend", raising=False)
     assert select_local_solver("auto", logreg, cpu) is local_solve
     with pytest.raises(cfgmod.ConfigError, match="solver.backend: numba requested but numba is not installed"):
         select_local_solver("numba", logreg, cpu)
@@ -261,7 +261,7 @@ def test_numba_uses_its_sleeping_workqueue_pool_unless_the_user_names_a_layer():
     import os
     import subprocess
 
-    code = ("import numba, torch; from upfl import solver_numba; solver_numba.warm_up(); "
+    code = ("import numba, torch; from upfl.solvers import numba_backend; numba_backend.warm_up(); "
             "print(numba.threading_layer())")
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_THREADING_LAYER"}
     default = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)

@@ -1,4 +1,4 @@
-"""The finished-run store (upfl.store): keyed by config, data and code fingerprints; each file checksummed and
+"""The finished-run store (upfl.pipeline.store): keyed by config, data and code fingerprints; each file checksummed and
 checked on restore; `upfl store forget` and a deleted run folder make the workflow retrain or restore."""
 
 import json
@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from upfl import checkpoints, store
-from upfl.bundles import run_config, train_bundle
+from upfl.engine import checkpoints
+from upfl.pipeline import store
+from upfl.pipeline.bundles import run_config, train_bundle
 from upfl.cli import main
 from upfl.data import generate_synthetic
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from upfl.bundles import form_bundles
-from upfl.experiments import ExperimentError, build_plan, fmt_number, run_id
+from upfl.pipeline.bundles import form_bundles
+from upfl.pipeline.plan import ExperimentError, build_plan, fmt_number, run_id
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]

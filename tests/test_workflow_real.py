@@ -11,7 +11,7 @@ from fixtures_leaf import make_leaf_archives, mirror_config, run_data_cli, serve
 from test_workflow import ROOT, expected_training_runs, job_counts, snakemake, trained_runs, workflow_copy
 from upfl.data.download import read_recorded_sha256
 from upfl.data.leaf import load_leaf, verify_checksums
-from upfl.experiments import build_plan
+from upfl.pipeline.plan import build_plan
 from upfl.files import sha256_file
 
 pytestmark = pytest.mark.workflow

@@ -28,9 +28,9 @@ from pathlib import Path
 from upfl import config as cfgmod
 from upfl.data.mirror import serve_folder
 from upfl.data.sources import dataset_folder
-from upfl.report.paper import paper_values
+from upfl.report.paper_numbers import paper_values
 from upfl.report.stats import mean_interval
-from upfl.simulation import run
+from upfl.engine.simulation import run
 
 GAIN_TOLERANCE = 0.1
 """Percentage points added to each end of the authors' interval."""

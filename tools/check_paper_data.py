@@ -31,7 +31,7 @@ from upfl.data.mirror import serve_folder
 from upfl.data.paper import femnist_device_counts
 from upfl.data.sources import PAPER_SYNTHETIC_SETS, dataset_folder
 from upfl.data.stats import dataset_stats
-from upfl.report.paper import paper_values
+from upfl.report.paper_numbers import paper_values
 
 
 def half_up(x: float) -> int:

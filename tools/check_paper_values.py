@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from upfl.report.paper import paper_values
+from upfl.report.paper_numbers import paper_values
 
 
 def main(path: str) -> int:

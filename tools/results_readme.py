@@ -1,11 +1,11 @@
-"""Write results/README.md from config/config.yaml's plan (upfl.experiments.results_readme)."""
+"""Write results/README.md from config/config.yaml's plan (upfl.pipeline.plan.results_readme)."""
 
 import sys
 from pathlib import Path
 
 import yaml
 
-from upfl.experiments import results_readme
+from upfl.pipeline.plan import results_readme
 from upfl.files import write_text
 
 ROOT = Path(__file__).resolve().parents[1]

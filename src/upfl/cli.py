@@ -45,7 +45,7 @@ RUN_FLAG_HELP = {
 
 def run_flag_help(flag: str, key: str) -> str:
     """'<meaning> (<config key>; default <value>; one of a, b)' for ``upfl run --help``."""
-    from .algorithm_keys import ALGORITHM_KEYS
+    from .names import ALGORITHM_KEYS
 
     default = cfgmod.get_key(cfgmod.RunConfig(), key)
     algorithms = (*ALGORITHM_KEYS, "upcycled", "upcycled_<base>")
@@ -85,9 +85,9 @@ def _acc(value) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .checkpoints import CheckpointBusy
-    from .divergence import EXIT_DIVERGED
-    from .simulation import run
+    from .engine.checkpoints import CheckpointBusy
+    from .engine.divergence import EXIT_DIVERGED
+    from .engine.simulation import run
 
     cfg = resolve_run_config(args)
     try:

@@ -22,7 +22,7 @@ from typing import Any, get_args, get_origin, get_type_hints
 
 import yaml
 
-from .draws import resolve_straggler_policy
+from .engine.draws import resolve_straggler_policy
 from .errors import ConfigError
 from .names import algorithm_names, check_algorithm_config
 
@@ -149,7 +149,7 @@ class CheckpointConfig:
     """Write a checkpoint every k training rounds (0 disables checkpoints)."""
     dir: str | None = None
     """Checkpoint root; default ``OUT/.checkpoints`` (inside the run's own folder, removed when the run ends).
-    Each run uses ``<dir>/<key>/`` keyed by config hash, data content, code and OUT (:mod:`upfl.checkpoints`)."""
+    Each run uses ``<dir>/<key>/`` keyed by config hash, data content, code and OUT (:mod:`upfl.engine.checkpoints`)."""
 
 
 @dataclass

@@ -1,4 +1,4 @@
-# Config handling, the run grid and input functions. The grid logic is upfl.experiments (tested with pytest).
+# Config handling, the run grid and input functions. The grid logic is upfl.pipeline.plan (tested with pytest).
 import base64
 import json
 import os
@@ -7,9 +7,9 @@ import shlex
 import sys
 
 from upfl.data.sources import DATA_FOLDERS, DATASET_SOURCES, PAPER_SET_SOURCES, SOURCES, dataset_folder
-from upfl.bundles import bundle_priorities, bundle_spec, form_bundles, write_spec_if_changed
-from upfl.store import absent_runs_stamp
-from upfl.experiments import ExperimentError, build_plan, output_files, resolve_preset
+from upfl.pipeline.bundles import bundle_priorities, bundle_spec, form_bundles, write_spec_if_changed
+from upfl.pipeline.store import absent_runs_stamp
+from upfl.pipeline.plan import ExperimentError, build_plan, output_files, resolve_preset
 
 try:
     # The config with the preset's keys in place (its `datasets`, `resources_dir`): what the rules read.
@@ -21,10 +21,10 @@ except ExperimentError as e:
 RESOURCES = CONFIG.get("resources_dir", "resources")
 RUNS = PLAN.runs
 OUTPUTS = PLAN.outputs
-# Runs with `job.runs_per_job` > 1 are trained in bundles (upfl.bundles, one job each); the others one per job.
+# Runs with `job.runs_per_job` > 1 are trained in bundles (upfl.pipeline.bundles, one job each); the others one per job.
 BUNDLES = form_bundles(RUNS)
 BUNDLE_OF = {r: b.name for b in BUNDLES.values() for r in b.run_ids}
-# Bundles with more estimated work start first (upfl.bundles.bundle_priorities); data sets before any training
+# Bundles with more estimated work start first (upfl.pipeline.bundles.bundle_priorities); data sets before any training
 # (they are quick and every bundle waits for its data).
 BUNDLE_PRIORITY = bundle_priorities(BUNDLES, RUNS)
 DATA_PRIORITY = len(BUNDLE_PRIORITY) + 1
@@ -159,7 +159,7 @@ def experiment_summaries(wildcards):
     return [f"{run_dir(r)}/summary.json" for r in PLAN.experiments[wildcards.experiment]]
 
 
-# A runs table is rebuilt when one of its runs is absent from disk (upfl.store.absent_runs_stamp): Snakemake
+# A runs table is rebuilt when one of its runs is absent from disk (upfl.pipeline.store.absent_runs_stamp): Snakemake
 # alone would keep a table whose input run folder was deleted. Stamps are written when the workflow is parsed.
 ABSENT_STAMPS = {
     e: absent_runs_stamp(f"results/experiments/{e}/absent_runs.txt", [run_dir(r) for r in ids])

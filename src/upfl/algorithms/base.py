@@ -9,7 +9,7 @@ with ``mu`` = :attr:`Algorithm.proximal_mu` and ``n_i`` = :meth:`Algorithm.linea
 correction, FedDyn's lagged gradient) plus, for private runs, the objective-perturbation noise (the two add).
 An algorithm whose local problem is not of this form (pFedMe) overrides :meth:`Algorithm.local_solve`.
 Per-device and server state lives in the algorithm object and is saved with the checkpoint as a
-``dict[str, Tensor]`` (:meth:`state_dict`). The simulation loop (:mod:`upfl.simulation`) calls only these hooks.
+``dict[str, Tensor]`` (:meth:`state_dict`). The simulation loop (:mod:`upfl.engine.simulation`) calls only these hooks.
 """
 
 from __future__ import annotations
@@ -34,12 +34,12 @@ class ClientRound:
     ys: list[torch.Tensor]
     """Their features and one-hot labels."""
     plans: list[torch.Tensor]
-    """Their batch plans, (steps_i, B) sample indices (:func:`upfl.solver.batch_plan`)."""
+    """Their batch plans, (steps_i, B) sample indices (:func:`upfl.solvers.torch_backend.batch_plan`)."""
     sizes: torch.Tensor
     """Their numbers of training samples |D_i| (float, on the model's device)."""
     model: Any
     solve: Callable
-    """The selected local solver (:func:`upfl.solver.local_solve` contract)."""
+    """The selected local solver (:func:`upfl.solvers.torch_backend.local_solve` contract)."""
     lr: float
     momentum: float
     generator: torch.Generator | None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from .. import names
-from ..solver import pad_devices
+from ..solvers.torch_backend import pad_devices
 from .base import Algorithm
 from .updates import weighted_average
 
@@ -20,7 +20,7 @@ from .updates import weighted_average
 def personal_solve(model, w_global, xs, ys, plans, lr, personal_lambda, personal_lr, personal_steps,
                    generator=None):
     """pFedMe's local solve (Dinh et al. 2020, Algorithm 1 lines 5-8), all devices batched as in
-    :func:`upfl.solver.local_solve`: from w_i = theta_i = ``w_global``, per batch row ``personal_steps`` times
+    :func:`upfl.solvers.torch_backend.local_solve`: from w_i = theta_i = ``w_global``, per batch row ``personal_steps`` times
     {theta_i -= personal_lr (grad f_i(theta_i; batch) + lambda (theta_i - w_i))}, then
     w_i -= lr lambda (w_i - theta_i). Returns ((k, P) local models, (k, P) personal models, total SGD steps
     times ``personal_steps``) in input device order."""

@@ -3,8 +3,8 @@
     upfl run-many --spec results/bundles/<name>.json [--concurrent K] [--threads T] [--store DIR | --no-store]
                   [--benchmark results/benchmarks/bundles/<name>.tsv]
 
-The spec (written by the workflow, ``upfl.bundles.bundle_spec``) lists runs, each with its id, data set
-folder, result folder, log file and run-config document; every run is :func:`upfl.simulation.run` with
+The spec (written by the workflow, ``upfl.pipeline.bundles.bundle_spec``) lists runs, each with its id, data set
+folder, result folder, log file and run-config document; every run is :func:`upfl.engine.simulation.run` with
 that config, exactly as ``upfl run`` would train it. Runs that fail do not stop the others; the command
 then exits 1 and names them. ``--benchmark`` writes the job's wall time, peak memory and CPU time in the
 first columns of a Snakemake benchmark file (:func:`write_benchmark`), measured by the process itself: Snakemake's
@@ -37,7 +37,7 @@ def write_benchmark(path: str, seconds: float) -> None:
 
 
 def cmd_run_many(args: argparse.Namespace) -> int:
-    from ..bundles import BundleError, load_spec, train_bundle
+    from ..pipeline.bundles import BundleError, load_spec, train_bundle
 
     start = time.perf_counter()
     try:
@@ -53,7 +53,7 @@ def cmd_run_many(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from ..bundles import DEFAULT_STORE
+    from ..pipeline.bundles import DEFAULT_STORE
 
     p = sub.add_parser("run-many", help="train a bundle of run configs in one process")
     p.add_argument("--spec", required=True, help="bundle spec JSON (results/bundles/<name>.json)")

@@ -83,7 +83,7 @@ def cmd_time(args: argparse.Namespace) -> int:
 
 
 def cmd_privacy_table(args: argparse.Namespace) -> int:
-    from ..report.privacy import write_privacy_table
+    from ..report.privacy_tradeoff import write_privacy_table
 
     _, (frame, claims) = _runs_table(args, write_privacy_table, ".csv, .md, .tex")
     print(f"{len(frame)} variant rows, {len(claims)} claim rows")
@@ -113,7 +113,7 @@ def cmd_claims(args: argparse.Namespace) -> int:
 
 def cmd_draws(args: argparse.Namespace) -> int:
     from ..report.collect import read_runs, select_experiment
-    from ..report.draws import write_draws
+    from ..report.data_draws import write_draws
     from ..report.render import provenance_line
 
     runs = _runs(args)
@@ -159,7 +159,7 @@ def cmd_figure(args: argparse.Namespace) -> int:
         print(f"wrote {args.out_prefix}.png, .pdf, .csv ({len(runs)} runs)")
         return 0
     if args.kind == "privacy_tradeoff":
-        from ..report.privacy import FIGURE_METRICS, privacy_tradeoff_figure
+        from ..report.privacy_tradeoff import FIGURE_METRICS, privacy_tradeoff_figure
 
         metrics = parse_metrics(args.metrics or ",".join(FIGURE_METRICS))
         privacy_tradeoff_figure(runs, args.out_prefix, metrics, title=args.title, provenance=prov)

@@ -6,8 +6,8 @@ Both apps read the flat run config of a Flower app (``[tool.flwr.app.config]`` i
 (``data-path``; its train users in data-set order). The global model travels as one flat float32
 array ``params`` (the parameter layout of :mod:`upfl.models`).
 
-A client's local update is ``upfl run``'s, reusing its code (:class:`upfl.simulation.Simulation`,
-:func:`upfl.solver.batch_plan` and the selected local solver): SGD with momentum on
+A client's local update is ``upfl run``'s, reusing its code (:class:`upfl.engine.simulation.Simulation`,
+:func:`upfl.solvers.torch_backend.batch_plan` and the selected local solver): SGD with momentum on
 F_i(w) + mu/2 ||w - w_global||^2 (mu is the message's ``proximal-mu``), E epochs of mini-batches,
 stragglers' partial work (``straggler``: a straggler runs 1..E-1 epochs; policy ``drop`` replies an
 error instead, which FedAvg skips), objective or output perturbation before the reply.
@@ -44,15 +44,15 @@ from flwr.supercore import log
 
 from .. import config as cfgmod
 from ..data import load_leaf
-from ..draws import draw_stragglers, resolve_straggler_policy, sample_clients
+from ..engine.draws import draw_stragglers, resolve_straggler_policy, sample_clients
 from ..files import provenance, write_json, write_text
 from ..names import base_name, is_upcycled
 from ..privacy.accounting import privacy_report
 from ..privacy.mechanisms import (objective_noise_draws, output_perturbation, scale_objective_noise,
                                   standard_normal_rows)
 from ..rng import generator
-from ..simulation import TRAIN_METRICS_COLUMN, Simulation, resolve_device, train_metrics_status
-from ..solver import batch_plan
+from ..engine.simulation import TRAIN_METRICS_COLUMN, Simulation, resolve_device, train_metrics_status
+from ..solvers.torch_backend import batch_plan
 from .strategy import DEVICE_KEY, CountingGrid, UpcycledFL, as_flat, is_upcycle_round
 
 PARAMS_KEY = "params"

@@ -21,7 +21,7 @@ from ..names import is_upcycled
 from .cells import paired
 from .collect import ReportError, converged, cumulative_rounds, load_metrics
 from .figures import pyplot, save_figure, seaborn
-from .paper import algorithm_label, dataset_label, dataset_order
+from .paper_numbers import algorithm_label, dataset_label, dataset_order
 from .render import fmt, markdown_table, write_csv, write_markdown
 from .stats import mean_interval
 

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from .collect import CONFIG_COLUMNS, ReportError
-from .paper import ALGORITHM_ORDER, dataset_order
+from .paper_numbers import ALGORITHM_ORDER, dataset_order
 
 CELL_KEYS = ("dataset", "algorithm", "mu")
 

@@ -23,7 +23,7 @@ import pandas as pd
 from ..privacy.accounting import MEANINGFUL_EPSILON, NO_MEANINGFUL
 from .cells import paired
 from .collect import ORIGIN_COLUMNS, REPORTING_NOTE, ReportError, is_generated, origin_text
-from .paper import algorithm_label, dataset_label, paper_values
+from .paper_numbers import algorithm_label, dataset_label, paper_values
 from .protocol_gap import headline_section
 from .render import as_number, fmt, fmt_mu, markdown_table, write_csv, write_markdown
 from .stats import mean_interval
@@ -255,7 +255,7 @@ def _not_measured(**kw) -> dict[str, Any]:
 
 
 def _draw_gains(ctx: Context) -> pd.DataFrame | None:
-    from .draws import draw_gains
+    from .data_draws import draw_gains
 
     runs = ctx.of("draws")
     if runs.empty:
@@ -268,7 +268,7 @@ def _draw_gains(ctx: Context) -> pd.DataFrame | None:
 
 def table1_claims(ctx: Context) -> list[dict[str, Any]]:
     """Upcycled-FL minus FedProx per data set x mu x metric (Table 1), ours paired on seed."""
-    from .draws import spread
+    from .data_draws import spread
     from .tables import table1_frame
 
     runs = ctx.of("table1")
@@ -398,7 +398,7 @@ def lambda_claims(ctx: Context) -> list[dict[str, Any]]:
 
 def privacy_levels(runs: pd.DataFrame) -> dict[tuple[str, str], tuple[float, float, float]]:
     """(mechanism, accountant) -> (min, max of private FedProx's ε̄ over data sets, max worst-device ε)."""
-    from .privacy import ACCOUNTANTS, privacy_frame
+    from .privacy_tradeoff import ACCOUNTANTS, privacy_frame
 
     try:
         frame = privacy_frame(runs)
@@ -436,7 +436,7 @@ def level_text(level: tuple[float, float, float] | None, accountant: str) -> tup
 
 def privacy_claims(ctx: Context) -> list[dict[str, Any]]:
     """Section 6's claims (paper_values/privacy.csv): pooled over the paper's data sets where we have them."""
-    from .privacy import PRIMARY, claims_frame
+    from .privacy_tradeoff import PRIMARY, claims_frame
 
     paper = paper_values("privacy")
     runs = ctx.of("privacy")
@@ -509,7 +509,7 @@ def _paired_gain(up: pd.DataFrame, prox: pd.DataFrame, key: str) -> tuple[float,
 
 def real_claims(ctx: Context) -> list[dict[str, Any]]:
     """Figure 12's and Figure 4's quoted accuracies as Upcycled-FL minus FedProx gains."""
-    from .privacy import blocks
+    from .privacy_tradeoff import blocks
 
     figs = paper_values("figures")
     rows = []

@@ -19,7 +19,7 @@ from .. import __version__
 from ..files import atomic_path, git_commit
 from .cells import check_one_config, dataset_mus, with_cell_mu
 from .collect import METRIC_NAMES, ReportError, cumulative_rounds, load_metrics, require_converged
-from .paper import ALGORITHM_ORDER, algorithm_label, dataset_label, dataset_order, metric_label
+from .paper_numbers import ALGORITHM_ORDER, algorithm_label, dataset_label, dataset_order, metric_label
 from .render import as_number, fmt_mu, write_csv
 
 KINDS = ("convergence", "lambda_sweep")

@@ -19,7 +19,7 @@ import pandas as pd
 
 from .cells import paired
 from .collect import REPORTING_CHOICES, ReportError, converged
-from .paper import dataset_label, dataset_order, paper_values, table1_value
+from .paper_numbers import dataset_label, dataset_order, paper_values, table1_value
 from .render import fmt, markdown_table, write_csv, write_markdown
 from .stats import mean_interval
 

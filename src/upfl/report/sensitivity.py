@@ -10,7 +10,7 @@ import pandas as pd
 
 from .cells import check_one_config
 from .collect import ReportError
-from .paper import dataset_label
+from .paper_numbers import dataset_label
 from .render import fmt, fmt_mu, markdown_table, write_csv, write_markdown
 from .tables import ACC, claim_columns
 

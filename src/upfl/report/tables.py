@@ -12,7 +12,7 @@ import pandas as pd
 from ..files import write_text
 from .cells import check_one_config, dataset_mus, iter_cells, paired
 from .collect import ReportError, converged, diverged_note
-from .paper import algorithm_label, dataset_label, paper_values, table1_value
+from .paper_numbers import algorithm_label, dataset_label, paper_values, table1_value
 from .render import fmt, fmt_mu, latex_table, markdown_table, mean_std, write_csv, write_markdown
 from .stats import mean_interval
 

@@ -18,7 +18,7 @@ import pandas as pd
 
 from .cells import check_one_config, iter_cells
 from .collect import ReportError, cumulative_rounds, is_diverged, load_metrics, require_converged
-from .paper import algorithm_label, dataset_label, paper_values
+from .paper_numbers import algorithm_label, dataset_label, paper_values
 from .render import fmt, fmt_mu, markdown_table, mean_std, write_csv, write_markdown
 from .stats import mean_interval
 

@@ -2,7 +2,7 @@
 
 Start-up (Python, torch, numba's cache, the job launch) costs more than a quick synthetic run, so the
 workflow trains runs in *bundles*: one job, one process, several runs, each still calling
-:func:`upfl.simulation.run` with its own config, result folder, log and checkpoint (the data set is read
+:func:`upfl.engine.simulation.run` with its own config, result folder, log and checkpoint (the data set is read
 once per process and handed to ``run``).
 
 Bundle formation (:func:`form_bundles`) is deterministic and stable: runs are partitioned by first requesting
@@ -10,7 +10,7 @@ experiment and job settings, sorted by run id (so a bundle's runs are grouped by
 hash of its id is 0 modulo ``runs_per_job``; at most ``2 * runs_per_job`` runs per bundle). Adding or
 removing a run changes only the bundle it falls into. A run whose result is already finished is not
 retrained when its bundle changes: every finished run is also kept in the *finished-run store*
-(:mod:`upfl.store`: keyed by config, data and code fingerprints, each file checksummed) from which
+(:mod:`upfl.pipeline.store`: keyed by config, data and code fingerprints, each file checksummed) from which
 :func:`train_bundle` restores it.
 """
 
@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from . import config as cfgmod
+from .. import config as cfgmod
 from . import store as storemod
-from .files import write_text
+from ..files import write_text
 from .store import DEFAULT_STORE
 
 
@@ -75,7 +75,7 @@ def chunk_stably(run_ids: list[str], size: int) -> list[list[str]]:
 def form_bundles(runs: dict[str, Any]) -> dict[str, Bundle]:
     """Bundles of the runs whose ``job.runs_per_job`` is above 1 (the others stay one job each).
 
-    ``runs`` maps run id to a :class:`upfl.experiments.RunSpec` (``experiments``, ``dataset``, ``job``). Runs
+    ``runs`` maps run id to a :class:`upfl.pipeline.plan.RunSpec` (``experiments``, ``dataset``, ``job``). Runs
     of one bundle share their first requesting experiment (so an edit of one experiment touches only its
     bundles, and a target trains no other experiment's runs except shared ones) and every job setting. A
     bundle may span data sets (each is loaded once): fewer, larger bundles pay start-up fewer times.
@@ -100,8 +100,8 @@ def run_work(doc: dict[str, Any]) -> float:
     (x pFedMe's inner steps), plus a third of a pass per evaluated iteration (forward only). Only the order of
     bundles depends on it (:func:`bundle_priorities`), never a result. Reads the run document directly (keys it
     lacks take :class:`upfl.config.RunConfig`'s defaults): resolving 2,000 configs would cost the DAG a second."""
-    from .draws import training_rounds_before
-    from .names import base_name
+    from ..engine.draws import training_rounds_before
+    from ..names import base_name
 
     default = cfgmod.RunConfig()
 
@@ -129,7 +129,7 @@ def bundle_spec(bundle: Bundle, runs: dict[str, Any], data_dir: Callable[[str], 
     """The JSON document ``upfl run-many --spec`` reads: per run its id, data, result folder, log and config.
 
     Runs are listed (and trained) data set by data set and seed by seed, so that runs sharing a data set and
-    seed follow each other: their batch plans and noise draws are reused (:class:`upfl.solver.DrawCache`).
+    seed follow each other: their batch plans and noise draws are reused (:class:`upfl.solvers.torch_backend.DrawCache`).
     """
     job = bundle.job
     concurrent = max(1, int(job.get("runs_per_gpu", 1)))
@@ -155,7 +155,7 @@ def run_config(entry: dict[str, Any], threads: int) -> cfgmod.RunConfig:
 @functools.lru_cache(maxsize=4)
 def load_data(path: str):
     """A data set loaded once per bundle process (the last 4 kept): runs only read it."""
-    from .data import load_leaf
+    from ..data import load_leaf
 
     return load_leaf(path)
 
@@ -179,7 +179,7 @@ def train_entry(entry: dict[str, Any], threads: int, store: str | None) -> dict[
     Returns ``{"id", "status": trained|restored|failed, "seconds", "error"}``. The run's log file gets its
     per-iteration lines, or the traceback when it fails.
     """
-    from .simulation import run
+    from ..engine.simulation import run
 
     rid, out = entry["id"], Path(entry["out"])
     log_path = Path(entry["log"]) if entry.get("log") else None

@@ -22,8 +22,8 @@ import functools
 import math
 from typing import Any
 
-from .names import is_training_iteration
-from .rng import generator
+from ..names import is_training_iteration
+from ..rng import generator
 
 STRAGGLER_DRAWS = ("bernoulli", "exact")
 STRAGGLER_POLICIES = ("partial", "drop")

@@ -1,7 +1,7 @@
 """The finished-run store: results kept by what made them, restored only when every byte checks out.
 
 An entry is ``<store>/<config hash>-<data fingerprint>-<code fingerprint>/`` (the fingerprints of
-:mod:`upfl.checkpoints`: the data set's file contents, the package sources that compute the numbers and
+:mod:`upfl.engine.checkpoints`: the data set's file contents, the package sources that compute the numbers and
 torch's version), never the commit's name: every state of the code, committed or not, has its own entries. An
 entry holds the run's result files and ``manifest.json``: the identity it was made for and the SHA-256 of
 each file. Restoring reads each file once, checks its checksum against the manifest and writes the bytes it
@@ -17,8 +17,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from . import config as cfgmod
-from .files import replace_dir, write_bytes, write_text
+from .. import config as cfgmod
+from ..files import replace_dir, write_bytes, write_text
 
 RESULT_FILES = ("metrics.csv", "summary.json")
 """A run's result files, in the order they are written (``summary.json`` last: it marks a finished run)."""
@@ -31,8 +31,8 @@ class StoreMismatch(ValueError):
 
 
 def identity(cfg: cfgmod.RunConfig) -> dict[str, str]:
-    """What made a run's result: config hash, data fingerprint, code fingerprint (:mod:`upfl.checkpoints`)."""
-    from .checkpoints import code_fingerprint, data_fingerprint
+    """What made a run's result: config hash, data fingerprint, code fingerprint (:mod:`upfl.engine.checkpoints`)."""
+    from ..engine.checkpoints import code_fingerprint, data_fingerprint
 
     return {"config_hash": cfgmod.config_hash(cfg), "data_fingerprint": data_fingerprint(cfg.data.path),
             "code_fingerprint": code_fingerprint()}

@@ -2,7 +2,7 @@
 
 Iterations t = 1..T. A base algorithm trains at every t; an upcycled one trains at odd t and applies Eq. (5)
 at even t. What a device minimises and how the server aggregates are the algorithm's hooks; this loop
-never branches on algorithm names. The draws of training round k (devices, stragglers) live in :mod:`upfl.draws`.
+never branches on algorithm names. The draws of training round k (devices, stragglers) live in :mod:`upfl.engine.draws`.
 """
 
 from __future__ import annotations
@@ -17,20 +17,20 @@ from typing import Any
 
 import torch
 
-from . import config as cfgmod
-from .algorithms import ClientRound, build_algorithm
+from .. import config as cfgmod
+from ..algorithms import ClientRound, build_algorithm
 from .checkpoints import open_checkpoint
-from .data import FederatedDataset, load_leaf
+from ..data import FederatedDataset, load_leaf
 from .divergence import diverged_entry, loss_problem, weights_problem
 from .draws import round_participants, straggler_summary, training_rounds_before
-from .files import json_text, provenance, write_texts
-from .models import build_model
-from .privacy.accounting import per_device, privacy_report
-from .privacy.mechanisms import (objective_noise_draws, output_perturbation, scale_objective_noise,
+from ..files import json_text, provenance, write_texts
+from ..models import build_model
+from ..privacy.accounting import per_device, privacy_report
+from ..privacy.mechanisms import (objective_noise_draws, output_perturbation, scale_objective_noise,
                                  standard_normal_rows)
-from .rng import generator
+from ..rng import generator
 from .runfolder import check_out
-from .solver import DRAW_CACHE, select_local_solver
+from ..solvers.torch_backend import DRAW_CACHE, select_local_solver
 
 METRIC_COLUMNS = ["iteration", "kind", "train_loss", "train_acc", "test_loss", "test_acc", "devices",
                   "local_steps", "data_accesses", "wall_s", "cum_wall_s"]
@@ -151,7 +151,7 @@ class Simulation:
         device and training round from the ``noise`` stream keyed (seed, round, device); added as <n_i, w>.
 
         The draws do not depend on alpha (:func:`upfl.privacy.mechanisms.objective_noise_draws`): runs of a
-        process that share the seed and the round's devices reuse them (:data:`upfl.solver.DRAW_CACHE`)."""
+        process that share the seed and the round's devices reuse them (:data:`upfl.solvers.torch_backend.DRAW_CACHE`)."""
         c, P = self.cfg, self.model.num_params
 
         def draw():
@@ -202,7 +202,7 @@ def run(cfg: cfgmod.RunConfig, out: str | Path, log=print, stop_after: int | Non
     """Run one configuration; write OUT/metrics.csv and OUT/summary.json atomically; resume from a checkpoint.
 
     A non-finite weight vector or loss stops the run: its summary records ``diverged`` (see
-    :mod:`upfl.divergence`). OUT is checked before any work (:func:`upfl.runfolder.check_out`).
+    :mod:`upfl.engine.divergence`). OUT is checked before any work (:func:`upfl.engine.runfolder.check_out`).
     ``data``: the data set at ``cfg.data.path`` when the caller has loaded it already (``upfl run-many``
     loads each data set once per bundle); it is only read.
     """

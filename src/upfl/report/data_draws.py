@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 
 from .collect import ReportError
-from .paper import dataset_label, dataset_order, table1_value
+from .paper_numbers import dataset_label, dataset_order, table1_value
 from .tables import ACC, table1_frame
 
 DRAW_NAME = re.compile(r"^(?P<setting>.+)_draw(?P<draw>\d+)$")

@@ -13,8 +13,8 @@ from typing import Callable
 import torch
 
 from .caches import BoundedCache
-from .errors import ConfigError
-from .models import BinaryLogisticRegression, LogisticRegression
+from ..errors import ConfigError
+from ..models import BinaryLogisticRegression, LogisticRegression
 
 CHUNK_STEPS = 64
 
@@ -125,11 +125,11 @@ def local_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: list[
 
 
 def numba_solver(threads: int = 0) -> Callable | None:
-    """The compiled logistic-regression solver (:mod:`upfl.solver_numba`), compiled or loaded from
+    """The compiled logistic-regression solver (:mod:`upfl.solvers.numba_backend`), compiled or loaded from
     numba's cache now; None when numba does not import. It carries pFedMe's compiled local solve as
     ``.personal_solve`` and the compiled evaluation of its models as ``.evaluate``."""
     try:
-        from . import solver_numba
+        from . import numba_backend as solver_numba
     except ImportError:
         return None
     solver_numba.warm_up(threads)

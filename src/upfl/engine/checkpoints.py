@@ -30,8 +30,8 @@ from typing import Any
 
 import torch
 
-from . import config as cfgmod
-from .files import atomic_path, sha256_file
+from .. import config as cfgmod
+from ..files import atomic_path, sha256_file
 
 FORMAT = 1
 DEFAULT_DIRNAME = ".checkpoints"

@@ -16,10 +16,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import config as cfgmod
-from .data.sources import PAPER_SYNTHETIC_SETS
-from .draws import resolve_straggler_policy
-from .names import is_upcycled
+from .. import config as cfgmod
+from ..data.sources import PAPER_SYNTHETIC_SETS
+from ..engine.draws import resolve_straggler_policy
+from ..names import is_upcycled
 
 OUTPUT_KINDS = ("table1", "time", "convergence", "lambda_sweep", "privacy_table", "privacy_tradeoff", "momentum_table",
                 "bases_table", "momentum_curves", "schedule_figure", "draws", "sensitivity", "protocol_gap")

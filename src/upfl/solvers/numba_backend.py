@@ -1,6 +1,6 @@
 """Compiled CPU local solver for multinomial and binary logistic regression (numba).
 
-The same contract and the same arithmetic as :func:`upfl.solver.local_solve` (the local step of
+The same contract and the same arithmetic as :func:`upfl.solvers.torch_backend.local_solve` (the local step of
 Algorithm 1 line 4, which Algorithm 2 runs at odd iterations): every sampled device starts from
 the global model and runs momentum SGD on
 
@@ -34,7 +34,7 @@ import numba
 import numpy as np
 import torch
 
-from .models import BIAS_FEATURE_SCALE, BinaryLogisticRegression
+from ..models import BIAS_FEATURE_SCALE, BinaryLogisticRegression
 from .caches import BoundedCache
 
 if "NUMBA_THREADING_LAYER" not in os.environ:
@@ -416,7 +416,7 @@ def local_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: list[
                 plans: list[torch.Tensor], mu: float, lr: float, momentum: float,
                 linear_term: torch.Tensor | None = None, generator: torch.Generator | None = None,
                 threads: int = 0) -> tuple[torch.Tensor, int]:
-    """:func:`upfl.solver.local_solve` for :class:`upfl.models.LogisticRegression` and
+    """:func:`upfl.solvers.torch_backend.local_solve` for :class:`upfl.models.LogisticRegression` and
     :class:`upfl.models.BinaryLogisticRegression` on the CPU.
 
     Returns the (k, P) local models (float32, input device order) and the total SGD steps.
@@ -574,7 +574,7 @@ def evaluate(model, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> t
 local_solve.personal_solve = personal_solve
 """The selected solver carries pFedMe's local solve (:meth:`upfl.algorithms.pfedme.PFedMe.local_solve` uses it)."""
 local_solve.evaluate = evaluate
-"""... and the compiled evaluation of its models (:meth:`upfl.simulation.Simulation.evaluate_model` uses it)."""
+"""... and the compiled evaluation of its models (:meth:`upfl.engine.simulation.Simulation.evaluate_model` uses it)."""
 
 
 @functools.lru_cache(maxsize=None)
@@ -582,7 +582,7 @@ def warm_up(threads: int = 0) -> None:
     """Compile the kernels, or load them from numba's cache, on a small problem (once per process and ``threads``:
     a bundle's runs share it).
 
-    :func:`upfl.solver.select_local_solver` calls it, so that the compile (seconds, once per
+    :func:`upfl.solvers.torch_backend.select_local_solver` calls it, so that the compile (seconds, once per
     installation and source change) or the cache load (under a second) is not charged to the first
     training round of a run. ``threads`` as in :func:`local_solve`: 1 (a pipeline job's runs) needs only the
     single-threaded kernels, more the parallel ones (a round with a single device still uses the former, compiled

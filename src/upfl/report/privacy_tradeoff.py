@@ -35,7 +35,7 @@ from ..privacy.accounting import (MEANINGFUL_EPSILON, NEIGHBOURING_NOTE, NO_GLM,
 from ..privacy.accounting import meaningful
 from .cells import check_one_config, paired
 from .collect import ReportError, converged, diverged_note, require_converged
-from .paper import algorithm_label, dataset_label, dataset_order, metric_label, paper_values
+from .paper_numbers import algorithm_label, dataset_label, dataset_order, metric_label, paper_values
 from .render import as_number, fmt, latex_table, markdown_table, write_csv, write_markdown
 from .stats import mean_interval
 
