@@ -11,7 +11,7 @@ Parts:
   on a FEMNIST-shaped stand-in with the paper's 50 device sizes (16421 images) and of the stacked LSTM on a
   Sent140-shaped stand-in with its 52 device sizes (32299 tweets); data from benchmarks/real_data.py.
 - ``packing``: k runs of the same model (different seeds) trained at once in k processes sharing the GPU
-  (``upfl.pipeline.bundles.train_bundle(concurrent=k)``, what a job with ``runs_per_gpu: k`` does) for k = 1, 2, 4, 8:
+  (``upfl.pipeline.bundle_trainer.train_bundle(concurrent=k)``, what a job with ``runs_per_gpu: k`` does) for k = 1, 2, 4, 8:
   wall time, runs per hour, and efficiency (k x the one-run time / the k-run time; above 1 packing pays).
 """
 
@@ -34,7 +34,7 @@ sys.path.insert(0, str(HERE.parent / "src"))
 from real_data import femnist_shaped, sent140_shaped  # noqa: E402
 
 from upfl import config as cfgmod  # noqa: E402
-from upfl.pipeline.bundles import train_bundle  # noqa: E402
+from upfl.pipeline.bundle_trainer import train_bundle  # noqa: E402
 from upfl.data import generate_synthetic  # noqa: E402
 from upfl.engine.simulation import run  # noqa: E402
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from upfl.pipeline.bundles import (BundleError, bundle_priorities, bundle_spec, chunk_stably, form_bundles, run_config,
-                          run_work, train_bundle)
+from upfl.pipeline.bundle_trainer import run_config, train_bundle
+from upfl.pipeline.bundles import BundleError, bundle_priorities, bundle_spec, chunk_stably, form_bundles, run_work
 from upfl.cli import main
 from upfl.data import generate_synthetic
 from upfl.pipeline.plan import build_plan

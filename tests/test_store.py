@@ -9,7 +9,7 @@ import yaml
 
 from upfl.engine import checkpoints
 from upfl.pipeline import store
-from upfl.pipeline.bundles import run_config, train_bundle
+from upfl.pipeline.bundle_trainer import run_config, train_bundle
 from upfl.cli import main
 from upfl.data import generate_synthetic
 

@@ -37,7 +37,7 @@ def write_benchmark(path: str, seconds: float) -> None:
 
 
 def cmd_run_many(args: argparse.Namespace) -> int:
-    from ..pipeline.bundles import BundleError, load_spec, train_bundle
+    from ..pipeline.bundle_trainer import BundleError, load_spec, train_bundle
 
     start = time.perf_counter()
     try:
@@ -53,7 +53,7 @@ def cmd_run_many(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from ..pipeline.bundles import DEFAULT_STORE
+    from ..pipeline.store import DEFAULT_STORE
 
     p = sub.add_parser("run-many", help="train a bundle of run configs in one process")
     p.add_argument("--spec", required=True, help="bundle spec JSON (results/bundles/<name>.json)")

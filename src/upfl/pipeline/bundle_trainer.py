@@ -1,0 +1,161 @@
+"""The process that trains one bundle (``upfl run-many --spec``): each run of the spec in turn, or several at once.
+
+Each run still calls :func:`upfl.engine.simulation.run` with its own config, result folder, log and checkpoint;
+the data set is read once per process. A finished run is restored from, and saved to, the finished-run store
+(:mod:`upfl.pipeline.store`). The spec is written at parse time by :func:`upfl.pipeline.bundles.bundle_spec`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+from .. import config as cfgmod
+from . import store as storemod
+from .bundles import BundleError
+from .store import DEFAULT_STORE
+
+
+def run_config(entry: dict[str, Any], threads: int) -> cfgmod.RunConfig:
+    """The run config of one spec entry: what ``upfl run --data D --threads T --set ...`` resolves to."""
+    doc = json.loads(json.dumps(entry["config"]))
+    cfgmod.set_key(doc, "data.path", str(entry["data"]))
+    if threads:
+        cfgmod.set_key(doc, "threads", int(threads))
+    return cfgmod.from_dict(doc)
+
+
+@functools.lru_cache(maxsize=4)
+def load_data(path: str):
+    """A data set loaded once per bundle process (the last 4 kept): runs only read it."""
+    from ..data import load_leaf
+
+    return load_leaf(path)
+
+
+def _acc(value: Any) -> str:
+    return "n/a" if value is None else f"{value:.4f}"
+
+
+def _restored(kept: Path, ident: dict[str, str], out: Path, log: Callable[[str], None]) -> bool:
+    """Restore a stored result into ``out``; a failed checksum is logged by file name (the run is retrained)."""
+    try:
+        return storemod.restore(kept, ident, out)
+    except storemod.StoreMismatch as e:
+        log(f"store entry not used, retraining: {e}")
+        return False
+
+
+def train_entry(entry: dict[str, Any], threads: int, store: str | None) -> dict[str, Any]:
+    """Train (or restore) one run of a bundle; never raises for the run's own errors.
+
+    Returns ``{"id", "status": trained|restored|failed, "seconds", "error"}``. The run's log file gets its
+    per-iteration lines, or the traceback when it fails.
+    """
+    from ..engine.simulation import run
+
+    rid, out = entry["id"], Path(entry["out"])
+    log_path = Path(entry["log"]) if entry.get("log") else None
+    start = time.perf_counter()
+    if log_path:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+    with (open(log_path, "w", encoding="utf-8") if log_path else open(os.devnull, "w")) as log_file:
+        def log(message: str) -> None:
+            print(message, file=log_file, flush=True)
+
+        try:
+            cfg = run_config(entry, threads)
+            ident = storemod.identity(cfg) if store else None
+            kept = storemod.entry_path(store, ident) if store else None
+            if kept is not None and _restored(kept, ident, out, log):
+                log(f"run {rid}: finished result restored from {kept} (same config, data and code, checksums "
+                    "verified; not retrained)")
+                return {"id": rid, "status": "restored", "seconds": time.perf_counter() - start, "error": None}
+            log(f"run {rid}: training ({cfgmod.config_hash(cfg)}) -> {out}")
+            summary = run(cfg, out, log=log, data=load_data(str(cfg.data.path)))
+            if kept is not None:
+                storemod.save(kept, out, ident)
+            f = summary["final"]
+            if summary.get("diverged"):  # a result (summary.json records it), as `upfl run`'s exit status 3
+                d = summary["diverged"]
+                log(f"diverged at iteration {d['iteration']} ({d['kind']}): {d['what']}; summary.json records it")
+            log(f"final iteration {f['iteration']}: train_acc {_acc(f['train_acc'])} test_acc {_acc(f['test_acc'])}")
+            return {"id": rid, "status": "trained", "seconds": time.perf_counter() - start, "error": None}
+        except Exception as e:  # noqa: BLE001 - one run's failure must not stop the bundle
+            log_file.write(traceback.format_exc())
+            return {"id": rid, "status": "failed", "seconds": time.perf_counter() - start,
+                    "error": f"{type(e).__name__}: {e}"}
+
+
+def _concurrent_results(entries: list[dict[str, Any]], threads: int, store: str | None, workers: int):
+    """Runs trained by ``workers`` processes at once (each imports torch and loads the solver once);
+    on a GPU they share the device, on the CPU they share the cores."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(train_entry, e, threads, store) for e in entries]
+        for fut in futures:
+            yield fut.result()
+
+
+def train_bundle(spec: dict[str, Any], store: str | None = DEFAULT_STORE, concurrent: int | None = None,
+                 threads: int | None = None, echo: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """Train every run of a bundle spec (see :func:`bundle_spec`) in this process, or ``concurrent`` at once.
+
+    Every run is attempted; runs that fail leave the others' results in place, and a :class:`BundleError`
+    naming each failed run is raised at the end.
+    """
+    entries = spec["runs"]
+    _check_spec(spec)
+    workers = max(1, int(concurrent if concurrent is not None else spec.get("concurrent", 1)))
+    threads = int(threads if threads is not None else spec.get("threads", 0))
+    name = spec.get("bundle", "bundle")
+    echo(f"bundle {name}: {len(entries)} runs, {workers} at a time, {threads or 'default'} threads each")
+    start = time.perf_counter()
+    if workers > 1 and len(entries) > 1:
+        results_iter = _concurrent_results(entries, threads, store, min(workers, len(entries)))
+    else:
+        results_iter = (train_entry(e, threads, store) for e in entries)
+    results = []
+    for i, res in enumerate(results_iter, 1):
+        results.append(res)
+        detail = f": {res['error']} (log: {entries[i - 1].get('log')})" if res["error"] else ""
+        echo(f"[{i}/{len(entries)}] {res['status']} {res['id']} in {res['seconds']:.2f} s{detail}")
+        sys.stdout.flush()
+    failed = [r for r in results if r["status"] == "failed"]
+    counts = {s: sum(r["status"] == s for r in results) for s in ("trained", "restored", "failed")}
+    echo(f"bundle {name}: {counts['trained']} trained, {counts['restored']} restored, {counts['failed']} failed "
+         f"in {time.perf_counter() - start:.1f} s")
+    if failed:
+        raise BundleError(f"bundle {name}: {len(failed)} of {len(entries)} runs failed: "
+                          + "; ".join(f"{r['id']} ({r['error']})" for r in failed))
+    return results
+
+
+def _check_spec(spec: dict[str, Any]) -> None:
+    if not isinstance(spec.get("runs"), list) or not spec["runs"]:
+        raise BundleError("bundle spec: 'runs' must be a non-empty list")
+    seen = set()
+    for i, e in enumerate(spec["runs"]):
+        missing = [k for k in ("id", "data", "out", "config") if k not in e]
+        if missing:
+            raise BundleError(f"bundle spec: runs[{i}] lacks {', '.join(missing)}")
+        if e["out"] in seen:
+            raise BundleError(f"bundle spec: runs[{i}] ({e['id']}): result folder {e['out']} is used twice")
+        seen.add(e["out"])
+
+
+def load_spec(path: str | os.PathLike) -> dict[str, Any]:
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as e:
+        raise BundleError(f"{path}: cannot read bundle spec ({e.strerror})") from None
+    except json.JSONDecodeError as e:
+        raise BundleError(f"{path}: not valid JSON (line {e.lineno}: {e.msg})") from None
