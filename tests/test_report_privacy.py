@@ -16,7 +16,7 @@ from upfl.data import generate_synthetic, load_leaf
 from upfl.pipeline.plan import build_plan
 from upfl.privacy.accounting import NO_GLM, SGD_CAVEAT, output_epsilons, theorem_c2_epsilon
 from upfl.report.paper_numbers import paper_values
-from upfl.report.privacy_tradeoff import claims_frame
+from upfl.report.privacy_tradeoff import privacy_claims_frame
 from upfl.report.collect import read_runs
 from upfl.engine.simulation import run
 
@@ -214,7 +214,7 @@ def test_claims_known_answer(privset, table, tmp_path):
         runs.loc[up_eps & (runs["seed"] == s), ["final_train_acc", "final_test_acc"]] = [0.6 + gain_train, 0.6 + gain_test]
         runs.loc[p, ["time_train_s", "time_upcycle_s"]] = [2.0 + s, 0.0]
         runs.loc[up_noise & (runs["seed"] == s), ["time_train_s", "time_upcycle_s"]] = [(2.0 + s) / 2 - 0.01, 0.01]
-    claims = claims_frame(runs)
+    claims = privacy_claims_frame(runs)
     out = claims[claims["mechanism"] == "output"].set_index("claim")
     assert out.loc["train_acc", "ours"] == pytest.approx(6.0) and bool(out.loc["train_acc", "holds"]) is True
     assert out.loc["train_acc", "holds_text"] == "holds"
@@ -224,7 +224,7 @@ def test_claims_known_answer(privset, table, tmp_path):
     assert out.loc["time", "ci_low"] == pytest.approx(50.0) and out.loc["time", "paper_value"] == 48
     # Three data sets: pooled rows join the two the paper names; Synthetic(1,1) is marked as not the paper's
     three = pd.concat([runs, runs.assign(dataset="synthetic_0_0"), runs.assign(dataset="synthetic_1_1")])
-    claims = claims_frame(three)
+    claims = privacy_claims_frame(three)
     out = claims[claims["mechanism"] == "output"]
     assert list(out["dataset"].drop_duplicates()) == [DATASET, "synthetic_0_0", "synthetic_1_1", "all"]
     assert set(out.loc[out["dataset"] == "synthetic_1_1", "paper_dataset"]) == {False}

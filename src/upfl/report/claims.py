@@ -436,7 +436,7 @@ def level_text(level: tuple[float, float, float] | None, accountant: str) -> tup
 
 def privacy_claims(ctx: Context) -> list[dict[str, Any]]:
     """Section 6's claims (paper_values/privacy.csv): pooled over the paper's data sets where we have them."""
-    from .privacy_tradeoff import PRIMARY, claims_frame
+    from .privacy_tradeoff import PRIMARY, privacy_claims_frame
 
     paper = paper_values("privacy")
     runs = ctx.of("privacy")
@@ -446,7 +446,7 @@ def privacy_claims(ctx: Context) -> list[dict[str, Any]]:
     claims = pd.DataFrame()
     if not runs.empty:
         try:
-            claims = claims_frame(runs)
+            claims = privacy_claims_frame(runs)
         except ReportError:
             claims = pd.DataFrame()
     levels = privacy_levels(runs) if not runs.empty else {}

@@ -281,7 +281,7 @@ def _interval_row(claim: dict, dataset: str, block: dict | None, up: dict | None
             **extra}
 
 
-def claims_frame(runs: pd.DataFrame, paper: pd.DataFrame | None = None) -> pd.DataFrame:
+def privacy_claims_frame(runs: pd.DataFrame, paper: pd.DataFrame | None = None) -> pd.DataFrame:
     """Our value of every claim of ``paper_values/privacy.csv`` per block, and pooled over the paper's data sets.
 
     privacy_loss: (eps_FedProx - eps_Upcycled) / eps_FedProx x 100 in the claim's protocol, per accountant
@@ -413,7 +413,7 @@ CLAIM_NAMES = {"privacy_loss": "less privacy loss ε̄", "train_acc": "higher tr
                "test_acc": "higher test accuracy", "time": "less training time"}
 
 
-def claims_rows(claims: pd.DataFrame) -> list[list[str]]:
+def privacy_claims_rows(claims: pd.DataFrame) -> list[list[str]]:
     lines = []
     for r in claims.to_dict("records"):
         unit = {"% less ε̄": "%", "percentage points": " pp", "% less training time": "%"}[r["unit"]]
@@ -456,7 +456,7 @@ def write_privacy_table(runs: pd.DataFrame, out_prefix: str, provenance: str) ->
     from .tables import settings_text
 
     frame = privacy_frame(runs)
-    claims = claims_frame(runs)
+    claims = privacy_claims_frame(runs)
     both = pd.concat([frame.assign(section="variants"),
                       claims.assign(section="claims")], ignore_index=True, sort=False)
     both = both[["section"] + [c for c in both.columns if c != "section"]]
@@ -477,7 +477,7 @@ def write_privacy_table(runs: pd.DataFrame, out_prefix: str, provenance: str) ->
         tex.append(latex_table(header, rows, f"{title}. " + CAPTION, f"tab:privacy_{mech}",
                                "Provenance: " + provenance))
     if not claims.empty:
-        rows = claims_rows(claims)
+        rows = privacy_claims_rows(claims)
         sections += ["## The paper's claims beside ours\n", CLAIMS_NOTE + "\n", markdown_table(CLAIMS_HEADER, rows)]
         tex.append(latex_table(CLAIMS_HEADER, rows, "The paper's privacy claims beside ours. " + CLAIMS_NOTE,
                                "tab:privacy_claims", "Provenance: " + provenance))
@@ -612,5 +612,5 @@ def privacy_tradeoff_figure(runs: pd.DataFrame, out_prefix: str, metrics: Sequen
     return data
 
 
-__all__ = ["privacy_frame", "claims_frame", "write_privacy_table", "tradeoff_data", "privacy_tradeoff_figure",
+__all__ = ["privacy_frame", "privacy_claims_frame", "write_privacy_table", "tradeoff_data", "privacy_tradeoff_figure",
            "blocks", "iter_settings"]
