@@ -261,7 +261,8 @@ def _check_number_list(value: Any, key: str) -> None:
 
 
 def validate(cfg: RunConfig) -> RunConfig:
-    """Check values and cross-key rules; raise :class:`ConfigError` naming the key."""
+    """Check values and cross-key rules; raise :class:`ConfigError` naming the key. Returns the config with its
+    straggler policy resolved for its algorithm (a new object: ``cfg`` itself is not changed)."""
     if cfg.schema_version != SCHEMA_VERSION:
         raise ConfigError(f"schema_version: this upfl reads version {SCHEMA_VERSION}, got {cfg.schema_version}")
     policy = cfg.devices.straggler_policy
@@ -272,9 +273,10 @@ def validate(cfg: RunConfig) -> RunConfig:
             raise ConfigError(f"devices.straggler_policy.{unknown[0]}: not an algorithm; keys are algorithm names "
                               f"or 'default' ({', '.join(known)})")
     try:
-        cfg.devices.straggler_policy = resolve_straggler_policy(cfg.devices.straggler_policy, cfg.algorithm.name)
+        resolved = resolve_straggler_policy(cfg.devices.straggler_policy, cfg.algorithm.name)
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    cfg = dataclasses.replace(cfg, devices=dataclasses.replace(cfg.devices, straggler_policy=resolved))
     for key, allowed in CHOICES.items():
         value = get_key(cfg, key)
         if value not in allowed:
