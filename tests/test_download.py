@@ -5,20 +5,21 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+import threading
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from fixtures_leaf import ArchiveServer, make_glove_zip
+from fixtures_leaf import ArchiveServer, etag_of, make_glove_zip, run_data_cli
 from upfl.data.archive import ArchiveError, extract_zip, open_zip
 from upfl.data.download import (CACHE_DIR, DownloadError, copy_archive, download, fetch_source,
-                                read_recorded_sha256, sidecar, verify_file)
+                                read_recorded_sha256, sidecar, state_file, verify_file)
 from upfl.data.sources import SOURCES, resolve_sources
 
 
-def _payload(n: int = 300_000) -> bytes:
-    return bytes((i * 7919) % 251 for i in range(n))
+def _payload(n: int = 300_000, salt: int = 0) -> bytes:
+    return bytes((i * 7919 + salt) % 251 for i in range(n))
 
 
 def _looks_complete(folder: Path) -> list[str]:
@@ -202,3 +203,137 @@ def test_cli_extract_refuses_escape(tmp_path, capsys):
     zpath = make_glove_zip(tmp_path, dim=5)
     assert run_data_cli(["data", "extract", str(zpath), str(tmp_path / "g"), "--member", "glove.6B.300d.txt"]) == 0
     assert [p.name for p in (tmp_path / "g").iterdir()] == ["glove.6B.300d.txt"]
+
+
+def test_negative_retries_is_a_named_error(tmp_path, capsys):
+    res = tmp_path / "res"
+    rc = run_data_cli(["data", "fetch", "glove", "--resources", str(res), "--retries", "-1", "--no-progress"])
+    assert rc == 1 and "--retries: must be >= 0" in capsys.readouterr().err
+    assert not res.exists()
+    with pytest.raises(DownloadError, match="retries must be an integer >= 0"):
+        download("http://127.0.0.1:9/x", tmp_path / "x", retries=-1)
+
+
+
+
+
+def _half_downloaded(srv: ArchiveServer, dest: Path, cache: Path, cut: int = 100_000) -> Path:
+    srv.truncate["/a.bin"] = cut
+    with pytest.raises(DownloadError, match="run again to resume"):
+        download(srv.url("/a.bin"), dest, cache_dir=cache, retries=0, backoff=0, progress=False)
+    del srv.truncate["/a.bin"]
+    part = cache / "a.bin.part"
+    assert part.stat().st_size == cut and state_file(part).exists()
+    return part
+
+
+def test_corrupted_part_is_not_spliced(tmp_path, capsys):
+    data = _payload()
+    dest, cache = tmp_path / "res" / "a.bin", tmp_path / "cache"
+    with ArchiveServer({"/a.bin": data}) as srv:
+        part = _half_downloaded(srv, dest, cache)
+        raw = bytearray(part.read_bytes())
+        raw[500] ^= 0xFF
+        part.write_bytes(bytes(raw))
+        download(srv.url("/a.bin"), dest, cache_dir=cache, progress=False, backoff=0)
+        assert srv.log.requests[-1][1] is None, "the corrupted .part is discarded, the download restarts"
+    assert dest.read_bytes() == data
+    assert "corrupted" in capsys.readouterr().err
+
+
+def test_resume_confirms_the_object_with_if_range(tmp_path):
+    data = _payload()
+    dest, cache = tmp_path / "a.bin", tmp_path / "cache"
+    with ArchiveServer({"/a.bin": data}) as srv:
+        _half_downloaded(srv, dest, cache)
+        download(srv.url("/a.bin"), dest, cache_dir=cache, progress=False, backoff=0)
+        assert srv.log.requests[-1][1] == "bytes=100000-" and srv.log.if_range[-1] == etag_of(data)
+    assert dest.read_bytes() == data
+
+
+@pytest.mark.parametrize("if_range", ["honour", "ignore"])
+def test_changed_object_restarts_whether_server_honours_if_range_or_not(tmp_path, if_range):
+    old, new = _payload(), _payload(salt=7)
+    dest, cache = tmp_path / "a.bin", tmp_path / "cache"
+    with ArchiveServer({"/a.bin": old}) as srv:
+        srv.if_range = if_range
+        _half_downloaded(srv, dest, cache)
+        srv.files["/a.bin"] = new  # the upstream file was replaced between the two attempts
+        download(srv.url("/a.bin"), dest, cache_dir=cache, progress=False, backoff=0)
+    assert dest.read_bytes() == new, "never old bytes spliced onto new ones"
+
+
+def test_server_without_validators_is_not_resumed(tmp_path, capsys):
+    data = _payload()
+    dest, cache = tmp_path / "a.bin", tmp_path / "cache"
+    with ArchiveServer({"/a.bin": data}) as srv:
+        srv.validators = False
+        _half_downloaded(srv, dest, cache)
+        download(srv.url("/a.bin"), dest, cache_dir=cache, progress=False, backoff=0)
+        assert srv.log.requests[-1][1] is None
+    assert dest.read_bytes() == data
+    assert "no ETag or Last-Modified" in capsys.readouterr().err
+
+
+def _corrupt_member(zpath: Path, member: str) -> bytes:
+    """The zip's bytes with one byte of ``member``'s data flipped (central directory intact)."""
+    raw = bytearray(zpath.read_bytes())
+    with zipfile.ZipFile(zpath) as zf:
+        info = zf.getinfo(member)
+    offset = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra) + 10
+    raw[offset] ^= 0xFF
+    return bytes(raw)
+
+
+def test_corrupted_member_fails_crc_check_before_first_use(tmp_path):
+    folder = tmp_path / "src"
+    folder.mkdir()
+    zpath = folder / "glove.6B.zip"
+    with zipfile.ZipFile(zpath, "w", zipfile.ZIP_STORED) as zf:
+        zf.writestr("glove.6B.300d.txt", "good " + " ".join(["0.5"] * 300) + "\n" * 50)
+    bad = _corrupt_member(zpath, "glove.6B.300d.txt")
+    res = tmp_path / "res"
+    with ArchiveServer({"/glove.6B.zip": bad}) as srv:
+        src = resolve_sources(["glove"], urls={"glove": srv.url("/glove.6B.zip")})[0]
+        assert src.sha256 is None
+        with pytest.raises(DownloadError, match="member 'glove.6B.300d.txt' is corrupt"):
+            fetch_source(src, res, progress=False, backoff=0)
+    assert sorted(p.name for p in res.iterdir() if p.name != CACHE_DIR) == []
+    assert (res / CACHE_DIR / "glove.6B.zip.bad").exists()
+    placed = res / "glove.6B.zip"
+    placed.write_bytes(bad)  # an archive put in the resources folder by hand is checked the same way
+    with pytest.raises(DownloadError, match="is corrupt"):
+        fetch_source(SOURCES["glove"], res)
+    assert not (res / "glove.6B.zip.sha256").exists(), "nothing recorded as the reference"
+
+
+def test_concurrent_fetches_take_turns(tmp_path):
+    zpath = make_glove_zip(tmp_path / "src", dim=5)
+    res = tmp_path / "res"
+    results, errors = [], []
+    with ArchiveServer({"/glove.6B.zip": zpath.read_bytes()}) as srv:
+        srv.delay = 0.3
+        src = resolve_sources(["glove"], urls={"glove": srv.url("/glove.6B.zip")})[0]
+
+        def fetch():
+            try:
+                results.append(fetch_source(src, res, progress=False, backoff=0))
+            except Exception as e:  # noqa: BLE001 - the test reports any failure of either fetch
+                errors.append(e)
+
+        threads = [threading.Thread(target=fetch) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert not errors and len(results) == 2
+        assert len(srv.log.requests) == 1, "the second fetch waited and found the archive published"
+    assert (res / "glove.6B.zip").read_bytes() == zpath.read_bytes()
+
+
+def test_sources_use_https_and_ship_the_published_sent140_checksum():
+    assert all(s.url.startswith("https://") for s in SOURCES.values())
+    assert SOURCES["sent140"].sha256 == "004a3772c8a7ff9bbfeb875880f47f0679d93fc63e5cf9cff72d54a8a6162e57"
+    mirrored = resolve_sources(["sent140"], urls={"sent140": "http://127.0.0.1:9/t.zip"})[0]
+    assert mirrored.sha256 is None, "a mirror is checked by the checksum given with it"
+    assert resolve_sources(["sent140"])[0].sha256 == SOURCES["sent140"].sha256

@@ -89,7 +89,9 @@ def test_runs_csv_has_one_row_per_run_with_experiments_merged(runset):
             assert row["lam"] == a["lam"] and row["coef"] == pytest.approx(a["mu"] / (a["mu"] + a["lam"]))
         else:
             assert math.isnan(row["lam"]) and math.isnan(row["coef"])
-        assert row["git_commit"] == s["git_commit"] and row["config_hash"] == s["config_hash"]
+        commit = row["git_commit"]  # null outside a git checkout: an empty cell, read back as NaN
+        assert (pd.isna(commit) if s["git_commit"] is None else commit == s["git_commit"])
+        assert row["config_hash"] == s["config_hash"]
 
 
 def test_runs_csv_flattens_privacy_epsilons(runset, tmp_path):
@@ -107,6 +109,18 @@ def test_runs_csv_flattens_privacy_epsilons(runset, tmp_path):
     assert row["privacy_epsilon_max"] == 1.5 and row["privacy_epsilon_bar"] == 1.0
     assert row["privacy_mechanism"] == "output" and row["privacy_accountant_delta"] == 0.001
 
+
+def test_runs_csv_of_a_run_made_outside_a_git_checkout(runset, tmp_path):
+    """A run trained from an installed package has ``git_commit: null``: its runs.csv cell is empty, not 'None'."""
+    dst = tmp_path / "no_git"
+    shutil.copytree(runset["dirs"]["fedavg", 0], dst)
+    s = summary(dst)
+    s["git_commit"] = None
+    (dst / "summary.json").write_text(json.dumps(s))
+    out = tmp_path / "runs.csv"
+    assert main(["report", "runs", "--out", str(out), f"x:{dst}"]) == 0
+    row = pd.read_csv(out).iloc[0]
+    assert pd.isna(row["git_commit"]) and row["config_hash"] == s["config_hash"]
 
 def test_runs_list_file_is_read(runset, tmp_path):
     listing = tmp_path / "list.txt"
