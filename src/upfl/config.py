@@ -16,6 +16,7 @@ import difflib
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
@@ -108,8 +109,11 @@ class SolverConfig:
     epochs: int = 20
     """Local epochs E per training round."""
     batch_size: int = 32
+    """Local batch size B (a device with fewer samples takes them all as one batch)."""
     lr: float = 0.05
+    """Local learning rate eta of momentum SGD."""
     momentum: float = 0.5
+    """Local momentum rho (PyTorch's SGD convention: buf = rho * buf + g, w -= eta * buf)."""
     backend: str = "auto"
     """``auto``, ``torch`` (batched tensors; any model, CPU or CUDA) or ``numba`` (compiled CPU loop, logistic
     regression only). ``auto`` takes ``numba`` for logistic regression on the CPU when numba is installed."""
@@ -155,6 +159,7 @@ class CheckpointConfig:
 @dataclass
 class RunConfig:
     schema_version: int = SCHEMA_VERSION
+    """Version of this schema; a config of another version is refused."""
     seed: int = 0
     """Run seed: keys every random stream (init, sampling, stragglers, batches, dropout, noise)."""
     rounds: int = 160
@@ -496,3 +501,55 @@ def config_hash(cfg: RunConfig) -> str:
     """SHA-256 (16 hex digits) of the result-determining part of the config (:func:`hashed_document`)."""
     text = json.dumps(hashed_document(cfg), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def attribute_docs(cls: type) -> dict[str, str]:
+    """The docstring under each field of a config dataclass (the string literal that follows its annotation)."""
+    import ast
+    import inspect
+
+    body = ast.parse(inspect.getsource(cls)).body[0].body
+    docs = {}
+    for node, after in zip(body, body[1:]):
+        if (isinstance(node, ast.AnnAssign) and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)):
+            docs[node.target.id] = " ".join(after.value.value.split())
+    return docs
+
+
+def reference_markdown() -> str:
+    """docs/run-config.md: every run-config key with its default, allowed values and meaning, from this module."""
+    default = RunConfig()
+    lines = ["# Run config reference", "",
+             "The keys of `upfl run --config run.yaml` and `--set KEY=VALUE`, of `run_defaults` and `set` in the",
+             "workflow config, and of the Flower apps' run config. Generated from `src/upfl/config.py` by",
+             "`python tools/run_config_reference.py` (a test checks it is current). Unknown keys are errors naming",
+             "the key; `algorithm.*` keys an algorithm does not read are refused ([algorithms.md](algorithms.md)).",
+             "Keys marked *not hashed* do not change a run's results and are left out of its config hash.", "",
+             "| key | default | meaning |", "|---|---|---|"]
+
+    def cell(value: Any) -> str:
+        if value is None or value == "":
+            return "none"
+        return f"`{value}`" if isinstance(value, str) else f"`{json.dumps(value)}`"
+
+    def markdown(text: str) -> str:
+        text = re.sub(r":(?:mod|func|class|data):`([^`]+)`", r"`\1`", text)
+        return re.sub(r"``([^`]+)``", r"`\1`", text)
+
+    def rows(cls: type, obj: Any, prefix: str) -> None:
+        docs = attribute_docs(cls)
+        for f in dataclasses.fields(cls):
+            key, value = prefix + f.name, getattr(obj, f.name)
+            if dataclasses.is_dataclass(value):
+                rows(type(value), value, key + ".")
+                continue
+            meaning = docs.get(f.name, "")
+            if key in CHOICES:
+                meaning += f" One of {', '.join(f'`{c}`' for c in CHOICES[key])}."
+            if key in HASH_EXCLUDED or key.split(".")[0] in HASH_EXCLUDED:
+                meaning += " *Not hashed.*"
+            lines.append(f"| `{key}` | {cell(value)} | {markdown(meaning.strip())} |")
+
+    rows(RunConfig, default, "")
+    return "\n".join(lines) + "\n"

@@ -1,5 +1,5 @@
 # Training. Runs with `job.runs_per_job: 1` are one job each (rule `train`); the others are trained in
-# bundles (upfl.pipeline.bundles, config/README.md "Many runs per job"): one rule per bundle, one output set per run,
+# bundles (upfl.pipeline.bundles, docs/pipeline.md "Many runs per job"): one rule per bundle, one output set per run,
 # one process (`upfl run-many`) per job, reading the bundle's spec results/bundles/<name>.json (common.smk).
 # Identical runs requested by several experiments are one run. A bundle job times itself (`upfl run-many
 # --benchmark`, Snakemake's benchmark format): the `benchmark:` directive's per-second sampling of the process's

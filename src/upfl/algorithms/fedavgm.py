@@ -1,7 +1,7 @@
 """Server momentum (FedAvgM, Hsu et al. 2019): the averaged update fed to a server SGD with momentum.
 
 On FedAvg clients (``mu: 0``) this is FedAvgM; with ``mu > 0`` the clients run FedProx's objective
-(FedProx with server momentum, the ablation of issue 10).
+(FedProx with server momentum, the momentum ablation).
 """
 
 from __future__ import annotations

@@ -246,7 +246,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                   "mechanism (equal noise, equal epsilon), the paper's claims beside", "csv, md, tex",
                   cmd_privacy_table)
 
-    a = _table_parser(sub, "ablation-table", "issue 10's ablations: upcycling or server momentum (momentum_table), "
+    a = _table_parser(sub, "ablation-table", "the ablations: upcycling or server momentum (momentum_table), "
                       "upcycling on every base (bases_table), paired intervals", "csv, md", cmd_ablation_table)
     a.add_argument("kind", choices=("momentum_table", "bases_table"))
 

@@ -84,7 +84,7 @@ RUN_CONFIG_KEYS = {
     "privacy-alpha": "privacy.alpha",
     "privacy-delta": "privacy.delta",
 }
-"""Flower run-config key -> :class:`upfl.config.RunConfig` key (``config/README.md`` documents the latter)."""
+"""Flower run-config key -> :class:`upfl.config.RunConfig` key (``docs/run-config.md`` documents the latter)."""
 
 OS_ENTROPY = "os-entropy"
 SEED_KEYED = "seed-keyed-server-can-remove"

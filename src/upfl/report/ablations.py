@@ -1,4 +1,4 @@
-"""Issue 10's ablations: is the gain upcycling or momentum, upcycling on every base, and the coefficient schedules.
+"""The ablations: is the gain upcycling or momentum, upcycling on every base, and the coefficient schedules.
 
 - ``momentum_table`` / ``momentum_figure`` (experiment ``ablation_momentum``): FedProx, FedProx with server
   momentum beta, Upcycled-FL, Upcycled-FL with server momentum; final test accuracy at equal training rounds

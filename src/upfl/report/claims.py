@@ -550,7 +550,7 @@ def real_claims(ctx: Context) -> list[dict[str, Any]]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Section 1: upcycling is orthogonal to the base algorithm (issue 10's upcycling_bases experiment)
+# Section 1: upcycling is orthogonal to the base algorithm (the upcycling_bases experiment)
 
 BASES_SOURCE = "Section 1: 'upcycling is orthogonal to the base algorithm' (no figure given)"
 
@@ -612,7 +612,7 @@ def bases_claims(ctx: Context) -> list[dict[str, Any]]:
 
 
 MOMENTUM_NOTE = (
-    "Not a claim of the paper (issue 10's question): the even step extrapolates along the last global update, as "
+    "Not a claim of the paper (an ablation's question): the even step extrapolates along the last global update, as "
     "server momentum does. Upcycled-FL minus FedProx with server momentum β (`fedavgm` with the same μ), final "
     "test accuracy at equal training rounds, paired on seed, mean and 95% t interval; no verdict.")
 MOMENTUM_HEADER = ["Data", "Comparison", "Ours [95% CI] (pp)", "Pairs"]

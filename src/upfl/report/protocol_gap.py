@@ -2,7 +2,7 @@
 
 Table 1's synthetic pairs at mu 1 (FedProx 80, Upcycled-FL 160 iterations), paired on seed, under two
 implementations run here (the paper's model, ``protocol: paper``; the authors' loss and scalar step,
-``protocol: authors``; config/README.md "The authors' protocol") and under each reporting choice
+``protocol: authors``; docs/differences.md "The authors' protocol") and under each reporting choice
 (:data:`upfl.report.collect.REPORTING_CHOICES`) of train and test accuracy, beside the paper's figure and the
 authors' code's results measured on the same data (``paper_values/authors_code.csv``, provenance in
 ``paper_values/authors_code.md``).

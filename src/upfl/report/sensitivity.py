@@ -1,5 +1,5 @@
 """The straggler sensitivity table: the Upcycled-FL minus FedProx gain under each combination of the straggler
-switches (``devices.straggler_draw`` x ``devices.straggler_policy``; config/README.md), paired on seed."""
+switches (``devices.straggler_draw`` x ``devices.straggler_policy``; docs/experiments.md), paired on seed."""
 
 from __future__ import annotations
 
