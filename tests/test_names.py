@@ -126,3 +126,62 @@ def test_snakemake_dry_run_imports_no_torch(tmp_path):
     imported = [line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
     assert "upfl.pipeline.plan" in imported
     assert not [m for m in imported if m == "torch" or m.startswith("torch.")]
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Every ``upfl`` module -> the ``upfl`` modules it imports (at the top or inside a function)."""
+    import ast
+
+    src = Path(__file__).resolve().parents[1] / "src"
+    modules = {}
+    for path in (src / "upfl").rglob("*.py"):
+        parts = list(path.relative_to(src).with_suffix("").parts)
+        is_package = parts[-1] == "__init__"
+        modules[".".join(parts[:-1] if is_package else parts)] = (path, is_package)
+    graph = {}
+    for name, (path, is_package) in modules.items():
+        package = name if is_package else name.rsplit(".", 1)[0]
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                edges |= {a.name for a in node.names if a.name in modules}
+            elif isinstance(node, ast.ImportFrom):
+                base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+                target = ".".join(base + ([node.module] if node.module else []))
+                for alias in node.names:
+                    edges.add(f"{target}.{alias.name}" if f"{target}.{alias.name}" in modules else target)
+        graph[name] = {e for e in edges if e in modules and e != name}
+    return graph
+
+
+def test_no_import_circle():
+    """No module imports one that (through others) imports it back: Tarjan's strongly connected components."""
+    graph = import_graph()
+    index, low, stack, on_stack, circles = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    assert len(graph) > 60 and "upfl.engine.simulation" in graph["upfl.cli"] | graph["upfl.pipeline.bundle_trainer"]
+    assert not circles, f"import circles: {circles}"

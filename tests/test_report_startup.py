@@ -1,4 +1,4 @@
-"""Start-up guards of the report commands (issue 11): each ``upfl report`` job imports only what it uses.
+"""Start-up guards of the report commands (the pipeline runs one report job per table or figure): each ``upfl report`` job imports only what it uses.
 
 Every command runs in a fresh Python process, as a Snakemake job does, and lists the heavy packages it
 imported: no torch in any report command, no matplotlib/seaborn outside figure rendering, and scipy (for its t

@@ -141,7 +141,7 @@ def test_dry_run_lists_every_run_of_the_paper(tmp_path, preset):
     # Synthetic: Figures 2 (two panels), 3 (two panels), 5, 8, 9, 11, the privacy trade-off; the privacy tables
     # of output and objective perturbation; with real data also Figures 4, 6, 7, 10, 12 (two panels) and the
     # real-data privacy table. One runs.csv per experiment: table1, fig2 (two), fig5, fig8, the three
-    # synthetic privacy experiments; real data: fig4, fig6, fig7, fig10, fig12. Issue 10's ablations: the momentum
+    # synthetic privacy experiments; real data: fig4, fig6, fig7, fig10, fig12. The ablations: the momentum
     # curves and the schedule figure, the momentum and bases tables, three more runs.csv.
     # Claims: the straggler sensitivity table, the protocol_gap table (one more runs.csv), the claims page; the
     # draws table and figure (not in quick).
