@@ -20,13 +20,11 @@ files, not a test (pytest covers the switch on small data of its own).
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from upfl import config as cfgmod
-from upfl.data.mirror import serve_folder
+from upfl.data.mirror import MirrorFetchError, fetched_from_mirror
 from upfl.data.sources import dataset_folder
 from upfl.report.paper_numbers import paper_values
 from upfl.report.stats import mean_interval
@@ -67,17 +65,14 @@ def main(argv: list[str] | None = None) -> int:
     ref = paper_values("authors_code")
     ref = ref[(ref["dataset"] == "synthetic_1_1") & (ref["variant"] == "as released") & (ref["reporting"] == "final")
               & (ref["split"] == "train")].iloc[0]
-    with serve_folder(mirror) as base, tempfile.TemporaryDirectory(prefix="upfl-authors-") as tmp:
-        cmd = [sys.executable, "-m", "upfl.cli", "data", "fetch", "paper_synthetic_1_1", "--resources", tmp,
-               "--no-progress", "--url", f"paper={base}", "--backoff", "0.5"]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            print(f"check_authors_model: {' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}",
-                  file=sys.stderr)
-            return 1
-        data = dataset_folder(tmp, "paper", "synthetic_1_1")
-        prox = final_train(data, "fedprox", 80, Path(tmp) / "runs")
-        up = final_train(data, "upcycled", 160, Path(tmp) / "runs")
+    try:
+        with fetched_from_mirror(mirror, ["paper_synthetic_1_1"], "upfl-authors-") as (_, tmp):
+            data = dataset_folder(tmp, "paper", "synthetic_1_1")
+            prox = final_train(data, "fedprox", 80, tmp / "runs")
+            up = final_train(data, "upcycled", 160, tmp / "runs")
+    except MirrorFetchError as e:
+        print(f"check_authors_model: {e}", file=sys.stderr)
+        return 1
     ci = mean_interval([u - p for u, p in zip(up, prox)], 0.95)
     prox_mean = sum(prox) / len(prox)
     low, high = ref["gain_ci_low"] - GAIN_TOLERANCE, ref["gain_ci_high"] + GAIN_TOLERANCE

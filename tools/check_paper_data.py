@@ -18,16 +18,14 @@ from __future__ import annotations
 
 import argparse
 import math
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from upfl.data.femnist import FemnistSpec, device_sizes
 from upfl.data.leaf import load_leaf
-from upfl.data.mirror import serve_folder
+from upfl.data.mirror import MirrorFetchError, fetched_from_mirror
 from upfl.data.paper import femnist_device_counts
 from upfl.data.sources import PAPER_SYNTHETIC_SETS, dataset_folder
 from upfl.data.stats import dataset_stats
@@ -66,15 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     if not mirror.is_dir():
         print(f"check_paper_data: {mirror}: no such folder", file=sys.stderr)
         return 2
-    with serve_folder(mirror) as base, tempfile.TemporaryDirectory(prefix="upfl-paper-data-") as tmp:
-        cmd = [sys.executable, "-m", "upfl.cli", "data", "fetch", "paper_synthetic", "paper_femnist", "--resources", tmp,
-               "--no-progress", "--url", f"paper={base}", "--backoff", "0.5"]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            print(f"check_paper_data: {' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}",
-                  file=sys.stderr)
-            return 1
-        rows = table2_rows(Path(tmp))
+    try:
+        with fetched_from_mirror(mirror, ["paper_synthetic", "paper_femnist"], "upfl-paper-data-") as (base, tmp):
+            rows = table2_rows(tmp)
+    except MirrorFetchError as e:
+        print(f"check_paper_data: {e}", file=sys.stderr)
+        return 1
     bad = 0
     print(f"Table 2 from the paper's files ({mirror} via {base}); FEMNIST: the device counts our procedure uses:")
     for setting, ours, paper in rows:

@@ -28,3 +28,25 @@ def serve_folder(folder: str | Path) -> Iterator[str]:
             yield f"http://127.0.0.1:{httpd.server_address[1]}/"
         finally:
             httpd.shutdown()
+
+
+class MirrorFetchError(RuntimeError):
+    """``upfl data fetch`` from a served mirror failed; the message holds the command and its output."""
+
+
+@contextlib.contextmanager
+def fetched_from_mirror(mirror: str | Path, names: list[str], prefix: str = "upfl-mirror-") -> Iterator[tuple[str, Path]]:
+    """Serve ``mirror`` (a copy of the authors' repository files) on 127.0.0.1, fetch the paper's data sets
+    ``names`` from it through ``upfl data fetch`` (the real code path, in a fresh process) into a temporary
+    resources folder, and yield (the mirror's URL, that folder) for the block."""
+    import subprocess
+    import sys
+    import tempfile
+
+    with serve_folder(mirror) as base, tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        cmd = [sys.executable, "-m", "upfl.cli", "data", "fetch", *names, "--resources", tmp, "--no-progress",
+               "--url", f"paper={base}", "--backoff", "0.5"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise MirrorFetchError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}")
+        yield base, Path(tmp)
