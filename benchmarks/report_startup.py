@@ -1,4 +1,4 @@
-"""Benchmark: start-up of the ``upfl report`` commands (issue 11: the pipeline runs one report job per table/figure).
+"""Benchmark: start-up of the ``upfl report`` commands (the pipeline runs one report job per table or figure).
 
 Times ``upfl --help``, ``upfl report <cmd> --help`` for every report sub-command, and real ``report runs``,
 ``report table1``, ``report time``, ``report figure convergence`` and ``report figure lambda_sweep`` on a tiny
