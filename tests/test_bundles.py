@@ -3,6 +3,7 @@ contained, resume of an interrupted bundle, restore of finished runs, stable det
 
 import copy
 import json
+import os
 import random
 from pathlib import Path
 
@@ -116,6 +117,32 @@ def test_cli_exit_status_and_message_name_the_failed_run(data, tmp_path, capsys)
     assert main(["run-many", "--spec", str(path)]) == 1
     assert "not valid JSON" in capsys.readouterr().err
 
+
+def test_run_many_names_a_run_whose_results_cannot_be_written_and_exits_1(data, tmp_path, capsys, monkeypatch):
+    """The disk fills while one run writes its results: that run fails with the OS error named, nothing half
+    written is left in its folder, the other run's results stand, and `upfl run-many` exits 1."""
+    import errno
+
+    from upfl import files
+
+    spec = spec_of(data, tmp_path)
+    spec["runs"] = spec["runs"][:2]
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    real_write_texts = files.write_texts
+    full = Path(spec["runs"][0]["out"])
+
+    def write_texts(texts, *args, **kwargs):
+        if any(Path(p).parent == full for p in texts):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write_texts(texts, *args, **kwargs)
+
+    monkeypatch.setattr("upfl.engine.simulation.write_texts", write_texts)
+    assert main(["run-many", "--spec", str(path), "--no-store"]) == 1
+    err = capsys.readouterr().err
+    assert "1 of 2 runs failed" in err and "up_s0 (OSError: [Errno 28] No space left on device)" in err
+    assert not (full / "metrics.csv").exists() and not (full / "summary.json").exists()
+    assert (Path(spec["runs"][1]["out"]) / "summary.json").exists()
 
 def test_interrupted_bundle_resumes_and_finished_runs_are_restored(data, tmp_path):
     spec = spec_of(data, tmp_path)

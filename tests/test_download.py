@@ -337,3 +337,29 @@ def test_sources_use_https_and_ship_the_published_sent140_checksum():
     mirrored = resolve_sources(["sent140"], urls={"sent140": "http://127.0.0.1:9/t.zip"})[0]
     assert mirrored.sha256 is None, "a mirror is checked by the checksum given with it"
     assert resolve_sources(["sent140"])[0].sha256 == SOURCES["sent140"].sha256
+
+
+def test_a_full_disk_is_named_and_publishes_nothing(tmp_path, monkeypatch):
+    """The disk fills after 100,000 bytes: the error names the .part file and the cause; no archive appears."""
+    import errno
+    import io
+
+    from upfl.data import download as download_module
+
+    class FillingFile(io.FileIO):
+        def write(self, block):
+            if self.tell() + len(block) > 100_000:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return super().write(block)
+
+    def filling_open(path, mode="r", *args, **kwargs):
+        return FillingFile(path, mode.replace("b", "")) if "b" in mode and ("w" in mode or "a" in mode) \
+            else open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(download_module, "open", filling_open, raising=False)
+    dest = tmp_path / "a.bin"
+    with ArchiveServer({"/a.bin": _payload()}) as srv:
+        with pytest.raises(DownloadError, match=r"a\.bin\.part: cannot write the download \(No space left on device\); "
+                                                r"nothing published"):
+            download(srv.url("/a.bin"), dest, cache_dir=tmp_path / "cache", retries=0, backoff=0, progress=False)
+    assert not dest.exists()
