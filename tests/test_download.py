@@ -190,7 +190,7 @@ def test_cli_fetch_download_and_offline(tmp_path, capsys):
     (res / "glove.6B.zip").write_bytes(b"not the recorded archive")
     assert run_data_cli(["data", "fetch", "glove", "--resources", str(res), "--no-progress"]) == 1
     assert "glove.6B.zip" in capsys.readouterr().err
-    assert run_data_cli(["data", "fetch", "mnist", "--resources", str(res)]) == 1
+    assert run_data_cli(["data", "fetch", "mnist", "--resources", str(res)]) == 2  # bad input
     assert "unknown data set or source 'mnist'" in capsys.readouterr().err
 
 
@@ -208,7 +208,7 @@ def test_cli_extract_refuses_escape(tmp_path, capsys):
 def test_negative_retries_is_a_named_error(tmp_path, capsys):
     res = tmp_path / "res"
     rc = run_data_cli(["data", "fetch", "glove", "--resources", str(res), "--retries", "-1", "--no-progress"])
-    assert rc == 1 and "--retries: must be >= 0" in capsys.readouterr().err
+    assert rc == 2 and "--retries: must be >= 0" in capsys.readouterr().err
     assert not res.exists()
     with pytest.raises(DownloadError, match="retries must be an integer >= 0"):
         download("http://127.0.0.1:9/x", tmp_path / "x", retries=-1)

@@ -78,7 +78,7 @@ def test_a_failed_name_lookup_is_not_retried_and_names_from_mirror(tmp_path, mon
 def test_fetch_flags_for_the_bounds_are_checked(tmp_path, capsys):
     from upfl.cli import main
 
-    assert main(["data", "fetch", "sent140", "--resources", str(tmp_path), "--deadline", "0"]) == 1
+    assert main(["data", "fetch", "sent140", "--resources", str(tmp_path), "--deadline", "0"]) == 2
     assert "--deadline: must be > 0" in capsys.readouterr().err
-    assert main(["data", "fetch", "sent140", "--resources", str(tmp_path), "--max-bytes", "0"]) == 1
+    assert main(["data", "fetch", "sent140", "--resources", str(tmp_path), "--max-bytes", "0"]) == 2
     assert "--max-bytes: must be >= 1" in capsys.readouterr().err

@@ -200,10 +200,10 @@ def test_index_with_pinned_checksum_or_missing_is_refused(nist, tmp_path, capsys
     res, _ = _resources_with_index(nist, tmp_path)
     rc = run_data_cli(["data", "prepare", "femnist", "--resources", str(res), "--out", str(tmp_path / "a"),
                        "--no-progress"])
-    assert rc == 1 and "user_groups.json: sha256 mismatch" in capsys.readouterr().err
+    assert rc == 2 and "user_groups.json: sha256 mismatch" in capsys.readouterr().err
     rc = run_data_cli(["data", "prepare", "femnist", "--resources", str(nist.by_class.parent),
                        "--out", str(tmp_path / "b"), "--no-progress"])
-    assert rc == 1 and "upfl data fetch paper_femnist" in capsys.readouterr().err
+    assert rc == 2 and "upfl data fetch paper_femnist" in capsys.readouterr().err
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
     with pytest.raises(ValueError, match="paper_index"):
         build_femnist(nist.by_class, tmp_path / "c", spec=FemnistSpec(), progress=False)

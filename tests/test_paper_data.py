@@ -226,7 +226,7 @@ def test_prepare_from_a_copied_mirror_folder(tmp_path, capsys):
                          "--name", "mine", *checksum_flags(files)]) == 0
     assert load_leaf(out).meta["name"] == "mine"
     assert run_data_cli(["data", "prepare", "paper_synthetic_iid", "--resources", str(res),
-                         "--out", str(tmp_path / "x")]) == 1
+                         "--out", str(tmp_path / "x")]) == 2  # the files are not the pinned ones: bad input
     assert "sha256 mismatch" in capsys.readouterr().err and not (tmp_path / "x").exists()
 
 

@@ -53,7 +53,7 @@ def test_fetch_source_is_one_archive_not_the_data_set(tmp_path):
         paths = [p for p, _ in srv.log.requests]
     assert rc == 0 and paths == ["/trainingandtestdata.zip"]
     assert sorted(p.name for p in (tmp_path / "res").glob("*.zip")) == ["trainingandtestdata.zip"]
-    assert run_data_cli(["data", "fetch", "--source", "femnist", "--resources", str(tmp_path / "res")]) == 1
+    assert run_data_cli(["data", "fetch", "--source", "femnist", "--resources", str(tmp_path / "res")]) == 2  # not a source name
 
 
 def test_dry_run_counts_of_the_fixtures_preset(tmp_path):

@@ -12,6 +12,7 @@ import sys
 
 from . import __version__
 from . import config as cfgmod
+from .errors import EXIT_BUSY, EXIT_INPUT
 
 RUN_FLAGS = {
     "data": ("data.path", str), "algorithm": ("algorithm.name", str), "mu": ("algorithm.mu", float),
@@ -74,10 +75,7 @@ def resolve_run_config(args: argparse.Namespace) -> cfgmod.RunConfig:
     return cfgmod.from_dict(doc)
 
 
-EXIT_INPUT = 2
-"""Exit status for bad input: config, flags, data set, --out, an unusable checkpoint."""
-EXIT_BUSY = 4
-"""Exit status when another run holds this run's checkpoint (same config, data, code and --out)."""
+
 
 
 def _acc(value) -> str:

@@ -1,4 +1,5 @@
-"""The project's error types, in a leaf module that imports nothing (every other module may raise them)."""
+"""The project's error types and exit statuses, in a leaf module that imports nothing (every other module may
+raise them)."""
 
 from __future__ import annotations
 
@@ -9,3 +10,11 @@ class ConfigError(ValueError):
 
 class AlgorithmPrivacyError(ConfigError):
     """A privacy mechanism was asked of an algorithm where the paper's analysis does not apply."""
+
+
+EXIT_FAILED = 1
+"""Exit status when the work itself failed (a download, an archive, a run of a bundle)."""
+EXIT_INPUT = 2
+"""Exit status for bad input: config, flags, data set, --out, an unusable checkpoint."""
+EXIT_BUSY = 4
+"""Exit status when another run holds this run's checkpoint (same config, data, code and --out)."""

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..errors import EXIT_FAILED, EXIT_INPUT
 from ..data.sources import (DATASET_SOURCES, DEADLINE, MAX_BYTES, PAPER_SET_SOURCES, PAPER_SYNTHETIC_SETS, SOURCES,
                             dataset_folder,
                             resolve_sources)
@@ -210,10 +211,13 @@ def _guard(func):
 
         try:
             return func(args)
-        except (DownloadError, ArchiveError, DatasetError, ValueError, KeyError) as e:
+        except (DownloadError, ArchiveError) as e:
+            print(f"upfl data: error: {e}", file=sys.stderr)
+            return EXIT_FAILED
+        except (DatasetError, ValueError, KeyError) as e:
             msg = e.args[0] if isinstance(e, KeyError) and e.args else e
             print(f"upfl data: error: {msg}", file=sys.stderr)
-            return 1
+            return EXIT_INPUT
     run.__name__ = func.__name__
     run.__doc__ = func.__doc__
     return run
