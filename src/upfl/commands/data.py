@@ -248,9 +248,9 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     f.add_argument("--from-mirror", metavar="DIR",
                    help="the paper's files from a local copy of the authors' repository files "
                         "(DIR/<repo>/<commit>/<path>, e.g. a copy of shared/upstream), checked like a download")
-    f.add_argument("--retries", type=int, default=5)
-    f.add_argument("--backoff", type=float, default=1.0, help="seconds before the first retry, doubling")
-    f.add_argument("--timeout", type=float, default=60.0, help="seconds one read may wait (socket timeout)")
+    f.add_argument("--retries", type=int, default=5, help="attempts after the first (default 5)")
+    f.add_argument("--backoff", type=float, default=1.0, help="seconds before the first retry, doubling (default 1)")
+    f.add_argument("--timeout", type=float, default=60.0, help="seconds one read may wait (socket timeout; default 60)")
     f.add_argument("--deadline", type=float, default=DEADLINE,
                    help=f"seconds one file's download may take in all, retries included (default {DEADLINE:g})")
     f.add_argument("--max-bytes", type=int, default=MAX_BYTES,
@@ -261,8 +261,9 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     pr.add_argument("dataset", choices=sorted(SPEC_DATASETS) + list(PAPER_SETS))
     pr.add_argument("--out", required=True, help="output data set folder")
     common(pr)
-    pr.add_argument("--seed", type=int, default=0, help="data seed (the 'data' random stream)")
-    pr.add_argument("--num-devices", type=int, default=None)
+    pr.add_argument("--seed", type=int, default=0, help="data seed (the 'data' random stream; default 0)")
+    pr.add_argument("--num-devices", type=int, default=None,
+                    help="devices of the prepared set (default: the data set's spec)")
     pr.add_argument("--set", action="append", metavar="KEY=VALUE",
                     help="override a spec field (FemnistSpec / Sent140Spec), e.g. train_total=62")
     pr.add_argument("--sha256", action="append", metavar="NAME=HEX",

@@ -281,8 +281,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     f.add_argument("--x", default=None, help="x axis: iteration (default), round or time for convergence; "
                    "step (default, mu/(mu+lambda)) or lam for lambda_sweep")
     f.add_argument("--panels", default="curves,final", help="lambda_sweep panels: curves (metric against "
-                   "iterations per lambda, the paper's Figure 2 right) and/or final (final value against x)")
-    f.add_argument("--title", default=None, help="figure title")
+                   "iterations per lambda, the paper's Figure 2 right) and/or final (final value against x); default curves,final")
+    f.add_argument("--title", default=None, help="figure title (default: none)")
     _config_file(f)
     f.set_defaults(func=_guard(cmd_figure))
     return p
