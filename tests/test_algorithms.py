@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -405,6 +406,36 @@ def test_ablation_reports_pair_on_seed_and_measure_equal_wall_time(tmp_path):
     write_bases_table(collect_runs([("upcycling_bases", p) for p in base_pairs]), str(tmp_path / "b"), "prov")
     assert "FedProx" in (tmp_path / "b.md").read_text()
 
+
+def test_momentum_figure_keeps_each_family_in_its_panel_and_colour(tmp_path):
+    """FedProx (+ momentum) lines in FedProx's orange and its shades, Upcycled-FL (+ momentum) in its green; each
+    family in its own panel; the figure's CSV records every line's colour."""
+    from upfl.report.ablations import momentum_figure
+    from upfl.report.collect import collect_runs
+    from upfl.report.figures import ALGORITHM_COLOURS, csv_colour
+
+    paths = []
+    for seed in (0, 1):
+        paths.append(fake_run(tmp_path, "fedprox", seed, [0.5, 0.6], [1.0, 2.0], mu=1.0))
+        for beta in (0.3, 0.9):
+            paths.append(fake_run(tmp_path, "fedavgm", seed, [0.5, 0.62], [1.0, 2.0], mu=1.0, server_momentum=beta,
+                                  nesterov=True))
+            paths.append(fake_run(tmp_path, "upcycled_fedavgm", seed, [0.5, 0.55, 0.7, 0.75], [1.0, 1.01, 2.0, 2.01],
+                                  mu=1.0, lam=0.43, server_momentum=beta, nesterov=True))
+        paths.append(fake_run(tmp_path, "upcycled", seed, [0.5, 0.55, 0.7, 0.8], [1.0, 1.01, 2.0, 2.01], mu=1.0,
+                              lam=0.43))
+    runs = collect_runs([("ablation_momentum", p) for p in paths])
+    momentum_figure(runs, str(tmp_path / "ablation_momentum_curves"), "prov")
+    assert (tmp_path / "ablation_momentum_curves.png").stat().st_size > 0
+    lines = pd.read_csv(tmp_path / "ablation_momentum_curves.csv", comment="#")
+    colours = lines.groupby("variant")["colour"].first()
+    panels = lines.groupby("variant")["panel"].first()
+    assert colours["FedProx"] == csv_colour(ALGORITHM_COLOURS["FedProx"])
+    assert colours["Upcycled-FL"] == csv_colour(ALGORITHM_COLOURS["Upcycled-FL"])
+    assert colours.nunique() == len(colours) == 6
+    assert {v for v in panels.index if panels[v] == "FedProx"} == {
+        "FedProx", "FedProx + momentum (β = 0.3, Nesterov)", "FedProx + momentum (β = 0.9, Nesterov)"}
+    assert set(lines["x_axis"]) == {"round", "time"}
 
 @pytest.mark.parametrize("name", ["scaffold", "feddyn", "fednova"])
 def test_compiled_solver_gives_the_torch_solver_numbers_for_corrected_objectives(small_data, tmp_path, name):

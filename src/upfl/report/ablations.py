@@ -13,19 +13,23 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from ..config import CHOICES
 from ..names import is_upcycled
 from .cells import paired
 from .collect import ReportError, converged, cumulative_rounds, load_metrics
-from .figures import pyplot, save_figure, seaborn
+from .figures import ALGORITHM_COLOURS, csv_colour, figure_title, palette_for, pyplot, save_figure, seaborn
 from .paper_numbers import algorithm_label, dataset_label, dataset_order
 from .render import fmt, markdown_table, write_csv, write_markdown
 from .stats import mean_interval
 
 LEVEL = 0.95
+SCHEDULES = CHOICES["algorithm.schedule"]
+
 BASE_LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "fedavgm": "FedAvgM", "fednova": "FedNova",
                "scaffold": "SCAFFOLD", "fedadam": "FedAdam", "fedyogi": "FedYogi", "feddyn": "FedDyn",
                "pfedme": "pFedMe"}
@@ -204,33 +208,70 @@ def _curves(cell: pd.DataFrame, x: str) -> pd.DataFrame:
     return d
 
 
+def variant_family(cell: pd.DataFrame) -> str:
+    """The legend family of a variant, whose colour it takes: ``FedProx`` (with or without server momentum),
+    ``Upcycled-FL`` (with or without), or the base's own label."""
+    row = cell.iloc[0].to_dict()
+    base = row.get("base") or row["algorithm"]
+    if base == "fedavgm" and float(row.get("mu") or 0) > 0:
+        return "Upcycled-FL" if row["algorithm"] != base else "FedProx"
+    if base == "fedprox":
+        return "Upcycled-FL" if is_upcycled(row["algorithm"]) else "FedProx"
+    return BASE_LABELS.get(base, base)
+
+
+def family_palette(variants: list[tuple[str, pd.DataFrame]]) -> dict[str, str]:
+    """Each variant's colour: its family's from :data:`upfl.report.figures.ALGORITHM_COLOURS`, the plain variant in
+    the full colour and the momentum variants in lighter shades of it."""
+    pal = {}
+    for family in dict.fromkeys(variant_family(cell) for _, cell in variants):
+        labels = [label for label, cell in variants if variant_family(cell) == family]
+        shades = palette_for([f"{family} ({i})" for i in range(len(labels))])
+        pal.update({label: shades[f"{family} ({i})"] for i, label in enumerate(labels)})
+    return pal
+
+
 def momentum_figure(runs: pd.DataFrame, out_prefix: str, provenance: str) -> None:
-    """Test accuracy against training rounds (top) and training time (bottom), one column per data set."""
+    """Test accuracy against training rounds (top row) and training time (bottom row). Per data set two columns:
+    FedProx with and without server momentum, Upcycled-FL with and without; each panel shows the other family's
+    plain algorithm as a dotted reference, so no panel holds more than one family's lines."""
+    from matplotlib.ticker import MaxNLocator
+
     plt, sns = pyplot(), seaborn()
     runs = converged(runs)
     datasets = dataset_order(runs["dataset"])
     sns.set_theme(style="whitegrid", context="paper", font_scale=1.0)
-    fig, axes = plt.subplots(2, len(datasets), figsize=(4.2 * len(datasets), 6.0), squeeze=False)
+    families = ("FedProx", "Upcycled-FL")
+    fig, axes = plt.subplots(2, 2 * len(datasets), figsize=(3.6 * 2 * len(datasets), 6.0), squeeze=False)
     rows = []
     for j, dataset in enumerate(datasets):
         variants = _variants(runs[runs["dataset"] == dataset])
-        colours = sns.color_palette("colorblind", n_colors=max(len(variants), 3))
-        for i, x in enumerate(("round", "time")):
-            ax = axes[i, j]
-            for (label, cell), colour in zip(variants, colours):
-                d = _curves(cell, x)
-                style = "--" if is_upcycled(cell["algorithm"].iloc[0]) else "-"
-                ax.plot(d["x"], d["mean"], style, color=colour, label=label, linewidth=1.2)
-                ax.fill_between(d["x"], d["low"], d["high"], color=colour, alpha=0.15, linewidth=0)
+        colours = family_palette(variants)
+        plain = {variant_family(cell): label for label, cell in variants if "momentum" not in label}
+        for k, family in enumerate(families):
+            shown = [(label, cell) for label, cell in variants if variant_family(cell) == family]
+            other = [(label, cell) for label, cell in variants
+                     if variant_family(cell) != family and label == plain.get(variant_family(cell))]
+            for i, x in enumerate(("round", "time")):
+                ax = axes[i, 2 * j + k]
+                for label, cell in shown + other:
+                    d = _curves(cell, x)
+                    reference = (label, cell) in other
+                    ax.plot(d["x"], d["mean"], ":" if reference else "-", color=colours[label], linewidth=1.2,
+                            label=f"{label} (reference)" if reference else label)
+                    if not reference:
+                        ax.fill_between(d["x"], d["low"], d["high"], color=colours[label], alpha=0.12, linewidth=0)
+                        rows.append(d.assign(dataset=dataset, panel=family, variant=label, x_axis=x,
+                                             colour=csv_colour(colours[label])))
+                if x == "round":
+                    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+                ax.set_xlabel("Training round" if x == "round" else "Training time (s)")
+                ax.set_ylabel("Test accuracy")
+                ax.set_title(f"{dataset_label(dataset)}: {family} ± momentum")
                 if i == 0:
-                    rows.append(d.assign(dataset=dataset, variant=label, x_axis="round"))
-                else:
-                    rows.append(d.assign(dataset=dataset, variant=label, x_axis="time"))
-            ax.set_xlabel("Training round" if x == "round" else "Training time (s)")
-            ax.set_ylabel("Test accuracy")
-            ax.set_title(dataset_label(dataset))
-    axes[0, -1].legend(fontsize=7, loc="lower right")
-    fig.suptitle("Upcycling or momentum? Mean over seeds, bands min-max", fontsize=10)
+                    ax.legend(fontsize=6, loc="lower right")
+    fig.suptitle(f"{figure_title(Path(out_prefix).name)}: upcycling or server momentum? "
+                 "Mean over seeds, bands min-max", fontsize=10)
     fig.tight_layout()
     save_figure(fig, out_prefix)
     write_csv(f"{out_prefix}.csv", pd.concat(rows, ignore_index=True), provenance)
@@ -239,14 +280,16 @@ def momentum_figure(runs: pd.DataFrame, out_prefix: str, provenance: str) -> Non
 def schedule_figure(runs: pd.DataFrame, out_prefix: str, provenance: str) -> None:
     """Top: final test accuracy against c_1 per schedule (mean and 95% CI over seeds), FedProx as a line.
     Bottom: test accuracy against training rounds for each schedule at its best c_1."""
-    from matplotlib.ticker import FormatStrFormatter, NullFormatter
+    from matplotlib.ticker import FormatStrFormatter, MaxNLocator, NullFormatter
 
     plt, sns = pyplot(), seaborn()
     runs = converged(runs)
     datasets = dataset_order(runs["dataset"])
     sns.set_theme(style="whitegrid", context="paper", font_scale=1.0)
     fig, axes = plt.subplots(2, len(datasets), figsize=(4.2 * len(datasets), 6.0), squeeze=False)
-    colours = dict(zip(("const", "horizon", "inv_sqrt"), sns.color_palette("colorblind", 3)))
+    shades = palette_for([f"Upcycled-FL ({s})" for s in SCHEDULES])
+    colours = {s: shades[f"Upcycled-FL ({s})"] for s in SCHEDULES}
+    fedprox_colour = ALGORITHM_COLOURS["FedProx"]
     rows = []
     for j, dataset in enumerate(datasets):
         sub = runs[runs["dataset"] == dataset]
@@ -268,9 +311,9 @@ def schedule_figure(runs: pd.DataFrame, out_prefix: str, provenance: str) -> Non
             axes[1, j].plot(d["x"], d["mean"], color=colours.get(schedule), label=f"{schedule}, c1 = {best:g}")
         if not ref.empty:
             acc = float(ref["final_test_acc"].mean())
-            ax.axhline(acc, color="grey", linestyle=":", label="FedProx")
+            ax.axhline(acc, color=fedprox_colour, linestyle=":", label="FedProx")
             d = _curves(ref, "round")
-            axes[1, j].plot(d["x"], d["mean"], ":", color="grey", label="FedProx")
+            axes[1, j].plot(d["x"], d["mean"], ":", color=fedprox_colour, label="FedProx")
             rows.append(pd.DataFrame([{"dataset": dataset, "schedule": "fedprox", "c1": math.nan, "n": len(ref),
                                        "test_acc": acc, "low": math.nan, "high": math.nan}]))
         ax.set_xscale("log")
@@ -281,10 +324,12 @@ def schedule_figure(runs: pd.DataFrame, out_prefix: str, provenance: str) -> Non
         ax.set_ylabel("Final test accuracy")
         ax.set_title(dataset_label(dataset))
         axes[1, j].set_xlabel("Training round")
+        axes[1, j].xaxis.set_major_locator(MaxNLocator(integer=True))
         axes[1, j].set_ylabel("Test accuracy")
     axes[0, -1].legend(fontsize=7)
     axes[1, -1].legend(fontsize=7)
-    fig.suptitle("Coefficient schedules: const c1, horizon c1/sqrt(M), inv_sqrt c1/sqrt(m)", fontsize=10)
+    fig.suptitle(f"{figure_title(Path(out_prefix).name)}: coefficient schedules, const c1, horizon c1/sqrt(M), "
+                 "inv_sqrt c1/sqrt(m)", fontsize=10)
     fig.tight_layout()
     save_figure(fig, out_prefix)
     if not rows:
