@@ -408,3 +408,26 @@ def test_compiled_evaluation_equals_a_row_by_row_float32_loop_bit_for_bit(classe
         scale = np.float32(0.7071) if binary else np.float32(1)
         fast = solver_numba.evaluate_rows(wt, np.ascontiguousarray(x.T), labels, binary, float(scale), False)
         assert fast == row_by_row(wt, x, labels, binary, scale)
+
+
+def test_vectorisable_exp_is_within_two_units_in_the_last_place_of_float32_exp():
+    """:func:`solver_numba.exp32` (the multinomial kernel's softmax) against float64 exp rounded to float32, over the
+    softmax's range (z - max <= 0) and beyond, with its edges: 0 below -87, inf above 88, NaN kept."""
+    import numba
+
+    @numba.njit
+    def exp_all(v):
+        out = np.empty_like(v)
+        for i in range(v.shape[0]):
+            out[i] = solver_numba.exp32(v[i])
+        return out
+
+    v = np.concatenate([np.linspace(-87.0, 88.0, 200_001), np.random.default_rng(0).uniform(-20, 0, 100_000)])
+    v = v.astype(np.float32)
+    fast = exp_all(v)
+    exact = np.exp(v.astype(np.float64)).astype(np.float32)
+    ulps = np.abs(fast.view(np.int32).astype(np.int64) - exact.view(np.int32).astype(np.int64))
+    assert ulps.max() <= 2
+    edges = exp_all(np.array([-87.5, -1e30, 88.5, np.inf, -np.inf, np.nan, 0.0], np.float32))
+    assert edges[0] == edges[1] == edges[4] == 0 and edges[2] == edges[3] == np.inf
+    assert np.isnan(edges[5]) and edges[6] == 1

@@ -14,7 +14,15 @@ the batch (index -1 pads the last batch of an epoch; cross-entropy for ``logreg`
 
 Devices are independent, so they run in parallel (``numba.prange`` over worker threads, each with a
 fixed list of devices): the result does not depend on the number of threads or on scheduling.
-Arithmetic is float32 (as the torch path), without fastmath, so repeat runs are bit-identical. Every
+Arithmetic is float32 (as the torch path) and repeat runs are bit-identical: the one fast-math liberty
+(:data:`FUSED`) lets a multiply and the add after it be one fused multiply-add, and no sum is reordered.
+
+Summation order of the multinomial training kernel (:func:`batch_gradient`): a logit is the bias plus the
+features' products in feature order, one fused multiply-add each (the samples of the batch are the vector lanes);
+the softmax takes exp(z_c - max) by :func:`exp32` for all samples at once (the lanes again), sums it in class order
+and divides; the gradient of a weight sums the batch's real rows in row order, one fused multiply-add each (the
+features are the lanes). The binary kernel (:func:`binary_batch_gradient`) and the evaluation keep plain float32
+sums in feature order and libm's exp. Every
 accumulator is float32 too (logits, the softmax sum, the binary coefficient): zeros and ones are made in the
 arrays' type, because numba types ``x * 0`` or ``x + 1`` with a float32 ``x`` as float64, which made the
 binary kernel's logits mixed-precision and 25% slower (15.3 against 20.3 ns per sample-step).
@@ -33,6 +41,9 @@ from typing import Callable
 import numba
 import numpy as np
 import torch
+from llvmlite import ir
+from numba.core import types
+from numba.extending import intrinsic
 
 from .models import BIAS_FEATURE_SCALE, BinaryLogisticRegression
 from .caches import BoundedCache
@@ -47,28 +58,103 @@ do not depend on the layer (each worker runs a fixed list of devices)."""
 DTYPE = np.float32
 """Working precision: float32 like the torch path (parameters, momentum buffer, gradient)."""
 FLOAT32_MAX = float(np.finfo(np.float32).max)
+FUSED = {"contract"}
+"""The kernels' one fast-math liberty: a multiply followed by an add may be one fused multiply-add (rounded once).
+No reassociation: every sum keeps the order the code states."""
+LOG2E, LN2_HIGH, LN2_LOW = 1.44269504088896341, 0.693359375, -2.12194440e-4
+"""1 / ln 2 and ln 2 split into a part exact in float32 and the rest (Cody-Waite reduction of :func:`exp32`)."""
+EXP_LOW, EXP_HIGH = -87.0, 88.0
+
+
+@intrinsic
+def float32_from_bits(typingctx, bits):
+    """The float32 whose IEEE 754 bit pattern is the int32 ``bits`` (a bit cast, vectorisable)."""
+    if bits != types.int32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.FloatType())
+
+    return types.float32(types.int32), codegen
+
+
+@numba.njit(fastmath=FUSED, nogil=True, cache=True, inline="always")
+def exp32(v):
+    """exp(v) of a float32 in straight-line float32 arithmetic that a loop over samples vectorises (libm's expf
+    is a call per value): exp(v) = 2^n exp(r), n = round(v / ln 2), r = v - n ln 2 in two parts (Cody-Waite), exp(r)
+    by Cephes' expf polynomial (relative error under 2e-7), 2^n from its exponent bits. 0 below -87 (float32's
+    normal range ends at exp(-87.3)), inf above 88, NaN stays NaN."""
+    c = v if v > EXP_LOW else DTYPE(EXP_LOW)
+    c = c if c < EXP_HIGH else DTYPE(EXP_HIGH)
+    n = np.floor(c * DTYPE(LOG2E) + DTYPE(0.5))
+    r = c - n * DTYPE(LN2_HIGH)
+    r = r - n * DTYPE(LN2_LOW)
+    p = DTYPE(1.9875691500e-4)
+    p = p * r + DTYPE(1.3981999507e-3)
+    p = p * r + DTYPE(8.3334519073e-3)
+    p = p * r + DTYPE(4.1665795894e-2)
+    p = p * r + DTYPE(1.6666665459e-1)
+    p = p * r + DTYPE(5.0000001201e-1)
+    p = p * (r * r) + r + DTYPE(1)
+    e = p * float32_from_bits(np.int32((np.int32(n) + 127) << 23))
+    e = e if v >= EXP_LOW else DTYPE(0)
+    e = e if v <= EXP_HIGH else DTYPE(np.inf)
+    return e if v == v else v
 
 
 @numba.njit(nogil=True, cache=True)
-def batch_gradient(wt, x, y, rows, inv_count, gt, xt, zt, softmax_first):
+def batch_buffers(dim, outputs, batch):
+    """Scratch of the training kernels for batches of ``batch`` rows of ``dim`` features and ``outputs`` logits
+    per row: (xt (dim, batch) the features with the samples as the inner axis, zt (outputs, batch) the logits,
+    the per-row max and sum of exponentials (batch))."""
+    return (np.zeros((dim, batch), DTYPE), np.zeros((outputs, batch), DTYPE), np.zeros(batch, DTYPE),
+            np.zeros(batch, DTYPE))
+
+
+@numba.njit(nogil=True, cache=True)
+def gather_batch(x, rows, xt):
+    """The features of the batch ``rows`` into ``xt`` (d, B), the samples as the inner axis (0 for padding)."""
+    for b in range(rows.shape[0]):
+        r = rows[b]
+        if r >= 0:
+            for j in range(x.shape[1]):
+                xt[j, b] = x[r, j]
+        else:
+            for j in range(x.shape[1]):
+                xt[j, b] = 0
+
+
+@numba.njit(fastmath=FUSED, nogil=True, cache=True)
+def accumulate_gradient(zt, x, rows, gt):
+    """gt[c] = sum over the batch's real rows b, in row order, of zt[c, b] [x_b, 1]: one fused multiply-add per row
+    and feature, the features the vector lanes."""
+    d = x.shape[1]
+    gt[:] = 0
+    for b in range(rows.shape[0]):
+        r = rows[b]
+        if r < 0:
+            continue
+        for c in range(zt.shape[0]):
+            coef = zt[c, b]
+            for j in range(d):
+                gt[c, j] += coef * x[r, j]
+            gt[c, d] += coef
+
+
+@numba.njit(fastmath=FUSED, nogil=True, cache=True)
+def batch_gradient(wt, x, y, rows, inv_count, gt, buffers, softmax_first):
     """Gradient of sum_b inv_count * CE(softmax(W^T x_b + b), y_b) over the real rows of one batch; with
     ``softmax_first`` of CE(softmax(p_b), y_b), p_b = softmax(W^T x_b + b) (:func:`softmax_first_residual`).
 
     ``wt`` and the output ``gt`` are (C, d + 1) = ``[W^T | b]``; ``rows`` holds sample indices (-1 is
-    padding, skipped); ``xt`` (d, B) and ``zt`` (C, B) are scratch. The logits are computed with the
-    batch as the inner (vectorised) axis, the weight gradient with the features as the inner axis.
+    padding, skipped); ``buffers`` from :func:`batch_buffers`. Logits and softmax run over all samples of the
+    batch at once (the samples are the vector lanes, :func:`exp32`); the gradient is :func:`accumulate_gradient`.
     """
+    xt, zt, top, total = buffers
+    gather_batch(x, rows, xt)
     d = x.shape[1]
-    num_classes = y.shape[1]
     nb = rows.shape[0]
-    for b in range(nb):
-        r = rows[b]
-        if r >= 0:
-            for j in range(d):
-                xt[j, b] = x[r, j]
-        else:
-            for j in range(d):
-                xt[j, b] = 0
+    num_classes = zt.shape[0]
     for c in range(num_classes):
         bias = wt[c, d]
         for b in range(nb):
@@ -78,31 +164,26 @@ def batch_gradient(wt, x, y, rows, inv_count, gt, xt, zt, softmax_first):
             for b in range(nb):
                 zt[c, b] += wv * xt[j, b]
     for b in range(nb):
-        r = rows[b]
-        if r < 0:
-            continue
-        m = zt[0, b]
-        for c in range(1, num_classes):
-            m = max(m, zt[c, b])
-        total = wt.dtype.type(0)
-        for c in range(num_classes):
-            zt[c, b] = np.exp(zt[c, b] - m)
-            total += zt[c, b]
-        if softmax_first:
-            softmax_first_residual(zt, b, total, y[r], inv_count)
-        else:
-            for c in range(num_classes):
-                zt[c, b] = (zt[c, b] / total - y[r, c]) * inv_count
-    gt[:] = 0
+        top[b] = zt[0, b]
+        total[b] = 0
+    for c in range(1, num_classes):
+        for b in range(nb):
+            top[b] = max(top[b], zt[c, b])
+    for c in range(num_classes):
+        for b in range(nb):
+            e = exp32(zt[c, b] - top[b])
+            zt[c, b] = e
+            total[b] += e
     for b in range(nb):
         r = rows[b]
         if r < 0:
             continue
-        for c in range(num_classes):
-            resid = zt[c, b]
-            for j in range(d):
-                gt[c, j] += resid * x[r, j]
-            gt[c, d] += resid
+        if softmax_first:
+            softmax_first_residual(zt, b, total[b], y[r], inv_count)
+        else:
+            for c in range(num_classes):
+                zt[c, b] = (zt[c, b] / total[b] - y[r, c]) * inv_count
+    accumulate_gradient(zt, x, rows, gt)
 
 
 @numba.njit(nogil=True, cache=True)
@@ -226,14 +307,13 @@ def device_solve(wt, wg, x, y, plan, lin, has_lin, hyper, binary, softmax_first)
         w1[p] = wg1[p]
     buf = np.zeros_like(wt)
     gt = np.empty_like(wt)
-    xt = np.empty((x.shape[1], plan.shape[1]), dtype=wt.dtype)
-    zt = np.empty((y.shape[1], plan.shape[1]), dtype=wt.dtype)
+    buffers = batch_buffers(x.shape[1], y.shape[1], plan.shape[1])
     for s in range(plan.shape[0]):
         inv_count = inverse_count(plan[s])
         if binary:
             binary_batch_gradient(wt, x, y, plan[s], inv_count, gt)
         else:
-            batch_gradient(wt, x, y, plan[s], inv_count, gt, xt, zt, softmax_first)
+            batch_gradient(wt, x, y, plan[s], inv_count, gt, buffers, softmax_first)
         momentum_step(wt, buf, gt, wg, lin, has_lin, mu, lr, momentum)
 
 
@@ -273,8 +353,7 @@ def device_personal_solve(local, theta, wg, x, y, plan, hyper, personal_steps, b
         w1[p] = wg1[p]
         t1[p] = wg1[p]
     gt = np.empty_like(theta)
-    xt = np.empty((x.shape[1], plan.shape[1]), dtype=theta.dtype)
-    zt = np.empty((y.shape[1], plan.shape[1]), dtype=theta.dtype)
+    buffers = batch_buffers(x.shape[1], y.shape[1], plan.shape[1])
     g1 = gt.ravel()
     for s in range(plan.shape[0]):
         inv_count = inverse_count(plan[s])
@@ -282,7 +361,7 @@ def device_personal_solve(local, theta, wg, x, y, plan, hyper, personal_steps, b
             if binary:
                 binary_batch_gradient(theta, x, y, plan[s], inv_count, gt)
             else:
-                batch_gradient(theta, x, y, plan[s], inv_count, gt, xt, zt, softmax_first)
+                batch_gradient(theta, x, y, plan[s], inv_count, gt, buffers, softmax_first)
             for p in range(t1.shape[0]):
                 g1[p] += lam * (t1[p] - w1[p])
                 t1[p] -= personal_lr * g1[p]
