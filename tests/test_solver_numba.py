@@ -289,39 +289,48 @@ def test_compiled_evaluation_equals_the_models_torch_evaluation(kind):
     assert select_local_solver("numba", model, torch.device("cpu"), threads=1).evaluate is solver_numba.evaluate
 
 
-def test_binary_gradient_taking_four_rows_at_a_time_equals_the_row_by_row_loop_bit_for_bit():
-    import numba
-    import numpy as np
+def reference_gradient(wt, x, y, rows, binary):
+    """The batch-mean gradient in float64 numpy, row by row over the real rows: softmax cross-entropy in
+    ``[W^T | b]`` (C, d + 1), or the log loss log(1 + exp(-s <theta, x~>)) in theta (1, P)."""
+    real = rows[rows >= 0]
+    xs, ys, w = x[real].astype(np.float64), y[real].astype(np.float64), wt.astype(np.float64)
+    if binary:
+        sign = 2 * ys[:, 1] - 1
+        coef = -sign / (1 + np.exp(sign * (xs @ w[0])))
+        return (coef @ xs)[None, :] / max(len(real), 1)
+    z = xs @ w[:, :-1].T + w[:, -1]
+    p = np.exp(z - z.max(1, keepdims=True))
+    resid = p / p.sum(1, keepdims=True) - ys
+    return np.concatenate([resid.T @ xs, resid.sum(0)[:, None]], 1) / max(len(real), 1)
 
-    @numba.njit
-    def row_by_row(wt, x, y, rows, inv_count, gt):
-        one = np.float32(1)
-        gt[:] = 0
-        for b in range(rows.shape[0]):
-            r = rows[b]
-            if r < 0:
-                continue
-            z = np.float32(0)
-            for j in range(x.shape[1]):
-                z += wt[0, j] * x[r, j]
-            sign = y[r, 1] + y[r, 1] - one
-            coef = -sign / (one + np.exp(sign * z)) * inv_count
-            for j in range(x.shape[1]):
-                gt[0, j] += coef * x[r, j]
 
-    rng = np.random.default_rng(1)
-    for _ in range(200):
-        n, p, batch = rng.integers(5, 200), rng.integers(1, 30), rng.integers(1, 40)
-        x = rng.standard_normal((n, p)).astype(np.float32)
-        y = np.zeros((n, 2), np.float32)
-        y[np.arange(n), rng.integers(0, 2, n)] = 1
-        rows = rng.integers(-1, n, batch).astype(np.int64)  # -1: padding, anywhere in the batch
-        wt = rng.standard_normal((1, p)).astype(np.float32)
+@pytest.mark.parametrize("binary", [False, True])
+def test_padded_layout_gradients_equal_a_float64_row_by_row_reference(binary):
+    """The training kernels in the padded layout (rows [x, 1, 0 ...] of a multiple of 16 floats, vector dot products
+    and row sums) against float64 numpy: any width (one or several vectors per row), classes, batch size (the row
+    sums take four rows at a time) and padding (-1) anywhere; the padding columns of the gradient stay 0."""
+    rng = np.random.default_rng(5 if binary else 6)
+    for _ in range(150):
+        n, d, batch = rng.integers(1, 120), rng.integers(1, 40), rng.integers(1, 40)
+        classes = 1 if binary else rng.integers(2, 6)
+        x = rng.standard_normal((n, d)).astype(np.float32)
+        y = np.zeros((n, 2 if binary else classes), np.float32)
+        y[np.arange(n), rng.integers(0, y.shape[1], n)] = 1
+        rows = rng.integers(-1, n, batch).astype(np.int32)
+        wt = rng.standard_normal((classes, d if binary else d + 1)).astype(np.float32)
         inv = np.float32(1 / max(1, (rows >= 0).sum()))
-        fast, ref = np.empty((1, p), np.float32), np.empty((1, p), np.float32)
-        solver_numba.binary_batch_gradient(wt, x, y, rows, inv, fast)
-        row_by_row(wt, x, y, rows, inv, ref)
-        assert np.array_equal(fast, ref)
+        xp = solver_numba.padded_rows(x, not binary)
+        assert xp.shape[1] % 16 == 0 and xp.shape[1] >= wt.shape[1]
+        wp = solver_numba.padded(wt, xp.shape[1])
+        gp = np.full_like(wp, np.nan)
+        buffers = solver_numba.batch_buffers(classes, batch)
+        if binary:
+            solver_numba.binary_batch_gradient(wp, xp, y, rows, inv, gp, buffers)
+        else:
+            solver_numba.batch_gradient(wp, xp, y, rows, inv, gp, buffers, False)
+        np.testing.assert_allclose(gp[:, :wt.shape[1]], reference_gradient(wt, x, y, rows, binary),
+                                   rtol=1e-4, atol=2e-6)
+        assert not gp[:, wt.shape[1]:].any()
 
 
 def reference_rows(wt, x, labels, binary, scale):
