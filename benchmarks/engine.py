@@ -155,9 +155,10 @@ def print_kernel_table(table: dict) -> None:
           f"after {table['load_average_after']}")
 
 
-def w1_config(data: str, alg: str, rounds: int, extra: dict, backend: str, privacy: dict | None = None):
+def w1_config(data: str, alg: str, rounds: int, extra: dict, backend: str, privacy: dict | None = None,
+              seed: int = 0):
     from upfl import config as cfgmod
-    return cfgmod.from_dict({"data": {"path": data}, "rounds": rounds, "seed": 0, "device": "cpu",
+    return cfgmod.from_dict({"data": {"path": data}, "rounds": rounds, "seed": seed, "device": "cpu",
                              "privacy": privacy or {"mechanism": "none"},
                              "algorithm": {"name": alg, "mu": 1.0, **extra},
                              "devices": {"frac": 0.3, "straggler": 0.9},
