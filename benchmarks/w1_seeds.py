@@ -102,7 +102,7 @@ def main() -> None:
             if baseline:
                 line += (f"   baseline {r['baseline_mean']:.5f} +- {r['baseline_standard_error']:.5f}"
                          f"   |difference| {r['mean_difference_in_standard_errors']:.2f} SE"
-                         f"   largest per-seed difference {r["largest_per_seed_difference"]:.2e}")
+                         f"   largest per-seed difference {r['largest_per_seed_difference']:.2e}")
             print(line)
     print(f"load average before {load_before}, after {results['load_average_after']}")
 
