@@ -377,8 +377,9 @@ def test_compiled_evaluation_of_overflowing_logits_is_not_finite():
 
 @pytest.mark.parametrize("classes", [1, 10])
 def test_compiled_evaluation_equals_a_row_by_row_float32_loop_bit_for_bit(classes):
-    """Logits of 64 rows at a time (rows the inner axis) are the row-by-row feature-order float32 sums exactly, so
-    loss and accuracy equal a row loop's to the last bit (random weights and features: every rounding counts)."""
+    """Logits of 64 rows at a time (rows the inner axis) are the row-by-row feature-order float32 sums exactly, and
+    the losses use the same exp and log (:func:`solver_numba.exp64`, :func:`solver_numba.log64`), so loss and
+    accuracy equal a row loop's to the last bit (random weights and features: every rounding counts)."""
     import numba
 
     @numba.njit
@@ -396,15 +397,15 @@ def test_compiled_evaluation_equals_a_row_by_row_float32_loop_bit_for_bit(classe
                 z[c] = v
             if binary:
                 s = -(2.0 * labels[r] - 1.0) * np.float64(z[0])
-                loss += max(s, 0.0) + np.log1p(np.exp(-abs(s)))
+                loss += max(s, 0.0) + solver_numba.log1p64(solver_numba.exp64(-abs(s)))
                 correct += (z[0] > 0) == (labels[r] == 1)
             else:
                 best = np.argmax(z)
                 top = np.float64(z[best])
                 total = 0.0
                 for c in range(z.shape[0]):
-                    total += 1.0 if c == best else np.exp(np.float64(z[c]) - top)
-                loss += top + np.log(total) - np.float64(z[labels[r]])
+                    total += solver_numba.exp64(np.float64(z[c]) - top)
+                loss += top + solver_numba.log64(total) - np.float64(z[labels[r]])
                 correct += best == labels[r]
         return loss, correct
 
@@ -440,3 +441,33 @@ def test_vectorisable_exp_is_within_two_units_in_the_last_place_of_float32_exp()
     edges = exp_all(np.array([-87.5, -1e30, 88.5, np.inf, -np.inf, np.nan, 0.0], np.float32))
     assert edges[0] == edges[1] == edges[4] == 0 and edges[2] == edges[3] == np.inf
     assert np.isnan(edges[5]) and edges[6] == 1
+
+
+def test_vectorisable_float64_exp_and_log_are_within_three_units_in_the_last_place():
+    """The evaluation's :func:`solver_numba.exp64`, :func:`solver_numba.log64` and :func:`solver_numba.log1p64`
+    against numpy's over the ranges the losses use, with their edges (0 below -708, inf above 709, inf and NaN
+    kept, exp(0) = 1 exactly)."""
+    import numba
+
+    @numba.njit
+    def apply(v, which):
+        out = np.empty_like(v)
+        for i in range(v.shape[0]):
+            if which == 0:
+                out[i] = solver_numba.exp64(v[i])
+            elif which == 1:
+                out[i] = solver_numba.log64(v[i])
+            else:
+                out[i] = solver_numba.log1p64(v[i])
+        return out
+
+    rng = np.random.default_rng(3)
+    for which, v, reference in ((0, rng.uniform(-708, 709, 200_000), np.exp), (0, rng.uniform(-3, 0, 200_000), np.exp),
+                                (1, rng.uniform(1, 100, 200_000), np.log), (1, 10 ** rng.uniform(-300, 300, 200_000), np.log),
+                                (2, 10 ** rng.uniform(-30, 0, 200_000), np.log1p)):
+        exact = reference(v)
+        assert (np.abs(apply(v, which) - exact) / np.spacing(np.abs(exact))).max() <= 3
+    edges = apply(np.array([-709.0, -np.inf, 710.0, np.inf, np.nan, 0.0]), 0)
+    assert edges[0] == edges[1] == 0 and edges[2] == edges[3] == np.inf and np.isnan(edges[4]) and edges[5] == 1
+    logs = apply(np.array([np.inf, np.nan, 1.0]), 1)
+    assert logs[0] == np.inf and np.isnan(logs[1]) and logs[2] == 0

@@ -34,7 +34,10 @@ model's, which stay zero. Summation order at each step (:func:`batch_gradient`, 
   multiply-add per row into four partial sums (rows 0, 4, 8, ...; 1, 5, ...; 2, 6, ...; 3, 7, ...), added as
   (s0 + s1) + (s2 + s3); padding rows have coefficient 0 and add nothing.
 
-The evaluation (:func:`evaluate_rows`) keeps float32 logits summed in feature order and float64 losses.
+The evaluation (:func:`evaluate_rows`) takes float32 logits summed in feature order and float64 losses by
+:func:`exp64` and :func:`log64` (within 3 units in the last place of libm's), 64 rows at a time, the rows the
+vector lanes, added to the total in row order. Divisions in the kernels follow IEEE (``error_model="numpy"``:
+no zero-division check, which would keep a loop from being vectorised).
 
 :func:`personal_solve` is pFedMe's bi-level local solve (Dinh et al. 2020, Algorithm 1) on the same
 kernels and layout; the selected solver carries it as ``local_solve.personal_solve``.
@@ -72,6 +75,9 @@ FUSED = {"contract"}
 No reassociation: every sum keeps the order the code states."""
 LOG2E, LN2_HIGH, LN2_LOW = 1.44269504088896341, 0.693359375, -2.12194440e-4
 """1 / ln 2 and ln 2 split into a part exact in float32 and the rest (Cody-Waite reduction of :func:`exp32`)."""
+LN2_HIGH64, LN2_LOW64 = 6.93147180369123816490e-01, 1.90821492927058770002e-10
+"""ln 2 in a part with trailing zero bits and the rest (Cody-Waite reduction of :func:`exp64`, :func:`log64`)."""
+SQRT2 = math.sqrt(2.0)
 EXP_LOW, EXP_HIGH = -87.0, 88.0
 """The range of :func:`exp32`'s polynomial; below it exp is 0, above it inf."""
 
@@ -293,7 +299,7 @@ def batch_rows(rows, inv_count, weight, safe):
         safe[b] = max(r, 0)
 
 
-@numba.njit(fastmath=FUSED, nogil=True, cache=True)
+@numba.njit(fastmath=FUSED, error_model="numpy", nogil=True, cache=True)
 def batch_gradient(wp, xp, y, rows, inv_count, gp, buffers, softmax_first):
     """Gradient of sum_b inv_count * CE(softmax(W^T x_b + b), y_b) over the real rows of one batch; with
     ``softmax_first`` of CE(softmax(p_b), y_b), p_b = softmax(W^T x_b + b) (:func:`softmax_first_residual`).
@@ -355,7 +361,7 @@ def softmax_first_residual(zt, b, total, y_row, inv_count):
         zt[c, b] = p * ((np.exp(p - top) / second - y_row[c]) - dot) * inv_count
 
 
-@numba.njit(fastmath=FUSED, nogil=True, cache=True)
+@numba.njit(fastmath=FUSED, error_model="numpy", nogil=True, cache=True)
 def binary_batch_gradient(wp, xp, y, rows, inv_count, gp, buffers):
     """Gradient of sum_b inv_count * log(1 + exp(-s_b <theta, x~_b>)), s_b = 2 y_b - 1, over the real rows.
 
@@ -649,6 +655,100 @@ def personal_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: li
     return torch.from_numpy(flat(local)), torch.from_numpy(flat(theta)), sum(steps) * personal_steps
 
 
+@intrinsic
+def float64_from_bits(typingctx, bits):
+    """The float64 whose IEEE 754 bit pattern is the int64 ``bits`` (a bit cast, vectorisable)."""
+    if bits != types.int64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.DoubleType())
+
+    return types.float64(types.int64), codegen
+
+
+@intrinsic
+def bits_of_float64(typingctx, value):
+    """The IEEE 754 bit pattern of the float64 ``value`` as an int64 (a bit cast, vectorisable)."""
+    if value != types.float64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], INT64)
+
+    return types.int64(types.float64), codegen
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def exp64(v):
+    """exp(v) of a float64 in straight-line arithmetic that a loop over rows vectorises: exp(v) = 2^n exp(r),
+    n = round(v / ln 2), r = v - n ln 2 in two parts (Cody-Waite), exp(r) by its Taylor polynomial of degree 13
+    (truncation under 5e-18 for |r| <= ln 2 / 2), 2^n from its exponent bits. 0 below -708, inf above 709, NaN
+    stays NaN."""
+    c = v if v > -708.0 else -708.0
+    c = c if c < 709.0 else 709.0
+    n = np.floor(c * LOG2E + 0.5)
+    r = c - n * LN2_HIGH64
+    r = r - n * LN2_LOW64
+    p = 1.0 / 6227020800.0
+    p = p * r + 2.08767569878681e-09  # 1 / 12!
+    p = p * r + 2.505210838544172e-08  # 1 / 11!
+    p = p * r + 2.755731922398589e-07  # 1 / 10!
+    p = p * r + 2.7557319223985893e-06  # 1 / 9!
+    p = p * r + 2.48015873015873e-05  # 1 / 8!
+    p = p * r + 0.0001984126984126984  # 1 / 7!
+    p = p * r + 0.001388888888888889  # 1 / 6!
+    p = p * r + 0.008333333333333333  # 1 / 5!
+    p = p * r + 0.041666666666666664  # 1 / 4!
+    p = p * r + 0.16666666666666666  # 1 / 3!
+    p = p * r + 0.5  # 1 / 2!
+    p = p * r + 1.0  # 1 / 1!
+    p = p * r + 1.0  # 1 / 0!
+    e = p * float64_from_bits((np.int64(n) + 1023) << 52)
+    e = e if v >= -708.0 else 0.0
+    e = e if v <= 709.0 else np.inf
+    return e if v == v else v
+
+
+@numba.njit(error_model="numpy", nogil=True, cache=True, inline="always")
+def log64(v):
+    """log(v) of a positive normal float64 in straight-line arithmetic that a loop over rows vectorises:
+    v = m 2^e with m in [sqrt(1/2), sqrt(2)) from the bits, log m = 2 atanh(t), t = (m - 1) / (m + 1), by its
+    series to t^23 (|t| <= 0.172: truncation under 1e-18), plus e ln 2 in two parts. inf and NaN stay."""
+    bits = bits_of_float64(v)
+    e = (bits >> 52) - 1023
+    m = float64_from_bits((bits & 0xFFFFFFFFFFFFF) | (np.int64(1023) << 52))
+    big = m > SQRT2
+    m = m * 0.5 if big else m
+    e = e + 1 if big else e
+    t = (m - 1.0) / (m + 1.0)
+    t2 = t * t
+    s = 1.0 / 23.0
+    s = s * t2 + 1.0 / 21.0
+    s = s * t2 + 1.0 / 19.0
+    s = s * t2 + 1.0 / 17.0
+    s = s * t2 + 1.0 / 15.0
+    s = s * t2 + 1.0 / 13.0
+    s = s * t2 + 1.0 / 11.0
+    s = s * t2 + 1.0 / 9.0
+    s = s * t2 + 1.0 / 7.0
+    s = s * t2 + 1.0 / 5.0
+    s = s * t2 + 1.0 / 3.0
+    s = s * t2
+    ef = np.float64(e)
+    result = ef * LN2_HIGH64 + (ef * LN2_LOW64 + (t + t + (t + t) * s))
+    result = result if v < np.inf else v
+    return result if v == v else v
+
+
+@numba.njit(error_model="numpy", nogil=True, cache=True, inline="always")
+def log1p64(u):
+    """log(1 + u) for u >= 0 accurate also for small u: log(w) u / (w - 1) with w = 1 + u rounded (Goldberg), u
+    itself where w rounds to 1."""
+    w = 1.0 + u
+    return u if w == 1.0 else log64(w) * (u / (w - 1.0))
+
+
 EVALUATION_BLOCK = 64
 """Rows whose logits the evaluation computes together (the rows are the inner, vectorised axis)."""
 
@@ -683,13 +783,14 @@ def block_logits(wt, xt, r0, m, fscale, binary, z):
                     z[c, b] += wj * xr[b]
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(error_model="numpy", nogil=True, cache=True)
 def evaluate_rows(wt, xt, labels, binary, scale, softmax_first):
     """Summed loss and number of correct predictions of one model on the rows of ``xt`` (d, n) (one pass).
 
     Logits in the model's float32 (a model that overflows gives a non-finite loss, as under torch, and its run
-    is diverged), the loss from them in float64; the logits of :data:`EVALUATION_BLOCK` rows at a time
-    (:func:`block_logits`).
+    is diverged), the loss from them in float64; :data:`EVALUATION_BLOCK` rows at a time, the rows the vector
+    lanes: their logits (:func:`block_logits`), then their losses with :func:`exp64` and :func:`log64` (the sum
+    over classes in class order), then added to the total in row order.
 
     Multinomial: ``wt`` (C, d + 1) = ``[W^T | b]``, cross-entropy of softmax(W^T x + b) (with ``softmax_first``
     of the softmax of p = softmax(W^T x + b), in float64), prediction the first largest logit. Binary: ``wt`` (1, P) = theta on x~ = ``[x, 1] * scale`` (P = d + 1) or ``x * scale``
@@ -699,38 +800,59 @@ def evaluate_rows(wt, xt, labels, binary, scale, softmax_first):
     classes = wt.shape[0]
     fscale = wt.dtype.type(scale)
     z = np.empty((classes, EVALUATION_BLOCK), dtype=wt.dtype)
+    top = np.empty(EVALUATION_BLOCK, dtype=wt.dtype)
+    best = np.empty(EVALUATION_BLOCK, dtype=np.int64)
+    row_loss = np.empty(EVALUATION_BLOCK)
     loss = 0.0
     correct = 0
     for r0 in range(0, n, EVALUATION_BLOCK):
         m = min(EVALUATION_BLOCK, n - r0)
         block_logits(wt, xt, r0, m, fscale, binary, z)
+        if binary:
+            for k in range(m):
+                s = -(2.0 * labels[r0 + k] - 1.0) * np.float64(z[0, k])
+                row_loss[k] = max(s, 0.0) + log1p64(exp64(-abs(s)))
+                best[k] = z[0, k] > 0
+        elif softmax_first:
+            for k in range(m):
+                row_loss[k], best[k] = softmax_first_row(z[:, k], labels[r0 + k])
+        else:
+            for k in range(m):
+                top[k] = z[0, k]
+                best[k] = 0
+            for c in range(1, classes):
+                for k in range(m):
+                    if z[c, k] > top[k]:
+                        top[k] = z[c, k]
+                        best[k] = c
+            for k in range(m):
+                row_loss[k] = 0.0
+            for c in range(classes):
+                for k in range(m):
+                    row_loss[k] += exp64(np.float64(z[c, k]) - np.float64(top[k]))
+            for k in range(m):
+                row_loss[k] = np.float64(top[k]) + log64(row_loss[k]) - np.float64(z[labels[r0 + k], k])
         for k in range(m):
-            label = labels[r0 + k]
-            if binary:
-                t = z[0, k]
-                s = -(2.0 * label - 1.0) * np.float64(t)
-                loss += max(s, 0.0) + np.log1p(np.exp(-abs(s)))
-                correct += (t > 0) == (label == 1)
-            else:
-                best = 0
-                for c in range(1, classes):
-                    if z[c, k] > z[best, k]:
-                        best = c
-                top = np.float64(z[best, k])
-                finite = np.isfinite(top)
-                if softmax_first and finite:
-                    loss += softmax_first_loss(z[:, k], top, label)
-                    correct += best == label
-                    continue
-                total = 0.0
-                for c in range(classes):
-                    if c == best and finite:
-                        total += 1.0  # exp(top - top), exactly
-                    else:
-                        total += np.exp(np.float64(z[c, k]) - top)
-                loss += top + np.log(total) - np.float64(z[label, k])
-                correct += best == label
+            loss += row_loss[k]
+            correct += best[k] == labels[r0 + k]
     return loss, correct
+
+
+@numba.njit(nogil=True, cache=True)
+def softmax_first_row(z, label):
+    """(loss, prediction) of one row with ``softmax_first``: :func:`softmax_first_loss` where the largest logit is
+    finite, else the plain cross-entropy (non-finite, as under torch)."""
+    best = 0
+    for c in range(1, z.shape[0]):
+        if z[c] > z[best]:
+            best = c
+    top = np.float64(z[best])
+    if np.isfinite(top):
+        return softmax_first_loss(z, top, label), best
+    total = 0.0
+    for c in range(z.shape[0]):
+        total += np.exp(np.float64(z[c]) - top)
+    return top + np.log(total) - np.float64(z[label]), best
 
 
 @numba.njit(nogil=True, cache=True)
