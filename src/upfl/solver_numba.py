@@ -801,6 +801,7 @@ def evaluate_rows(wt, xt, labels, binary, scale, softmax_first):
     fscale = wt.dtype.type(scale)
     z = np.empty((classes, EVALUATION_BLOCK), dtype=wt.dtype)
     top = np.empty(EVALUATION_BLOCK, dtype=wt.dtype)
+    picked = np.empty(EVALUATION_BLOCK, dtype=wt.dtype)
     best = np.empty(EVALUATION_BLOCK, dtype=np.int64)
     row_loss = np.empty(EVALUATION_BLOCK)
     loss = 0.0
@@ -820,18 +821,21 @@ def evaluate_rows(wt, xt, labels, binary, scale, softmax_first):
             for k in range(m):
                 top[k] = z[0, k]
                 best[k] = 0
+                picked[k] = z[0, k]
             for c in range(1, classes):
                 for k in range(m):
                     if z[c, k] > top[k]:
                         top[k] = z[c, k]
                         best[k] = c
+                    if labels[r0 + k] == c:
+                        picked[k] = z[c, k]
             for k in range(m):
                 row_loss[k] = 0.0
             for c in range(classes):
                 for k in range(m):
                     row_loss[k] += exp64(np.float64(z[c, k]) - np.float64(top[k]))
             for k in range(m):
-                row_loss[k] = np.float64(top[k]) + log64(row_loss[k]) - np.float64(z[labels[r0 + k], k])
+                row_loss[k] = np.float64(top[k]) + log64(row_loss[k]) - np.float64(picked[k])
         for k in range(m):
             loss += row_loss[k]
             correct += best[k] == labels[r0 + k]
