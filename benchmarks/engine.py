@@ -8,7 +8,15 @@ iteration, so the per-round figures are steady state and the warm-up is reported
 second pass replays the FedProx rounds piece by piece (draws, batch plan, local solve, aggregation)
 and times the evaluation, to show where a round's time goes.
 
+A kernel table times the compiled kernels alone at the shapes the pipeline runs (multinomial 2 x 20 and 10 x 60,
+binary with 21 parameters): training (:func:`upfl.solvers.numba_backend.device_solve`) in ns per sample-step and evaluation
+(:func:`upfl.solvers.numba_backend.evaluate_rows`) in ns per row, each the minimum of many repeats, with its FLOPs and the
+ratio to the arithmetic floor (:data:`FLOOR_FLOPS_PER_S`). With ``--baseline TREE`` the same table is measured
+for the ``upfl`` of another source tree (e.g. an older commit: ``git worktree add /tmp/base <commit>``), the two
+interleaved in alternating processes, so that before and after see the same machine load.
+
 Run: python benchmarks/engine.py     (writes benchmarks/results/engine.json and prints it)
+     python benchmarks/engine.py --kernels [--baseline TREE]     (only the kernel table, into the same file)
 """
 
 from __future__ import annotations
@@ -39,9 +47,121 @@ within 20% of the non-private time per training round. W1's softmax regression i
 so the objective row runs with ``allow_no_guarantee`` (the noise and its cost are the same)."""
 
 
-def w1_config(data: str, alg: str, rounds: int, extra: dict, backend: str, privacy: dict | None = None):
+FLOOR_FLOPS_PER_S = 160e9
+"""The arithmetic floor of one thread of the project machine in float32 (its matmul ceiling, AVX-512 with FMA)."""
+
+KERNEL_SHAPES = (("multinomial 2x20", 2, 20, False), ("binary 21", 1, 21, True), ("multinomial 10x61", 10, 60, False))
+"""(name, classes, features, binary): the synthetic sets (2 classes x 20 features, logreg and the privacy
+experiments' binary_logreg with its folded bias) and 10 classes x 60 features (61 parameters per class)."""
+
+
+def training_flops(classes: int, dim: int, binary: bool) -> int:
+    """FLOPs per sample-step of the training kernel: multinomial 2Cd (logits) + 2C(d + 1) (gradient) + 9C (softmax
+    and residual), plus C exp; binary 2P (logit) + 2P (gradient) + 7 (coefficient), plus one exp (P = ``dim``).
+    The momentum step (6 per parameter and step) is left out."""
+    return 4 * dim + 7 if binary else 2 * classes * dim + 2 * classes * (dim + 1) + 9 * classes
+
+
+def evaluation_flops(classes: int, dim: int, binary: bool) -> int:
+    """FLOPs per row of the evaluation: logits 2C(d + 1) (binary 2P) + 5C (max, shift, sum, log, pick; binary 6),
+    plus C exp and one log."""
+    return 2 * dim + 6 if binary else 2 * classes * (dim + 1) + 5 * classes
+
+
+def kernel_problem(classes: int, dim: int, binary: bool, rows: int = 400, steps: int = 300, batch: int = 32):
+    """Random float32 inputs of one device's solve (``steps`` batches of ``batch`` rows of ``rows``) and of an
+    evaluation (10 ``rows``), fixed by the seed."""
+    import numpy as np
+    rng = np.random.default_rng(0)
+    outputs = 2 if binary else classes
+    x = (rng.standard_normal((rows, dim)) * 0.5).astype(np.float32)
+    y = np.zeros((rows, outputs), np.float32)
+    y[np.arange(rows), rng.integers(0, outputs, rows)] = 1
+    plan = rng.integers(0, rows, (steps, batch)).astype(np.int32)
+    wg = (rng.standard_normal((1 if binary else classes, dim if binary else dim + 1)) * 0.1).astype(np.float32)
+    xt = np.ascontiguousarray(rng.standard_normal((dim, 10 * rows)).astype(np.float32))
+    labels = rng.integers(0, outputs, 10 * rows).astype(np.int64)
+    return x, y, plan, wg, xt, labels
+
+
+def kernel_timings(repeats: int) -> dict:
+    """ns per sample-step of training and per row of evaluation at each of :data:`KERNEL_SHAPES` (minimum of
+    ``repeats``, one thread), with the ``upfl`` this process imports."""
+    import numpy as np
+    import upfl
+    try:
+        from upfl.solvers import numba_backend as sn
+    except ImportError:  # a baseline tree from before the solvers/ folder
+        from upfl import solver_numba as sn
+    hyper = np.array([1.0, 0.05, 0.5], np.float32)
+    out = {"upfl": str(Path(upfl.__file__).parent)}
+    for name, classes, dim, binary in KERNEL_SHAPES:
+        x, y, plan, wg, xt, labels = kernel_problem(classes, dim, binary)
+        wt = np.empty_like(wg)
+        solve = lambda: sn.device_solve(wt, wg, x, y, plan, np.zeros((0, 0), np.float32), False, hyper, binary, False)
+        evaluate = lambda: sn.evaluate_rows(wt, xt, labels, binary, 1.0, False)
+        out[name] = {"train_ns_per_sample_step": best_of(solve, repeats) / plan.size * 1e9,
+                     "eval_ns_per_row": best_of(evaluate, repeats) / labels.size * 1e9}
+    return out
+
+
+def best_of(call, repeats: int) -> float:
+    """Shortest of ``repeats`` timed calls (after one untimed call), in seconds."""
+    call()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        call()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def kernel_table(baseline: str | None, rounds: int = 3, repeats: int = 20) -> dict:
+    """The kernel table of this tree (and of ``baseline``'s), ``rounds`` alternating processes each, best of all."""
+    trees = {"current": str(Path(__file__).resolve().parent.parent)}
+    if baseline:
+        trees["baseline"] = str(Path(baseline).resolve())
+    runs: dict[str, list[dict]] = {label: [] for label in trees}
+    load_before = os.getloadavg()
+    for _ in range(rounds):
+        for label, tree in trees.items():
+            env = {**os.environ, "PYTHONPATH": str(Path(tree) / "src"), "NUMBA_NUM_THREADS": "1"}
+            cmd = [sys.executable, __file__, "--kernel-worker", str(repeats)]
+            runs[label].append(json.loads(subprocess.run(cmd, env=env, check=True, capture_output=True,
+                                                         text=True).stdout))
+    table = {"floor_flops_per_s": FLOOR_FLOPS_PER_S, "load_average_before": load_before,
+             "load_average_after": os.getloadavg()}
+    for label, measured in runs.items():
+        rows = {"upfl": measured[0]["upfl"]}
+        for name, classes, dim, binary in KERNEL_SHAPES:
+            train = min(m[name]["train_ns_per_sample_step"] for m in measured)
+            evaluation = min(m[name]["eval_ns_per_row"] for m in measured)
+            tf, ef = training_flops(classes, dim, binary), evaluation_flops(classes, dim, binary)
+            rows[name] = {"train_flops_per_sample_step": tf, "train_ns_per_sample_step": train,
+                          "train_over_floor": train * 1e-9 * FLOOR_FLOPS_PER_S / tf,
+                          "eval_flops_per_row": ef, "eval_ns_per_row": evaluation,
+                          "eval_over_floor": evaluation * 1e-9 * FLOOR_FLOPS_PER_S / ef}
+        table[label] = rows
+    return table
+
+
+def print_kernel_table(table: dict) -> None:
+    print(f"{'kernels':10s} {'shape':18s} {'train FLOP':>10s} {'ns':>7s} {'x floor':>7s}   "
+          f"{'eval FLOP':>9s} {'ns':>7s} {'x floor':>7s}")
+    for label in ("baseline", "current"):
+        for name, *_ in KERNEL_SHAPES if label in table else ():
+            r = table[label][name]
+            print(f"{label:10s} {name:18s} {r['train_flops_per_sample_step']:10d} {r['train_ns_per_sample_step']:7.2f} "
+                  f"{r['train_over_floor']:7.1f}   {r['eval_flops_per_row']:9d} {r['eval_ns_per_row']:7.2f} "
+                  f"{r['eval_over_floor']:7.1f}")
+    print(f"floor {FLOOR_FLOPS_PER_S / 1e9:.0f} GFLOP/s; load average before {table['load_average_before']}, "
+          f"after {table['load_average_after']}")
+
+
+def w1_config(data: str, alg: str, rounds: int, extra: dict, backend: str, privacy: dict | None = None,
+              seed: int = 0):
     from upfl import config as cfgmod
-    return cfgmod.from_dict({"data": {"path": data}, "rounds": rounds, "seed": 0, "device": "cpu",
+    return cfgmod.from_dict({"data": {"path": data}, "rounds": rounds, "seed": seed, "device": "cpu",
                              "privacy": privacy or {"mechanism": "none"},
                              "algorithm": {"name": alg, "mu": 1.0, **extra},
                              "devices": {"frac": 0.3, "straggler": 0.9},
@@ -177,7 +297,22 @@ def main() -> None:
     parser.add_argument("--worker", choices=("torch", "numba"))
     parser.add_argument("--data")
     parser.add_argument("--warm-up-only", action="store_true")
+    parser.add_argument("--kernels", action="store_true", help="only the kernel table")
+    parser.add_argument("--baseline", help="source tree whose kernels to time too (before and after)")
+    parser.add_argument("--kernel-worker", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    out = Path(__file__).parent / "results" / "engine.json"
+    if args.kernel_worker:
+        json.dump(kernel_timings(args.kernel_worker), sys.stdout)
+        return
+    if args.kernels:
+        table = kernel_table(args.baseline)
+        print_kernel_table(table)
+        results = json.loads(out.read_text()) if out.exists() else {}
+        results["kernels"] = table
+        out.parent.mkdir(exist_ok=True)
+        out.write_text(json.dumps(results, indent=2) + "\n")
+        return
     if args.worker:
         out = {"warmup_s": warm_up(args.worker)} if args.warm_up_only else worker(args.worker, args.data)
         json.dump(out, sys.stdout)
@@ -207,11 +342,12 @@ def main() -> None:
         name: {k: abs(results["numba"][name]["final"][k] - results["torch"][name]["final"][k])
                for k in ("train_loss", "train_acc", "test_loss", "test_acc")} for name, *_ in RUNS}
     results["load_average_after"] = os.getloadavg()
-    out = Path(__file__).parent / "results" / "engine.json"
+    results["kernels"] = kernel_table(args.baseline)
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
     json.dump(results, sys.stdout, indent=2)
     print()
+    print_kernel_table(results["kernels"])
 
 
 if __name__ == "__main__":

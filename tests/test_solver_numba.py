@@ -289,39 +289,48 @@ def test_compiled_evaluation_equals_the_models_torch_evaluation(kind):
     assert select_local_solver("numba", model, torch.device("cpu"), threads=1).evaluate is solver_numba.evaluate
 
 
-def test_binary_gradient_taking_four_rows_at_a_time_equals_the_row_by_row_loop_bit_for_bit():
-    import numba
-    import numpy as np
+def reference_gradient(wt, x, y, rows, binary):
+    """The batch-mean gradient in float64 numpy, row by row over the real rows: softmax cross-entropy in
+    ``[W^T | b]`` (C, d + 1), or the log loss log(1 + exp(-s <theta, x~>)) in theta (1, P)."""
+    real = rows[rows >= 0]
+    xs, ys, w = x[real].astype(np.float64), y[real].astype(np.float64), wt.astype(np.float64)
+    if binary:
+        sign = 2 * ys[:, 1] - 1
+        coef = -sign / (1 + np.exp(sign * (xs @ w[0])))
+        return (coef @ xs)[None, :] / max(len(real), 1)
+    z = xs @ w[:, :-1].T + w[:, -1]
+    p = np.exp(z - z.max(1, keepdims=True))
+    resid = p / p.sum(1, keepdims=True) - ys
+    return np.concatenate([resid.T @ xs, resid.sum(0)[:, None]], 1) / max(len(real), 1)
 
-    @numba.njit
-    def row_by_row(wt, x, y, rows, inv_count, gt):
-        one = np.float32(1)
-        gt[:] = 0
-        for b in range(rows.shape[0]):
-            r = rows[b]
-            if r < 0:
-                continue
-            z = np.float32(0)
-            for j in range(x.shape[1]):
-                z += wt[0, j] * x[r, j]
-            sign = y[r, 1] + y[r, 1] - one
-            coef = -sign / (one + np.exp(sign * z)) * inv_count
-            for j in range(x.shape[1]):
-                gt[0, j] += coef * x[r, j]
 
-    rng = np.random.default_rng(1)
-    for _ in range(200):
-        n, p, batch = rng.integers(5, 200), rng.integers(1, 30), rng.integers(1, 40)
-        x = rng.standard_normal((n, p)).astype(np.float32)
-        y = np.zeros((n, 2), np.float32)
-        y[np.arange(n), rng.integers(0, 2, n)] = 1
-        rows = rng.integers(-1, n, batch).astype(np.int64)  # -1: padding, anywhere in the batch
-        wt = rng.standard_normal((1, p)).astype(np.float32)
+@pytest.mark.parametrize("binary", [False, True])
+def test_padded_layout_gradients_equal_a_float64_row_by_row_reference(binary):
+    """The training kernels in the padded layout (rows [x, 1, 0 ...] of a multiple of 16 floats, vector dot products
+    and row sums) against float64 numpy: any width (one or several vectors per row), classes, batch size (the row
+    sums take four rows at a time) and padding (-1) anywhere; the padding columns of the gradient stay 0."""
+    rng = np.random.default_rng(5 if binary else 6)
+    for _ in range(150):
+        n, d, batch = rng.integers(1, 120), rng.integers(1, 40), rng.integers(1, 40)
+        classes = 1 if binary else rng.integers(2, 6)
+        x = rng.standard_normal((n, d)).astype(np.float32)
+        y = np.zeros((n, 2 if binary else classes), np.float32)
+        y[np.arange(n), rng.integers(0, y.shape[1], n)] = 1
+        rows = rng.integers(-1, n, batch).astype(np.int32)
+        wt = rng.standard_normal((classes, d if binary else d + 1)).astype(np.float32)
         inv = np.float32(1 / max(1, (rows >= 0).sum()))
-        fast, ref = np.empty((1, p), np.float32), np.empty((1, p), np.float32)
-        solver_numba.binary_batch_gradient(wt, x, y, rows, inv, fast)
-        row_by_row(wt, x, y, rows, inv, ref)
-        assert np.array_equal(fast, ref)
+        xp = solver_numba.padded_rows(x, not binary)
+        assert xp.shape[1] % 16 == 0 and xp.shape[1] >= wt.shape[1]
+        wp = solver_numba.padded(wt, xp.shape[1])
+        gp = np.full_like(wp, np.nan)
+        buffers = solver_numba.batch_buffers(classes, batch)
+        if binary:
+            solver_numba.binary_batch_gradient(wp, xp, y, rows, inv, gp, buffers)
+        else:
+            solver_numba.batch_gradient(wp, xp, y, rows, inv, gp, buffers, False)
+        np.testing.assert_allclose(gp[:, :wt.shape[1]], reference_gradient(wt, x, y, rows, binary),
+                                   rtol=1e-4, atol=2e-6)
+        assert not gp[:, wt.shape[1]:].any()
 
 
 def reference_rows(wt, x, labels, binary, scale):
@@ -368,8 +377,9 @@ def test_compiled_evaluation_of_overflowing_logits_is_not_finite():
 
 @pytest.mark.parametrize("classes", [1, 10])
 def test_compiled_evaluation_equals_a_row_by_row_float32_loop_bit_for_bit(classes):
-    """Logits of 64 rows at a time (rows the inner axis) are the row-by-row feature-order float32 sums exactly, so
-    loss and accuracy equal a row loop's to the last bit (random weights and features: every rounding counts)."""
+    """Logits of 64 rows at a time (rows the inner axis) are the row-by-row feature-order float32 sums exactly, and
+    the losses use the same exp and log (:func:`solver_numba.exp64`, :func:`solver_numba.log64`), so loss and
+    accuracy equal a row loop's to the last bit (random weights and features: every rounding counts)."""
     import numba
 
     @numba.njit
@@ -387,15 +397,15 @@ def test_compiled_evaluation_equals_a_row_by_row_float32_loop_bit_for_bit(classe
                 z[c] = v
             if binary:
                 s = -(2.0 * labels[r] - 1.0) * np.float64(z[0])
-                loss += max(s, 0.0) + np.log1p(np.exp(-abs(s)))
+                loss += max(s, 0.0) + solver_numba.log1p64(solver_numba.exp64(-abs(s)))
                 correct += (z[0] > 0) == (labels[r] == 1)
             else:
                 best = np.argmax(z)
                 top = np.float64(z[best])
                 total = 0.0
                 for c in range(z.shape[0]):
-                    total += 1.0 if c == best else np.exp(np.float64(z[c]) - top)
-                loss += top + np.log(total) - np.float64(z[labels[r]])
+                    total += solver_numba.exp64(np.float64(z[c]) - top)
+                loss += top + solver_numba.log64(total) - np.float64(z[labels[r]])
                 correct += best == labels[r]
         return loss, correct
 
@@ -408,3 +418,56 @@ def test_compiled_evaluation_equals_a_row_by_row_float32_loop_bit_for_bit(classe
         scale = np.float32(0.7071) if binary else np.float32(1)
         fast = solver_numba.evaluate_rows(wt, np.ascontiguousarray(x.T), labels, binary, float(scale), False)
         assert fast == row_by_row(wt, x, labels, binary, scale)
+
+
+def test_vectorisable_exp_is_within_two_units_in_the_last_place_of_float32_exp():
+    """:func:`solver_numba.exp32` (the multinomial kernel's softmax) against float64 exp rounded to float32, over the
+    softmax's range (z - max <= 0) and beyond, with its edges: 0 below -87, inf above 88, NaN kept."""
+    import numba
+
+    @numba.njit
+    def exp_all(v):
+        out = np.empty_like(v)
+        for i in range(v.shape[0]):
+            out[i] = solver_numba.exp32(v[i])
+        return out
+
+    v = np.concatenate([np.linspace(-87.0, 88.0, 200_001), np.random.default_rng(0).uniform(-20, 0, 100_000)])
+    v = v.astype(np.float32)
+    fast = exp_all(v)
+    exact = np.exp(v.astype(np.float64)).astype(np.float32)
+    ulps = np.abs(fast.view(np.int32).astype(np.int64) - exact.view(np.int32).astype(np.int64))
+    assert ulps.max() <= 2
+    edges = exp_all(np.array([-87.5, -1e30, 88.5, np.inf, -np.inf, np.nan, 0.0], np.float32))
+    assert edges[0] == edges[1] == edges[4] == 0 and edges[2] == edges[3] == np.inf
+    assert np.isnan(edges[5]) and edges[6] == 1
+
+
+def test_vectorisable_float64_exp_and_log_are_within_three_units_in_the_last_place():
+    """The evaluation's :func:`solver_numba.exp64`, :func:`solver_numba.log64` and :func:`solver_numba.log1p64`
+    against numpy's over the ranges the losses use, with their edges (0 below -708, inf above 709, inf and NaN
+    kept, exp(0) = 1 exactly)."""
+    import numba
+
+    @numba.njit
+    def apply(v, which):
+        out = np.empty_like(v)
+        for i in range(v.shape[0]):
+            if which == 0:
+                out[i] = solver_numba.exp64(v[i])
+            elif which == 1:
+                out[i] = solver_numba.log64(v[i])
+            else:
+                out[i] = solver_numba.log1p64(v[i])
+        return out
+
+    rng = np.random.default_rng(3)
+    for which, v, reference in ((0, rng.uniform(-708, 709, 200_000), np.exp), (0, rng.uniform(-3, 0, 200_000), np.exp),
+                                (1, rng.uniform(1, 100, 200_000), np.log), (1, 10 ** rng.uniform(-300, 300, 200_000), np.log),
+                                (2, 10 ** rng.uniform(-30, 0, 200_000), np.log1p)):
+        exact = reference(v)
+        assert (np.abs(apply(v, which) - exact) / np.spacing(np.abs(exact))).max() <= 3
+    edges = apply(np.array([-709.0, -np.inf, 710.0, np.inf, np.nan, 0.0]), 0)
+    assert edges[0] == edges[1] == 0 and edges[2] == edges[3] == np.inf and np.isnan(edges[4]) and edges[5] == 1
+    logs = apply(np.array([np.inf, np.nan, 1.0]), 1)
+    assert logs[0] == np.inf and np.isnan(logs[1]) and logs[2] == 0

@@ -14,10 +14,30 @@ the batch (index -1 pads the last batch of an epoch; cross-entropy for ``logreg`
 
 Devices are independent, so they run in parallel (``numba.prange`` over worker threads, each with a
 fixed list of devices): the result does not depend on the number of threads or on scheduling.
-Arithmetic is float32 (as the torch path), without fastmath, so repeat runs are bit-identical. Every
-accumulator is float32 too (logits, the softmax sum, the binary coefficient): zeros and ones are made in the
-arrays' type, because numba types ``x * 0`` or ``x + 1`` with a float32 ``x`` as float64, which made the
-binary kernel's logits mixed-precision and 25% slower (15.3 against 20.3 ns per sample-step).
+Arithmetic is float32 (as the torch path) and repeat runs on one machine are bit-identical: every sum has an
+order fixed by the code, and the one fast-math liberty (:data:`FUSED`) fuses a multiply and the add after it
+into one fused multiply-add. Every accumulator is float32 (logits, the softmax sum, the binary coefficient):
+zeros and ones are made in the arrays' type, because numba types ``x * 0`` or ``x + 1`` with a float32 ``x``
+as float64.
+
+The training kernels run in a padded layout laid out for the vector units (16 float32 lanes): a device's rows
+are copied once per solve to ``[x, 1, 0 ...]`` (the multinomial bias as a feature; the binary model's x~ has
+its bias folded in) of a multiple of 16 floats, the parameters to rows of the same width, zeros past the
+model's, which stay zero. Summation order at each step (:func:`batch_gradient`, :func:`binary_batch_gradient`):
+
+- a logit <w_c, [x_b, 1]> (:func:`row_dot`): lane l sums the products of columns l, l + 16, ... in column
+  order, one fused multiply-add each; the 16 lane sums are added by halving (lane i + 8 onto lane i, then
+  i + 4, i + 2, i + 1);
+- the softmax (or the binary coefficient -s / (1 + exp(s z))) for all samples of the batch at once, the samples
+  the lanes: exp(z_c - max) by :func:`exp32`, summed in class order, divided by the sum;
+- a gradient entry (:func:`accumulate_rows`): coefficient times feature over the batch's rows, one fused
+  multiply-add per row into four partial sums (rows 0, 4, 8, ...; 1, 5, ...; 2, 6, ...; 3, 7, ...), added as
+  (s0 + s1) + (s2 + s3); padding rows have coefficient 0 and add nothing.
+
+The evaluation (:func:`evaluate_rows`) takes float32 logits summed in feature order and float64 losses by
+:func:`exp64` and :func:`log64` (within 3 units in the last place of libm's), 64 rows at a time, the rows the
+vector lanes, added to the total in row order. Divisions in the kernels follow IEEE (``error_model="numpy"``:
+no zero-division check, which would keep a loop from being vectorised).
 
 :func:`personal_solve` is pFedMe's bi-level local solve (Dinh et al. 2020, Algorithm 1) on the same
 kernels and layout; the selected solver carries it as ``local_solve.personal_solve``.
@@ -33,6 +53,9 @@ from typing import Callable
 import numba
 import numpy as np
 import torch
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.extending import intrinsic
 
 from ..models import BIAS_FEATURE_SCALE, BinaryLogisticRegression
 from .caches import BoundedCache
@@ -47,62 +70,275 @@ do not depend on the layer (each worker runs a fixed list of devices)."""
 DTYPE = np.float32
 """Working precision: float32 like the torch path (parameters, momentum buffer, gradient)."""
 FLOAT32_MAX = float(np.finfo(np.float32).max)
+FUSED = {"contract"}
+"""The kernels' one fast-math liberty: a multiply followed by an add may be one fused multiply-add (rounded once).
+No reassociation: every sum keeps the order the code states."""
+LOG2E, LN2_HIGH, LN2_LOW = 1.44269504088896341, 0.693359375, -2.12194440e-4
+"""1 / ln 2 and ln 2 split into a part exact in float32 and the rest (Cody-Waite reduction of :func:`exp32`)."""
+LN2_HIGH64, LN2_LOW64 = 6.93147180369123816490e-01, 1.90821492927058770002e-10
+"""ln 2 in a part with trailing zero bits and the rest (Cody-Waite reduction of :func:`exp64`, :func:`log64`)."""
+SQRT2 = math.sqrt(2.0)
+EXP_LOW, EXP_HIGH = -87.0, 88.0
+"""The range of :func:`exp32`'s polynomial; below it exp is 0, above it inf."""
+
+
+@intrinsic
+def float32_from_bits(typingctx, bits):
+    """The float32 whose IEEE 754 bit pattern is the int32 ``bits`` (a bit cast, vectorisable)."""
+    if bits != types.int32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.FloatType())
+
+    return types.float32(types.int32), codegen
+
+
+LANES = 16
+"""float32 lanes of the kernels' vectors (one 512-bit register): rows of the padded layout are a multiple long."""
+VECTOR = ir.VectorType(ir.FloatType(), LANES)
+INT64 = ir.IntType(64)
+
+
+def array_data(context, builder, array_type, value):
+    """An array argument's data pointer and shape (LLVM values) inside an intrinsic."""
+    array = context.make_array(array_type)(context, builder, value)
+    return array.data, array.shape
+
+
+def as_int64(builder, value):
+    return builder.sext(value, INT64) if value.type.width < 64 else value
+
+
+def row_start(builder, data, row, width):
+    """Pointer to element (``row``, 0) of a C-contiguous float32 matrix ``width`` wide."""
+    return builder.gep(data, [builder.mul(row, width)], inbounds=True, source_etype=ir.FloatType())
+
+
+def load_vector(builder, base, offset):
+    pointer = builder.gep(base, [offset], inbounds=True, source_etype=ir.FloatType())
+    return builder.load(builder.bitcast(pointer, VECTOR.as_pointer()), align=4)
+
+
+def store_vector(builder, vector, base, offset):
+    pointer = builder.gep(base, [offset], inbounds=True, source_etype=ir.FloatType())
+    builder.store(vector, builder.bitcast(pointer, VECTOR.as_pointer()), align=4)
+
+
+def fused(builder, a, b, c):
+    """a * b + c lane by lane, rounded once (``llvm.fma``)."""
+    fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(VECTOR, [VECTOR] * 3),
+                                         f"llvm.fma.v{LANES}f32")
+    return builder.call(fma, [a, b, c])
+
+
+def halving_sum(builder, vector):
+    """Sum of the lanes: lanes i and i + 8 are added, then i and i + 4 of those, then i + 2, then i + 1."""
+    width = LANES
+    while width > 1:
+        half = width // 2
+        index = ir.IntType(32)
+        low = builder.shuffle_vector(vector, vector, ir.Constant(ir.VectorType(index, half), list(range(half))))
+        high = builder.shuffle_vector(vector, vector, ir.Constant(ir.VectorType(index, half), list(range(half, width))))
+        vector = builder.fadd(low, high)
+        width = half
+    return builder.extract_element(vector, ir.Constant(ir.IntType(32), 0))
+
+
+@intrinsic
+def row_dot(typingctx, w, c, x, r):
+    """<w[c], x[r]> of two float32 matrices of one padded width (a multiple of :data:`LANES`): lane l sums the
+    products of columns l, l + 16, ... in column order (one fused multiply-add each), then :func:`halving_sum`."""
+    signature = types.float32(w, c, x, r)
+
+    def codegen(context, builder, sig, args):
+        w_data, _ = array_data(context, builder, sig.args[0], args[0])
+        x_data, x_shape = array_data(context, builder, sig.args[2], args[2])
+        width = builder.extract_value(x_shape, 1)
+        w_row = row_start(builder, w_data, as_int64(builder, args[1]), width)
+        x_row = row_start(builder, x_data, as_int64(builder, args[3]), width)
+        total = cgutils.alloca_once_value(builder, ir.Constant(VECTOR, [0.0] * LANES))
+        with cgutils.for_range(builder, builder.udiv(width, ir.Constant(INT64, LANES))) as loop:
+            offset = builder.mul(loop.index, ir.Constant(INT64, LANES))
+            product = fused(builder, load_vector(builder, w_row, offset), load_vector(builder, x_row, offset),
+                            builder.load(total))
+            builder.store(product, total)
+        return halving_sum(builder, builder.load(total))
+
+    return signature, codegen
+
+
+@intrinsic
+def accumulate_rows(typingctx, g, c, coef, x, rows, count):
+    """g[c] = sum over b < ``count`` of coef[c, b] x[rows[b]] (float32 matrices, g and x of one padded width):
+    per column, four partial sums over b = 0, 4, 8, ... / 1, 5, ... / 2, 6, ... / 3, 7, ... (a fused multiply-add
+    per row, in row order), added as (s0 + s1) + (s2 + s3); the columns are the vector lanes."""
+    signature = types.none(g, c, coef, x, rows, count)
+
+    def codegen(context, builder, sig, args):
+        g_data, _ = array_data(context, builder, sig.args[0], args[0])
+        coef_data, coef_shape = array_data(context, builder, sig.args[2], args[2])
+        x_data, x_shape = array_data(context, builder, sig.args[3], args[3])
+        rows_data, _ = array_data(context, builder, sig.args[4], args[4])
+        row_type = context.get_value_type(sig.args[4].dtype)
+        width = builder.extract_value(x_shape, 1)
+        cls = as_int64(builder, args[1])
+        g_row = row_start(builder, g_data, cls, width)
+        coef_row = row_start(builder, coef_data, cls, builder.extract_value(coef_shape, 1))
+        count = as_int64(builder, args[5])
+        groups = builder.udiv(count, ir.Constant(INT64, 4))
+        partial = [cgutils.alloca_once(builder, VECTOR) for _ in range(4)]
+
+        def add_row(total, b, offset):
+            r = builder.load(builder.gep(rows_data, [b], inbounds=True, source_etype=row_type))
+            weight = builder.load(builder.gep(coef_row, [b], inbounds=True, source_etype=ir.FloatType()))
+            splat = builder.shuffle_vector(builder.insert_element(ir.Constant(VECTOR, None), weight,
+                                                                  ir.Constant(ir.IntType(32), 0)),
+                                           ir.Constant(VECTOR, None),
+                                           ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES))
+            row = load_vector(builder, row_start(builder, x_data, as_int64(builder, r), width), offset)
+            builder.store(fused(builder, splat, row, builder.load(total)), total)
+
+        with cgutils.for_range(builder, builder.udiv(width, ir.Constant(INT64, LANES))) as chunk:
+            offset = builder.mul(chunk.index, ir.Constant(INT64, LANES))
+            for total in partial:
+                builder.store(ir.Constant(VECTOR, [0.0] * LANES), total)
+            with cgutils.for_range(builder, groups) as group:
+                first = builder.mul(group.index, ir.Constant(INT64, 4))
+                for k, total in enumerate(partial):
+                    add_row(total, builder.add(first, ir.Constant(INT64, k)), offset)
+            with cgutils.for_range_slice(builder, builder.mul(groups, ir.Constant(INT64, 4)), count,
+                                         ir.Constant(INT64, 1)) as (b, _):
+                add_row(partial[0], b, offset)
+            s = [builder.load(total) for total in partial]
+            store_vector(builder, builder.fadd(builder.fadd(s[0], s[1]), builder.fadd(s[2], s[3])), g_row, offset)
+        return context.get_dummy_value()
+
+    return signature, codegen
+
+
+@numba.njit(fastmath=FUSED, nogil=True, cache=True, inline="always")
+def exp32(v):
+    """exp(v) of a float32 in straight-line float32 arithmetic that a loop over samples vectorises (libm's expf
+    is a call per value): exp(v) = 2^n exp(r), n = round(v / ln 2), r = v - n ln 2 in two parts (Cody-Waite), exp(r)
+    by Cephes' expf polynomial (relative error under 2e-7), 2^n from its exponent bits. 0 below -87 (float32's
+    normal range ends at exp(-87.3)), inf above 88, NaN stays NaN."""
+    c = v if v > EXP_LOW else DTYPE(EXP_LOW)
+    c = c if c < EXP_HIGH else DTYPE(EXP_HIGH)
+    n = np.floor(c * DTYPE(LOG2E) + DTYPE(0.5))
+    r = c - n * DTYPE(LN2_HIGH)
+    r = r - n * DTYPE(LN2_LOW)
+    p = DTYPE(1.9875691500e-4)
+    p = p * r + DTYPE(1.3981999507e-3)
+    p = p * r + DTYPE(8.3334519073e-3)
+    p = p * r + DTYPE(4.1665795894e-2)
+    p = p * r + DTYPE(1.6666665459e-1)
+    p = p * r + DTYPE(5.0000001201e-1)
+    p = p * (r * r) + r + DTYPE(1)
+    e = p * float32_from_bits(np.int32((np.int32(n) + 127) << 23))
+    e = e if v >= EXP_LOW else DTYPE(0)
+    e = e if v <= EXP_HIGH else DTYPE(np.inf)
+    return e if v == v else v
 
 
 @numba.njit(nogil=True, cache=True)
-def batch_gradient(wt, x, y, rows, inv_count, gt, xt, zt, softmax_first):
+def padded_width(width):
+    """``width`` rounded up to a multiple of :data:`LANES`: the row length of the padded layout."""
+    return -(-width // LANES) * LANES
+
+
+@numba.njit(nogil=True, cache=True)
+def padded_rows(x, bias):
+    """``x`` (n, d) as rows of the padded layout: [x, 1, 0 ...] with ``bias`` (the multinomial model's bias feature),
+    else [x, 0 ...]; the row length is :func:`padded_width` of d (+ 1)."""
+    n, d = x.shape
+    out = np.zeros((n, padded_width(d + 1 if bias else d)), DTYPE)
+    for i in range(n):
+        for j in range(d):
+            out[i, j] = x[i, j]
+        if bias:
+            out[i, d] = 1
+    return out
+
+
+@numba.njit(nogil=True, cache=True)
+def padded(params, width):
+    """(k, P) parameters as (k, ``width``) rows, zeros past P: in the padded layout their products and gradients
+    are 0, so the padding stays 0 through every step."""
+    out = np.zeros((params.shape[0], width), DTYPE)
+    for i in range(params.shape[0]):
+        for j in range(params.shape[1]):
+            out[i, j] = params[i, j]
+    return out
+
+
+@numba.njit(nogil=True, cache=True)
+def unpad(padded_params, out):
+    """The first ``out.shape[1]`` columns of ``padded_params`` into ``out``."""
+    for i in range(out.shape[0]):
+        for j in range(out.shape[1]):
+            out[i, j] = padded_params[i, j]
+
+
+@numba.njit(nogil=True, cache=True)
+def batch_buffers(outputs, batch):
+    """Scratch of the training kernels for batches of ``batch`` rows with ``outputs`` logits each: (zt (outputs,
+    batch), per-row max, per-row sum of exponentials, per-row weight in the batch mean (float32), row index with
+    padding read as row 0 (int64))."""
+    return (np.zeros((outputs, batch), DTYPE), np.zeros(batch, DTYPE), np.zeros(batch, DTYPE),
+            np.zeros(batch, DTYPE), np.zeros(batch, np.int64))
+
+
+@numba.njit(nogil=True, cache=True)
+def batch_rows(rows, inv_count, weight, safe):
+    """Per row of the batch: its weight in the batch mean (``inv_count``, 0 for padding) and an index to read
+    (padding reads row 0, whose products the weight 0 then drops)."""
+    for b in range(rows.shape[0]):
+        r = rows[b]
+        weight[b] = inv_count if r >= 0 else 0
+        safe[b] = max(r, 0)
+
+
+@numba.njit(fastmath=FUSED, error_model="numpy", nogil=True, cache=True)
+def batch_gradient(wp, xp, y, rows, inv_count, gp, buffers, softmax_first):
     """Gradient of sum_b inv_count * CE(softmax(W^T x_b + b), y_b) over the real rows of one batch; with
     ``softmax_first`` of CE(softmax(p_b), y_b), p_b = softmax(W^T x_b + b) (:func:`softmax_first_residual`).
 
-    ``wt`` and the output ``gt`` are (C, d + 1) = ``[W^T | b]``; ``rows`` holds sample indices (-1 is
-    padding, skipped); ``xt`` (d, B) and ``zt`` (C, B) are scratch. The logits are computed with the
-    batch as the inner (vectorised) axis, the weight gradient with the features as the inner axis.
+    Padded layout: ``wp`` and the output ``gp`` are (C, Dp) = ``[W^T | b | 0]``, ``xp`` the rows ``[x, 1, 0]``
+    (:func:`padded_rows`); ``rows`` holds sample indices (-1 is padding, weight 0). Logits by :func:`row_dot`, the
+    softmax over all samples at once (:func:`exp32`), the gradient by :func:`accumulate_rows`.
     """
-    d = x.shape[1]
-    num_classes = y.shape[1]
+    zt, top, total, weight, safe = buffers
+    batch_rows(rows, inv_count, weight, safe)
     nb = rows.shape[0]
+    num_classes = zt.shape[0]
     for b in range(nb):
-        r = rows[b]
-        if r >= 0:
-            for j in range(d):
-                xt[j, b] = x[r, j]
-        else:
-            for j in range(d):
-                xt[j, b] = 0
-    for c in range(num_classes):
-        bias = wt[c, d]
+        for c in range(num_classes):
+            zt[c, b] = row_dot(wp, c, xp, safe[b])
+    for b in range(nb):
+        top[b] = zt[0, b]
+        total[b] = 0
+    for c in range(1, num_classes):
         for b in range(nb):
-            zt[c, b] = bias
-        for j in range(d):
-            wv = wt[c, j]
+            top[b] = max(top[b], zt[c, b])
+    for c in range(num_classes):
+        for b in range(nb):
+            e = exp32(zt[c, b] - top[b])
+            zt[c, b] = e
+            total[b] += e
+    if softmax_first:
+        for b in range(nb):
+            if rows[b] >= 0:
+                softmax_first_residual(zt, b, total[b], y[rows[b]], inv_count)
+            else:
+                for c in range(num_classes):
+                    zt[c, b] = 0
+    else:
+        for c in range(num_classes):
             for b in range(nb):
-                zt[c, b] += wv * xt[j, b]
-    for b in range(nb):
-        r = rows[b]
-        if r < 0:
-            continue
-        m = zt[0, b]
-        for c in range(1, num_classes):
-            m = max(m, zt[c, b])
-        total = wt.dtype.type(0)
-        for c in range(num_classes):
-            zt[c, b] = np.exp(zt[c, b] - m)
-            total += zt[c, b]
-        if softmax_first:
-            softmax_first_residual(zt, b, total, y[r], inv_count)
-        else:
-            for c in range(num_classes):
-                zt[c, b] = (zt[c, b] / total - y[r, c]) * inv_count
-    gt[:] = 0
-    for b in range(nb):
-        r = rows[b]
-        if r < 0:
-            continue
-        for c in range(num_classes):
-            resid = zt[c, b]
-            for j in range(d):
-                gt[c, j] += resid * x[r, j]
-            gt[c, d] += resid
+                zt[c, b] = (zt[c, b] / total[b] - y[safe[b], c]) * weight[b]
+    for c in range(num_classes):
+        accumulate_rows(gp, c, zt, xp, safe, nb)
 
 
 @numba.njit(nogil=True, cache=True)
@@ -125,80 +361,42 @@ def softmax_first_residual(zt, b, total, y_row, inv_count):
         zt[c, b] = p * ((np.exp(p - top) / second - y_row[c]) - dot) * inv_count
 
 
-@numba.njit(nogil=True, cache=True)
-def binary_coefficient(z, y_pos, inv_count):
-    """inv_count * d/dz log(1 + exp(-s z)) = -s / (1 + exp(s z)) * inv_count, s = 2 y - 1 (y the label-1 indicator)."""
-    one = DTYPE(1)
-    sign = y_pos + y_pos - one
-    return -sign / (one + np.exp(sign * z)) * inv_count
-
-
-@numba.njit(nogil=True, cache=True)
-def binary_batch_gradient(wt, x, y, rows, inv_count, gt):
+@numba.njit(fastmath=FUSED, error_model="numpy", nogil=True, cache=True)
+def binary_batch_gradient(wp, xp, y, rows, inv_count, gp, buffers):
     """Gradient of sum_b inv_count * log(1 + exp(-s_b <theta, x~_b>)), s_b = 2 y_b - 1, over the real rows.
 
-    :class:`upfl.models.BinaryLogisticRegression`: ``wt`` and the output ``gt`` are (1, P) = theta,
-    ``x`` holds the features x~ (bias already folded in), ``y`` the one-hot labels (column 1 = positive).
-    Four real rows at a time: their dot products are four independent sums (each in feature order, so the
-    result equals a row-by-row loop bit for bit) that the CPU overlaps; rows are added to ``gt`` in order.
+    :class:`upfl.models.BinaryLogisticRegression` in the padded layout: ``wp`` and the output ``gp`` are (1, Dp) =
+    ``[theta | 0]``, ``xp`` the rows ``[x~, 0]`` (bias already folded in), ``y`` the one-hot labels (column 1 =
+    positive). Logits by :func:`row_dot`, the coefficients -s_b / (1 + exp(s_b z_b)) inv_count over all samples at
+    once (:func:`exp32`), the gradient by :func:`accumulate_rows`.
     """
-    p = x.shape[1]
+    zt, _, _, weight, safe = buffers
+    batch_rows(rows, inv_count, weight, safe)
     nb = rows.shape[0]
-    gt[:] = 0
-    b = 0
-    while b < nb:
-        if b + 3 < nb and min(rows[b], rows[b + 1], rows[b + 2], rows[b + 3]) >= 0:
-            r0, r1, r2, r3 = rows[b], rows[b + 1], rows[b + 2], rows[b + 3]
-            z0 = wt.dtype.type(0)
-            z1, z2, z3 = z0, z0, z0
-            for j in range(p):
-                wj = wt[0, j]
-                z0 += wj * x[r0, j]
-                z1 += wj * x[r1, j]
-                z2 += wj * x[r2, j]
-                z3 += wj * x[r3, j]
-            c0 = binary_coefficient(z0, y[r0, 1], inv_count)
-            c1 = binary_coefficient(z1, y[r1, 1], inv_count)
-            c2 = binary_coefficient(z2, y[r2, 1], inv_count)
-            c3 = binary_coefficient(z3, y[r3, 1], inv_count)
-            for j in range(p):
-                gt[0, j] += c0 * x[r0, j]
-            for j in range(p):
-                gt[0, j] += c1 * x[r1, j]
-            for j in range(p):
-                gt[0, j] += c2 * x[r2, j]
-            for j in range(p):
-                gt[0, j] += c3 * x[r3, j]
-            b += 4
-            continue
-        r = rows[b]
-        if r >= 0:
-            z = wt.dtype.type(0)
-            for j in range(p):
-                z += wt[0, j] * x[r, j]
-            c = binary_coefficient(z, y[r, 1], inv_count)
-            for j in range(p):
-                gt[0, j] += c * x[r, j]
-        b += 1
+    one = DTYPE(1)
+    for b in range(nb):
+        zt[0, b] = row_dot(wp, 0, xp, safe[b])
+    for b in range(nb):
+        sign = y[safe[b], 1] + y[safe[b], 1] - one
+        zt[0, b] = -sign / (one + exp32(sign * zt[0, b])) * weight[b]
+    accumulate_rows(gp, 0, zt, xp, safe, nb)
 
 
 @numba.njit(nogil=True, cache=True)
-def momentum_step(wt, buf, gt, wg, lin, has_lin, mu, lr, momentum):
+def momentum_step(w, buf, g, wg, lin, has_lin, mu, lr, momentum):
     """g = grad + mu (w - w_global) (+ n_i); buf = momentum buf + g; w -= lr buf (torch.optim.SGD order).
 
-    All arrays are (C, d + 1); ``gt`` is overwritten with g.
+    All arrays are flat and of one length; ``g`` is overwritten with g.
     """
-    w1, b1, g1, wg1 = wt.ravel(), buf.ravel(), gt.ravel(), wg.ravel()
     if mu != 0:
-        for p in range(w1.shape[0]):
-            g1[p] += mu * (w1[p] - wg1[p])
+        for p in range(w.shape[0]):
+            g[p] += mu * (w[p] - wg[p])
     if has_lin:
-        lin1 = lin.ravel()
-        for p in range(w1.shape[0]):
-            g1[p] += lin1[p]
-    for p in range(w1.shape[0]):
-        b1[p] = momentum * b1[p] + g1[p]
-        w1[p] -= lr * b1[p]
+        for p in range(w.shape[0]):
+            g[p] += lin[p]
+    for p in range(w.shape[0]):
+        buf[p] = momentum * buf[p] + g[p]
+        w[p] -= lr * buf[p]
 
 
 @numba.njit(nogil=True, cache=True)
@@ -218,23 +416,27 @@ def device_solve(wt, wg, x, y, plan, lin, has_lin, hyper, binary, softmax_first)
 
     ``wt`` (overwritten with the local model), ``wg`` and ``lin`` are (C, d + 1) = ``[W^T | b]``, or (1, P) = theta
     when ``binary``; each batch's mean is over its real samples (:func:`inverse_count`); ``hyper`` holds (mu, lr,
-    momentum).
+    momentum). The solve runs in the padded layout (:func:`padded_rows`, :func:`padded`).
     """
     mu, lr, momentum = hyper[0], hyper[1], hyper[2]
-    w1, wg1 = wt.ravel(), wg.ravel()
-    for p in range(w1.shape[0]):
-        w1[p] = wg1[p]
-    buf = np.zeros_like(wt)
-    gt = np.empty_like(wt)
-    xt = np.empty((x.shape[1], plan.shape[1]), dtype=wt.dtype)
-    zt = np.empty((y.shape[1], plan.shape[1]), dtype=wt.dtype)
+    xp = padded_rows(x, not binary)
+    width = xp.shape[1]
+    wp = padded(wg, width)
+    wg1 = padded(wg, width).ravel()
+    lin1 = padded(lin, width).ravel() if has_lin else wg1
+    w1 = wp.ravel()
+    buf = np.zeros(w1.shape[0], DTYPE)
+    gp = np.zeros_like(wp)
+    g1 = gp.ravel()
+    buffers = batch_buffers(wt.shape[0], plan.shape[1])
     for s in range(plan.shape[0]):
         inv_count = inverse_count(plan[s])
         if binary:
-            binary_batch_gradient(wt, x, y, plan[s], inv_count, gt)
+            binary_batch_gradient(wp, xp, y, plan[s], inv_count, gp, buffers)
         else:
-            batch_gradient(wt, x, y, plan[s], inv_count, gt, xt, zt, softmax_first)
-        momentum_step(wt, buf, gt, wg, lin, has_lin, mu, lr, momentum)
+            batch_gradient(wp, xp, y, plan[s], inv_count, gp, buffers, softmax_first)
+        momentum_step(w1, buf, g1, wg1, lin1, has_lin, mu, lr, momentum)
+    unpad(wp, wt)
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
@@ -265,29 +467,29 @@ def device_personal_solve(local, theta, wg, x, y, plan, hyper, personal_steps, b
 
     Per batch row: ``personal_steps`` times {g = grad f(theta; batch) + lambda (theta - w); theta -= eta_p g},
     then w -= eta lambda (w - theta). ``hyper`` holds (lambda, eta_p, eta lambda); ``local`` (w) and ``theta``
-    are overwritten.
+    are overwritten. The solve runs in the padded layout, as :func:`device_solve`.
     """
     lam, personal_lr, mix = hyper[0], hyper[1], hyper[2]
-    w1, t1, wg1 = local.ravel(), theta.ravel(), wg.ravel()
-    for p in range(w1.shape[0]):
-        w1[p] = wg1[p]
-        t1[p] = wg1[p]
-    gt = np.empty_like(theta)
-    xt = np.empty((x.shape[1], plan.shape[1]), dtype=theta.dtype)
-    zt = np.empty((y.shape[1], plan.shape[1]), dtype=theta.dtype)
-    g1 = gt.ravel()
+    xp = padded_rows(x, not binary)
+    wp, tp = padded(wg, xp.shape[1]), padded(wg, xp.shape[1])
+    w1, t1 = wp.ravel(), tp.ravel()
+    gp = np.zeros_like(tp)
+    buffers = batch_buffers(theta.shape[0], plan.shape[1])
+    g1 = gp.ravel()
     for s in range(plan.shape[0]):
         inv_count = inverse_count(plan[s])
         for _ in range(personal_steps):
             if binary:
-                binary_batch_gradient(theta, x, y, plan[s], inv_count, gt)
+                binary_batch_gradient(tp, xp, y, plan[s], inv_count, gp, buffers)
             else:
-                batch_gradient(theta, x, y, plan[s], inv_count, gt, xt, zt, softmax_first)
+                batch_gradient(tp, xp, y, plan[s], inv_count, gp, buffers, softmax_first)
             for p in range(t1.shape[0]):
                 g1[p] += lam * (t1[p] - w1[p])
                 t1[p] -= personal_lr * g1[p]
         for p in range(w1.shape[0]):
             w1[p] -= mix * (w1[p] - t1[p])
+    unpad(wp, local)
+    unpad(tp, theta)
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
@@ -453,6 +655,100 @@ def personal_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: li
     return torch.from_numpy(flat(local)), torch.from_numpy(flat(theta)), sum(steps) * personal_steps
 
 
+@intrinsic
+def float64_from_bits(typingctx, bits):
+    """The float64 whose IEEE 754 bit pattern is the int64 ``bits`` (a bit cast, vectorisable)."""
+    if bits != types.int64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.DoubleType())
+
+    return types.float64(types.int64), codegen
+
+
+@intrinsic
+def bits_of_float64(typingctx, value):
+    """The IEEE 754 bit pattern of the float64 ``value`` as an int64 (a bit cast, vectorisable)."""
+    if value != types.float64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], INT64)
+
+    return types.int64(types.float64), codegen
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def exp64(v):
+    """exp(v) of a float64 in straight-line arithmetic that a loop over rows vectorises: exp(v) = 2^n exp(r),
+    n = round(v / ln 2), r = v - n ln 2 in two parts (Cody-Waite), exp(r) by its Taylor polynomial of degree 13
+    (truncation under 5e-18 for |r| <= ln 2 / 2), 2^n from its exponent bits. 0 below -708, inf above 709, NaN
+    stays NaN."""
+    c = v if v > -708.0 else -708.0
+    c = c if c < 709.0 else 709.0
+    n = np.floor(c * LOG2E + 0.5)
+    r = c - n * LN2_HIGH64
+    r = r - n * LN2_LOW64
+    p = 1.0 / 6227020800.0
+    p = p * r + 2.08767569878681e-09  # 1 / 12!
+    p = p * r + 2.505210838544172e-08  # 1 / 11!
+    p = p * r + 2.755731922398589e-07  # 1 / 10!
+    p = p * r + 2.7557319223985893e-06  # 1 / 9!
+    p = p * r + 2.48015873015873e-05  # 1 / 8!
+    p = p * r + 0.0001984126984126984  # 1 / 7!
+    p = p * r + 0.001388888888888889  # 1 / 6!
+    p = p * r + 0.008333333333333333  # 1 / 5!
+    p = p * r + 0.041666666666666664  # 1 / 4!
+    p = p * r + 0.16666666666666666  # 1 / 3!
+    p = p * r + 0.5  # 1 / 2!
+    p = p * r + 1.0  # 1 / 1!
+    p = p * r + 1.0  # 1 / 0!
+    e = p * float64_from_bits((np.int64(n) + 1023) << 52)
+    e = e if v >= -708.0 else 0.0
+    e = e if v <= 709.0 else np.inf
+    return e if v == v else v
+
+
+@numba.njit(error_model="numpy", nogil=True, cache=True, inline="always")
+def log64(v):
+    """log(v) of a positive normal float64 in straight-line arithmetic that a loop over rows vectorises:
+    v = m 2^e with m in [sqrt(1/2), sqrt(2)) from the bits, log m = 2 atanh(t), t = (m - 1) / (m + 1), by its
+    series to t^23 (|t| <= 0.172: truncation under 1e-18), plus e ln 2 in two parts. inf and NaN stay."""
+    bits = bits_of_float64(v)
+    e = (bits >> 52) - 1023
+    m = float64_from_bits((bits & 0xFFFFFFFFFFFFF) | (np.int64(1023) << 52))
+    big = m > SQRT2
+    m = m * 0.5 if big else m
+    e = e + 1 if big else e
+    t = (m - 1.0) / (m + 1.0)
+    t2 = t * t
+    s = 1.0 / 23.0
+    s = s * t2 + 1.0 / 21.0
+    s = s * t2 + 1.0 / 19.0
+    s = s * t2 + 1.0 / 17.0
+    s = s * t2 + 1.0 / 15.0
+    s = s * t2 + 1.0 / 13.0
+    s = s * t2 + 1.0 / 11.0
+    s = s * t2 + 1.0 / 9.0
+    s = s * t2 + 1.0 / 7.0
+    s = s * t2 + 1.0 / 5.0
+    s = s * t2 + 1.0 / 3.0
+    s = s * t2
+    ef = np.float64(e)
+    result = ef * LN2_HIGH64 + (ef * LN2_LOW64 + (t + t + (t + t) * s))
+    result = result if v < np.inf else v
+    return result if v == v else v
+
+
+@numba.njit(error_model="numpy", nogil=True, cache=True, inline="always")
+def log1p64(u):
+    """log(1 + u) for u >= 0 accurate also for small u: log(w) u / (w - 1) with w = 1 + u rounded (Goldberg), u
+    itself where w rounds to 1."""
+    w = 1.0 + u
+    return u if w == 1.0 else log64(w) * (u / (w - 1.0))
+
+
 EVALUATION_BLOCK = 64
 """Rows whose logits the evaluation computes together (the rows are the inner, vectorised axis)."""
 
@@ -487,13 +783,14 @@ def block_logits(wt, xt, r0, m, fscale, binary, z):
                     z[c, b] += wj * xr[b]
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(error_model="numpy", nogil=True, cache=True)
 def evaluate_rows(wt, xt, labels, binary, scale, softmax_first):
     """Summed loss and number of correct predictions of one model on the rows of ``xt`` (d, n) (one pass).
 
     Logits in the model's float32 (a model that overflows gives a non-finite loss, as under torch, and its run
-    is diverged), the loss from them in float64; the logits of :data:`EVALUATION_BLOCK` rows at a time
-    (:func:`block_logits`).
+    is diverged), the loss from them in float64; :data:`EVALUATION_BLOCK` rows at a time, the rows the vector
+    lanes: their logits (:func:`block_logits`), then their losses with :func:`exp64` and :func:`log64` (the sum
+    over classes in class order), then added to the total in row order.
 
     Multinomial: ``wt`` (C, d + 1) = ``[W^T | b]``, cross-entropy of softmax(W^T x + b) (with ``softmax_first``
     of the softmax of p = softmax(W^T x + b), in float64), prediction the first largest logit. Binary: ``wt`` (1, P) = theta on x~ = ``[x, 1] * scale`` (P = d + 1) or ``x * scale``
@@ -503,38 +800,63 @@ def evaluate_rows(wt, xt, labels, binary, scale, softmax_first):
     classes = wt.shape[0]
     fscale = wt.dtype.type(scale)
     z = np.empty((classes, EVALUATION_BLOCK), dtype=wt.dtype)
+    top = np.empty(EVALUATION_BLOCK, dtype=wt.dtype)
+    picked = np.empty(EVALUATION_BLOCK, dtype=wt.dtype)
+    best = np.empty(EVALUATION_BLOCK, dtype=np.int64)
+    row_loss = np.empty(EVALUATION_BLOCK)
     loss = 0.0
     correct = 0
     for r0 in range(0, n, EVALUATION_BLOCK):
         m = min(EVALUATION_BLOCK, n - r0)
         block_logits(wt, xt, r0, m, fscale, binary, z)
+        if binary:
+            for k in range(m):
+                s = -(2.0 * labels[r0 + k] - 1.0) * np.float64(z[0, k])
+                row_loss[k] = max(s, 0.0) + log1p64(exp64(-abs(s)))
+                best[k] = z[0, k] > 0
+        elif softmax_first:
+            for k in range(m):
+                row_loss[k], best[k] = softmax_first_row(z[:, k], labels[r0 + k])
+        else:
+            for k in range(m):
+                top[k] = z[0, k]
+                best[k] = 0
+                picked[k] = z[0, k]
+            for c in range(1, classes):
+                for k in range(m):
+                    if z[c, k] > top[k]:
+                        top[k] = z[c, k]
+                        best[k] = c
+                    if labels[r0 + k] == c:
+                        picked[k] = z[c, k]
+            for k in range(m):
+                row_loss[k] = 0.0
+            for c in range(classes):
+                for k in range(m):
+                    row_loss[k] += exp64(np.float64(z[c, k]) - np.float64(top[k]))
+            for k in range(m):
+                row_loss[k] = np.float64(top[k]) + log64(row_loss[k]) - np.float64(picked[k])
         for k in range(m):
-            label = labels[r0 + k]
-            if binary:
-                t = z[0, k]
-                s = -(2.0 * label - 1.0) * np.float64(t)
-                loss += max(s, 0.0) + np.log1p(np.exp(-abs(s)))
-                correct += (t > 0) == (label == 1)
-            else:
-                best = 0
-                for c in range(1, classes):
-                    if z[c, k] > z[best, k]:
-                        best = c
-                top = np.float64(z[best, k])
-                finite = np.isfinite(top)
-                if softmax_first and finite:
-                    loss += softmax_first_loss(z[:, k], top, label)
-                    correct += best == label
-                    continue
-                total = 0.0
-                for c in range(classes):
-                    if c == best and finite:
-                        total += 1.0  # exp(top - top), exactly
-                    else:
-                        total += np.exp(np.float64(z[c, k]) - top)
-                loss += top + np.log(total) - np.float64(z[label, k])
-                correct += best == label
+            loss += row_loss[k]
+            correct += best[k] == labels[r0 + k]
     return loss, correct
+
+
+@numba.njit(nogil=True, cache=True)
+def softmax_first_row(z, label):
+    """(loss, prediction) of one row with ``softmax_first``: :func:`softmax_first_loss` where the largest logit is
+    finite, else the plain cross-entropy (non-finite, as under torch)."""
+    best = 0
+    for c in range(1, z.shape[0]):
+        if z[c] > z[best]:
+            best = c
+    top = np.float64(z[best])
+    if np.isfinite(top):
+        return softmax_first_loss(z, top, label), best
+    total = 0.0
+    for c in range(z.shape[0]):
+        total += np.exp(np.float64(z[c]) - top)
+    return top + np.log(total) - np.float64(z[label]), best
 
 
 @numba.njit(nogil=True, cache=True)
