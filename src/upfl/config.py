@@ -145,8 +145,12 @@ class PrivacyConfig:
 
 @dataclass
 class CheckpointConfig:
-    every: int = 10
-    """Write a checkpoint every k training rounds (0 disables checkpoints)."""
+    seconds: float = 30.0
+    """Write a checkpoint after the first training round that ends at least this many seconds after the run
+    started (or resumed) or after the last checkpoint; 0: after every training round. A run shorter than this
+    writes none."""
+    every: int | None = None
+    """Also write one every k training rounds (null: by time only); 0 turns checkpoints off."""
     dir: str | None = None
     """Checkpoint root; default ``OUT/.checkpoints`` (inside the run's own folder, removed when the run ends).
     Each run uses ``<dir>/<key>/`` keyed by config hash, data content, code and OUT (:mod:`upfl.checkpoints`)."""
@@ -303,7 +307,8 @@ def validate(cfg: RunConfig) -> RunConfig:
         ("solver.momentum", 0 <= s.momentum < 1, "must be in [0, 1)"),
         ("evaluation.every", cfg.evaluation.every >= 1, "must be >= 1"),
         ("evaluation.batch_size", cfg.evaluation.batch_size >= 1, "must be >= 1"),
-        ("checkpoint.every", cfg.checkpoint.every >= 0, "must be >= 0"),
+        ("checkpoint.seconds", cfg.checkpoint.seconds >= 0, "must be >= 0"),
+        ("checkpoint.every", cfg.checkpoint.every is None or cfg.checkpoint.every >= 0, "must be >= 0 or null"),
     ]
     for key, ok, msg in checks:
         if not ok:

@@ -218,7 +218,7 @@ def run(cfg: cfgmod.RunConfig, out: str | Path, log=print, stop_after: int | Non
     if sim.test_x is None:
         log(f"warning: {cfg.data.path} has an empty test split; test metrics are null and no best iteration is chosen")
     privacy = privacy_report(cfg, data, sim.model)
-    ckpt = open_checkpoint(cfg, out, cfg.data.path) if cfg.checkpoint.every else None
+    ckpt = open_checkpoint(cfg, out, cfg.data.path) if checkpoints_on(cfg.checkpoint) else None
     if ckpt is not None:
         ckpt.acquire()
     try:
@@ -226,6 +226,17 @@ def run(cfg: cfgmod.RunConfig, out: str | Path, log=print, stop_after: int | Non
     finally:
         if ckpt is not None:
             ckpt.release()
+
+
+def checkpoints_on(checkpoint: cfgmod.CheckpointConfig) -> bool:
+    """Whether a run keeps checkpoints at all (``checkpoint.every: 0`` turns them off)."""
+    return checkpoint.every != 0
+
+
+def checkpoint_due(checkpoint: cfgmod.CheckpointConfig, round_k: int, since_last_s: float) -> bool:
+    """Whether the training round ``round_k`` that just ended is followed by a checkpoint: ``checkpoint.seconds``
+    have passed since the run started or since the last one, or ``round_k`` is a multiple of ``checkpoint.every``."""
+    return since_last_s >= checkpoint.seconds or bool(checkpoint.every and round_k % checkpoint.every == 0)
 
 
 def _run_loop(cfg, sim, data, device, out, ckpt, privacy, log, stop_after) -> dict[str, Any]:
@@ -260,6 +271,7 @@ def _run_loop(cfg, sim, data, device, out, ckpt, privacy, log, stop_after) -> di
         if problem:
             diverged = diverged_entry(0, "init", problem)
     round_k = training_rounds_before(cfg.algorithm.name, t0)
+    last_checkpoint = time.perf_counter()
     for t in range(t0 + 1, T + 1):
         if diverged:
             break
@@ -297,9 +309,11 @@ def _run_loop(cfg, sim, data, device, out, ckpt, privacy, log, stop_after) -> di
             diverged = diverged_entry(t, kind, problem)
             log(f"diverged at iteration {t}: {problem}; stopping")
             break
-        if ckpt is not None and kind == "train" and round_k % cfg.checkpoint.every == 0 and t < T:
+        if (ckpt is not None and kind == "train" and t < T
+                and checkpoint_due(cfg.checkpoint, round_k, time.perf_counter() - last_checkpoint)):
             ckpt.save({"config_hash": cfgmod.config_hash(cfg), "t": t, "w": w.cpu(), "w_prev": w_prev.cpu(),
                        "rows": rows, "times": times, "algorithm_state": alg.state_dict()})
+            last_checkpoint = time.perf_counter()
         if stop_after is not None and t >= stop_after:
             raise InjectedStop(f"stopped after iteration {t}")
     final = rows[-1]
