@@ -228,6 +228,15 @@ def run(cfg: cfgmod.RunConfig, out: str | Path, log=print, stop_after: int | Non
             ckpt.release()
 
 
+def is_evaluated(evaluation: cfgmod.EvaluationConfig, t: int, rounds: int) -> bool:
+    """Whether iteration t of T is evaluated: every ``evaluation.every``-th among the last ``evaluation.last``
+    (all when null), and always T. The other iterations' metrics.csv rows hold empty (NaN) metrics."""
+    if t == rounds:
+        return True
+    recent = evaluation.last is None or t > rounds - evaluation.last
+    return recent and t % evaluation.every == 0
+
+
 def checkpoints_on(checkpoint: cfgmod.CheckpointConfig) -> bool:
     """Whether a run keeps checkpoints at all (``checkpoint.every: 0`` turns them off)."""
     return checkpoint.every != 0
@@ -290,7 +299,7 @@ def _run_loop(cfg, sim, data, device, out, ckpt, privacy, log, stop_after) -> di
         row = {"iteration": t, "kind": kind, "devices": ndev, "local_steps": steps, "data_accesses": accesses,
                TRAIN_METRICS_COLUMN: status}
         problem = weights_problem(w)
-        if t % cfg.evaluation.every == 0 or t == T or problem:
+        if problem or is_evaluated(cfg.evaluation, t, T):
             e0 = time.perf_counter()
             row.update(sim.evaluate(w))
             row.update(alg.evaluate_extra(sim, w))
