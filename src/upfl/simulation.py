@@ -136,9 +136,9 @@ class Simulation:
                                  [epochs[i] for i in chosen], self.batch_size,
                                  lambda i: derive_seed(c.seed, "batches", round_k, i), self.batch_plan)
         dropout = generator(c.seed, "dropout", round_k) if getattr(self.model, "needs_generator", False) else None
-        rnd = ClientRound(chosen, [self.xs[i] for i in chosen], [self.ys[i] for i in chosen], plans,
-                          self.sizes[chosen].to(self.device), self.model, self.local_solve, c.solver.lr,
-                          c.solver.momentum, dropout)
+        sizes = torch.tensor([self.device_sizes[i] for i in chosen], dtype=torch.float32, device=self.device)
+        rnd = ClientRound(chosen, [self.xs[i] for i in chosen], [self.ys[i] for i in chosen], plans, sizes,
+                          self.model, self.local_solve, c.solver.lr, c.solver.momentum, dropout)
         alg = self.algorithm
         noise = self.objective_noise(round_k, chosen) if self.alphas is not None else None
         linear = add_terms(alg.linear_term(w, rnd), noise)

@@ -64,8 +64,12 @@ class DrawCache(BoundedCache):
         keys = [("plan", seed, round_k, i, n, e, batch_size) for i, n, e in zip(devices, sizes, epochs)]
         kept = [self.entries.get(key) for key in keys]
         missing = [j for j, entry in enumerate(kept) if entry is None]
+        if not missing:
+            for key in keys:
+                self.entries.move_to_end(key)
+            return [entry[0] for entry in kept]
         drawn = dict(zip(missing, draw([sizes[j] for j in missing], [epochs[j] for j in missing], batch_size,
-                                       [make_generator(devices[j]) for j in missing]))) if missing else {}
+                                       [make_generator(devices[j]) for j in missing])))
         values = [drawn[j] if entry is None else entry[0] for j, entry in enumerate(kept)]
         return [self.get(key, lambda value=value: value) for key, value in zip(keys, values)]
 

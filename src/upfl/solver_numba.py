@@ -320,41 +320,50 @@ numbers); :func:`batch_plans` falls back to :func:`upfl.solver.batch_plan` beyon
 
 @numba.njit(nogil=True, cache=True)
 def mt19937_seed(state, seed):
-    """The Mersenne Twister state that torch's CPU generator holds after ``manual_seed(seed)`` (its low 32 bits)."""
-    state[0] = seed & 0xFFFFFFFF
+    """The Mersenne Twister state (uint32) that torch's CPU generator holds after ``manual_seed(seed)`` (its low
+    32 bits)."""
+    state[0] = np.uint32(seed & 0xFFFFFFFF)
     for j in range(1, MT19937_WORDS):
         prev = state[j - 1]
-        state[j] = (np.uint64(1812433253) * (prev ^ (prev >> np.uint64(30))) + np.uint64(j)) & np.uint64(0xFFFFFFFF)
+        state[j] = np.uint32(1812433253) * (prev ^ (prev >> np.uint32(30))) + np.uint32(j)
 
 
 @numba.njit(nogil=True, cache=True)
 def mt19937_twist(state):
     """The next 624 words of the Mersenne Twister state, in place (the reference generator's order)."""
-    for k in range(MT19937_WORDS):
-        nxt = k + 1 if k + 1 < MT19937_WORDS else 0
-        far = k + 397 if k + 397 < MT19937_WORDS else k + 397 - MT19937_WORDS
-        y = (state[k] & np.uint64(0x80000000)) | (state[nxt] & np.uint64(0x7FFFFFFF))
-        state[k] = state[far] ^ (y >> np.uint64(1)) ^ (np.uint64(0x9908B0DF) * (y & np.uint64(1)))
+    upper, lower, matrix, one = np.uint32(0x80000000), np.uint32(0x7FFFFFFF), np.uint32(0x9908B0DF), np.uint32(1)
+    shift = 397
+    for k in range(MT19937_WORDS - shift):
+        y = (state[k] & upper) | (state[k + 1] & lower)
+        state[k] = state[k + shift] ^ (y >> one) ^ (matrix * (y & one))
+    for k in range(MT19937_WORDS - shift, MT19937_WORDS - 1):
+        y = (state[k] & upper) | (state[k + 1] & lower)
+        state[k] = state[k + shift - MT19937_WORDS] ^ (y >> one) ^ (matrix * (y & one))
+    y = (state[MT19937_WORDS - 1] & upper) | (state[0] & lower)
+    state[MT19937_WORDS - 1] = state[shift - 1] ^ (y >> one) ^ (matrix * (y & one))
 
 
 @numba.njit(nogil=True, cache=True)
-def mt19937_tempered(word):
-    """The 32-bit output of one state word."""
-    y = word
-    y ^= y >> np.uint64(11)
-    y ^= (y << np.uint64(7)) & np.uint64(0x9D2C5680)
-    y ^= (y << np.uint64(15)) & np.uint64(0xEFC60000)
-    y ^= y >> np.uint64(18)
-    return y & np.uint64(0xFFFFFFFF)
+def mt19937_outputs(state, out):
+    """The 32-bit outputs of the 624 state words (tempering), into ``out``."""
+    for i in range(MT19937_WORDS):
+        y = state[i]
+        y ^= y >> np.uint32(11)
+        y ^= (y << np.uint32(7)) & np.uint32(0x9D2C5680)
+        y ^= (y << np.uint32(15)) & np.uint32(0xEFC60000)
+        y ^= y >> np.uint32(18)
+        out[i] = y
 
 
 @numba.njit(nogil=True, cache=True)
 def shuffle_plans(seeds, sizes, epochs, plan, offsets):
     """Fill ``plan[offsets[i]:offsets[i + 1]]`` with device i's batch plan, as :func:`upfl.solver.batch_plan` with a
     generator seeded ``seeds[i]``: per epoch torch.randperm's shuffle (z = random() % (n - i), swap positions i and
-    i + z, for i = 0..n-2), the epoch's ceil(n / B) rows padded with -1."""
+    i + z, for i = 0..n-2), the epoch's ceil(n / B) rows padded with -1. The generator's outputs are made 624 at
+    a time (one twist, then their tempering), as the reference generator makes them."""
     width = plan.shape[1]
-    state = np.empty(MT19937_WORDS, dtype=np.uint64)
+    state = np.empty(MT19937_WORDS, dtype=np.uint32)
+    outputs = np.empty(MT19937_WORDS, dtype=np.uint32)
     flat = plan.ravel()
     for d in range(seeds.shape[0]):
         n = sizes[d]
@@ -367,14 +376,19 @@ def shuffle_plans(seeds, sizes, epochs, plan, offsets):
                 flat[start + j] = j
             for j in range(n, span):
                 flat[start + j] = -1
-            for j in range(n - 1):
+            j = 0
+            while j < n - 1:
                 if used == MT19937_WORDS:
                     mt19937_twist(state)
+                    mt19937_outputs(state, outputs)
                     used = 0
-                z = np.int64(mt19937_tempered(state[used]) % np.uint64(n - j))
-                used += 1
-                a, b = start + j, start + j + z
-                flat[a], flat[b] = flat[b], flat[a]
+                stop = min(n - 1, j + MT19937_WORDS - used)
+                for i in range(j, stop):
+                    a = start + i
+                    b = a + np.int64(outputs[used] % np.uint32(n - i))
+                    used += 1
+                    flat[a], flat[b] = flat[b], flat[a]
+                j = stop
             start += span
 
 
@@ -401,7 +415,7 @@ def balance(costs: list[int], workers: int) -> tuple[np.ndarray, np.ndarray]:
     """
     loads = [0] * workers
     lists: list[list[int]] = [[] for _ in range(workers)]
-    for i in sorted(range(len(costs)), key=lambda i: (-costs[i], i)):
+    for i in sorted(range(len(costs)), key=costs.__getitem__, reverse=True):  # stable: ties keep index order
         t = loads.index(min(loads))
         loads[t] += costs[i]
         lists[t].append(i)
