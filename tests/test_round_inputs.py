@@ -9,18 +9,21 @@ import torch
 
 from upfl import config as cfgmod, solver_numba
 from upfl.data import generate_synthetic, load_leaf
-from upfl.rng import derive_seed, generator
+from upfl.rng import generator
 from upfl.simulation import Simulation, run
-from upfl.solver import DrawCache, batch_plan, seeded_batch_plan
+from upfl.solver import DrawCache, batch_plan
 
 
 @pytest.mark.parametrize("batch_size", [1, 3, 8, 32, 5000])
 def test_compiled_batch_plans_are_torchs_plans(batch_size):
     sizes = [1, 2, 7, 8, 9, 31, 32, 33, 250, 1700]
     epochs = [3, 1, 4, 2, 5, 1, 3, 2, 6, 2]
-    seeds = [derive_seed(s, "batches", 4, i) for s, i in zip(range(10, 20), range(10))]
-    want = seeded_batch_plan(sizes, epochs, batch_size, seeds)
-    got = solver_numba.batch_plans(sizes, epochs, batch_size, seeds)
+
+    def fresh():
+        return [generator(10 + i, "batches", 4, i) for i in range(len(sizes))]
+
+    want = batch_plan(sizes, epochs, batch_size, fresh())
+    got = solver_numba.batch_plans(sizes, epochs, batch_size, fresh())
     assert [p.dtype for p in got] == [torch.int32] * len(sizes)
     assert all(torch.equal(a, b) for a, b in zip(want, got))
     assert torch.equal(want[3], batch_plan([8], [2], batch_size, [generator(13, "batches", 4, 3)])[0])
@@ -35,22 +38,21 @@ def test_draw_cache_draws_the_plans_it_does_not_keep_together():
         calls.append(len(args[0]))
         return solver_numba.batch_plans(*args)
 
-    def seed(i):
-        return derive_seed(7, "batches", 3, i)
+    def fresh(i):
+        return generator(7, "batches", 3, i)
 
-    first = cache.plans(7, 3, [1, 3], [17, 9], [5, 2], 8, seed, draw)
-    both = cache.plans(7, 3, [0, 1, 2, 3], sizes, epochs, 8, seed, draw)
+    first = cache.plans(7, 3, [1, 3], [17, 9], [5, 2], 8, fresh, draw)
+    both = cache.plans(7, 3, [0, 1, 2, 3], sizes, epochs, 8, fresh, draw)
     assert calls == [2, 2], "only the plans of devices 0 and 2 are drawn the second time"
     assert both[1] is first[0] and both[3] is first[1]
-    want = seeded_batch_plan(sizes, epochs, 8, [seed(i) for i in range(4)])
+    want = batch_plan(sizes, epochs, 8, [fresh(i) for i in range(4)])
     assert all(torch.equal(a, b) for a, b in zip(want, both))
 
 
 def test_joined_plans_equal_their_concatenation():
     sizes, epochs = [30, 17, 25, 9], [4, 5, 4, 2]
-    seeds = [derive_seed(1, "batches", 2, i) for i in range(4)]
-    compiled = solver_numba.batch_plans(sizes, epochs, 8, seeds)
-    plain = seeded_batch_plan(sizes, epochs, 8, seeds)
+    compiled = solver_numba.batch_plans(sizes, epochs, 8, [generator(1, "batches", 2, i) for i in range(4)])
+    plain = batch_plan(sizes, epochs, 8, [generator(1, "batches", 2, i) for i in range(4)])
     for plans in (compiled, compiled[1:3], [compiled[2], compiled[0]], plain, plain[:1], [compiled[0], plain[1]]):
         assert np.array_equal(solver_numba.joined_plans(plans), torch.cat(plans).numpy())
     joined = solver_numba.joined_plans(compiled)
@@ -82,8 +84,8 @@ def test_a_round_on_pooled_rows_equals_a_round_on_separate_tensors(data, model):
     sim = Simulation(cfg, load_leaf(data), torch.device("cpu"))
     w = sim.model.init_params(generator(3, "init"))
     chosen = [4, 1, 7, 2]
-    plans = seeded_batch_plan([sim.device_sizes[i] for i in chosen], [3, 1, 2, 3], sim.batch_size,
-                              [derive_seed(3, "batches", 1, i) for i in chosen])
+    plans = batch_plan([sim.device_sizes[i] for i in chosen], [3, 1, 2, 3], sim.batch_size,
+                       [generator(3, "batches", 1, i) for i in chosen])
     pooled, _ = sim.local_solve(sim.model, w, [sim.xs[i] for i in chosen], [sim.ys[i] for i in chosen], plans,
                                 0.5, 0.05, 0.5)
     separate, _ = sim.local_solve(sim.model, w, [sim.xs[i].clone() for i in chosen],
@@ -101,7 +103,7 @@ def test_a_run_with_the_compiled_inputs_gives_the_plain_inputs_bytes(data, tmp_p
 
     def plain(self):
         init(self)
-        self.batch_plan = seeded_batch_plan
+        self.batch_plan = batch_plan
         self.xs, self.ys = [x.clone() for x in self.xs], [y.clone() for y in self.ys]
 
     monkeypatch.setattr(Simulation, "__post_init__", plain)

@@ -28,9 +28,9 @@ from .models import build_model
 from .privacy.accounting import per_device, privacy_report
 from .privacy.mechanisms import (objective_noise_draws, output_perturbation, scale_objective_noise,
                                  standard_normal_rows)
-from .rng import derive_seed, generator
+from .rng import generator
 from .runfolder import check_out
-from .solver import DRAW_CACHE, seeded_batch_plan, select_local_solver
+from .solver import DRAW_CACHE, batch_plan, select_local_solver
 
 METRIC_COLUMNS = ["iteration", "kind", "train_loss", "train_acc", "test_loss", "test_acc", "devices",
                   "local_steps", "data_accesses", "wall_s", "cum_wall_s"]
@@ -73,7 +73,7 @@ class Simulation:
         ds.check_labels()
         self.model = build_model(c.model.name, ds, c.model.options, c.model.softmax_before_loss)
         self.local_solve = select_local_solver(c.solver.backend, self.model, self.device, c.threads)
-        self.batch_plan = getattr(self.local_solve, "batch_plan", seeded_batch_plan)
+        self.batch_plan = getattr(self.local_solve, "batch_plan", batch_plan)
         self.num_training_rounds = training_rounds_before(c.algorithm.name, c.rounds)
         self.algorithm = build_algorithm(c, len(ds.train_users), self.model.num_params, self.num_training_rounds)
         p = c.privacy
@@ -134,7 +134,7 @@ class Simulation:
             return w, 0, 0
         plans = DRAW_CACHE.plans(c.seed, round_k, chosen, [self.device_sizes[i] for i in chosen],
                                  [epochs[i] for i in chosen], self.batch_size,
-                                 lambda i: derive_seed(c.seed, "batches", round_k, i), self.batch_plan)
+                                 lambda i: generator(c.seed, "batches", round_k, i), self.batch_plan)
         dropout = generator(c.seed, "dropout", round_k) if getattr(self.model, "needs_generator", False) else None
         sizes = torch.tensor([self.device_sizes[i] for i in chosen], dtype=torch.float32, device=self.device)
         rnd = ClientRound(chosen, [self.xs[i] for i in chosen], [self.ys[i] for i in chosen], plans, sizes,

@@ -35,12 +35,6 @@ def batch_plan(sizes: list[int], epochs: list[int], batch_size: int, generators:
     return plans
 
 
-def seeded_batch_plan(sizes: list[int], epochs: list[int], batch_size: int, seeds: list[int]) -> list[torch.Tensor]:
-    """:func:`batch_plan` with one generator per device seeded ``seeds[i]`` (:func:`upfl.rng.derive_seed` of its
-    ``batches`` stream)."""
-    return batch_plan(sizes, epochs, batch_size, [torch.Generator().manual_seed(s) for s in seeds])
-
-
 class DrawCache(BoundedCache):
     """Draws kept across the runs of one process, at most ``max_bytes`` of them (least recently used dropped first).
 
@@ -58,9 +52,8 @@ class DrawCache(BoundedCache):
               batch_size: int, make_generator: Callable[[int], torch.Generator],
               draw: Callable = batch_plan) -> list[torch.Tensor]:
         """:func:`batch_plan` of the devices, each kept or drawn with ``make_generator(device)`` (called only for
-        the plans not kept); the plans not kept are drawn together by ``draw`` (:func:`batch_plan`, or with
-        ``make_generator`` giving seeds :func:`seeded_batch_plan` or the compiled solver's ``batch_plan``: the same
-        numbers)."""
+        the plans not kept); the plans not kept are drawn together by ``draw`` (:func:`batch_plan`, or the compiled
+        solver's ``batch_plan``: the same numbers)."""
         keys = [("plan", seed, round_k, i, n, e, batch_size) for i, n, e in zip(devices, sizes, epochs)]
         kept = [self.entries.get(key) for key in keys]
         missing = [j for j, entry in enumerate(kept) if entry is None]

@@ -392,17 +392,19 @@ def shuffle_plans(seeds, sizes, epochs, plan, offsets):
             start += span
 
 
-def batch_plans(sizes: list[int], epochs: list[int], batch_size: int, seeds: list[int]) -> list[torch.Tensor]:
-    """:func:`upfl.solver.seeded_batch_plan` in one compiled call, the same plans bit for bit; views of one int32
-    array (a kept plan keeps its round's array)."""
+def batch_plans(sizes: list[int], epochs: list[int], batch_size: int,
+                generators: list[torch.Generator]) -> list[torch.Tensor]:
+    """:func:`upfl.solver.batch_plan` in one compiled call, the same plans bit for bit; the generators must be freshly
+    seeded (their ``initial_seed`` is all that is read). Views of one int32 array (a kept plan keeps its round's
+    array)."""
     if max(sizes, default=0) >= RANDPERM_SWAP_LIMIT:
-        from .solver import seeded_batch_plan
-        return seeded_batch_plan(sizes, epochs, batch_size, seeds)
+        from .solver import batch_plan
+        return batch_plan(sizes, epochs, batch_size, generators)
     steps = [-(-n // batch_size) * e for n, e in zip(sizes, epochs)]
     offsets = offsets_of(steps)
     plan = np.empty((int(offsets[-1]), batch_size), dtype=np.int32)
-    shuffle_plans(np.array(seeds, dtype=np.uint64), np.array(sizes, dtype=np.int64), np.array(epochs, dtype=np.int64),
-                  plan, offsets)
+    shuffle_plans(np.array([g.initial_seed() for g in generators], dtype=np.uint64), np.array(sizes, dtype=np.int64),
+                  np.array(epochs, dtype=np.int64), plan, offsets)
     whole = torch.from_numpy(plan)
     bounds = offsets.tolist()
     return [whole[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
@@ -736,6 +738,6 @@ def warm_up(threads: int = 0) -> None:
                [torch.zeros(1, 1, dtype=torch.int32)] * k)
     local_solve(*problem, 1.0, 0.1, 0.5, threads=threads)
     personal_solve(*problem, 0.1, 1.0, 0.1, 1, threads=threads)
-    batch_plans([2], [1], 1, [0])
+    batch_plans([2], [1], 1, [torch.Generator()])
     for binary in (False, True):
         evaluate_rows(np.zeros((1, 2), DTYPE), np.zeros((1, 1), DTYPE), np.zeros(1, np.int64), binary, 1.0, False)
