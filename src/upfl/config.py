@@ -123,6 +123,9 @@ class SolverConfig:
 class EvaluationConfig:
     every: int = 1
     """Evaluate every k iterations (the final iteration is always evaluated)."""
+    last: int | None = None
+    """Evaluate only among the last K iterations T-K+1..T (and the initial model); null: among all of them. For
+    runs whose outputs read the final iterations only (tables), not the curve (figures)."""
     batch_size: int = 8192
     """Samples per evaluation chunk (memory bound only; does not change results beyond float rounding)."""
 
@@ -149,8 +152,12 @@ class PrivacyConfig:
 
 @dataclass
 class CheckpointConfig:
-    every: int = 10
-    """Write a checkpoint every k training rounds (0 disables checkpoints)."""
+    seconds: float = 30.0
+    """Write a checkpoint after the first training round that ends at least this many seconds after the run
+    started (or resumed) or after the last checkpoint; 0: after every training round. A run shorter than this
+    writes none."""
+    every: int | None = None
+    """Also write one every k training rounds (null: by time only); 0 turns checkpoints off."""
     dir: str | None = None
     """Checkpoint root; default ``OUT/.checkpoints`` (inside the run's own folder, removed when the run ends).
     Each run uses ``<dir>/<key>/`` keyed by config hash, data content, code and OUT (:mod:`upfl.engine.checkpoints`)."""
@@ -190,7 +197,7 @@ CHOICES = {
 
 HASH_EXCLUDED = {"checkpoint", "evaluation.batch_size", "threads"}
 
-HASH_OMITTED_AT_DEFAULT = {"model.softmax_before_loss": False}
+HASH_OMITTED_AT_DEFAULT = {"model.softmax_before_loss": False, "evaluation.last": None}
 """Keys left out of the hash while they hold these values, so that configs written before the key existed keep
 their hash (and their checkpoints)."""
 
@@ -309,8 +316,10 @@ def validate(cfg: RunConfig) -> RunConfig:
         ("solver.lr", s.lr > 0, "must be > 0"),
         ("solver.momentum", 0 <= s.momentum < 1, "must be in [0, 1)"),
         ("evaluation.every", cfg.evaluation.every >= 1, "must be >= 1"),
+        ("evaluation.last", cfg.evaluation.last is None or cfg.evaluation.last >= 1, "must be >= 1 or null"),
         ("evaluation.batch_size", cfg.evaluation.batch_size >= 1, "must be >= 1"),
-        ("checkpoint.every", cfg.checkpoint.every >= 0, "must be >= 0"),
+        ("checkpoint.seconds", cfg.checkpoint.seconds >= 0, "must be >= 0"),
+        ("checkpoint.every", cfg.checkpoint.every is None or cfg.checkpoint.every >= 0, "must be >= 0 or null"),
     ]
     for key, ok, msg in checks:
         if not ok:

@@ -73,7 +73,8 @@ def draw_stragglers(seed: int, round_k: int, num_devices: int, prob: float, epoc
         order = torch.argsort(u[torch.as_tensor(chosen, dtype=torch.long)], stable=True).tolist()
         picked = {chosen[j] for j in order[:exact_straggler_count(len(chosen), prob)]}
         flags = [i in picked for i in range(num_devices)]
-    return flags, [int(short[i]) if flags[i] else epochs for i in range(num_devices)]
+    shortened = short.tolist()
+    return flags, [shortened[i] if flags[i] else epochs for i in range(num_devices)]
 
 
 def resolve_straggler_policy(policy: Any, algorithm: str) -> str:

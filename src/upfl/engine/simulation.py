@@ -30,7 +30,7 @@ from ..privacy.mechanisms import (objective_noise_draws, output_perturbation, sc
                                  standard_normal_rows)
 from ..rng import generator
 from .runfolder import check_out
-from ..solvers.torch_backend import DRAW_CACHE, select_local_solver
+from ..solvers.torch_backend import DRAW_CACHE, batch_plan, select_local_solver
 
 METRIC_COLUMNS = ["iteration", "kind", "train_loss", "train_acc", "test_loss", "test_acc", "devices",
                   "local_steps", "data_accesses", "wall_s", "cum_wall_s"]
@@ -73,19 +73,20 @@ class Simulation:
         ds.check_labels()
         self.model = build_model(c.model.name, ds, c.model.options, c.model.softmax_before_loss)
         self.local_solve = select_local_solver(c.solver.backend, self.model, self.device, c.threads)
+        self.batch_plan = getattr(self.local_solve, "batch_plan", batch_plan)
         self.num_training_rounds = training_rounds_before(c.algorithm.name, c.rounds)
         self.algorithm = build_algorithm(c, len(ds.train_users), self.model.num_params, self.num_training_rounds)
         p = c.privacy
         n = len(self.devices)
         self.sigmas = per_device(p.sigma, n, "privacy.sigma") if p.mechanism == "output" else None
         self.alphas = per_device(p.alpha, n, "privacy.alpha") if p.mechanism == "objective" else None
-        eye = torch.eye(self.num_classes)
-        self.xs = [self._x(ds.train_x[u]) for u in self.devices]
-        self.ys = [eye[torch.as_tensor(ds.train_y[u])].to(self.device) for u in self.devices]
-        self.sizes = torch.tensor([len(ds.train_y[u]) for u in self.devices], dtype=torch.float32)
-        self.batch_size = plan_batch_size(c.solver.batch_size, [len(ds.train_y[u]) for u in self.devices])
-        self.train_x = torch.cat(self.xs)
+        self.device_sizes = [len(ds.train_y[u]) for u in self.devices]
+        self.sizes = torch.tensor(self.device_sizes, dtype=torch.float32)
+        self.batch_size = plan_batch_size(c.solver.batch_size, self.device_sizes)
+        self.train_x = torch.cat([self._x(ds.train_x[u]) for u in self.devices])
         self.train_y = torch.cat([torch.as_tensor(ds.train_y[u]) for u in self.devices]).to(self.device)
+        self.xs = list(torch.split(self.train_x, self.device_sizes))
+        self.ys = list(torch.split(torch.eye(self.num_classes, device=self.device)[self.train_y], self.device_sizes))
         test = [u for u in ds.users if len(ds.test_y[u])]
         self.test_x = torch.cat([self._x(ds.test_x[u]) for u in test]) if test else None
         self.test_y = torch.cat([torch.as_tensor(ds.test_y[u]) for u in test]).to(self.device) if test else None
@@ -131,12 +132,13 @@ class Simulation:
         chosen, epochs = round_participants(c, round_k, n)
         if not chosen:
             return w, 0, 0
-        plans = DRAW_CACHE.plans(c.seed, round_k, chosen, [self.xs[i].shape[0] for i in chosen],
+        plans = DRAW_CACHE.plans(c.seed, round_k, chosen, [self.device_sizes[i] for i in chosen],
                                  [epochs[i] for i in chosen], self.batch_size,
-                                 lambda i: generator(c.seed, "batches", round_k, i))
-        rnd = ClientRound(chosen, [self.xs[i] for i in chosen], [self.ys[i] for i in chosen], plans,
-                          self.sizes[chosen].to(self.device), self.model, self.local_solve, c.solver.lr,
-                          c.solver.momentum, generator(c.seed, "dropout", round_k))
+                                 lambda i: generator(c.seed, "batches", round_k, i), self.batch_plan)
+        dropout = generator(c.seed, "dropout", round_k) if getattr(self.model, "needs_generator", False) else None
+        sizes = torch.tensor([self.device_sizes[i] for i in chosen], dtype=torch.float32, device=self.device)
+        rnd = ClientRound(chosen, [self.xs[i] for i in chosen], [self.ys[i] for i in chosen], plans, sizes,
+                          self.model, self.local_solve, c.solver.lr, c.solver.momentum, dropout)
         alg = self.algorithm
         noise = self.objective_noise(round_k, chosen) if self.alphas is not None else None
         linear = add_terms(alg.linear_term(w, rnd), noise)
@@ -218,7 +220,7 @@ def run(cfg: cfgmod.RunConfig, out: str | Path, log=print, stop_after: int | Non
     if sim.test_x is None:
         log(f"warning: {cfg.data.path} has an empty test split; test metrics are null and no best iteration is chosen")
     privacy = privacy_report(cfg, data, sim.model)
-    ckpt = open_checkpoint(cfg, out, cfg.data.path) if cfg.checkpoint.every else None
+    ckpt = open_checkpoint(cfg, out, cfg.data.path) if checkpoints_on(cfg.checkpoint) else None
     if ckpt is not None:
         ckpt.acquire()
     try:
@@ -226,6 +228,26 @@ def run(cfg: cfgmod.RunConfig, out: str | Path, log=print, stop_after: int | Non
     finally:
         if ckpt is not None:
             ckpt.release()
+
+
+def is_evaluated(evaluation: cfgmod.EvaluationConfig, t: int, rounds: int) -> bool:
+    """Whether iteration t of T is evaluated: every ``evaluation.every``-th among the last ``evaluation.last``
+    (all when null), and always T. The other iterations' metrics.csv rows hold empty (NaN) metrics."""
+    if t == rounds:
+        return True
+    recent = evaluation.last is None or t > rounds - evaluation.last
+    return recent and t % evaluation.every == 0
+
+
+def checkpoints_on(checkpoint: cfgmod.CheckpointConfig) -> bool:
+    """Whether a run keeps checkpoints at all (``checkpoint.every: 0`` turns them off)."""
+    return checkpoint.every != 0
+
+
+def checkpoint_due(checkpoint: cfgmod.CheckpointConfig, round_k: int, since_last_s: float) -> bool:
+    """Whether the training round ``round_k`` that just ended is followed by a checkpoint: ``checkpoint.seconds``
+    have passed since the run started or since the last one, or ``round_k`` is a multiple of ``checkpoint.every``."""
+    return since_last_s >= checkpoint.seconds or bool(checkpoint.every and round_k % checkpoint.every == 0)
 
 
 def _run_loop(cfg, sim, data, device, out, ckpt, privacy, log, stop_after) -> dict[str, Any]:
@@ -260,6 +282,7 @@ def _run_loop(cfg, sim, data, device, out, ckpt, privacy, log, stop_after) -> di
         if problem:
             diverged = diverged_entry(0, "init", problem)
     round_k = training_rounds_before(cfg.algorithm.name, t0)
+    last_checkpoint = time.perf_counter()
     for t in range(t0 + 1, T + 1):
         if diverged:
             break
@@ -278,7 +301,7 @@ def _run_loop(cfg, sim, data, device, out, ckpt, privacy, log, stop_after) -> di
         row = {"iteration": t, "kind": kind, "devices": ndev, "local_steps": steps, "data_accesses": accesses,
                TRAIN_METRICS_COLUMN: status}
         problem = weights_problem(w)
-        if t % cfg.evaluation.every == 0 or t == T or problem:
+        if problem or is_evaluated(cfg.evaluation, t, T):
             e0 = time.perf_counter()
             row.update(sim.evaluate(w))
             row.update(alg.evaluate_extra(sim, w))
@@ -297,9 +320,11 @@ def _run_loop(cfg, sim, data, device, out, ckpt, privacy, log, stop_after) -> di
             diverged = diverged_entry(t, kind, problem)
             log(f"diverged at iteration {t}: {problem}; stopping")
             break
-        if ckpt is not None and kind == "train" and round_k % cfg.checkpoint.every == 0 and t < T:
+        if (ckpt is not None and kind == "train" and t < T
+                and checkpoint_due(cfg.checkpoint, round_k, time.perf_counter() - last_checkpoint)):
             ckpt.save({"config_hash": cfgmod.config_hash(cfg), "t": t, "w": w.cpu(), "w_prev": w_prev.cpu(),
                        "rows": rows, "times": times, "algorithm_state": alg.state_dict()})
+            last_checkpoint = time.perf_counter()
         if stop_after is not None and t >= stop_after:
             raise InjectedStop(f"stopped after iteration {t}")
     final = rows[-1]

@@ -5,7 +5,8 @@ values of ``mu``, ``lam`` and ``step`` (lists are zipped: ``mu: [0.1, 0.3], lam:
 two runs). Every run gets a readable id that is also its result folder under ``results/runs/``,
 for example ``synthetic_1_1/logreg/upcycled/mu1_lam0.43/s0.9_f0.3/T160/seed0`` (``s0.9_f0.3_exact_drop``
 under the non-default straggler switches; ``logreg_softmax_before_loss`` for the authors' loss). Two experiments
-asking for the same run share it (one job); the same id with different settings is an error.
+asking for the same run share it (one job); the same id with different settings is an error, but for
+``evaluation.last``: the shared run evaluates what every experiment asking for it reads (:func:`shared_run_doc`).
 """
 
 from __future__ import annotations
@@ -287,6 +288,25 @@ def _check_run(doc: dict[str, Any], where: str) -> None:
         raise ExperimentError(f"{where}: {e}") from None
 
 
+def _evaluated_last(doc: dict[str, Any]) -> int | None:
+    return (doc.get("evaluation") or {}).get("last")
+
+
+def shared_run_doc(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | None:
+    """The document of a run that two experiments ask for as ``a`` and ``b``: the same document, or, where they
+    differ only in ``evaluation.last``, the one that evaluates more (null, every iteration, before the larger
+    K), so a figure's curve is never cut by a table's schedule; None when they differ otherwise."""
+    def without_schedule(doc):
+        return {**doc, "evaluation": {k: v for k, v in (doc.get("evaluation") or {}).items() if k != "last"}}
+
+    if a == b:
+        return a
+    if without_schedule(a) != without_schedule(b):
+        return None
+    last_a, last_b = _evaluated_last(a), _evaluated_last(b)
+    return a if last_a is None or (last_b is not None and last_a >= last_b) else b
+
+
 def build_plan(config: dict[str, Any]) -> Plan:
     """Expand every experiment of a (validated) workflow config into runs, outputs and targets."""
     config = resolve_preset(config)
@@ -336,10 +356,12 @@ def build_plan(config: dict[str, Any]) -> Plan:
                             rid = run_id(ds, doc, seed)
                             spec = RunSpec(rid, ds, seed, {**copy.deepcopy(doc), "seed": seed})
                             if rid in runs:
-                                if runs[rid].doc != spec.doc:
+                                shared = shared_run_doc(runs[rid].doc, spec.doc)
+                                if shared is None:
                                     raise ExperimentError(f"{where}: run {rid} is also requested by "
                                                           f"{runs[rid].experiments} with other settings")
                                 spec = runs[rid]
+                                spec.doc = shared
                             else:
                                 runs[rid] = spec
                             if name not in spec.experiments:

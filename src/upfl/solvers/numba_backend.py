@@ -514,6 +514,104 @@ def personal_devices_serial(local, theta, wg, x, y, x_rows, plan, plan_offsets, 
                               personal_steps, binary, softmax_first)
 
 
+MT19937_WORDS = 624
+RANDPERM_SWAP_LIMIT = (2**32 - 1) // 20
+"""torch.randperm on the CPU shuffles n < this by Fisher-Yates with ``random() % (n - i)`` (a larger n draws 64-bit
+numbers); :func:`batch_plans` falls back to :func:`upfl.solvers.torch_backend.batch_plan` beyond it."""
+
+
+@numba.njit(nogil=True, cache=True)
+def mt19937_seed(state, seed):
+    """The Mersenne Twister state (uint32) that torch's CPU generator holds after ``manual_seed(seed)`` (its low
+    32 bits)."""
+    state[0] = np.uint32(seed & 0xFFFFFFFF)
+    for j in range(1, MT19937_WORDS):
+        prev = state[j - 1]
+        state[j] = np.uint32(1812433253) * (prev ^ (prev >> np.uint32(30))) + np.uint32(j)
+
+
+@numba.njit(nogil=True, cache=True)
+def mt19937_twist(state):
+    """The next 624 words of the Mersenne Twister state, in place (the reference generator's order)."""
+    upper, lower, matrix, one = np.uint32(0x80000000), np.uint32(0x7FFFFFFF), np.uint32(0x9908B0DF), np.uint32(1)
+    shift = 397
+    for k in range(MT19937_WORDS - shift):
+        y = (state[k] & upper) | (state[k + 1] & lower)
+        state[k] = state[k + shift] ^ (y >> one) ^ (matrix * (y & one))
+    for k in range(MT19937_WORDS - shift, MT19937_WORDS - 1):
+        y = (state[k] & upper) | (state[k + 1] & lower)
+        state[k] = state[k + shift - MT19937_WORDS] ^ (y >> one) ^ (matrix * (y & one))
+    y = (state[MT19937_WORDS - 1] & upper) | (state[0] & lower)
+    state[MT19937_WORDS - 1] = state[shift - 1] ^ (y >> one) ^ (matrix * (y & one))
+
+
+@numba.njit(nogil=True, cache=True)
+def mt19937_outputs(state, out):
+    """The 32-bit outputs of the 624 state words (tempering), into ``out``."""
+    for i in range(MT19937_WORDS):
+        y = state[i]
+        y ^= y >> np.uint32(11)
+        y ^= (y << np.uint32(7)) & np.uint32(0x9D2C5680)
+        y ^= (y << np.uint32(15)) & np.uint32(0xEFC60000)
+        y ^= y >> np.uint32(18)
+        out[i] = y
+
+
+@numba.njit(nogil=True, cache=True)
+def shuffle_plans(seeds, sizes, epochs, plan, offsets):
+    """Fill ``plan[offsets[i]:offsets[i + 1]]`` with device i's batch plan, as :func:`upfl.solvers.torch_backend.batch_plan` with a
+    generator seeded ``seeds[i]``: per epoch torch.randperm's shuffle (z = random() % (n - i), swap positions i and
+    i + z, for i = 0..n-2), the epoch's ceil(n / B) rows padded with -1. The generator's outputs are made 624 at
+    a time (one twist, then their tempering), as the reference generator makes them."""
+    width = plan.shape[1]
+    state = np.empty(MT19937_WORDS, dtype=np.uint32)
+    outputs = np.empty(MT19937_WORDS, dtype=np.uint32)
+    flat = plan.ravel()
+    for d in range(seeds.shape[0]):
+        n = sizes[d]
+        span = (n + width - 1) // width * width
+        mt19937_seed(state, seeds[d])
+        used = MT19937_WORDS
+        start = offsets[d] * width
+        for _ in range(epochs[d]):
+            for j in range(n):
+                flat[start + j] = j
+            for j in range(n, span):
+                flat[start + j] = -1
+            j = 0
+            while j < n - 1:
+                if used == MT19937_WORDS:
+                    mt19937_twist(state)
+                    mt19937_outputs(state, outputs)
+                    used = 0
+                stop = min(n - 1, j + MT19937_WORDS - used)
+                for i in range(j, stop):
+                    a = start + i
+                    b = a + np.int64(outputs[used] % np.uint32(n - i))
+                    used += 1
+                    flat[a], flat[b] = flat[b], flat[a]
+                j = stop
+            start += span
+
+
+def batch_plans(sizes: list[int], epochs: list[int], batch_size: int,
+                generators: list[torch.Generator]) -> list[torch.Tensor]:
+    """:func:`upfl.solvers.torch_backend.batch_plan` in one compiled call, the same plans bit for bit; the generators must be freshly
+    seeded (their ``initial_seed`` is all that is read). Views of one int32 array (a kept plan keeps its round's
+    array)."""
+    if max(sizes, default=0) >= RANDPERM_SWAP_LIMIT:
+        from .solver import batch_plan
+        return batch_plan(sizes, epochs, batch_size, generators)
+    steps = [-(-n // batch_size) * e for n, e in zip(sizes, epochs)]
+    offsets = offsets_of(steps)
+    plan = np.empty((int(offsets[-1]), batch_size), dtype=np.int32)
+    shuffle_plans(np.array([g.initial_seed() for g in generators], dtype=np.uint64), np.array(sizes, dtype=np.int64),
+                  np.array(epochs, dtype=np.int64), plan, offsets)
+    whole = torch.from_numpy(plan)
+    bounds = offsets.tolist()
+    return [whole[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+
 def balance(costs: list[int], workers: int) -> tuple[np.ndarray, np.ndarray]:
     """Longest-processing-time assignment of devices to ``workers``: (device order, worker offsets).
 
@@ -521,8 +619,8 @@ def balance(costs: list[int], workers: int) -> tuple[np.ndarray, np.ndarray]:
     """
     loads = [0] * workers
     lists: list[list[int]] = [[] for _ in range(workers)]
-    for i in sorted(range(len(costs)), key=lambda i: (-costs[i], i)):
-        t = min(range(workers), key=lambda t: (loads[t], t))
+    for i in sorted(range(len(costs)), key=costs.__getitem__, reverse=True):  # stable: ties keep index order
+        t = loads.index(min(loads))
         loads[t] += costs[i]
         lists[t].append(i)
     offsets = np.cumsum([0] + [len(ls) for ls in lists]).astype(np.int64)
@@ -588,17 +686,62 @@ def device_rows(model, xs, ys, binary) -> tuple[np.ndarray, np.ndarray, dict[int
     return x, torch.cat(ys).numpy().astype(DTYPE, copy=False), rows
 
 
+def row_blocks(xs, ys) -> tuple[torch.Tensor, torch.Tensor, np.ndarray] | None:
+    """(x, y, (k, 2) row ranges) when every x_i is a block of rows of one contiguous tensor x and y_i the same rows
+    of one y (the simulation's devices are views of its pooled training rows, :class:`upfl.engine.simulation.Simulation`);
+    else None."""
+    x, y = xs[0]._base, ys[0]._base
+    if (x is None or y is None or x.shape[0] != y.shape[0] or x.shape[1:] != xs[0].shape[1:]
+            or y.shape[1:] != ys[0].shape[1:] or not (x.is_contiguous() and y.is_contiguous())):
+        return None
+    stride_x, stride_y, start_x, start_y = x.stride(0), y.stride(0), x.storage_offset(), y.storage_offset()
+    rows = []
+    for xi, yi in zip(xs, ys):
+        if xi._base is not x or yi._base is not y or xi.shape[0] != yi.shape[0]:
+            return None
+        first, rest = divmod(xi.storage_offset() - start_x, stride_x)
+        if rest or (yi.storage_offset() - start_y) != first * stride_y:
+            return None
+        rows.append((first, first + xi.shape[0]))
+    return x, y, np.array(rows, dtype=np.int64).reshape(len(xs), 2)
+
+
+def joined_plans(plans: list[torch.Tensor]) -> np.ndarray:
+    """The plans as one int32 (steps, B) array: the rows of the array they are views of when they lie back to back in
+    it (a round's plans drawn together by :func:`batch_plans`), else their concatenation."""
+    base, width = plans[0]._base, plans[0].shape[1]
+    if (base is not None and base.dim() == 2 and base.shape[1] == width and base.is_contiguous()
+            and all(p._base is base and p.is_contiguous() for p in plans)):
+        start = plans[0].storage_offset()
+        end = start
+        for p in plans:
+            if p.storage_offset() != end:
+                break
+            end += p.numel()
+        else:
+            return base.numpy()[start // width:end // width]
+    return np.concatenate([p.numpy() for p in plans]).astype(np.int32, copy=False)
+
+
 def pack(model, w_global, xs, ys, plans, threads):
     """The kernels' shared inputs: (wg, x, y, (k, 2) row ranges of the devices in x, int32 plan, plan offsets), the schedule
     (assignment, worker offsets, binary, softmax first; no assignment for one worker), the layout function, its inverse and the
-    devices' step counts."""
+    devices' step counts. Devices that are row blocks of one pooled tensor (:func:`row_blocks`) read their rows from
+    that tensor's arrays, made once per run; other device sets have theirs made per set (:data:`DEVICE_ROWS`)."""
     steps = [int(p.shape[0]) for p in plans]
     workers = max(1, min(len(xs), threads or numba.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
     binary = isinstance(model, BinaryLogisticRegression)
-    x, y, rows = DEVICE_ROWS.get(list(zip(xs, ys)), (binary, getattr(model, "bias", None)),
-                                 lambda: device_rows(model, xs, ys, binary), any_order=True)
-    x_rows = np.array([rows[id(t)] for t in xs], dtype=np.int64).reshape(len(xs), 2)
-    plan = torch.cat(plans).numpy().astype(np.int32, copy=False)
+    tag = (binary, getattr(model, "bias", None))
+    blocks = row_blocks(xs, ys)
+    if blocks is not None:
+        pooled_x, pooled_y, x_rows = blocks
+        x, y, _ = DEVICE_ROWS.get([(pooled_x, pooled_y)], tag,
+                                  lambda: device_rows(model, [pooled_x], [pooled_y], binary))
+    else:
+        x, y, rows = DEVICE_ROWS.get(list(zip(xs, ys)), tag, lambda: device_rows(model, xs, ys, binary),
+                                     any_order=True)
+        x_rows = np.array([rows[id(t)] for t in xs], dtype=np.int64).reshape(len(xs), 2)
+    plan = joined_plans(plans)
     dim = x.shape[1]
     layout = (lambda a: np.ascontiguousarray(a[..., None, :])) if binary else (lambda a: to_class_major(a, dim))
     flat = (lambda a: np.ascontiguousarray(a[:, 0, :])) if binary else from_class_major
@@ -897,6 +1040,8 @@ local_solve.personal_solve = personal_solve
 """The selected solver carries pFedMe's local solve (:meth:`upfl.algorithms.pfedme.PFedMe.local_solve` uses it)."""
 local_solve.evaluate = evaluate
 """... and the compiled evaluation of its models (:meth:`upfl.engine.simulation.Simulation.evaluate_model` uses it)."""
+local_solve.batch_plan = batch_plans
+"""... and the compiled batch plans (:meth:`upfl.engine.simulation.Simulation.training_round` draws with it)."""
 
 
 @functools.lru_cache(maxsize=None)
@@ -915,5 +1060,6 @@ def warm_up(threads: int = 0) -> None:
                [torch.zeros(1, 1, dtype=torch.int32)] * k)
     local_solve(*problem, 1.0, 0.1, 0.5, threads=threads)
     personal_solve(*problem, 0.1, 1.0, 0.1, 1, threads=threads)
+    batch_plans([2], [1], 1, [torch.Generator()])
     for binary in (False, True):
         evaluate_rows(np.zeros((1, 2), DTYPE), np.zeros((1, 1), DTYPE), np.zeros(1, np.int64), binary, 1.0, False)

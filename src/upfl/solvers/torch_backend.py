@@ -49,12 +49,22 @@ class DrawCache(BoundedCache):
         super().__init__(max_bytes)
 
     def plans(self, seed: int, round_k: int, devices: list[int], sizes: list[int], epochs: list[int],
-              batch_size: int, make_generator: Callable[[int], torch.Generator]) -> list[torch.Tensor]:
+              batch_size: int, make_generator: Callable[[int], torch.Generator],
+              draw: Callable = batch_plan) -> list[torch.Tensor]:
         """:func:`batch_plan` of the devices, each kept or drawn with ``make_generator(device)`` (called only for
-        the plans not kept)."""
-        return [self.get(("plan", seed, round_k, i, n, e, batch_size),
-                         lambda i=i, n=n, e=e: batch_plan([n], [e], batch_size, [make_generator(i)])[0])
-                for i, n, e in zip(devices, sizes, epochs)]
+        the plans not kept); the plans not kept are drawn together by ``draw`` (:func:`batch_plan`, or the compiled
+        solver's ``batch_plan``: the same numbers)."""
+        keys = [("plan", seed, round_k, i, n, e, batch_size) for i, n, e in zip(devices, sizes, epochs)]
+        kept = [self.entries.get(key) for key in keys]
+        missing = [j for j, entry in enumerate(kept) if entry is None]
+        if not missing:
+            for key in keys:
+                self.entries.move_to_end(key)
+            return [entry[0] for entry in kept]
+        drawn = dict(zip(missing, draw([sizes[j] for j in missing], [epochs[j] for j in missing], batch_size,
+                                       [make_generator(devices[j]) for j in missing])))
+        values = [drawn[j] if entry is None else entry[0] for j, entry in enumerate(kept)]
+        return [self.get(key, lambda value=value: value) for key, value in zip(keys, values)]
 
 
 DRAW_CACHE = DrawCache()
@@ -127,7 +137,8 @@ def local_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: list[
 def numba_solver(threads: int = 0) -> Callable | None:
     """The compiled logistic-regression solver (:mod:`upfl.solvers.numba_backend`), compiled or loaded from
     numba's cache now; None when numba does not import. It carries pFedMe's compiled local solve as
-    ``.personal_solve`` and the compiled evaluation of its models as ``.evaluate``."""
+    ``.personal_solve``, the compiled evaluation of its models as ``.evaluate`` and the compiled
+    :func:`batch_plan` as ``.batch_plan``."""
     try:
         from . import numba_backend as solver_numba
     except ImportError:
@@ -138,6 +149,7 @@ def numba_solver(threads: int = 0) -> Callable | None:
     solve = functools.partial(solver_numba.local_solve, threads=threads)
     solve.personal_solve = functools.partial(solver_numba.personal_solve, threads=threads)
     solve.evaluate = solver_numba.evaluate
+    solve.batch_plan = solver_numba.batch_plans
     return solve
 
 

@@ -1,0 +1,189 @@
+"""Per-round overhead of W1's training loop: the time of a training round, of its local-solve kernel, of its batch-plan
+draws, and the rest (the Python work around them).
+
+W1: Synthetic(1,1), 30 devices, frac 0.3, stragglers 0.9, E=20, batch 32, lr 0.05, momentum 0.5, FedProx mu=1, numba
+backend (benchmarks/engine.py's ``w1_config``). Each pass replays the 80 training rounds of a fresh run
+(:meth:`upfl.engine.simulation.Simulation.training_round`; the process's draw caches emptied first, as a run of its own
+finds them) and times every round; the kernel times come from wrapping the compiled entry points. Figures are the
+minimum over passes of the mean per round (the pass least disturbed by other work), with the median beside it.
+
+With ``--baseline REV`` the same passes run on the sources of commit REV too (``git archive``), alternating the two
+in fresh processes, so both see the same machine load; the final metrics of W1 (FedProx 80, Upcycled-FL 160) of both
+are compared byte for byte.
+
+Run: python benchmarks/round_overhead.py [--baseline REV]  (writes benchmarks/results/round_overhead.json)
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+
+def timed(module, name: str, totals: dict, key: str) -> None:
+    """Replace ``module.name`` by a wrapper adding its wall time to ``totals[key]`` (absent names are left alone)."""
+    inner = getattr(module, name, None)
+    if inner is None:
+        return
+
+    def wrapper(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            totals[key] += time.perf_counter() - t0
+
+    setattr(module, name, wrapper)
+
+
+def empty_draw_caches() -> None:
+    """Forget the draws a previous pass made (a fresh run's rounds draw everything)."""
+    from upfl.engine import draws
+    from upfl.solvers import torch_backend as solver
+    solver.DRAW_CACHE.entries.clear()
+    solver.DRAW_CACHE.bytes = 0
+    draws._round_draws.cache_clear()
+
+
+def passes(data: str, rounds: int, repeats: int) -> dict:
+    """Per-round seconds of every pass: total, local-solve kernel, batch-plan draws and the rest."""
+    import torch
+
+    from upfl.solvers import numba_backend as solver_numba
+    from upfl.solvers import torch_backend as solver
+    from upfl.data import load_leaf
+    from upfl.rng import generator
+    from upfl.engine.simulation import Simulation
+    sys.path.insert(0, str(HERE))
+    from engine import w1_config
+
+    totals = {"kernel_s": 0.0, "draws_s": 0.0}
+    for name in ("solve_devices", "solve_devices_serial"):
+        timed(solver_numba, name, totals, "kernel_s")
+    timed(solver_numba, "shuffle_plans", totals, "draws_s")
+    timed(solver, "batch_plan", totals, "draws_s")
+    sim = Simulation(w1_config(data, "fedprox", rounds, {}, "numba"), load_leaf(data), torch.device("cpu"))
+    out = {"total_s": [], "kernel_s": [], "draws_s": [], "rest_s": []}
+    for _ in range(repeats):
+        empty_draw_caches()
+        w = sim.model.init_params(generator(0, "init"))
+        totals.update(kernel_s=0.0, draws_s=0.0)
+        spent = 0.0
+        for k in range(1, rounds + 1):
+            t0 = time.perf_counter()
+            w, _, _ = sim.training_round(w, k)
+            spent += time.perf_counter() - t0
+        out["total_s"].append(spent / rounds)
+        out["kernel_s"].append(totals["kernel_s"] / rounds)
+        out["draws_s"].append(totals["draws_s"] / rounds)
+        out["rest_s"].append((spent - totals["kernel_s"] - totals["draws_s"]) / rounds)
+    return out
+
+
+def w1_digest(data: str) -> dict:
+    """sha256 of W1's metrics.csv without the wall-time columns, and the final metrics (FedProx 80, Upcycled-FL 160)."""
+    from upfl.engine.simulation import run
+    sys.path.insert(0, str(HERE))
+    from engine import w1_config
+
+    out = {}
+    for name, alg, rounds, extra in (("fedprox80", "fedprox", 80, {}), ("upcycled160", "upcycled", 160, {"lam": 0.43})):
+        folder = Path(tempfile.mkdtemp()) / name
+        summary = run(w1_config(data, alg, rounds, extra, "numba"), folder, log=lambda m: None)
+        lines = [line.rsplit(",", 2)[0] for line in (folder / "metrics.csv").read_text().splitlines()]
+        out[name] = {"metrics_sha256": hashlib.sha256("\n".join(lines).encode()).hexdigest(), "final": summary["final"]}
+    return out
+
+
+def worker(data: str, rounds: int, repeats: int, digest: bool) -> dict:
+    import upfl
+    result = {"upfl": str(Path(upfl.__file__).parent), **passes(data, rounds, repeats)}
+    if digest:
+        result["w1"] = w1_digest(data)
+    return result
+
+
+def spawn(src: Path, data: str, rounds: int, repeats: int, digest: bool) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    cmd = [sys.executable, __file__, "--worker", "--data", data, "--rounds", str(rounds), "--repeats", str(repeats)]
+    done = subprocess.run(cmd + (["--digest"] if digest else []), env=env, check=True, capture_output=True, text=True)
+    return json.loads(done.stdout)
+
+
+def summary_of(results: list[dict]) -> dict:
+    """Per figure: the minimum over passes (and processes) of the mean per round, in microseconds, and the median."""
+    out = {}
+    for key in ("total_s", "kernel_s", "draws_s", "rest_s"):
+        values = [v for r in results for v in r[key]]
+        out[key.replace("_s", "_us")] = {"min": min(values) * 1e6, "median": statistics.median(values) * 1e6}
+    return out
+
+
+def baseline_sources(rev: str, into: Path) -> Path:
+    """The ``src`` folder of commit ``rev``, extracted under ``into``."""
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "src"], check=True, capture_output=True).stdout
+    into.mkdir(parents=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into / "src"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--baseline", help="a commit to compare with (A/B, interleaved)")
+    parser.add_argument("--processes", type=int, default=3, help="fresh processes per side")
+    parser.add_argument("--repeats", type=int, default=5, help="passes of the run per process")
+    parser.add_argument("--rounds", type=int, default=80)
+    parser.add_argument("--worker", action="store_true")
+    parser.add_argument("--digest", action="store_true")
+    parser.add_argument("--data")
+    args = parser.parse_args()
+    if args.worker:
+        json.dump(worker(args.data, args.rounds, args.repeats, args.digest), sys.stdout)
+        return
+    from upfl.data import generate_synthetic
+    tmp = Path(tempfile.mkdtemp())
+    data = str(generate_synthetic("synthetic_1_1", tmp / "s11"))
+    sides = {"current": ROOT / "src"}
+    if args.baseline:
+        sides["baseline"] = baseline_sources(args.baseline, tmp / "baseline")
+    load_before = os.getloadavg()
+    runs: dict[str, list[dict]] = {side: [] for side in sides}
+    for p in range(args.processes):
+        for side, src in sides.items():
+            runs[side].append(spawn(src, data, args.rounds, args.repeats, digest=p == 0))
+    results = {"workload": "W1 FedProx, " + __doc__.split("W1: ", 1)[1].split(", numba")[0] + ", numba backend",
+               "rounds": args.rounds, "processes": args.processes, "repeats_per_process": args.repeats,
+               "cpu_count": os.cpu_count(), "load_average_before": load_before,
+               "baseline": args.baseline, "commit": git_head()}
+    for side in sides:
+        results[side] = {**summary_of(runs[side]), "w1": runs[side][0]["w1"]}
+    if args.baseline:
+        results["w1_bit_identical"] = all(results["current"]["w1"][n]["metrics_sha256"]
+                                          == results["baseline"]["w1"][n]["metrics_sha256"]
+                                          for n in results["current"]["w1"])
+    results["load_average_after"] = os.getloadavg()
+    out = HERE / "results" / "round_overhead.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    json.dump(results, sys.stdout, indent=2)
+    print()
+
+
+def git_head() -> str | None:
+    done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return done.stdout.strip() or None
+
+
+if __name__ == "__main__":
+    main()
