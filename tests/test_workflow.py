@@ -83,6 +83,7 @@ def expected_training_runs(config: dict) -> int:
                 lists = [entry[k] for k in ("mu", "lam", "step") if isinstance(entry.get(k), list)]
                 n = len(lists[0]) if lists else 1
                 own = {**settings, **entry.get("set", {})}
+                own.pop("evaluation.last", None)  # one run whatever its evaluation schedule (the widest is taken)
                 model = entry.get("model", own.pop("model.name", "logreg"))
                 for i in range(n):
                     pick = {k: (entry[k][i] if isinstance(entry.get(k), list) else entry.get(k))
