@@ -62,7 +62,8 @@ def trained_runs(counts: dict[str, int], config: dict) -> int:
 
 
 def expected_training_runs(config: dict) -> int:
-    """Distinct runs of the config (data set, model, algorithm, mu, lam, step, other settings, iterations, seed)."""
+    """Distinct runs of the config (data set, model, algorithm, mu, lam, step, other settings, iterations, seed); the
+    evaluation schedule (``evaluation.last``) is no other run: a run two experiments share evaluates what both read."""
     preset = config.get("preset", "full")
     preset_seeds = False
     if preset != "full":
@@ -82,7 +83,7 @@ def expected_training_runs(config: dict) -> int:
             for entry in group["runs"]:
                 lists = [entry[k] for k in ("mu", "lam", "step") if isinstance(entry.get(k), list)]
                 n = len(lists[0]) if lists else 1
-                own = {**settings, **entry.get("set", {})}
+                own = {k: v for k, v in {**settings, **entry.get("set", {})}.items() if k != "evaluation.last"}
                 model = entry.get("model", own.pop("model.name", "logreg"))
                 for i in range(n):
                     pick = {k: (entry[k][i] if isinstance(entry.get(k), list) else entry.get(k))
