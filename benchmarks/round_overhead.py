@@ -5,7 +5,9 @@ W1: Synthetic(1,1), 30 devices, frac 0.3, stragglers 0.9, E=20, batch 32, lr 0.0
 backend (benchmarks/engine.py's ``w1_config``). Each pass replays the 80 training rounds of a fresh run
 (:meth:`upfl.engine.simulation.Simulation.training_round`; the process's draw caches emptied first, as a run of its own
 finds them) and times every round; the kernel times come from wrapping the compiled entry points. Figures are the
-minimum over passes of the mean per round (the pass least disturbed by other work), with the median beside it.
+minimum over passes of the mean per round (the pass least disturbed by other work), with the median beside it; the
+rest is given in wall time and in the CPU time of the loop's thread (insensitive to other processes on the machine).
+A second set of passes keeps the draws of the first (a bundle's runs with one seed share them).
 
 With ``--baseline REV`` the same passes run on the sources of commit REV too (``git archive``), alternating the two
 in fresh processes, so both see the same machine load; the final metrics of W1 (FedProx 80, Upcycled-FL 160) of both
@@ -32,17 +34,19 @@ ROOT = HERE.parent
 
 
 def timed(module, name: str, totals: dict, key: str) -> None:
-    """Replace ``module.name`` by a wrapper adding its wall time to ``totals[key]`` (absent names are left alone)."""
+    """Replace ``module.name`` by a wrapper adding its wall time to ``totals[key]`` and the calling thread's CPU time
+    to ``totals[key + "_cpu"]`` (absent names are left alone)."""
     inner = getattr(module, name, None)
     if inner is None:
         return
 
     def wrapper(*args, **kwargs):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         try:
             return inner(*args, **kwargs)
         finally:
             totals[key] += time.perf_counter() - t0
+            totals[key + "_cpu"] += time.thread_time() - c0
 
     setattr(module, name, wrapper)
 
@@ -56,8 +60,11 @@ def empty_draw_caches() -> None:
     draws._round_draws.cache_clear()
 
 
-def passes(data: str, rounds: int, repeats: int) -> dict:
-    """Per-round seconds of every pass: total, local-solve kernel, batch-plan draws and the rest."""
+def passes(data: str, rounds: int, repeats: int, fresh: bool) -> dict:
+    """Per-round seconds of every pass: total, local-solve kernel, batch-plan draws and the rest (wall time), and the
+    rest in CPU time of the thread that runs the loop (what the Python work costs, whatever else the machine runs).
+    ``fresh``: every pass draws everything, as a run of its own does; else the draws are kept from the first pass,
+    as a bundle's runs with one seed find them."""
     import torch
 
     from upfl.solvers import numba_backend as solver_numba
@@ -68,26 +75,32 @@ def passes(data: str, rounds: int, repeats: int) -> dict:
     sys.path.insert(0, str(HERE))
     from engine import w1_config
 
-    totals = {"kernel_s": 0.0, "draws_s": 0.0}
+    totals = {"kernel_s": 0.0, "draws_s": 0.0, "kernel_s_cpu": 0.0, "draws_s_cpu": 0.0}
     for name in ("solve_devices", "solve_devices_serial"):
         timed(solver_numba, name, totals, "kernel_s")
     timed(solver_numba, "shuffle_plans", totals, "draws_s")
     timed(solver, "batch_plan", totals, "draws_s")
     sim = Simulation(w1_config(data, "fedprox", rounds, {}, "numba"), load_leaf(data), torch.device("cpu"))
-    out = {"total_s": [], "kernel_s": [], "draws_s": [], "rest_s": []}
-    for _ in range(repeats):
-        empty_draw_caches()
+    out = {"total_s": [], "kernel_s": [], "draws_s": [], "rest_s": [], "rest_cpu_s": []}
+    empty_draw_caches()
+    for p in range(repeats + (0 if fresh else 1)):
+        if fresh:
+            empty_draw_caches()
         w = sim.model.init_params(generator(0, "init"))
-        totals.update(kernel_s=0.0, draws_s=0.0)
-        spent = 0.0
+        totals.update(dict.fromkeys(totals, 0.0))
+        spent = spent_cpu = 0.0
         for k in range(1, rounds + 1):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             w, _, _ = sim.training_round(w, k)
             spent += time.perf_counter() - t0
+            spent_cpu += time.thread_time() - c0
+        if not fresh and p == 0:
+            continue  # the pass that draws what the others find kept
         out["total_s"].append(spent / rounds)
         out["kernel_s"].append(totals["kernel_s"] / rounds)
         out["draws_s"].append(totals["draws_s"] / rounds)
         out["rest_s"].append((spent - totals["kernel_s"] - totals["draws_s"]) / rounds)
+        out["rest_cpu_s"].append((spent_cpu - totals["kernel_s_cpu"] - totals["draws_s_cpu"]) / rounds)
     return out
 
 
@@ -108,7 +121,8 @@ def w1_digest(data: str) -> dict:
 
 def worker(data: str, rounds: int, repeats: int, digest: bool) -> dict:
     import upfl
-    result = {"upfl": str(Path(upfl.__file__).parent), **passes(data, rounds, repeats)}
+    result = {"upfl": str(Path(upfl.__file__).parent), "fresh": passes(data, rounds, repeats, fresh=True),
+              "kept": passes(data, rounds, repeats, fresh=False)}
     if digest:
         result["w1"] = w1_digest(data)
     return result
@@ -124,9 +138,9 @@ def spawn(src: Path, data: str, rounds: int, repeats: int, digest: bool) -> dict
 def summary_of(results: list[dict]) -> dict:
     """Per figure: the minimum over passes (and processes) of the mean per round, in microseconds, and the median."""
     out = {}
-    for key in ("total_s", "kernel_s", "draws_s", "rest_s"):
+    for key in ("total_s", "kernel_s", "draws_s", "rest_s", "rest_cpu_s"):
         values = [v for r in results for v in r[key]]
-        out[key.replace("_s", "_us")] = {"min": min(values) * 1e6, "median": statistics.median(values) * 1e6}
+        out[key[:-2] + "_us"] = {"min": min(values) * 1e6, "median": statistics.median(values) * 1e6}
     return out
 
 
@@ -167,7 +181,8 @@ def main() -> None:
                "cpu_count": os.cpu_count(), "load_average_before": load_before,
                "baseline": args.baseline, "commit": git_head()}
     for side in sides:
-        results[side] = {**summary_of(runs[side]), "w1": runs[side][0]["w1"]}
+        results[side] = {"fresh_draws": summary_of([r["fresh"] for r in runs[side]]),
+                         "kept_draws": summary_of([r["kept"] for r in runs[side]]), "w1": runs[side][0]["w1"]}
     if args.baseline:
         results["w1_bit_identical"] = all(results["current"]["w1"][n]["metrics_sha256"]
                                           == results["baseline"]["w1"][n]["metrics_sha256"]

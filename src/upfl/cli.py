@@ -21,8 +21,9 @@ RUN_FLAGS = {
     "straggler_policy": ("devices.straggler_policy", str), "straggler_draw": ("devices.straggler_draw", str),
     "epochs": ("solver.epochs", int),
     "batch_size": ("solver.batch_size", int), "lr": ("solver.lr", float), "momentum": ("solver.momentum", float),
-    "seed": ("seed", int), "eval_every": ("evaluation.every", int), "device": ("device", str),
-    "model": ("model.name", str), "threads": ("threads", int), "checkpoint_every": ("checkpoint.every", int),
+    "seed": ("seed", int), "eval_every": ("evaluation.every", int), "eval_last": ("evaluation.last", int),
+    "device": ("device", str), "model": ("model.name", str), "threads": ("threads", int),
+    "checkpoint_seconds": ("checkpoint.seconds", float), "checkpoint_every": ("checkpoint.every", int),
     "checkpoint_dir": ("checkpoint.dir", str),
 }
 
@@ -37,8 +38,10 @@ RUN_FLAG_HELP = {
     "straggler_policy": "what a straggler does", "straggler_draw": "how stragglers are drawn",
     "epochs": "local epochs per training iteration", "batch_size": "local mini-batch size in samples",
     "lr": "local learning rate", "momentum": "local SGD momentum", "seed": "run seed (every random stream)",
-    "eval_every": "evaluate every N iterations", "device": "torch device", "model": "model name",
-    "threads": "torch CPU threads (0: torch's default)", "checkpoint_every": "checkpoint every N iterations (0: never)",
+    "eval_every": "evaluate every N iterations", "eval_last": "evaluate only among the last N iterations",
+    "device": "torch device", "model": "model name", "threads": "torch CPU threads (0: torch's default)",
+    "checkpoint_seconds": "checkpoint once N seconds have passed since the last one (0: every training round)",
+    "checkpoint_every": "also checkpoint every N training rounds (0: never checkpoint)",
     "checkpoint_dir": "checkpoint root folder (default: OUT/.checkpoints)",
 }
 """What each ``upfl run`` flag sets, with its unit; the help adds the config key, default and choices."""
