@@ -51,10 +51,22 @@ def timed(module, name: str, totals: dict, key: str) -> None:
     setattr(module, name, wrapper)
 
 
+def upfl_modules():
+    """(draws, torch solver, numba solver, simulation) of the ``upfl`` this process imports: a baseline tree from
+    before the engine/ and solvers/ folders has them at the top of the package."""
+    try:
+        from upfl.engine import draws, simulation
+        from upfl.solvers import numba_backend, torch_backend
+    except ImportError:
+        from upfl import draws, simulation
+        from upfl import solver as torch_backend
+        from upfl import solver_numba as numba_backend
+    return draws, torch_backend, numba_backend, simulation
+
+
 def empty_draw_caches() -> None:
     """Forget the draws a previous pass made (a fresh run's rounds draw everything)."""
-    from upfl.engine import draws
-    from upfl.solvers import torch_backend as solver
+    draws, solver, _, _ = upfl_modules()
     solver.DRAW_CACHE.entries.clear()
     solver.DRAW_CACHE.bytes = 0
     draws._round_draws.cache_clear()
@@ -67,11 +79,10 @@ def passes(data: str, rounds: int, repeats: int, fresh: bool) -> dict:
     as a bundle's runs with one seed find them."""
     import torch
 
-    from upfl.solvers import numba_backend as solver_numba
-    from upfl.solvers import torch_backend as solver
     from upfl.data import load_leaf
     from upfl.rng import generator
-    from upfl.engine.simulation import Simulation
+    _, solver, solver_numba, simulation = upfl_modules()
+    Simulation = simulation.Simulation
     sys.path.insert(0, str(HERE))
     from engine import w1_config
 
@@ -106,7 +117,7 @@ def passes(data: str, rounds: int, repeats: int, fresh: bool) -> dict:
 
 def w1_digest(data: str) -> dict:
     """sha256 of W1's metrics.csv without the wall-time columns, and the final metrics (FedProx 80, Upcycled-FL 160)."""
-    from upfl.engine.simulation import run
+    run = upfl_modules()[3].run
     sys.path.insert(0, str(HERE))
     from engine import w1_config
 
