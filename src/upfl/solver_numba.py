@@ -107,6 +107,7 @@ def array_data(context, builder, array_type, value):
 
 
 def as_int64(builder, value):
+    """An integer LLVM value widened to 64 bits (indices and counts)."""
     return builder.sext(value, INT64) if value.type.width < 64 else value
 
 
@@ -116,11 +117,13 @@ def row_start(builder, data, row, width):
 
 
 def load_vector(builder, base, offset):
+    """The :data:`LANES` floats from ``base + offset`` as one vector."""
     pointer = builder.gep(base, [offset], inbounds=True, source_etype=ir.FloatType())
     return builder.load(builder.bitcast(pointer, VECTOR.as_pointer()), align=4)
 
 
 def store_vector(builder, vector, base, offset):
+    """``vector`` to the :data:`LANES` floats from ``base + offset``."""
     pointer = builder.gep(base, [offset], inbounds=True, source_etype=ir.FloatType())
     builder.store(vector, builder.bitcast(pointer, VECTOR.as_pointer()), align=4)
 
