@@ -16,6 +16,7 @@ for the ``upfl`` of another source tree (e.g. an older commit: ``git worktree ad
 interleaved in alternating processes, so that before and after see the same machine load.
 
 Run: python benchmarks/engine.py     (writes benchmarks/results/engine.json and prints it)
+     python benchmarks/engine.py --backends numba --baseline TREE     (W1 with the numba solver, this tree and TREE)
      python benchmarks/engine.py --kernels [--baseline TREE]     (only the kernel table, into the same file)
 """
 
@@ -285,11 +286,13 @@ def run_w1(data: str, backend: str, privacy: dict | None, out: Path) -> dict:
     return run(w1_config(data, "fedprox", 80, {}, backend, privacy), out, log=lambda m: None)
 
 
-def spawn(backend: str, data: str, cache_dir: str, only_warm_up: bool = False) -> dict:
-    env = {**os.environ, "NUMBA_CACHE_DIR": cache_dir}
+def spawn(backend: str, data: str, cache_dir: str, only_warm_up: bool = False, tree: str | None = None) -> dict:
+    """The worker's figures for ``backend`` in a fresh process (with the ``upfl`` of source ``tree`` if given)."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": cache_dir, **({"PYTHONPATH": str(Path(tree) / "src")} if tree else {})}
+    load_before = os.getloadavg()
     cmd = [sys.executable, __file__, "--worker", backend, "--data", data] + (["--warm-up-only"] if only_warm_up else [])
     done = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
-    return json.loads(done.stdout)
+    return {**json.loads(done.stdout), "load_average_before": load_before, "load_average_after": os.getloadavg()}
 
 
 def main() -> None:
@@ -298,7 +301,9 @@ def main() -> None:
     parser.add_argument("--data")
     parser.add_argument("--warm-up-only", action="store_true")
     parser.add_argument("--kernels", action="store_true", help="only the kernel table")
-    parser.add_argument("--baseline", help="source tree whose kernels to time too (before and after)")
+    parser.add_argument("--baseline", help="source tree whose kernels (and numba W1 figures) to time too")
+    parser.add_argument("--backends", default="torch,numba", choices=("torch,numba", "torch", "numba"),
+                        help="local solvers to run W1 with (one of them: its section of the JSON file is replaced)")
     parser.add_argument("--kernel-worker", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     out = Path(__file__).parent / "results" / "engine.json"
@@ -318,35 +323,53 @@ def main() -> None:
         json.dump(out, sys.stdout)
         return
     from upfl.data import generate_synthetic
+    backends = args.backends.split(",")
     tmp = Path(tempfile.mkdtemp())
     data = str(generate_synthetic("synthetic_1_1", tmp / "s11"))
     cache = str(tmp / "numba_cache")
-    cold = spawn("numba", data, cache, only_warm_up=True)["warmup_s"]
-    results = {"workload": "W1 " + __doc__.splitlines()[0].split(": ", 1)[1],
-               "authors_per_training_round_s": AUTHORS_PER_TRAINING_ROUND_S,
-               "target_per_training_round_incl_eval_s": AUTHORS_PER_TRAINING_ROUND_S / 10,
-               "torch": torch.__version__, "cpu_count": os.cpu_count(), "load_average_before": os.getloadavg()}
-    for backend in ("torch", "numba"):
-        results[backend] = spawn(backend, data, cache)
-    results["numba"]["cold_compile_s"] = cold
-    results["numba"]["cached_load_s"] = results["numba"].pop("warmup_s")
-    for backend in ("torch", "numba"):
-        r = results[backend]
+    results = json.loads(out.read_text()) if out.exists() and len(backends) < 2 else {}
+    results.update({"workload": "W1 " + __doc__.splitlines()[0].split(": ", 1)[1],
+                    "authors_per_training_round_s": AUTHORS_PER_TRAINING_ROUND_S,
+                    "target_per_training_round_incl_eval_s": AUTHORS_PER_TRAINING_ROUND_S / 10,
+                    "torch": torch.__version__, "cpu_count": os.cpu_count()})
+    measured = {backend: backend for backend in backends}
+    if "numba" in backends:
+        cold = spawn("numba", data, cache, only_warm_up=True)["warmup_s"]
+        if args.baseline:
+            measured["baseline_numba"] = "numba"
+    for key, backend in measured.items():
+        tree = args.baseline if key.startswith("baseline") else None
+        results[key] = spawn(backend, data, cache + ("_baseline" if tree else ""), tree=tree)
+        if backend == "numba":
+            results[key]["cached_load_s"] = results[key].pop("warmup_s")
+        r = results[key]
         worst = max(r[name]["per_training_round_incl_eval_s"] for name in ("fedprox80", "upcycled160"))
         r["worst_per_training_round_incl_eval_s"] = worst
         r["speedup_vs_authors"] = AUTHORS_PER_TRAINING_ROUND_S / worst
         r["target_met"] = worst < AUTHORS_PER_TRAINING_ROUND_S / 10
-    results["numba_speedup_vs_torch_per_training_round"] = (results["torch"]["fedprox80"]["per_training_round_s"]
-                                                            / results["numba"]["fedprox80"]["per_training_round_s"])
-    results["final_abs_diff_numba_vs_torch"] = {
-        name: {k: abs(results["numba"][name]["final"][k] - results["torch"][name]["final"][k])
-               for k in ("train_loss", "train_acc", "test_loss", "test_acc")} for name, *_ in RUNS}
-    results["load_average_after"] = os.getloadavg()
+    if "numba" in backends:
+        results["numba"]["cold_compile_s"] = cold
+    comparisons = ("numba_speedup_vs_torch_per_training_round", "final_abs_diff_numba_vs_torch")
+    for key in comparisons:
+        results.pop(key, None)
+    if {"torch", "numba"} <= set(backends):
+        results["numba_speedup_vs_torch_per_training_round"] = (results["torch"]["fedprox80"]["per_training_round_s"]
+                                                                / results["numba"]["fedprox80"]["per_training_round_s"])
+        results["final_abs_diff_numba_vs_torch"] = {
+            name: {k: abs(results["numba"][name]["final"][k] - results["torch"][name]["final"][k])
+                   for k in ("train_loss", "train_acc", "test_loss", "test_acc")} for name, *_ in RUNS}
     results["kernels"] = kernel_table(args.baseline)
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
     json.dump(results, sys.stdout, indent=2)
     print()
+    for key in measured:
+        r = results[key]
+        print(f"{key:15s} W1 per training round incl. evaluation: FedProx 80 "
+              f"{r['fedprox80']['per_training_round_incl_eval_s'] * 1e3:.3f} ms, Upcycled-FL 160 "
+              f"{r['upcycled160']['per_training_round_incl_eval_s'] * 1e3:.3f} ms; local solve "
+              f"{r['profile_fedprox80_per_round']['local_solve_s'] * 1e3:.3f} ms, evaluation "
+              f"{r['profile_fedprox80_per_round']['evaluation_s'] * 1e3:.3f} ms (load {r['load_average_before']})")
     print_kernel_table(results["kernels"])
 
 

@@ -471,3 +471,27 @@ def test_vectorisable_float64_exp_and_log_are_within_three_units_in_the_last_pla
     assert edges[0] == edges[1] == 0 and edges[2] == edges[3] == np.inf and np.isnan(edges[4]) and edges[5] == 1
     logs = apply(np.array([np.inf, np.nan, 1.0]), 1)
     assert logs[0] == np.inf and np.isnan(logs[1]) and logs[2] == 0
+
+
+def test_logits_of_a_block_of_samples_equal_the_logits_one_sample_at_a_time_bit_for_bit():
+    """:func:`solver_numba.block_dots` (16 samples' dot products halved together) against
+    :func:`solver_numba.row_dot` (one sample): the same additions in the same order, so the same bits."""
+    import numba
+
+    @numba.njit
+    def both(w, x, rows, z):
+        one = np.empty_like(z)
+        for c in range(w.shape[0]):
+            for q in range(0, rows.shape[0] - rows.shape[0] % 16, 16):
+                solver_numba.block_dots(w, c, x, rows, q, z)
+            for b in range(rows.shape[0]):
+                one[c, b] = solver_numba.row_dot(w, c, x, rows[b])
+        return one
+
+    rng = np.random.default_rng(8)
+    for width, classes, count in ((16, 1, 16), (32, 2, 32), (64, 10, 48), (48, 3, 16)):
+        x = rng.standard_normal((90, width)).astype(np.float32)
+        w = rng.standard_normal((classes, width)).astype(np.float32)
+        rows = rng.integers(0, 90, count).astype(np.int64)
+        z = np.empty((classes, count), np.float32)
+        assert np.array_equal(both(w, x, rows, z), z)

@@ -25,9 +25,9 @@ are copied once per solve to ``[x, 1, 0 ...]`` (the multinomial bias as a featur
 its bias folded in) of a multiple of 16 floats, the parameters to rows of the same width, zeros past the
 model's, which stay zero. Summation order at each step (:func:`batch_gradient`, :func:`binary_batch_gradient`):
 
-- a logit <w_c, [x_b, 1]> (:func:`row_dot`): lane l sums the products of columns l, l + 16, ... in column
-  order, one fused multiply-add each; the 16 lane sums are added by halving (lane i + 8 onto lane i, then
-  i + 4, i + 2, i + 1);
+- a logit <w_c, [x_b, 1]> (:func:`row_dot`; :func:`block_dots` makes the same additions for 16 samples at
+  once): lane l sums the products of columns l, l + 16, ... in column order, one fused multiply-add each; the
+  16 lane sums are added by halving (lane i + 8 onto lane i, then i + 4, i + 2, i + 1);
 - the softmax (or the binary coefficient -s / (1 + exp(s z))) for all samples of the batch at once, the samples
   the lanes: exp(z_c - max) by :func:`exp32`, summed in class order, divided by the sum;
 - a gradient entry (:func:`accumulate_rows`): coefficient times feature over the batch's rows, one fused
@@ -107,6 +107,7 @@ def array_data(context, builder, array_type, value):
 
 
 def as_int64(builder, value):
+    """An integer LLVM value widened to 64 bits (indices and counts)."""
     return builder.sext(value, INT64) if value.type.width < 64 else value
 
 
@@ -116,11 +117,13 @@ def row_start(builder, data, row, width):
 
 
 def load_vector(builder, base, offset):
+    """The :data:`LANES` floats from ``base + offset`` as one vector."""
     pointer = builder.gep(base, [offset], inbounds=True, source_etype=ir.FloatType())
     return builder.load(builder.bitcast(pointer, VECTOR.as_pointer()), align=4)
 
 
 def store_vector(builder, vector, base, offset):
+    """``vector`` to the :data:`LANES` floats from ``base + offset``."""
     pointer = builder.gep(base, [offset], inbounds=True, source_etype=ir.FloatType())
     builder.store(vector, builder.bitcast(pointer, VECTOR.as_pointer()), align=4)
 
@@ -164,6 +167,67 @@ def row_dot(typingctx, w, c, x, r):
                             builder.load(total))
             builder.store(product, total)
         return halving_sum(builder, builder.load(total))
+
+    return signature, codegen
+
+
+def shuffle_pair(builder, first, second, lanes):
+    """The lanes ``lanes`` of ``first`` and ``second`` side by side (index >= LANES reads ``second``)."""
+    index = ir.IntType(32)
+    return builder.shuffle_vector(first, second, ir.Constant(ir.VectorType(index, len(lanes)), lanes))
+
+
+def transposed_halving_sums(builder, vectors):
+    """:func:`halving_sum` of each of :data:`LANES` vectors, the results as the lanes of one vector (the same
+    additions in the same order for each; vectors side by side, so that every addition serves them all)."""
+    width = LANES
+    while len(vectors) > 1:
+        half = width // 2
+        merged = []
+        for first, second in zip(vectors[0::2], vectors[1::2]):
+            low, high = [], []
+            for side in (0, LANES):
+                for group in range(LANES // width):
+                    low += [side + group * width + i for i in range(half)]
+                    high += [side + group * width + half + i for i in range(half)]
+            merged.append(builder.fadd(shuffle_pair(builder, first, second, low),
+                                       shuffle_pair(builder, first, second, high)))
+        vectors = merged
+        width = half
+    return vectors[0]
+
+
+@intrinsic
+def block_dots(typingctx, w, c, x, rows, q, z):
+    """z[c, q + s] = <w[c], x[rows[q + s]]> for the :data:`LANES` samples s of a block, each exactly as
+    :func:`row_dot`; the lane sums of the 16 samples are halved together (:func:`transposed_halving_sums`)."""
+    signature = types.none(w, c, x, rows, q, z)
+
+    def codegen(context, builder, sig, args):
+        w_data, _ = array_data(context, builder, sig.args[0], args[0])
+        x_data, x_shape = array_data(context, builder, sig.args[2], args[2])
+        rows_data, _ = array_data(context, builder, sig.args[3], args[3])
+        row_type = context.get_value_type(sig.args[3].dtype)
+        z_data, z_shape = array_data(context, builder, sig.args[5], args[5])
+        width = builder.extract_value(x_shape, 1)
+        cls = as_int64(builder, args[1])
+        first = as_int64(builder, args[4])
+        w_row = row_start(builder, w_data, cls, width)
+        x_rows = []
+        for s in range(LANES):
+            r = builder.load(builder.gep(rows_data, [builder.add(first, ir.Constant(INT64, s))], inbounds=True,
+                                         source_etype=row_type))
+            x_rows.append(row_start(builder, x_data, as_int64(builder, r), width))
+        totals = [cgutils.alloca_once_value(builder, ir.Constant(VECTOR, [0.0] * LANES)) for _ in range(LANES)]
+        with cgutils.for_range(builder, builder.udiv(width, ir.Constant(INT64, LANES))) as loop:
+            offset = builder.mul(loop.index, ir.Constant(INT64, LANES))
+            weights = load_vector(builder, w_row, offset)
+            for x_row, total in zip(x_rows, totals):
+                builder.store(fused(builder, weights, load_vector(builder, x_row, offset), builder.load(total)), total)
+        sums = transposed_halving_sums(builder, [builder.load(total) for total in totals])
+        z_row = row_start(builder, z_data, cls, builder.extract_value(z_shape, 1))
+        store_vector(builder, sums, z_row, first)
+        return context.get_dummy_value()
 
     return signature, codegen
 
@@ -305,15 +369,19 @@ def batch_gradient(wp, xp, y, rows, inv_count, gp, buffers, softmax_first):
     ``softmax_first`` of CE(softmax(p_b), y_b), p_b = softmax(W^T x_b + b) (:func:`softmax_first_residual`).
 
     Padded layout: ``wp`` and the output ``gp`` are (C, Dp) = ``[W^T | b | 0]``, ``xp`` the rows ``[x, 1, 0]``
-    (:func:`padded_rows`); ``rows`` holds sample indices (-1 is padding, weight 0). Logits by :func:`row_dot`, the
-    softmax over all samples at once (:func:`exp32`), the gradient by :func:`accumulate_rows`.
+    (:func:`padded_rows`); ``rows`` holds sample indices (-1 is padding, weight 0). Logits by :func:`block_dots`
+    (:func:`row_dot` for the last samples short of a block), the softmax over all samples at once (:func:`exp32`),
+    the gradient by :func:`accumulate_rows`.
     """
     zt, top, total, weight, safe = buffers
     batch_rows(rows, inv_count, weight, safe)
     nb = rows.shape[0]
     num_classes = zt.shape[0]
-    for b in range(nb):
-        for c in range(num_classes):
+    blocks = nb - nb % LANES
+    for c in range(num_classes):
+        for q in range(0, blocks, LANES):
+            block_dots(wp, c, xp, safe, q, zt)
+        for b in range(blocks, nb):
             zt[c, b] = row_dot(wp, c, xp, safe[b])
     for b in range(nb):
         top[b] = zt[0, b]
@@ -367,14 +435,17 @@ def binary_batch_gradient(wp, xp, y, rows, inv_count, gp, buffers):
 
     :class:`upfl.models.BinaryLogisticRegression` in the padded layout: ``wp`` and the output ``gp`` are (1, Dp) =
     ``[theta | 0]``, ``xp`` the rows ``[x~, 0]`` (bias already folded in), ``y`` the one-hot labels (column 1 =
-    positive). Logits by :func:`row_dot`, the coefficients -s_b / (1 + exp(s_b z_b)) inv_count over all samples at
+    positive). Logits by :func:`block_dots` and :func:`row_dot`, the coefficients -s_b / (1 + exp(s_b z_b)) inv_count over all samples at
     once (:func:`exp32`), the gradient by :func:`accumulate_rows`.
     """
     zt, _, _, weight, safe = buffers
     batch_rows(rows, inv_count, weight, safe)
     nb = rows.shape[0]
     one = DTYPE(1)
-    for b in range(nb):
+    blocks = nb - nb % LANES
+    for q in range(0, blocks, LANES):
+        block_dots(wp, 0, xp, safe, q, zt)
+    for b in range(blocks, nb):
         zt[0, b] = row_dot(wp, 0, xp, safe[b])
     for b in range(nb):
         sign = y[safe[b], 1] + y[safe[b], 1] - one
