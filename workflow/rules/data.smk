@@ -1,6 +1,9 @@
 # Data sets: the paper's synthetic sets are downloaded and converted (RESOURCES/data/paper/); the FedProx
 # generator's draws are generated (RESOURCES/data/generated/); LEAF sets are downloaded and preprocessed
 # (RESOURCES/data/leaf/).
+# Shell quoting: single values are interpolated with `:q`; the flag lists (`{params.overrides}`, `{params.options}`,
+# `{params.checksums}`, `{params.pairs}`) are built in common.smk with every value passed through `shlex.quote`
+# (`:q` would quote the whole list as one word). tests/test_hostile_inputs.py runs names carrying `;` through them.
 
 
 rule paper_dataset:

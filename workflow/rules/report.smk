@@ -1,4 +1,7 @@
 # Tables and figures from the runs of each experiment (upfl report ...), and one named target per table/figure.
+# Shell quoting: single values are interpolated with `:q`; the flag lists (`{params.overrides}`, `{params.options}`,
+# `{params.checksums}`, `{params.pairs}`) are built in common.smk with every value passed through `shlex.quote`
+# (`:q` would quote the whole list as one word). tests/test_hostile_inputs.py runs names carrying `;` through them.
 
 
 rule experiment_runs:
