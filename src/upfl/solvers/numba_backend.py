@@ -82,18 +82,6 @@ EXP_LOW, EXP_HIGH = -87.0, 88.0
 """The range of :func:`exp32`'s polynomial; below it exp is 0, above it inf."""
 
 
-@intrinsic
-def float32_from_bits(typingctx, bits):
-    """The float32 whose IEEE 754 bit pattern is the int32 ``bits`` (a bit cast, vectorisable)."""
-    if bits != types.int32:
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.FloatType())
-
-    return types.float32(types.int32), codegen
-
-
 LANES = 16
 """float32 lanes of the kernels' vectors (one 512-bit register): rows of the padded layout are a multiple long."""
 VECTOR = ir.VectorType(ir.FloatType(), LANES)
@@ -146,6 +134,25 @@ def halving_sum(builder, vector):
         vector = builder.fadd(low, high)
         width = half
     return builder.extract_element(vector, ir.Constant(ir.IntType(32), 0))
+
+
+BIT_CASTS = {types.int32: (types.float32, ir.FloatType()), types.int64: (types.float64, ir.DoubleType()),
+             types.float64: (types.int64, INT64)}
+"""The bit casts :func:`bit_cast` makes: each type to the type of the same width whose IEEE 754 bits it gives."""
+
+
+@intrinsic
+def bit_cast(typingctx, value):
+    """``value``'s bits read as the other type of :data:`BIT_CASTS` (int32 -> float32, int64 -> float64,
+    float64 -> int64): a bit cast, which loops vectorise."""
+    if value not in BIT_CASTS:
+        return None
+    result, ir_type = BIT_CASTS[value]
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir_type)
+
+    return result(value), codegen
 
 
 @intrinsic
@@ -299,7 +306,7 @@ def exp32(v):
     p = p * r + DTYPE(1.6666665459e-1)
     p = p * r + DTYPE(5.0000001201e-1)
     p = p * (r * r) + r + DTYPE(1)
-    e = p * float32_from_bits(np.int32((np.int32(n) + 127) << 23))
+    e = p * bit_cast(np.int32((np.int32(n) + 127) << 23))
     e = e if v >= EXP_LOW else DTYPE(0)
     e = e if v <= EXP_HIGH else DTYPE(np.inf)
     return e if v == v else v
@@ -869,30 +876,6 @@ def personal_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: li
     return torch.from_numpy(flat(local)), torch.from_numpy(flat(theta)), sum(steps) * personal_steps
 
 
-@intrinsic
-def float64_from_bits(typingctx, bits):
-    """The float64 whose IEEE 754 bit pattern is the int64 ``bits`` (a bit cast, vectorisable)."""
-    if bits != types.int64:
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.DoubleType())
-
-    return types.float64(types.int64), codegen
-
-
-@intrinsic
-def bits_of_float64(typingctx, value):
-    """The IEEE 754 bit pattern of the float64 ``value`` as an int64 (a bit cast, vectorisable)."""
-    if value != types.float64:
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], INT64)
-
-    return types.int64(types.float64), codegen
-
-
 @numba.njit(nogil=True, cache=True, inline="always")
 def exp64(v):
     """exp(v) of a float64 in straight-line arithmetic that a loop over rows vectorises: exp(v) = 2^n exp(r),
@@ -918,7 +901,7 @@ def exp64(v):
     p = p * r + 0.5  # 1 / 2!
     p = p * r + 1.0  # 1 / 1!
     p = p * r + 1.0  # 1 / 0!
-    e = p * float64_from_bits((np.int64(n) + 1023) << 52)
+    e = p * bit_cast((np.int64(n) + 1023) << 52)
     e = e if v >= -708.0 else 0.0
     e = e if v <= 709.0 else np.inf
     return e if v == v else v
@@ -929,9 +912,9 @@ def log64(v):
     """log(v) of a positive normal float64 in straight-line arithmetic that a loop over rows vectorises:
     v = m 2^e with m in [sqrt(1/2), sqrt(2)) from the bits, log m = 2 atanh(t), t = (m - 1) / (m + 1), by its
     series to t^23 (|t| <= 0.172: truncation under 1e-18), plus e ln 2 in two parts. inf and NaN stay."""
-    bits = bits_of_float64(v)
+    bits = bit_cast(v)
     e = (bits >> 52) - 1023
-    m = float64_from_bits((bits & 0xFFFFFFFFFFFFF) | (np.int64(1023) << 52))
+    m = bit_cast((bits & 0xFFFFFFFFFFFFF) | (np.int64(1023) << 52))
     big = m > SQRT2
     m = m * 0.5 if big else m
     e = e + 1 if big else e
