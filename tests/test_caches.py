@@ -9,7 +9,7 @@ from upfl import config as cfgmod
 from upfl.engine import draws
 from upfl.engine import simulation
 from upfl.data import generate_synthetic
-from upfl.rng import generator
+from upfl.rng import derive_seed, generator
 from upfl.solvers.torch_backend import DrawCache, batch_plan
 
 
@@ -26,16 +26,16 @@ def test_plan_cache_gives_the_plans_batch_plan_draws_and_keeps_to_its_budget():
     assert all(p.dtype == torch.int32 for p in fresh)
     made = []
 
-    def make_generator(i):
+    def seed_of(i):
         made.append(i)
-        return generator(7, "batches", 3, i)
+        return derive_seed(7, "batches", 3, i)
 
-    got = cache.plans(7, 3, [0, 1, 2, 3], sizes, epochs, 8, make_generator)
+    got = cache.plans(7, 3, [0, 1, 2, 3], sizes, epochs, 8, seed_of)
     assert all(torch.equal(a, b) for a, b in zip(got, fresh)) and made == [0, 1, 2, 3]
     assert cache.bytes <= cache.max_bytes and len(cache.entries) < 4  # the oldest plans were dropped
-    again = cache.plans(7, 3, [2, 3], sizes[2:], epochs[2:], 8, make_generator)
-    assert all(a is b for a, b in zip(again, got[2:])) and made == [0, 1, 2, 3]  # reused: no generator made
-    other = cache.plans(7, 4, [3], [9], [2], 8, lambda i: generator(7, "batches", 4, i))[0]
+    again = cache.plans(7, 3, [2, 3], sizes[2:], epochs[2:], 8, seed_of)
+    assert all(a is b for a, b in zip(again, got[2:])) and made == [0, 1, 2, 3]  # reused: no seed derived
+    other = cache.plans(7, 4, [3], [9], [2], 8, lambda i: derive_seed(7, "batches", 4, i))[0]
     assert torch.equal(other, batch_plan([9], [2], 8, [generator(7, "batches", 4, 3)])[0])
 
 

@@ -1,5 +1,6 @@
-"""The compiled solver's round inputs: batch plans drawn in one compiled call, device rows read from the run's
-pooled rows, plans joined without a copy. Each fast path must give the bytes of the plain one."""
+"""The compiled solver's round inputs: batch plans drawn in one compiled call from the devices' seeds, device rows
+read from the run's pooled rows at the ranges the simulation hands over, plans joined without a copy. Each fast path
+must give the bytes of the plain one."""
 
 from __future__ import annotations
 
@@ -10,24 +11,28 @@ import torch
 from upfl import config as cfgmod
 from upfl.solvers import numba_backend as solver_numba
 from upfl.data import generate_synthetic, load_leaf
-from upfl.rng import generator
+from upfl.rng import derive_seed, generator
 from upfl.engine.simulation import Simulation, run
-from upfl.solvers.torch_backend import DrawCache, batch_plan
+from upfl.solvers.torch_backend import (DrawCache, PooledRound, batch_plan, joined_plan, round_plans,
+                                        seeded_batch_plan)
 
 
 @pytest.mark.parametrize("batch_size", [1, 3, 8, 32, 5000])
 def test_compiled_batch_plans_are_torchs_plans(batch_size):
     sizes = [1, 2, 7, 8, 9, 31, 32, 33, 250, 1700]
     epochs = [3, 1, 4, 2, 5, 1, 3, 2, 6, 2]
+    seeds = [derive_seed(10 + i, "batches", 4, i) for i in range(len(sizes))]
 
-    def fresh():
-        return [generator(10 + i, "batches", 4, i) for i in range(len(sizes))]
-
-    want = batch_plan(sizes, epochs, batch_size, fresh())
-    got = solver_numba.batch_plans(sizes, epochs, batch_size, fresh())
+    want = batch_plan(sizes, epochs, batch_size, [generator(10 + i, "batches", 4, i) for i in range(len(sizes))])
+    got = solver_numba.batch_plans(sizes, epochs, batch_size, seeds)
     assert [p.dtype for p in got] == [torch.int32] * len(sizes)
     assert all(torch.equal(a, b) for a, b in zip(want, got))
+    assert all(torch.equal(a, b) for a, b in zip(want, seeded_batch_plan(sizes, epochs, batch_size, seeds)))
     assert torch.equal(want[3], batch_plan([8], [2], batch_size, [generator(13, "batches", 4, 3)])[0])
+
+
+def seed_of(i):
+    return derive_seed(7, "batches", 3, i)
 
 
 def test_draw_cache_draws_the_plans_it_does_not_keep_together():
@@ -39,37 +44,44 @@ def test_draw_cache_draws_the_plans_it_does_not_keep_together():
         calls.append(len(args[0]))
         return solver_numba.batch_plans(*args)
 
-    def fresh(i):
-        return generator(7, "batches", 3, i)
-
-    first = cache.plans(7, 3, [1, 3], [17, 9], [5, 2], 8, fresh, draw)
-    both = cache.plans(7, 3, [0, 1, 2, 3], sizes, epochs, 8, fresh, draw)
+    first = cache.plans(7, 3, [1, 3], [17, 9], [5, 2], 8, seed_of, draw)
+    both = cache.plans(7, 3, [0, 1, 2, 3], sizes, epochs, 8, seed_of, draw)
     assert calls == [2, 2], "only the plans of devices 0 and 2 are drawn the second time"
     assert both[1] is first[0] and both[3] is first[1]
-    want = batch_plan(sizes, epochs, 8, [fresh(i) for i in range(4)])
+    want = batch_plan(sizes, epochs, 8, [generator(7, "batches", 3, i) for i in range(4)])
     assert all(torch.equal(a, b) for a, b in zip(want, both))
+
+
+def test_round_plans_join_the_plans_and_are_kept_as_one_entry():
+    cache = DrawCache()
+    sizes, epochs = [30, 17, 25, 9], [4, 5, 4, 2]
+    calls = []
+
+    def draw(*args):
+        calls.append(len(args[0]))
+        return solver_numba.batch_plans(*args)
+
+    kept_first = cache.plans(7, 3, [2], [25], [4], 8, seed_of, draw)
+    got = cache.round_plans(7, 3, [0, 1, 2, 3], sizes, epochs, 8, seed_of, draw)
+    again = cache.round_plans(7, 3, [0, 1, 2, 3], sizes, epochs, 8, seed_of, draw)
+    assert again is got and calls == [1, 3]
+    assert got.plans[2] is kept_first[0]
+    want = batch_plan(sizes, epochs, 8, [generator(7, "batches", 3, i) for i in range(4)])
+    assert np.array_equal(got.joined, torch.cat(want).numpy())
+    assert got.offsets.tolist() == np.cumsum([0] + [p.shape[0] for p in want]).tolist()
+    assert all(np.array_equal(got.joined[a:b], p.numpy()) for a, b, p in zip(got.offsets, got.offsets[1:], want))
 
 
 def test_joined_plans_equal_their_concatenation():
     sizes, epochs = [30, 17, 25, 9], [4, 5, 4, 2]
-    compiled = solver_numba.batch_plans(sizes, epochs, 8, [generator(1, "batches", 2, i) for i in range(4)])
-    plain = batch_plan(sizes, epochs, 8, [generator(1, "batches", 2, i) for i in range(4)])
+    seeds = [derive_seed(1, "batches", 2, i) for i in range(4)]
+    compiled = solver_numba.batch_plans(sizes, epochs, 8, seeds)
+    plain = seeded_batch_plan(sizes, epochs, 8, seeds)
     for plans in (compiled, compiled[1:3], [compiled[2], compiled[0]], plain, plain[:1], [compiled[0], plain[1]]):
+        assert torch.equal(joined_plan(plans), torch.cat(plans))
         assert np.array_equal(solver_numba.joined_plans(plans), torch.cat(plans).numpy())
-    joined = solver_numba.joined_plans(compiled)
-    assert np.shares_memory(joined, compiled[0].numpy()), "back-to-back views are read in place"
-
-
-def test_row_blocks_find_pooled_rows_and_refuse_other_tensors():
-    pooled_x, pooled_y = torch.arange(40.0).reshape(10, 4).clone(), torch.eye(2)[torch.arange(10) % 2]
-    xs, ys = list(torch.split(pooled_x, [3, 0, 5, 2])), list(torch.split(pooled_y, [3, 0, 5, 2]))
-    x, y, rows = solver_numba.row_blocks([xs[2], xs[0], xs[3]], [ys[2], ys[0], ys[3]])
-    assert x is pooled_x and y is pooled_y and rows.tolist() == [[3, 8], [0, 3], [8, 10]]
-    assert solver_numba.row_blocks([xs[0].clone()], [ys[0]]) is None
-    assert solver_numba.row_blocks([xs[0]], [ys[2]]) is None, "labels of other rows"
-    assert solver_numba.row_blocks([pooled_x[:, :2]], [pooled_y]) is None
-    flat = torch.arange(40.0)
-    assert solver_numba.row_blocks([flat.view(10, 4)[:3]], [ys[0]]) is None, "rows of a view of another shape"
+        assert np.array_equal(round_plans(plans).joined, torch.cat(plans).numpy())
+    assert np.shares_memory(joined_plan(compiled).numpy(), compiled[0].numpy()), "back-to-back views are read in place"
 
 
 @pytest.fixture(scope="module")
@@ -87,11 +99,18 @@ def test_a_round_on_pooled_rows_equals_a_round_on_separate_tensors(data, model):
     chosen = [4, 1, 7, 2]
     plans = batch_plan([sim.device_sizes[i] for i in chosen], [3, 1, 2, 3], sim.batch_size,
                        [generator(3, "batches", 1, i) for i in chosen])
+    rows = PooledRound(sim.train_x, sim.train_onehot, sim.row_ranges[chosen], round_plans(plans))
+    assert all(torch.equal(sim.train_x[a:b], sim.xs[i]) for (a, b), i in zip(rows.rows, chosen))
     pooled, _ = sim.local_solve(sim.model, w, [sim.xs[i] for i in chosen], [sim.ys[i] for i in chosen], plans,
-                                0.5, 0.05, 0.5)
+                                0.5, 0.05, 0.5, pooled=rows)
     separate, _ = sim.local_solve(sim.model, w, [sim.xs[i].clone() for i in chosen],
                                   [sim.ys[i].clone() for i in chosen], plans, 0.5, 0.05, 0.5)
     assert torch.equal(pooled, separate)
+    personal = sim.local_solve.personal_solve(sim.model, w, [sim.xs[i] for i in chosen], [sim.ys[i] for i in chosen],
+                                              plans, 0.05, 15.0, 0.01, 2, pooled=rows)
+    plain = sim.local_solve.personal_solve(sim.model, w, [sim.xs[i] for i in chosen], [sim.ys[i] for i in chosen],
+                                           plans, 0.05, 15.0, 0.01, 2)
+    assert all(torch.equal(a, b) for a, b in zip(personal[:2], plain[:2])) and personal[2] == plain[2]
 
 
 def test_a_run_with_the_compiled_inputs_gives_the_plain_inputs_bytes(data, tmp_path, monkeypatch):
@@ -104,7 +123,7 @@ def test_a_run_with_the_compiled_inputs_gives_the_plain_inputs_bytes(data, tmp_p
 
     def plain(self):
         init(self)
-        self.batch_plan = batch_plan
+        self.batch_plan, self.reads_pooled_rows = seeded_batch_plan, False
         self.xs, self.ys = [x.clone() for x in self.xs], [y.clone() for y in self.ys]
 
     monkeypatch.setattr(Simulation, "__post_init__", plain)

@@ -31,10 +31,15 @@ def derive_seed(seed: int, stream: str, *keys: int) -> int:
 
 def generator(seed: int, stream: str, *keys: int, device: "str | torch.device" = "cpu") -> "torch.Generator":
     """A ``torch.Generator`` for one stream and key tuple (torch is imported here, not with the module)."""
+    return seeded_generator(derive_seed(seed, stream, *keys), device)
+
+
+def seeded_generator(derived: int, device: "str | torch.device" = "cpu") -> "torch.Generator":
+    """A ``torch.Generator`` seeded with a seed :func:`derive_seed` made (torch is imported here)."""
     import torch
 
     g = torch.Generator(device=device)
-    g.manual_seed(derive_seed(seed, stream, *keys))
+    g.manual_seed(derived)
     return g
 
 

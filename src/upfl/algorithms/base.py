@@ -44,6 +44,13 @@ class ClientRound:
     momentum: float
     generator: torch.Generator | None
     """The round's ``dropout`` stream for models that draw randomness."""
+    pooled: Any = None
+    """For a solver that ``reads_pooled_rows``: the devices as blocks of the run's pooled rows and their joined plans
+    (:class:`upfl.solvers.torch_backend.PooledRound`), else None."""
+
+    def solver_inputs(self) -> dict[str, Any]:
+        """The keyword arguments the round adds to the solver's (``pooled`` where the simulation made it)."""
+        return {} if self.pooled is None else {"pooled": self.pooled}
 
     @property
     def steps(self) -> list[int]:
@@ -103,7 +110,7 @@ class Algorithm(ABC):
     def local_solve(self, w: torch.Tensor, rnd: ClientRound, linear: torch.Tensor | None) -> tuple[torch.Tensor, int]:
         """Algorithm 1 line 4: every device's local model from ``w``; returns ((k, P) models, total SGD steps)."""
         return rnd.solve(rnd.model, w, rnd.xs, rnd.ys, rnd.plans, self.proximal_mu, rnd.lr, rnd.momentum,
-                         linear_term=linear, generator=rnd.generator)
+                         linear_term=linear, generator=rnd.generator, **rnd.solver_inputs())
 
     def client_update(self, w: torch.Tensor, local: torch.Tensor, rnd: ClientRound) -> None:
         """Update per-device state from the devices' own (not yet released) local models."""

@@ -73,7 +73,7 @@ class PFedMe(Algorithm):
             self.trained = torch.zeros(self.num_devices, dtype=w.dtype, device=w.device)
         solve = getattr(rnd.solve, "personal_solve", personal_solve)
         local, theta, steps = solve(rnd.model, w, rnd.xs, rnd.ys, rnd.plans, rnd.lr, a.personal_lambda,
-                                    a.personal_lr, a.personal_steps, generator=rnd.generator)
+                                    a.personal_lr, a.personal_steps, generator=rnd.generator, **rnd.solver_inputs())
         self.personal[rnd.chosen] = theta
         self.trained[rnd.chosen] = 1.0
         return local, steps

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from .. import config as cfgmod
@@ -28,9 +29,9 @@ from ..models import build_model
 from ..privacy.accounting import per_device, privacy_report
 from ..privacy.mechanisms import (objective_noise_draws, output_perturbation, scale_objective_noise,
                                  standard_normal_rows)
-from ..rng import generator
+from ..rng import derive_seed, generator
 from .runfolder import check_out
-from ..solvers.torch_backend import DRAW_CACHE, batch_plan, select_local_solver
+from ..solvers.torch_backend import DRAW_CACHE, PooledRound, seeded_batch_plan, select_local_solver
 
 METRIC_COLUMNS = ["iteration", "kind", "train_loss", "train_acc", "test_loss", "test_acc", "devices",
                   "local_steps", "data_accesses", "wall_s", "cum_wall_s"]
@@ -73,7 +74,7 @@ class Simulation:
         ds.check_labels()
         self.model = build_model(c.model.name, ds, c.model.options, c.model.softmax_before_loss)
         self.local_solve = select_local_solver(c.solver.backend, self.model, self.device, c.threads)
-        self.batch_plan = getattr(self.local_solve, "batch_plan", batch_plan)
+        self.batch_plan = getattr(self.local_solve, "batch_plan", seeded_batch_plan)
         self.num_training_rounds = training_rounds_before(c.algorithm.name, c.rounds)
         self.algorithm = build_algorithm(c, len(ds.train_users), self.model.num_params, self.num_training_rounds)
         p = c.privacy
@@ -85,8 +86,13 @@ class Simulation:
         self.batch_size = plan_batch_size(c.solver.batch_size, self.device_sizes)
         self.train_x = torch.cat([self._x(ds.train_x[u]) for u in self.devices])
         self.train_y = torch.cat([torch.as_tensor(ds.train_y[u]) for u in self.devices]).to(self.device)
+        self.train_onehot = torch.eye(self.num_classes, device=self.device)[self.train_y]
         self.xs = list(torch.split(self.train_x, self.device_sizes))
-        self.ys = list(torch.split(torch.eye(self.num_classes, device=self.device)[self.train_y], self.device_sizes))
+        self.ys = list(torch.split(self.train_onehot, self.device_sizes))
+        ends = np.cumsum(self.device_sizes, dtype=np.int64)
+        self.row_ranges = np.stack([ends - np.asarray(self.device_sizes, dtype=np.int64), ends], axis=1)
+        """(N, 2): device i's rows of the pooled training rows (``train_x``, ``train_onehot``)."""
+        self.reads_pooled_rows = getattr(self.local_solve, "reads_pooled_rows", False)
         test = [u for u in ds.users if len(ds.test_y[u])]
         self.test_x = torch.cat([self._x(ds.test_x[u]) for u in test]) if test else None
         self.test_y = torch.cat([torch.as_tensor(ds.test_y[u]) for u in test]).to(self.device) if test else None
@@ -132,13 +138,15 @@ class Simulation:
         chosen, epochs = round_participants(c, round_k, n)
         if not chosen:
             return w, 0, 0
-        plans = DRAW_CACHE.plans(c.seed, round_k, chosen, [self.device_sizes[i] for i in chosen],
-                                 [epochs[i] for i in chosen], self.batch_size,
-                                 lambda i: generator(c.seed, "batches", round_k, i), self.batch_plan)
+        plans = DRAW_CACHE.round_plans(c.seed, round_k, chosen, [self.device_sizes[i] for i in chosen],
+                                       [epochs[i] for i in chosen], self.batch_size,
+                                       lambda i: derive_seed(c.seed, "batches", round_k, i), self.batch_plan)
         dropout = generator(c.seed, "dropout", round_k) if getattr(self.model, "needs_generator", False) else None
         sizes = torch.tensor([self.device_sizes[i] for i in chosen], dtype=torch.float32, device=self.device)
-        rnd = ClientRound(chosen, [self.xs[i] for i in chosen], [self.ys[i] for i in chosen], plans, sizes,
-                          self.model, self.local_solve, c.solver.lr, c.solver.momentum, dropout)
+        pooled = (PooledRound(self.train_x, self.train_onehot, self.row_ranges[chosen], plans)
+                  if self.reads_pooled_rows else None)
+        rnd = ClientRound(chosen, [self.xs[i] for i in chosen], [self.ys[i] for i in chosen], plans.plans, sizes,
+                          self.model, self.local_solve, c.solver.lr, c.solver.momentum, dropout, pooled)
         alg = self.algorithm
         noise = self.objective_noise(round_k, chosen) if self.alphas is not None else None
         linear = add_terms(alg.linear_term(w, rnd), noise)

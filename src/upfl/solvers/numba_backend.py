@@ -595,7 +595,7 @@ def personal_devices_serial(local, theta, wg, x, y, x_rows, plan, plan_offsets, 
 MT19937_WORDS = 624
 RANDPERM_SWAP_LIMIT = (2**32 - 1) // 20
 """torch.randperm on the CPU shuffles n < this by Fisher-Yates with ``random() % (n - i)`` (a larger n draws 64-bit
-numbers); :func:`batch_plans` falls back to :func:`upfl.solvers.torch_backend.batch_plan` beyond it."""
+numbers); :func:`batch_plans` refuses devices this large."""
 
 
 @numba.njit(nogil=True, cache=True)
@@ -672,19 +672,17 @@ def shuffle_plans(seeds, sizes, epochs, plan, offsets):
             start += span
 
 
-def batch_plans(sizes: list[int], epochs: list[int], batch_size: int,
-                generators: list[torch.Generator]) -> list[torch.Tensor]:
-    """:func:`upfl.solvers.torch_backend.batch_plan` in one compiled call, the same plans bit for bit; the generators must be freshly
-    seeded (their ``initial_seed`` is all that is read). Views of one int32 array (a kept plan keeps its round's
-    array)."""
+def batch_plans(sizes: list[int], epochs: list[int], batch_size: int, seeds: list[int]) -> list[torch.Tensor]:
+    """:func:`upfl.solvers.torch_backend.seeded_batch_plan` in one compiled call, the same plans bit for bit (device i's
+    generator seeded ``seeds[i]``). Views of one int32 array (a kept plan keeps its round's array)."""
     if max(sizes, default=0) >= RANDPERM_SWAP_LIMIT:
-        from .solver import batch_plan
-        return batch_plan(sizes, epochs, batch_size, generators)
+        raise ValueError(f"a device of {max(sizes)} samples: the compiled batch plans reproduce torch.randperm below "
+                         f"{RANDPERM_SWAP_LIMIT} samples only; use solver.backend: torch")
     steps = [-(-n // batch_size) * e for n, e in zip(sizes, epochs)]
     offsets = offsets_of(steps)
     plan = np.empty((int(offsets[-1]), batch_size), dtype=np.int32)
-    shuffle_plans(np.array([g.initial_seed() for g in generators], dtype=np.uint64), np.array(sizes, dtype=np.int64),
-                  np.array(epochs, dtype=np.int64), plan, offsets)
+    shuffle_plans(np.array(seeds, dtype=np.uint64), np.array(sizes, dtype=np.int64), np.array(epochs, dtype=np.int64),
+                  plan, offsets)
     whole = torch.from_numpy(plan)
     bounds = offsets.tolist()
     return [whole[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
@@ -764,67 +762,36 @@ def device_rows(model, xs, ys, binary) -> tuple[np.ndarray, np.ndarray, dict[int
     return x, torch.cat(ys).numpy().astype(DTYPE, copy=False), rows
 
 
-def row_blocks(xs, ys) -> tuple[torch.Tensor, torch.Tensor, np.ndarray] | None:
-    """(x, y, (k, 2) row ranges) when every x_i is a block of rows of one contiguous tensor x and y_i the same rows
-    of one y (the simulation's devices are views of its pooled training rows, :class:`upfl.engine.simulation.Simulation`);
-    else None."""
-    x, y = xs[0]._base, ys[0]._base
-    if (x is None or y is None or x.shape[0] != y.shape[0] or x.shape[1:] != xs[0].shape[1:]
-            or y.shape[1:] != ys[0].shape[1:] or not (x.is_contiguous() and y.is_contiguous())):
-        return None
-    stride_x, stride_y, start_x, start_y = x.stride(0), y.stride(0), x.storage_offset(), y.storage_offset()
-    rows = []
-    for xi, yi in zip(xs, ys):
-        if xi._base is not x or yi._base is not y or xi.shape[0] != yi.shape[0]:
-            return None
-        first, rest = divmod(xi.storage_offset() - start_x, stride_x)
-        if rest or (yi.storage_offset() - start_y) != first * stride_y:
-            return None
-        rows.append((first, first + xi.shape[0]))
-    return x, y, np.array(rows, dtype=np.int64).reshape(len(xs), 2)
-
-
 def joined_plans(plans: list[torch.Tensor]) -> np.ndarray:
-    """The plans as one int32 (steps, B) array: the rows of the array they are views of when they lie back to back in
-    it (a round's plans drawn together by :func:`batch_plans`), else their concatenation."""
-    base, width = plans[0]._base, plans[0].shape[1]
-    if (base is not None and base.dim() == 2 and base.shape[1] == width and base.is_contiguous()
-            and all(p._base is base and p.is_contiguous() for p in plans)):
-        start = plans[0].storage_offset()
-        end = start
-        for p in plans:
-            if p.storage_offset() != end:
-                break
-            end += p.numel()
-        else:
-            return base.numpy()[start // width:end // width]
+    """The plans as one int32 (steps, B) array (their concatenation)."""
     return np.concatenate([p.numpy() for p in plans]).astype(np.int32, copy=False)
 
 
-def pack(model, w_global, xs, ys, plans, threads):
+def pack(model, w_global, xs, ys, plans, threads, pooled=None):
     """The kernels' shared inputs: (wg, x, y, (k, 2) row ranges of the devices in x, int32 plan, plan offsets), the schedule
     (assignment, worker offsets, binary, softmax first; no assignment for one worker), the layout function, its inverse and the
-    devices' step counts. Devices that are row blocks of one pooled tensor (:func:`row_blocks`) read their rows from
-    that tensor's arrays, made once per run; other device sets have theirs made per set (:data:`DEVICE_ROWS`)."""
-    steps = [int(p.shape[0]) for p in plans]
-    workers = max(1, min(len(xs), threads or numba.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
+    devices' step counts. With ``pooled`` (:class:`upfl.solvers.torch_backend.PooledRound`, the simulation's rounds)
+    the devices' rows are read from the pooled rows' arrays, made once per run, at the row ranges it names, and the
+    plans are its joined ones; other device sets have their rows made per set (:data:`DEVICE_ROWS`)."""
     binary = isinstance(model, BinaryLogisticRegression)
     tag = (binary, getattr(model, "bias", None))
-    blocks = row_blocks(xs, ys)
-    if blocks is not None:
-        pooled_x, pooled_y, x_rows = blocks
-        x, y, _ = DEVICE_ROWS.get([(pooled_x, pooled_y)], tag,
-                                  lambda: device_rows(model, [pooled_x], [pooled_y], binary))
+    if pooled is not None:
+        x, y, _ = DEVICE_ROWS.get([(pooled.x, pooled.y)], tag, lambda: device_rows(model, [pooled.x], [pooled.y], binary))
+        x_rows, plan, offsets = pooled.rows, pooled.plans.joined, pooled.plans.offsets
+        steps = np.diff(offsets).tolist()
     else:
         x, y, rows = DEVICE_ROWS.get(list(zip(xs, ys)), tag, lambda: device_rows(model, xs, ys, binary),
                                      any_order=True)
         x_rows = np.array([rows[id(t)] for t in xs], dtype=np.int64).reshape(len(xs), 2)
-    plan = joined_plans(plans)
+        plan = joined_plans(plans)
+        steps = [int(p.shape[0]) for p in plans]
+        offsets = offsets_of(steps)
+    workers = max(1, min(len(steps), threads or numba.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
     dim = x.shape[1]
     layout = (lambda a: np.ascontiguousarray(a[..., None, :])) if binary else (lambda a: to_class_major(a, dim))
     flat = (lambda a: np.ascontiguousarray(a[:, 0, :])) if binary else from_class_major
     wg = layout(w_global.numpy().astype(DTYPE, copy=False))
-    inputs = (wg, x, y, x_rows, plan, offsets_of(steps))
+    inputs = (wg, x, y, x_rows, plan, offsets)
     kind = (binary, bool(getattr(model, "softmax_before_loss", False)))
     schedule = (*balance(steps, workers), *kind) if workers > 1 else (None, None, *kind)
     return inputs, schedule, layout, flat, steps
@@ -838,16 +805,16 @@ def several_workers(schedule) -> bool:
 def local_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: list[torch.Tensor],
                 plans: list[torch.Tensor], mu: float, lr: float, momentum: float,
                 linear_term: torch.Tensor | None = None, generator: torch.Generator | None = None,
-                threads: int = 0) -> tuple[torch.Tensor, int]:
+                threads: int = 0, pooled=None) -> tuple[torch.Tensor, int]:
     """:func:`upfl.solvers.torch_backend.local_solve` for :class:`upfl.models.LogisticRegression` and
     :class:`upfl.models.BinaryLogisticRegression` on the CPU.
 
     Returns the (k, P) local models (float32, input device order) and the total SGD steps.
     ``generator`` is ignored (the model draws nothing); ``threads`` > 0 caps the worker threads
-    (default: numba's thread count).
+    (default: numba's thread count); ``pooled``: the devices as blocks of pooled rows (:func:`pack`).
     """
-    inputs, schedule, layout, flat, steps = pack(model, w_global, xs, ys, plans, threads)
-    k, wg = len(xs), inputs[0]
+    inputs, schedule, layout, flat, steps = pack(model, w_global, xs, ys, plans, threads, pooled)
+    k, wg = len(steps), inputs[0]
     has_lin = linear_term is not None
     lin = layout(linear_term.numpy().astype(DTYPE, copy=False)) if has_lin else np.zeros((k, 0, 0), DTYPE)
     hyper = np.array([mu, lr, momentum], dtype=DTYPE)
@@ -862,12 +829,12 @@ def local_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: list[
 def personal_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: list[torch.Tensor],
                    plans: list[torch.Tensor], lr: float, personal_lambda: float, personal_lr: float,
                    personal_steps: int, generator: torch.Generator | None = None,
-                   threads: int = 0) -> tuple[torch.Tensor, torch.Tensor, int]:
+                   threads: int = 0, pooled=None) -> tuple[torch.Tensor, torch.Tensor, int]:
     """:func:`upfl.algorithms.pfedme.personal_solve` (pFedMe's local solve, Dinh et al. 2020, Algorithm 1)
     for the two logistic-regression models on the CPU: ((k, P) local models w_i, (k, P) personal models
     theta_i, total SGD steps times ``personal_steps``), float32, input device order."""
-    inputs, schedule, _, flat, steps = pack(model, w_global, xs, ys, plans, threads)
-    local, theta = (np.empty((len(xs),) + inputs[0].shape, dtype=DTYPE) for _ in range(2))
+    inputs, schedule, _, flat, steps = pack(model, w_global, xs, ys, plans, threads, pooled)
+    local, theta = (np.empty((len(steps),) + inputs[0].shape, dtype=DTYPE) for _ in range(2))
     hyper = np.array([personal_lambda, personal_lr, lr * personal_lambda], dtype=DTYPE)
     if several_workers(schedule):
         personal_devices(local, theta, *inputs, hyper, personal_steps, *schedule)
@@ -1096,6 +1063,8 @@ local_solve.evaluate = evaluate
 """... and the compiled evaluation of its models (:meth:`upfl.engine.simulation.Simulation.evaluate_model` uses it)."""
 local_solve.batch_plan = batch_plans
 """... and the compiled batch plans (:meth:`upfl.engine.simulation.Simulation.training_round` draws with it)."""
+local_solve.reads_pooled_rows = True
+"""... and it reads a round's devices as blocks of the pooled rows (``pooled``, :func:`pack`) where the caller has them."""
 
 
 @functools.lru_cache(maxsize=None)
@@ -1114,6 +1083,6 @@ def warm_up(threads: int = 0) -> None:
                [torch.zeros(1, 1, dtype=torch.int32)] * k)
     local_solve(*problem, 1.0, 0.1, 0.5, threads=threads)
     personal_solve(*problem, 0.1, 1.0, 0.1, 1, threads=threads)
-    batch_plans([2], [1], 1, [torch.Generator()])
+    batch_plans([2], [1], 1, [0])
     for binary in (False, True):
         evaluate_rows(np.zeros((1, 2), DTYPE), np.zeros((1, 1), DTYPE), np.zeros(1, np.int64), binary, 1.0, False)

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Callable
+from typing import Callable, NamedTuple
 
+import numpy as np
 import torch
 
 from .caches import BoundedCache
 from ..errors import ConfigError
 from ..models import BinaryLogisticRegression, LogisticRegression
+from ..rng import seeded_generator
 
 CHUNK_STEPS = 64
 
@@ -35,6 +37,58 @@ def batch_plan(sizes: list[int], epochs: list[int], batch_size: int, generators:
     return plans
 
 
+def seeded_batch_plan(sizes: list[int], epochs: list[int], batch_size: int, seeds: list[int]) -> list[torch.Tensor]:
+    """:func:`batch_plan` with device i's generator seeded ``seeds[i]`` (a seed of :func:`upfl.rng.derive_seed`)."""
+    return batch_plan(sizes, epochs, batch_size, [seeded_generator(s) for s in seeds])
+
+
+def joined_plan(plans: list[torch.Tensor]) -> torch.Tensor:
+    """The plans as one int32 (steps, B) tensor: the rows of the tensor they are views of when they lie back to back
+    in it (a round's plans drawn together), else their concatenation."""
+    base, width = plans[0]._base, plans[0].shape[1]
+    if (base is not None and base.dim() == 2 and base.shape[1] == width and base.is_contiguous()
+            and all(p._base is base and p.is_contiguous() for p in plans)):
+        start = end = plans[0].storage_offset()
+        for p in plans:
+            if p.storage_offset() != end:
+                break
+            end += p.numel()
+        else:
+            return base[start // width:end // width]
+    return torch.cat(plans).to(torch.int32)
+
+
+class RoundPlans(NamedTuple):
+    """The batch plans of a round's devices, separately and joined (the compiled solver reads the joined ones)."""
+
+    plans: list[torch.Tensor]
+    """Per device, (steps_i, B) int32 sample indices (:func:`batch_plan`)."""
+    joined: np.ndarray
+    """The plans one after the other, (sum of steps_i, B) int32."""
+    offsets: np.ndarray
+    """int64: device i's plan is ``joined[offsets[i]:offsets[i + 1]]``."""
+
+
+class PooledRound(NamedTuple):
+    """A round's devices as blocks of a run's pooled training rows, with their joined plans: what the compiled
+    solver reads instead of recovering it from the per-device tensors (``local_solve(..., pooled=...)``)."""
+
+    x: torch.Tensor
+    """The run's pooled features, (N, ...) (every device's rows, one after the other)."""
+    y: torch.Tensor
+    """The same rows' one-hot labels, (N, C)."""
+    rows: np.ndarray
+    """(k, 2) int64: device i's rows are ``x[rows[i, 0]:rows[i, 1]]``."""
+    plans: RoundPlans
+    """The devices' batch plans."""
+
+
+def round_plans(plans: list[torch.Tensor]) -> RoundPlans:
+    """:class:`RoundPlans` of ``plans``."""
+    steps = [int(p.shape[0]) for p in plans]
+    return RoundPlans(plans, joined_plan(plans).numpy(), np.cumsum([0] + steps, dtype=np.int64))
+
+
 class DrawCache(BoundedCache):
     """Draws kept across the runs of one process, at most ``max_bytes`` of them (least recently used dropped first).
 
@@ -49,11 +103,11 @@ class DrawCache(BoundedCache):
         super().__init__(max_bytes)
 
     def plans(self, seed: int, round_k: int, devices: list[int], sizes: list[int], epochs: list[int],
-              batch_size: int, make_generator: Callable[[int], torch.Generator],
-              draw: Callable = batch_plan) -> list[torch.Tensor]:
-        """:func:`batch_plan` of the devices, each kept or drawn with ``make_generator(device)`` (called only for
-        the plans not kept); the plans not kept are drawn together by ``draw`` (:func:`batch_plan`, or the compiled
-        solver's ``batch_plan``: the same numbers)."""
+              batch_size: int, seed_of: Callable[[int], int],
+              draw: Callable = seeded_batch_plan) -> list[torch.Tensor]:
+        """:func:`batch_plan` of the devices, each kept or drawn from the seed ``seed_of(device)`` (called only for
+        the plans not kept); the plans not kept are drawn together by ``draw`` (:func:`seeded_batch_plan`, or the
+        compiled solver's ``batch_plan``: the same numbers)."""
         keys = [("plan", seed, round_k, i, n, e, batch_size) for i, n, e in zip(devices, sizes, epochs)]
         kept = [self.entries.get(key) for key in keys]
         missing = [j for j, entry in enumerate(kept) if entry is None]
@@ -62,9 +116,18 @@ class DrawCache(BoundedCache):
                 self.entries.move_to_end(key)
             return [entry[0] for entry in kept]
         drawn = dict(zip(missing, draw([sizes[j] for j in missing], [epochs[j] for j in missing], batch_size,
-                                       [make_generator(devices[j]) for j in missing])))
+                                       [seed_of(devices[j]) for j in missing])))
         values = [drawn[j] if entry is None else entry[0] for j, entry in enumerate(kept)]
         return [self.get(key, lambda value=value: value) for key, value in zip(keys, values)]
+
+    def round_plans(self, seed: int, round_k: int, devices: list[int], sizes: list[int], epochs: list[int],
+                    batch_size: int, seed_of: Callable[[int], int],
+                    draw: Callable = seeded_batch_plan) -> RoundPlans:
+        """:meth:`plans` of a round's devices as :class:`RoundPlans`, kept as one entry too (a later run of the
+        seed with the same devices finds the round's in one look-up; its bytes count twice against the bound)."""
+        key = ("round_plans", seed, round_k, tuple(devices), tuple(sizes), tuple(epochs), batch_size)
+        return self.get(key, lambda: round_plans(self.plans(seed, round_k, devices, sizes, epochs, batch_size,
+                                                            seed_of, draw)))
 
 
 DRAW_CACHE = DrawCache()
@@ -137,8 +200,9 @@ def local_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: list[
 def numba_solver(threads: int = 0) -> Callable | None:
     """The compiled logistic-regression solver (:mod:`upfl.solvers.numba_backend`), compiled or loaded from
     numba's cache now; None when numba does not import. It carries pFedMe's compiled local solve as
-    ``.personal_solve``, the compiled evaluation of its models as ``.evaluate`` and the compiled
-    :func:`batch_plan` as ``.batch_plan``."""
+    ``.personal_solve``, the compiled evaluation of its models as ``.evaluate``, the compiled
+    :func:`seeded_batch_plan` as ``.batch_plan``, and ``.reads_pooled_rows`` (it takes ``pooled``, a
+    :class:`PooledRound`)."""
     try:
         from . import numba_backend as solver_numba
     except ImportError:
@@ -150,6 +214,7 @@ def numba_solver(threads: int = 0) -> Callable | None:
     solve.personal_solve = functools.partial(solver_numba.personal_solve, threads=threads)
     solve.evaluate = solver_numba.evaluate
     solve.batch_plan = solver_numba.batch_plans
+    solve.reads_pooled_rows = True
     return solve
 
 
