@@ -15,13 +15,13 @@ Per-device and server state lives in the algorithm object and is saved with the 
 from __future__ import annotations
 
 from abc import ABC
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
 import torch
 
 from .. import names
-from .updates import weighted_average
+from .updates import average, size_weights
 
 
 @dataclass
@@ -47,6 +47,11 @@ class ClientRound:
     pooled: Any = None
     """For a solver that ``reads_pooled_rows``: the devices as blocks of the run's pooled rows and their joined plans
     (:class:`upfl.solvers.torch_backend.PooledRound`), else None."""
+    weights: torch.Tensor = field(init=False)
+    """p_i = |D_i| / sum_j |D_j| over the round's devices (Algorithm 1 line 6), made with the round (before the solve)."""
+
+    def __post_init__(self) -> None:
+        self.weights = size_weights(self.sizes)
 
     def solver_inputs(self) -> dict[str, Any]:
         """The keyword arguments the round adds to the solver's (``pooled`` where the simulation made it)."""
@@ -57,10 +62,6 @@ class ClientRound:
         """tau_i: every device's number of local SGD steps this round (stragglers run fewer)."""
         return [int(p.shape[0]) for p in self.plans]
 
-    @property
-    def weights(self) -> torch.Tensor:
-        """p_i = |D_i| / sum_j |D_j| over the round's devices (Algorithm 1 line 6)."""
-        return self.sizes / self.sizes.sum()
 
 
 class Algorithm(ABC):
@@ -117,7 +118,7 @@ class Algorithm(ABC):
 
     def server_update(self, w: torch.Tensor, released: torch.Tensor, rnd: ClientRound) -> torch.Tensor:
         """The next global model from the released local models (default: the weighted average)."""
-        return weighted_average(released, rnd.sizes)
+        return average(released, rnd.weights)
 
     def evaluate_extra(self, sim, w: torch.Tensor) -> dict[str, float]:
         """Values of :attr:`extra_metrics` for the current global model."""

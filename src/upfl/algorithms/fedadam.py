@@ -6,7 +6,7 @@ import torch
 
 from .. import names
 from .base import Algorithm
-from .updates import weighted_average
+from .updates import average
 
 
 class FedAdam(Algorithm):
@@ -33,7 +33,7 @@ class FedAdam(Algorithm):
         if self.first_moment is None:
             self.first_moment = self.zeros(w)
             self.second_moment = torch.full_like(w, a.tau ** 2)
-        delta = weighted_average(released, rnd.sizes) - w
+        delta = average(released, rnd.weights) - w
         self.first_moment = a.beta1 * self.first_moment + (1 - a.beta1) * delta
         self.second_moment = self.second_moment_update(self.second_moment, delta * delta)
         return w + self.server_lr * self.first_moment / (self.second_moment.sqrt() + a.tau)

@@ -10,7 +10,7 @@ import torch
 
 from .. import names
 from .base import Algorithm
-from .updates import weighted_average
+from .updates import average
 
 
 class FedAvgM(Algorithm):
@@ -28,7 +28,7 @@ class FedAvgM(Algorithm):
 
     def server_update(self, w, released, rnd):
         beta = self.cfg.server_momentum
-        g = w - weighted_average(released, rnd.sizes)
+        g = w - average(released, rnd.weights)
         self.velocity = g.clone() if self.velocity is None else self.velocity.mul_(beta).add_(g)
         step = g + beta * self.velocity if self.cfg.nesterov else self.velocity
         return w - self.server_lr * step

@@ -10,7 +10,7 @@ import torch
 
 from .. import names
 from .base import Algorithm
-from .updates import weighted_average
+from .updates import average
 
 
 class FedDyn(Algorithm):
@@ -46,7 +46,7 @@ class FedDyn(Algorithm):
     def server_update(self, w, released, rnd):
         alpha = self.cfg.alpha
         self.server_state = self.server_state - alpha / self.num_devices * (released - w).sum(0)
-        return weighted_average(released, rnd.sizes) - self.server_state / alpha
+        return average(released, rnd.weights) - self.server_state / alpha
 
     def _state(self):
         return {"server_state": self.server_state, "device_gradients": self.device_gradients}

@@ -14,7 +14,7 @@ import torch
 from .. import names
 from ..solvers.torch_backend import pad_devices
 from .base import Algorithm
-from .updates import weighted_average
+from .updates import average
 
 
 def personal_solve(model, w_global, xs, ys, plans, lr, personal_lambda, personal_lr, personal_steps,
@@ -79,7 +79,7 @@ class PFedMe(Algorithm):
         return local, steps
 
     def server_update(self, w, released, rnd):
-        return w + self.server_lr * (weighted_average(released, rnd.sizes) - w)
+        return w + self.server_lr * (average(released, rnd.weights) - w)
 
     def evaluate_extra(self, sim, w):
         """Accuracy of every device's personal model on its own train and test data (the current global model

@@ -10,7 +10,7 @@ import torch
 
 from .. import names
 from .base import Algorithm
-from .updates import weighted_average
+from .updates import average
 
 
 class Scaffold(Algorithm):
@@ -47,7 +47,7 @@ class Scaffold(Algorithm):
 
     def server_update(self, w, released, rnd):
         self.control = self.control + self._delta / self.num_devices
-        return w + self.server_lr * (weighted_average(released, rnd.sizes) - w)
+        return w + self.server_lr * (average(released, rnd.weights) - w)
 
     def _state(self):
         return {"control": self.control, "device_controls": self.device_controls}

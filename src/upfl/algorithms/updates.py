@@ -24,7 +24,16 @@ def upcycle_coefficient(c1: float, m: int, schedule: str, num_training_rounds: i
     raise ValueError(f"algorithm.schedule: unknown schedule {schedule!r}")
 
 
+def size_weights(sizes: torch.Tensor) -> torch.Tensor:
+    """p_i = |D_i| / sum_j |D_j| over the sampled devices (Algorithm 1 line 6), in the sizes' float type."""
+    return sizes / sizes.sum()
+
+
+def average(models: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """sum_i p_i w_i of the (k, P) models with the weights p of :func:`size_weights`."""
+    return weights.to(models.dtype) @ models
+
+
 def weighted_average(models: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
     """Algorithm 1 line 6 over the sampled devices: sum_i p_i w_i, p_i = |D_i| / sum_j |D_j|."""
-    p = sizes.to(models.dtype) / sizes.sum()
-    return p @ models
+    return average(models, size_weights(sizes.to(models.dtype)))

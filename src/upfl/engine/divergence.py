@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import torch
 
 EXIT_DIVERGED = 3
@@ -19,10 +20,11 @@ EXIT_DIVERGED = 3
 
 
 def weights_problem(w: torch.Tensor) -> str | None:
-    """``None`` when every entry of ``w`` is finite, else what is wrong (e.g. ``'weights: 12 of 42 entries NaN'``)."""
-    finite = torch.isfinite(w)
-    if bool(finite.all()):
+    """``None`` when every entry of ``w`` is finite, else what is wrong (e.g. ``'weights: 12 of 42 entries NaN'``).
+    A CPU vector is checked in numpy (one call instead of three torch operations, at every iteration)."""
+    if bool(np.isfinite(w.numpy()).all() if w.device.type == "cpu" else torch.isfinite(w).all()):
         return None
+    finite = torch.isfinite(w)
     nan = int(torch.isnan(w).sum())
     inf = int(w.numel() - int(finite.sum()) - nan)
     parts = ([f"{nan} NaN"] if nan else []) + ([f"{inf} infinite"] if inf else [])

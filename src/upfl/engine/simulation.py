@@ -83,6 +83,7 @@ class Simulation:
         self.alphas = per_device(p.alpha, n, "privacy.alpha") if p.mechanism == "objective" else None
         self.device_sizes = [len(ds.train_y[u]) for u in self.devices]
         self.sizes = torch.tensor(self.device_sizes, dtype=torch.float32)
+        self.size_array = self.sizes.numpy()
         self.batch_size = plan_batch_size(c.solver.batch_size, self.device_sizes)
         self.train_x = torch.cat([self._x(ds.train_x[u]) for u in self.devices])
         self.train_y = torch.cat([torch.as_tensor(ds.train_y[u]) for u in self.devices]).to(self.device)
@@ -142,7 +143,7 @@ class Simulation:
                                        [epochs[i] for i in chosen], self.batch_size,
                                        lambda i: derive_seed(c.seed, "batches", round_k, i), self.batch_plan)
         dropout = generator(c.seed, "dropout", round_k) if getattr(self.model, "needs_generator", False) else None
-        sizes = torch.tensor([self.device_sizes[i] for i in chosen], dtype=torch.float32, device=self.device)
+        sizes = torch.from_numpy(self.size_array[chosen]).to(self.device)
         pooled = (PooledRound(self.train_x, self.train_onehot, self.row_ranges[chosen], plans)
                   if self.reads_pooled_rows else None)
         rnd = ClientRound(chosen, [self.xs[i] for i in chosen], [self.ys[i] for i in chosen], plans.plans, sizes,
