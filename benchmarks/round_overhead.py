@@ -3,8 +3,8 @@ draws, and the rest (the Python work around them).
 
 W1: Synthetic(1,1), 30 devices, frac 0.3, stragglers 0.9, E=20, batch 32, lr 0.05, momentum 0.5, FedProx mu=1, numba
 backend (benchmarks/engine.py's ``w1_config``). Each pass replays the 80 training rounds of a fresh run
-(:meth:`upfl.engine.simulation.Simulation.training_round`; the process's draw caches emptied first, as a run of its own
-finds them) and times every round; the kernel times come from wrapping the compiled entry points. Figures are the
+(:meth:`upfl.engine.simulation.Simulation.training_round` of a new ``Simulation``, whose first round makes what a run
+makes once; the process's draw caches emptied first, as a run of its own finds them) and times every round; the kernel times come from wrapping the compiled entry points. Figures are the
 minimum over passes of the mean per round (the pass least disturbed by other work), with the median beside it; the
 rest is given in wall time and in the CPU time of the loop's thread (insensitive to other processes on the machine).
 A second set of passes keeps the draws of the first (a bundle's runs with one seed share them).
@@ -91,12 +91,13 @@ def passes(data: str, rounds: int, repeats: int, fresh: bool) -> dict:
         timed(solver_numba, name, totals, "kernel_s")
     timed(solver_numba, "shuffle_plans", totals, "draws_s")
     timed(solver, "batch_plan", totals, "draws_s")
-    sim = Simulation(w1_config(data, "fedprox", rounds, {}, "numba"), load_leaf(data), torch.device("cpu"))
+    cfg, dataset = w1_config(data, "fedprox", rounds, {}, "numba"), load_leaf(data)
     out = {"total_s": [], "kernel_s": [], "draws_s": [], "rest_s": [], "rest_cpu_s": []}
     empty_draw_caches()
     for p in range(repeats + (0 if fresh else 1)):
         if fresh:
             empty_draw_caches()
+        sim = Simulation(cfg, dataset, torch.device("cpu"))  # a new run: what a run keeps is gone, the caches stay
         w = sim.model.init_params(generator(0, "init"))
         totals.update(dict.fromkeys(totals, 0.0))
         spent = spent_cpu = 0.0

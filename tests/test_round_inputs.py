@@ -12,6 +12,7 @@ from upfl import config as cfgmod
 from upfl.solvers import numba_backend as solver_numba
 from upfl.data import generate_synthetic, load_leaf
 from upfl.rng import derive_seed, generator
+from upfl.engine import simulation
 from upfl.engine.simulation import Simulation, run
 from upfl.solvers.torch_backend import (DrawCache, PooledRound, batch_plan, joined_plan, round_plans,
                                         seeded_batch_plan)
@@ -31,8 +32,8 @@ def test_compiled_batch_plans_are_torchs_plans(batch_size):
     assert torch.equal(want[3], batch_plan([8], [2], batch_size, [generator(13, "batches", 4, 3)])[0])
 
 
-def seed_of(i):
-    return derive_seed(7, "batches", 3, i)
+def seed_of(k, i):
+    return derive_seed(7, "batches", k, i)
 
 
 def test_draw_cache_draws_the_plans_it_does_not_keep_together():
@@ -44,32 +45,35 @@ def test_draw_cache_draws_the_plans_it_does_not_keep_together():
         calls.append(len(args[0]))
         return solver_numba.batch_plans(*args)
 
-    first = cache.plans(7, 3, [1, 3], [17, 9], [5, 2], 8, seed_of, draw)
-    both = cache.plans(7, 3, [0, 1, 2, 3], sizes, epochs, 8, seed_of, draw)
+    first = cache.plans(7, [(3, 1, 17, 5), (3, 3, 9, 2)], 8, seed_of, draw)
+    both = cache.plans(7, [(3, i, n, e) for i, n, e in zip(range(4), sizes, epochs)], 8, seed_of, draw)
     assert calls == [2, 2], "only the plans of devices 0 and 2 are drawn the second time"
     assert both[1] is first[0] and both[3] is first[1]
     want = batch_plan(sizes, epochs, 8, [generator(7, "batches", 3, i) for i in range(4)])
     assert all(torch.equal(a, b) for a, b in zip(want, both))
 
 
-def test_round_plans_join_the_plans_and_are_kept_as_one_entry():
+def test_round_plans_of_several_rounds_are_drawn_in_one_call_and_kept_per_round():
     cache = DrawCache()
-    sizes, epochs = [30, 17, 25, 9], [4, 5, 4, 2]
+    rounds = [(3, [0, 1, 2, 3], [30, 17, 25, 9], [4, 5, 4, 2]), (4, [2, 0], [25, 30], [1, 3])]
     calls = []
 
     def draw(*args):
         calls.append(len(args[0]))
         return solver_numba.batch_plans(*args)
 
-    kept_first = cache.plans(7, 3, [2], [25], [4], 8, seed_of, draw)
-    got = cache.round_plans(7, 3, [0, 1, 2, 3], sizes, epochs, 8, seed_of, draw)
-    again = cache.round_plans(7, 3, [0, 1, 2, 3], sizes, epochs, 8, seed_of, draw)
-    assert again is got and calls == [1, 3]
-    assert got.plans[2] is kept_first[0]
-    want = batch_plan(sizes, epochs, 8, [generator(7, "batches", 3, i) for i in range(4)])
-    assert np.array_equal(got.joined, torch.cat(want).numpy())
-    assert got.offsets.tolist() == np.cumsum([0] + [p.shape[0] for p in want]).tolist()
-    assert all(np.array_equal(got.joined[a:b], p.numpy()) for a, b, p in zip(got.offsets, got.offsets[1:], want))
+    kept_first = cache.plans(7, [(3, 2, 25, 4)], 8, seed_of, draw)
+    got = cache.round_plans(7, rounds, 8, seed_of, draw)
+    again = cache.round_plans(7, rounds[1:], 8, seed_of, draw)
+    assert calls == [1, 5], "the five plans not kept, of both rounds, in one call"
+    assert again[0] is got[1] and got[0].plans[2] is kept_first[0]
+    for (k, devices, sizes, epochs), plans in zip(rounds, got):
+        want = batch_plan(sizes, epochs, 8, [generator(7, "batches", k, i) for i in devices])
+        assert np.array_equal(plans.joined, torch.cat(want).numpy())
+        assert plans.offsets.tolist() == np.cumsum([0] + [p.shape[0] for p in want]).tolist()
+        assert all(torch.equal(a, b) for a, b in zip(plans.plans, want))
+    nothing_kept = DrawCache(max_bytes=0).round_plans(7, rounds, 8, seed_of, draw)
+    assert all(np.array_equal(a.joined, b.joined) for a, b in zip(nothing_kept, got))
 
 
 def test_joined_plans_equal_their_concatenation():
@@ -130,4 +134,29 @@ def test_a_run_with_the_compiled_inputs_gives_the_plain_inputs_bytes(data, tmp_p
     run(cfg, tmp_path / "plain", log=lambda m: None)
     lines = [[line.rsplit(",", 2)[0] for line in (tmp_path / side / "metrics.csv").read_text().splitlines()]
              for side in ("fast", "plain")]
+    assert lines[0] == lines[1]
+
+
+def test_rounds_drawn_in_blocks_give_the_bytes_of_rounds_drawn_one_by_one(data, tmp_path, monkeypatch):
+    cfg = cfgmod.from_dict({"data": {"path": data}, "rounds": 7, "seed": 2,
+                            "algorithm": {"name": "upcycled", "mu": 1.0, "lam": 0.43},
+                            "devices": {"frac": 0.3, "straggler": 0.9}, "solver": {"epochs": 4, "backend": "numba"},
+                            "checkpoint": {"every": 0}})
+    draws_of = []
+    block = Simulation.draw_block
+
+    def recorded(self, first):
+        got = block(self, first)
+        draws_of.append(sorted(got))
+        return got
+
+    monkeypatch.setattr(Simulation, "draw_block", recorded)
+    monkeypatch.setattr(simulation, "DRAW_CACHE", DrawCache(max_bytes=0))
+    run(cfg, tmp_path / "block", log=lambda m: None)
+    assert draws_of == [[1, 2, 3, 4]], "one block: the run's four training rounds"
+    monkeypatch.setattr(simulation, "PLAN_BLOCK_BYTES", 0)
+    run(cfg, tmp_path / "single", log=lambda m: None)
+    assert draws_of[1:] == [[1], [2], [3], [4]]
+    lines = [[line.rsplit(",", 2)[0] for line in (tmp_path / side / "metrics.csv").read_text().splitlines()]
+             for side in ("block", "single")]
     assert lines[0] == lines[1]

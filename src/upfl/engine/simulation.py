@@ -31,7 +31,7 @@ from ..privacy.mechanisms import (objective_noise_draws, output_perturbation, sc
                                  standard_normal_rows)
 from ..rng import derive_seed, generator
 from .runfolder import check_out
-from ..solvers.torch_backend import DRAW_CACHE, PooledRound, seeded_batch_plan, select_local_solver
+from ..solvers.torch_backend import DRAW_CACHE, PooledRound, RoundPlans, seeded_batch_plan, select_local_solver
 
 METRIC_COLUMNS = ["iteration", "kind", "train_loss", "train_acc", "test_loss", "test_acc", "devices",
                   "local_steps", "data_accesses", "wall_s", "cum_wall_s"]
@@ -50,6 +50,11 @@ def train_metrics_status(privacy) -> str | None:
 
 class InjectedStop(RuntimeError):
     """Raised by tests (``stop_after``) to simulate an interrupted run."""
+
+
+PLAN_BLOCK_BYTES = 16 << 20
+"""The batch plans a block of training rounds draws together at most (one round at least): the first round of a block
+draws its rounds' devices and plans in one go (:meth:`Simulation.round_draws`), the later ones find them."""
 
 
 def plan_batch_size(batch_size: int, device_sizes: list[int]) -> int:
@@ -94,6 +99,8 @@ class Simulation:
         self.row_ranges = np.stack([ends - np.asarray(self.device_sizes, dtype=np.int64), ends], axis=1)
         """(N, 2): device i's rows of the pooled training rows (``train_x``, ``train_onehot``)."""
         self.reads_pooled_rows = getattr(self.local_solve, "reads_pooled_rows", False)
+        self.block: dict[int, tuple[list[int], RoundPlans]] = {}
+        """The current block of training rounds: round k -> its devices and their plans (:meth:`round_draws`)."""
         test = [u for u in ds.users if len(ds.test_y[u])]
         self.test_x = torch.cat([self._x(ds.test_x[u]) for u in test]) if test else None
         self.test_y = torch.cat([torch.as_tensor(ds.test_y[u]) for u in test]).to(self.device) if test else None
@@ -135,13 +142,9 @@ class Simulation:
     def training_round(self, w: torch.Tensor, round_k: int) -> tuple[torch.Tensor, int, int]:
         """One training iteration: sample, local solve, aggregate. Returns (w_new, devices, steps)."""
         c = self.cfg
-        n = len(self.devices)
-        chosen, epochs = round_participants(c, round_k, n)
+        chosen, plans = self.round_draws(round_k)
         if not chosen:
             return w, 0, 0
-        plans = DRAW_CACHE.round_plans(c.seed, round_k, chosen, [self.device_sizes[i] for i in chosen],
-                                       [epochs[i] for i in chosen], self.batch_size,
-                                       lambda i: derive_seed(c.seed, "batches", round_k, i), self.batch_plan)
         dropout = generator(c.seed, "dropout", round_k) if getattr(self.model, "needs_generator", False) else None
         sizes = torch.from_numpy(self.size_array[chosen]).to(self.device)
         pooled = (PooledRound(self.train_x, self.train_onehot, self.row_ranges[chosen], plans)
@@ -156,6 +159,34 @@ class Simulation:
         if self.sigmas is not None:
             local = self.output_noise(local, round_k, chosen)
         return alg.server_update(w, local, rnd), len(chosen), steps
+
+    def round_draws(self, round_k: int) -> tuple[list[int], RoundPlans | None]:
+        """Training round k's devices (:func:`upfl.engine.draws.round_participants`) and their batch plans (through
+        :data:`upfl.solvers.torch_backend.DRAW_CACHE`, the devices' ``batches`` seeds). A round outside the current
+        block starts a new one: the rounds from k on whose plans fit in :data:`PLAN_BLOCK_BYTES`, their devices
+        drawn and their plans made in one call, so that a round's draws cost a look-up."""
+        if round_k not in self.block:
+            self.block = self.draw_block(round_k)
+        return self.block[round_k]
+
+    def draw_block(self, first: int) -> dict[int, tuple[list[int], RoundPlans | None]]:
+        """The draws of the training rounds first, first + 1, ... up to :data:`PLAN_BLOCK_BYTES` of plans (at least
+        round ``first``, at most the run's last)."""
+        c, n, width = self.cfg, len(self.devices), self.batch_size
+        rounds, total = [], 0
+        for k in range(first, max(first, self.num_training_rounds) + 1):
+            chosen, epochs = round_participants(c, k, n)
+            sizes, chosen_epochs = [self.device_sizes[i] for i in chosen], [epochs[i] for i in chosen]
+            total += sum(-(-m // width) * e for m, e in zip(sizes, chosen_epochs)) * width * 4
+            if rounds and total > PLAN_BLOCK_BYTES:
+                break
+            rounds.append((k, chosen, sizes, chosen_epochs))
+        drawn = [(k, chosen, sizes, e) for k, chosen, sizes, e in rounds if chosen]
+        plans = DRAW_CACHE.round_plans(c.seed, drawn, width, lambda k, i: derive_seed(c.seed, "batches", k, i),
+                                       self.batch_plan)
+        block = {k: (chosen, None) for k, chosen, _, _ in rounds}
+        block.update({k: (chosen, p) for (k, chosen, _, _), p in zip(drawn, plans)})
+        return block
 
     def objective_noise(self, round_k: int, chosen: list[int]) -> torch.Tensor:
         """Objective perturbation (Section 5): n_i ~ exp(-alpha_i ||n||) over the model's parameters, one per

@@ -683,9 +683,7 @@ def batch_plans(sizes: list[int], epochs: list[int], batch_size: int, seeds: lis
     plan = np.empty((int(offsets[-1]), batch_size), dtype=np.int32)
     shuffle_plans(np.array(seeds, dtype=np.uint64), np.array(sizes, dtype=np.int64), np.array(epochs, dtype=np.int64),
                   plan, offsets)
-    whole = torch.from_numpy(plan)
-    bounds = offsets.tolist()
-    return [whole[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+    return list(torch.from_numpy(plan).split(steps))
 
 
 def balance(costs: list[int], workers: int) -> tuple[np.ndarray, np.ndarray]:

@@ -102,32 +102,42 @@ class DrawCache(BoundedCache):
     def __init__(self, max_bytes: int = 512 << 20):
         super().__init__(max_bytes)
 
-    def plans(self, seed: int, round_k: int, devices: list[int], sizes: list[int], epochs: list[int],
-              batch_size: int, seed_of: Callable[[int], int],
-              draw: Callable = seeded_batch_plan) -> list[torch.Tensor]:
-        """:func:`batch_plan` of the devices, each kept or drawn from the seed ``seed_of(device)`` (called only for
-        the plans not kept); the plans not kept are drawn together by ``draw`` (:func:`seeded_batch_plan`, or the
-        compiled solver's ``batch_plan``: the same numbers)."""
-        keys = [("plan", seed, round_k, i, n, e, batch_size) for i, n, e in zip(devices, sizes, epochs)]
+    def plans(self, seed: int, wanted: list[tuple[int, int, int, int]], batch_size: int,
+              seed_of: Callable[[int, int], int], draw: Callable = seeded_batch_plan) -> list[torch.Tensor]:
+        """:func:`batch_plan` of each (training round k, device, its sample count, its epochs) of ``wanted``, kept or
+        drawn from the seed ``seed_of(k, device)`` (called only for the plans not kept); the plans not kept are drawn
+        together, in one call of ``draw`` (:func:`seeded_batch_plan`, or the compiled solver's ``batch_plan``: the
+        same numbers)."""
+        keys = [("plan", seed, k, i, n, e, batch_size) for k, i, n, e in wanted]
         kept = [self.entries.get(key) for key in keys]
         missing = [j for j, entry in enumerate(kept) if entry is None]
         if not missing:
             for key in keys:
                 self.entries.move_to_end(key)
             return [entry[0] for entry in kept]
-        drawn = dict(zip(missing, draw([sizes[j] for j in missing], [epochs[j] for j in missing], batch_size,
-                                       [seed_of(devices[j]) for j in missing])))
+        drawn = dict(zip(missing, draw([wanted[j][2] for j in missing], [wanted[j][3] for j in missing], batch_size,
+                                       [seed_of(wanted[j][0], wanted[j][1]) for j in missing])))
         values = [drawn[j] if entry is None else entry[0] for j, entry in enumerate(kept)]
         return [self.get(key, lambda value=value: value) for key, value in zip(keys, values)]
 
-    def round_plans(self, seed: int, round_k: int, devices: list[int], sizes: list[int], epochs: list[int],
-                    batch_size: int, seed_of: Callable[[int], int],
-                    draw: Callable = seeded_batch_plan) -> RoundPlans:
-        """:meth:`plans` of a round's devices as :class:`RoundPlans`, kept as one entry too (a later run of the
-        seed with the same devices finds the round's in one look-up; its bytes count twice against the bound)."""
-        key = ("round_plans", seed, round_k, tuple(devices), tuple(sizes), tuple(epochs), batch_size)
-        return self.get(key, lambda: round_plans(self.plans(seed, round_k, devices, sizes, epochs, batch_size,
-                                                            seed_of, draw)))
+    def round_plans(self, seed: int, rounds: list[tuple[int, list[int], list[int], list[int]]], batch_size: int,
+                    seed_of: Callable[[int, int], int], draw: Callable = seeded_batch_plan) -> list[RoundPlans]:
+        """:class:`RoundPlans` of each (training round k, its devices, their sample counts, their epochs) of
+        ``rounds``, each kept as one entry (a later run of the seed with the same devices finds a round's in one
+        look-up; its bytes count twice against the bound); the plans of the rounds not kept are found or drawn by
+        :meth:`plans`, all in one call."""
+        keys = [("round_plans", seed, k, tuple(d), tuple(n), tuple(e), batch_size) for k, d, n, e in rounds]
+        found = [self.entries.get(key) for key in keys]
+        todo = [j for j, entry in enumerate(found) if entry is None]
+        wanted = [(rounds[j][0], i, n, e) for j in todo for i, n, e in zip(*rounds[j][1:])]
+        plans = iter(self.plans(seed, wanted, batch_size, seed_of, draw) if wanted else ())
+        made = {j: round_plans([next(plans) for _ in rounds[j][1]]) for j in todo}
+        for j, key in enumerate(keys):
+            if j in made:
+                self.get(key, lambda value=made[j]: value)
+            elif key in self.entries:
+                self.entries.move_to_end(key)
+        return [made[j] if entry is None else entry[0] for j, entry in enumerate(found)]
 
 
 DRAW_CACHE = DrawCache()
