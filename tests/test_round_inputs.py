@@ -13,6 +13,7 @@ from upfl.solvers import numba_backend as solver_numba
 from upfl.data import generate_synthetic, load_leaf
 from upfl.rng import derive_seed, generator
 from upfl.engine import simulation
+from upfl.algorithms.updates import size_weights
 from upfl.engine.simulation import Simulation, run
 from upfl.solvers.torch_backend import (DrawCache, PooledRound, batch_plan, joined_plan, round_plans,
                                         seeded_batch_plan)
@@ -160,3 +161,27 @@ def test_rounds_drawn_in_blocks_give_the_bytes_of_rounds_drawn_one_by_one(data, 
     lines = [[line.rsplit(",", 2)[0] for line in (tmp_path / side / "metrics.csv").read_text().splitlines()]
              for side in ("block", "single")]
     assert lines[0] == lines[1]
+
+
+def test_the_rounds_inputs_are_the_plain_ones(data):
+    cfg = cfgmod.from_dict({"data": {"path": data}, "rounds": 5, "seed": 4, "algorithm": {"name": "fedprox", "mu": 1.0},
+                            "devices": {"frac": 0.5, "straggler": 0.5}, "solver": {"epochs": 3, "backend": "numba"},
+                            "checkpoint": {"every": 0}})
+    sim = Simulation(cfg, load_leaf(data), torch.device("cpu"))
+    for k in range(1, 6):
+        rnd = sim.client_round(k)
+        assert torch.equal(rnd.weights, size_weights(torch.tensor([sim.device_sizes[i] for i in rnd.chosen],
+                                                                  dtype=torch.float32)))
+        assert all(torch.equal(sim.train_x[a:b], x) for (a, b), x in zip(rnd.pooled.rows, rnd.xs))
+        assert np.array_equal(rnd.pooled.plans.joined, torch.cat(rnd.plans).numpy())
+        assert rnd.pooled.plans.steps == rnd.steps
+
+
+def test_class_major_layout_is_a_permutation_and_its_inverse():
+    dim, classes = 3, 4
+    flat = np.arange(2 * (dim + 1) * classes, dtype=np.float32).reshape(2, -1)
+    major = solver_numba.to_class_major(flat, dim)
+    weights = flat[:, :dim * classes].reshape(2, dim, classes)
+    assert np.array_equal(major[:, :, :dim], weights.transpose(0, 2, 1))
+    assert np.array_equal(major[:, :, dim], flat[:, dim * classes:])
+    assert major.flags.c_contiguous and np.array_equal(solver_numba.from_class_major(major), flat)

@@ -15,7 +15,7 @@ Per-device and server state lives in the algorithm object and is saved with the 
 from __future__ import annotations
 
 from abc import ABC
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
 import torch
@@ -47,11 +47,13 @@ class ClientRound:
     pooled: Any = None
     """For a solver that ``reads_pooled_rows``: the devices as blocks of the run's pooled rows and their joined plans
     (:class:`upfl.solvers.torch_backend.PooledRound`), else None."""
-    weights: torch.Tensor = field(init=False)
-    """p_i = |D_i| / sum_j |D_j| over the round's devices (Algorithm 1 line 6), made with the round (before the solve)."""
+    weights: torch.Tensor | None = None
+    """p_i = |D_i| / sum_j |D_j| over the round's devices (Algorithm 1 line 6): :func:`upfl.algorithms.updates.size_weights`
+    of ``sizes`` unless given (the same numbers), made with the round (before the solve)."""
 
     def __post_init__(self) -> None:
-        self.weights = size_weights(self.sizes)
+        if self.weights is None:
+            self.weights = size_weights(self.sizes)
 
     def solver_inputs(self) -> dict[str, Any]:
         """The keyword arguments the round adds to the solver's (``pooled`` where the simulation made it)."""

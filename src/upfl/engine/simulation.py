@@ -54,7 +54,8 @@ class InjectedStop(RuntimeError):
 
 PLAN_BLOCK_BYTES = 16 << 20
 """The batch plans a block of training rounds draws together at most (one round at least): the first round of a block
-draws its rounds' devices and plans in one go (:meth:`Simulation.round_draws`), the later ones find them."""
+draws its rounds' devices and plans and makes their inputs in one go (:meth:`Simulation.draw_block`), the later ones
+find them."""
 
 
 def plan_batch_size(batch_size: int, device_sizes: list[int]) -> int:
@@ -99,8 +100,8 @@ class Simulation:
         self.row_ranges = np.stack([ends - np.asarray(self.device_sizes, dtype=np.int64), ends], axis=1)
         """(N, 2): device i's rows of the pooled training rows (``train_x``, ``train_onehot``)."""
         self.reads_pooled_rows = getattr(self.local_solve, "reads_pooled_rows", False)
-        self.block: dict[int, tuple[list[int], RoundPlans]] = {}
-        """The current block of training rounds: round k -> its devices and their plans (:meth:`round_draws`)."""
+        self.block: dict[int, ClientRound | None] = {}
+        """The current block of training rounds: round k -> its inputs (:meth:`client_round`)."""
         test = [u for u in ds.users if len(ds.test_y[u])]
         self.test_x = torch.cat([self._x(ds.test_x[u]) for u in test]) if test else None
         self.test_y = torch.cat([torch.as_tensor(ds.test_y[u]) for u in test]).to(self.device) if test else None
@@ -141,17 +142,10 @@ class Simulation:
 
     def training_round(self, w: torch.Tensor, round_k: int) -> tuple[torch.Tensor, int, int]:
         """One training iteration: sample, local solve, aggregate. Returns (w_new, devices, steps)."""
-        c = self.cfg
-        chosen, plans = self.round_draws(round_k)
-        if not chosen:
+        rnd = self.client_round(round_k)
+        if rnd is None:
             return w, 0, 0
-        dropout = generator(c.seed, "dropout", round_k) if getattr(self.model, "needs_generator", False) else None
-        sizes = torch.from_numpy(self.size_array[chosen]).to(self.device)
-        pooled = (PooledRound(self.train_x, self.train_onehot, self.row_ranges[chosen], plans)
-                  if self.reads_pooled_rows else None)
-        rnd = ClientRound(chosen, [self.xs[i] for i in chosen], [self.ys[i] for i in chosen], plans.plans, sizes,
-                          self.model, self.local_solve, c.solver.lr, c.solver.momentum, dropout, pooled)
-        alg = self.algorithm
+        alg, chosen = self.algorithm, rnd.chosen
         noise = self.objective_noise(round_k, chosen) if self.alphas is not None else None
         linear = add_terms(alg.linear_term(w, rnd), noise)
         local, steps = alg.local_solve(w, rnd, linear)
@@ -160,18 +154,19 @@ class Simulation:
             local = self.output_noise(local, round_k, chosen)
         return alg.server_update(w, local, rnd), len(chosen), steps
 
-    def round_draws(self, round_k: int) -> tuple[list[int], RoundPlans | None]:
-        """Training round k's devices (:func:`upfl.engine.draws.round_participants`) and their batch plans (through
-        :data:`upfl.solvers.torch_backend.DRAW_CACHE`, the devices' ``batches`` seeds). A round outside the current
-        block starts a new one: the rounds from k on whose plans fit in :data:`PLAN_BLOCK_BYTES`, their devices
-        drawn and their plans made in one call, so that a round's draws cost a look-up."""
+    def client_round(self, round_k: int) -> ClientRound | None:
+        """Training round k's :class:`upfl.algorithms.ClientRound` (None when no device trains). A round outside the
+        current block starts a new one (:meth:`draw_block`), so that a round's draws and inputs cost a look-up."""
         if round_k not in self.block:
             self.block = self.draw_block(round_k)
         return self.block[round_k]
 
-    def draw_block(self, first: int) -> dict[int, tuple[list[int], RoundPlans | None]]:
-        """The draws of the training rounds first, first + 1, ... up to :data:`PLAN_BLOCK_BYTES` of plans (at least
-        round ``first``, at most the run's last)."""
+    def draw_block(self, first: int) -> dict[int, ClientRound | None]:
+        """The :class:`upfl.algorithms.ClientRound` of the training rounds first, first + 1, ... whose batch plans fit
+        in :data:`PLAN_BLOCK_BYTES` (at least round ``first``, at most the run's last): their devices
+        (:func:`upfl.engine.draws.round_participants`), their plans (through
+        :data:`upfl.solvers.torch_backend.DRAW_CACHE`, from the devices' ``batches`` seeds: those not kept in one
+        call), sizes and weights."""
         c, n, width = self.cfg, len(self.devices), self.batch_size
         rounds, total = [], 0
         for k in range(first, max(first, self.num_training_rounds) + 1):
@@ -181,12 +176,26 @@ class Simulation:
             if rounds and total > PLAN_BLOCK_BYTES:
                 break
             rounds.append((k, chosen, sizes, chosen_epochs))
-        drawn = [(k, chosen, sizes, e) for k, chosen, sizes, e in rounds if chosen]
+        drawn = [r for r in rounds if r[1]]
         plans = DRAW_CACHE.round_plans(c.seed, drawn, width, lambda k, i: derive_seed(c.seed, "batches", k, i),
                                        self.batch_plan)
-        block = {k: (chosen, None) for k, chosen, _, _ in rounds}
-        block.update({k: (chosen, p) for (k, chosen, _, _), p in zip(drawn, plans)})
+        block: dict[int, ClientRound | None] = {k: None for k, *_ in rounds}
+        block.update({k: self.round_inputs(k, chosen, p) for (k, chosen, _, _), p in zip(drawn, plans)})
         return block
+
+    def round_inputs(self, round_k: int, chosen: list[int], plans: RoundPlans) -> ClientRound:
+        """The :class:`upfl.algorithms.ClientRound` of training round k's devices ``chosen`` and their plans."""
+        c = self.cfg
+        dropout = generator(c.seed, "dropout", round_k) if getattr(self.model, "needs_generator", False) else None
+        sizes = self.size_array[chosen]
+        total = sizes.sum()
+        # size_weights' numbers: a float32 sum of integers is exact in any order while it stays below 2^24
+        weights = torch.from_numpy(sizes / total).to(self.device) if total < 2**24 else None
+        pooled = (PooledRound(self.train_x, self.train_onehot, self.row_ranges[chosen], plans)
+                  if self.reads_pooled_rows else None)
+        return ClientRound(chosen, [self.xs[i] for i in chosen], [self.ys[i] for i in chosen], plans.plans,
+                           torch.from_numpy(sizes).to(self.device), self.model, self.local_solve, c.solver.lr,
+                           c.solver.momentum, dropout, pooled, weights)
 
     def objective_noise(self, round_k: int, chosen: list[int]) -> torch.Tensor:
         """Objective perturbation (Section 5): n_i ~ exp(-alpha_i ||n||) over the model's parameters, one per

@@ -705,19 +705,31 @@ def offsets_of(lengths: list[int]) -> np.ndarray:
     return np.cumsum([0] + lengths).astype(np.int64)
 
 
+@functools.lru_cache(maxsize=64)
+def class_major_order(dim: int, classes: int) -> np.ndarray:
+    """The positions in a flat ``[W.ravel() (d, C), b]`` of the entries of ``[W^T | b]`` (C, d + 1), row by row."""
+    order = np.empty((classes, dim + 1), dtype=np.int64)
+    order[:, :dim] = np.arange(dim * classes).reshape(dim, classes).T
+    order[:, dim] = dim * classes + np.arange(classes)
+    return order.ravel()
+
+
+@functools.lru_cache(maxsize=64)
+def flat_order(dim: int, classes: int) -> np.ndarray:
+    """The inverse permutation of :func:`class_major_order`."""
+    return np.argsort(class_major_order(dim, classes))
+
+
 def to_class_major(params: np.ndarray, dim: int) -> np.ndarray:
-    """Flat ``[W.ravel() (d, C), b]`` rows (..., P) to the solver's (..., C, d + 1) = ``[W^T | b]``."""
-    lead = params.shape[:-1]
+    """Flat ``[W.ravel() (d, C), b]`` rows (..., P) to the solver's (..., C, d + 1) = ``[W^T | b]`` (one gather)."""
     classes = params.shape[-1] // (dim + 1)
-    weights = params[..., :dim * classes].reshape(*lead, dim, classes)
-    return np.ascontiguousarray(np.concatenate([np.swapaxes(weights, -1, -2), params[..., dim * classes:, None]], -1))
+    return np.take(params, class_major_order(dim, classes), axis=-1).reshape(*params.shape[:-1], classes, dim + 1)
 
 
 def from_class_major(params: np.ndarray) -> np.ndarray:
-    """Inverse of :func:`to_class_major`: (..., C, d + 1) to flat (..., P)."""
-    lead = params.shape[:-2]
-    weights = np.swapaxes(params[..., :-1], -1, -2).reshape(*lead, -1)
-    return np.ascontiguousarray(np.concatenate([weights, params[..., -1]], -1))
+    """Inverse of :func:`to_class_major`: (..., C, d + 1) to flat (..., P) (one gather)."""
+    classes, width = params.shape[-2:]
+    return np.take(params.reshape(*params.shape[:-2], classes * width), flat_order(width - 1, classes), axis=-1)
 
 
 class KeptArrays(BoundedCache):
@@ -775,8 +787,7 @@ def pack(model, w_global, xs, ys, plans, threads, pooled=None):
     tag = (binary, getattr(model, "bias", None))
     if pooled is not None:
         x, y, _ = DEVICE_ROWS.get([(pooled.x, pooled.y)], tag, lambda: device_rows(model, [pooled.x], [pooled.y], binary))
-        x_rows, plan, offsets = pooled.rows, pooled.plans.joined, pooled.plans.offsets
-        steps = np.diff(offsets).tolist()
+        x_rows, plan, offsets, steps = pooled.rows, pooled.plans.joined, pooled.plans.offsets, pooled.plans.steps
     else:
         x, y, rows = DEVICE_ROWS.get(list(zip(xs, ys)), tag, lambda: device_rows(model, xs, ys, binary),
                                      any_order=True)

@@ -67,6 +67,8 @@ class RoundPlans(NamedTuple):
     """The plans one after the other, (sum of steps_i, B) int32."""
     offsets: np.ndarray
     """int64: device i's plan is ``joined[offsets[i]:offsets[i + 1]]``."""
+    steps: list[int]
+    """Device i's number of SGD steps, ``offsets[i + 1] - offsets[i]``."""
 
 
 class PooledRound(NamedTuple):
@@ -86,7 +88,7 @@ class PooledRound(NamedTuple):
 def round_plans(plans: list[torch.Tensor]) -> RoundPlans:
     """:class:`RoundPlans` of ``plans``."""
     steps = [int(p.shape[0]) for p in plans]
-    return RoundPlans(plans, joined_plan(plans).numpy(), np.cumsum([0] + steps, dtype=np.int64))
+    return RoundPlans(plans, joined_plan(plans).numpy(), np.cumsum([0] + steps, dtype=np.int64), steps)
 
 
 class DrawCache(BoundedCache):
