@@ -190,19 +190,19 @@ def test_objective_on_a_non_glm_reports_no_guarantee(tiny_data):
 
 def recorded_participation(cfg, monkeypatch, tmp_path):
     """Run the real engine and record (training round, device) of every local solve it draws batches for (with an
-    empty draw cache, so that every plan is drawn: a batch generator is made only for a plan not kept)."""
+    empty draw cache, so that every plan is drawn: a batch seed is derived only for a plan not kept)."""
     seen = []
     monkeypatch.setattr(simulation, "DRAW_CACHE", DrawCache())
-    real = simulation.generator
+    real = simulation.derive_seed
 
-    def spy(seed, stream, *keys, **kw):
+    def spy(seed, stream, *keys):
         if stream == "batches":
             seen.append(keys)
-        return real(seed, stream, *keys, **kw)
+        return real(seed, stream, *keys)
 
-    monkeypatch.setattr(simulation, "generator", spy)
+    monkeypatch.setattr(simulation, "derive_seed", spy)
     summary = simulation.run(cfg, tmp_path / "run", log=lambda s: None)
-    monkeypatch.setattr(simulation, "generator", real)
+    monkeypatch.setattr(simulation, "derive_seed", real)
     return seen, summary
 
 

@@ -87,6 +87,8 @@ class Simulation:
         n = len(self.devices)
         self.sigmas = per_device(p.sigma, n, "privacy.sigma") if p.mechanism == "output" else None
         self.alphas = per_device(p.alpha, n, "privacy.alpha") if p.mechanism == "objective" else None
+        self.noise_scales = np.asarray(self.sigmas or self.alphas or [], dtype=np.float32)
+        """sigma_i (output perturbation) or alpha_i (objective perturbation) of every device, float32 (as torch takes them)."""
         self.device_sizes = [len(ds.train_y[u]) for u in self.devices]
         self.sizes = torch.tensor(self.device_sizes, dtype=torch.float32)
         self.size_array = self.sizes.numpy()
@@ -210,7 +212,7 @@ class Simulation:
             return torch.cat([r[0] for r in rows]), torch.cat([r[1] for r in rows])
 
         gamma, direction = DRAW_CACHE.get(("objective_noise", c.seed, round_k, tuple(chosen), P), draw)
-        return scale_objective_noise(gamma, direction, [self.alphas[i] for i in chosen]).to(self.device)
+        return scale_objective_noise(gamma, direction, torch.from_numpy(self.noise_scales[chosen])).to(self.device)
 
     def output_noise(self, local: torch.Tensor, round_k: int, chosen: list[int]) -> torch.Tensor:
         """Output perturbation (Section 5): clip each released model to norm tau, add N(0, sigma_i^2 I); the
@@ -220,7 +222,7 @@ class Simulation:
         noise = DRAW_CACHE.get(("output_noise", c.seed, round_k, tuple(chosen), tuple(W.shape[1:]), W.dtype),
                                lambda: standard_normal_rows(W.shape[1:], [generator(c.seed, "noise", round_k, i)
                                                                           for i in chosen], W.dtype))
-        sigmas = torch.tensor([self.sigmas[i] for i in chosen], dtype=torch.float32)
+        sigmas = torch.from_numpy(self.noise_scales[chosen])
         return output_perturbation(W, c.privacy.tau, sigmas, noise=noise).to(local.device)
 
 

@@ -14,12 +14,17 @@ if TYPE_CHECKING:
 
 
 def _positive(name: str, value) -> torch.Tensor:
-    """``value`` (a number, sequence or tensor) as a float32 tensor, every entry finite and > 0."""
+    """``value`` (a number, sequence or tensor) as a float32 tensor, every entry finite and > 0 (a CPU tensor is
+    checked in numpy, one call per round instead of several torch reductions)."""
+    import numpy as np
     import torch
 
     t = torch.as_tensor(value, dtype=torch.float32)
     if isinstance(value, (int, float)):  # one device's parameter: checked as a Python float, no tensor reductions
         ok = 0 < t.item() < math.inf  # False for NaN
+    elif t.device.type == "cpu":
+        entries = t.numpy()
+        ok = bool(np.all((entries > 0) & (entries < np.inf)))  # False for NaN
     else:
         ok = bool(torch.isfinite(t).all()) and not bool((t <= 0).any())
     if not ok:
@@ -36,8 +41,7 @@ def clip_to_norm(W: torch.Tensor, tau: float) -> torch.Tensor:
 
     _positive("tau", tau)
     norms = W.norm(dim=1, keepdim=True)
-    scale = torch.where(norms > tau, (tau * (1 - 1e-6)) / norms, torch.ones_like(norms))
-    return W * scale
+    return W * torch.where(norms > tau, (tau * (1 - 1e-6)) / norms, 1.0)
 
 
 def standard_normal_rows(shape: tuple[int, ...], generators: Sequence[torch.Generator], dtype=None,
