@@ -39,6 +39,17 @@ def test_upcycle_step_is_eq5_bit_exact():
     assert upcycle_coefficient(0.7, 4, "horizon", 16) == 0.7 / 4
 
 
+def test_upcycle_step_on_the_cpu_gives_torchs_float32_numbers():
+    g = torch.Generator().manual_seed(3)
+    for scale in (1e-30, 1e-3, 1.0, 1e3):
+        a, b = torch.randn(2, 610, generator=g) * scale
+        for c in (0.699, 1.0 / 1.43, 1e-4 / 3, 7.0 / 3):
+            got = upcycle_step(a, b, c)
+            assert got.dtype == torch.float32 and torch.equal(got, a + c * (a - b))
+    a64, b64 = a.double(), b.double()
+    assert torch.equal(upcycle_step(a64, b64, 0.699), a64 + 0.699 * (a64 - b64))
+
+
 def test_one_round_matches_hand_computed_full_batch_gradient_step():
     torch.manual_seed(0)
     model = LogisticRegression(3, 2)

@@ -9,8 +9,14 @@ import torch
 
 
 def upcycle_step(w_prev: torch.Tensor, w_prev2: torch.Tensor, coefficient: float) -> torch.Tensor:
-    """Eq. (5): w^{2m} = w^{2m-1} + mu/(mu+lambda_m) (w^{2m-1} - w^{2m-2}); touches no data."""
-    return w_prev + coefficient * (w_prev - w_prev2)
+    """Eq. (5): w^{2m} = w^{2m-1} + mu/(mu+lambda_m) (w^{2m-1} - w^{2m-2}); touches no data. A float32 CPU vector is
+    stepped in numpy: the same three float32 operations (the coefficient rounded to float32 as torch rounds it), at a
+    third of torch's per-operation cost."""
+    c = float(coefficient)
+    if w_prev.device.type == "cpu" and w_prev.dtype == w_prev2.dtype == torch.float32:
+        a, b = w_prev.numpy(), w_prev2.numpy()
+        return torch.from_numpy(a + c * (a - b))
+    return w_prev + c * (w_prev - w_prev2)
 
 
 def upcycle_coefficient(c1: float, m: int, schedule: str, num_training_rounds: int) -> float:

@@ -52,6 +52,10 @@ class InjectedStop(RuntimeError):
     """Raised by tests (``stop_after``) to simulate an interrupted run."""
 
 
+LOG_INTERVAL_S = 1.0
+"""An evaluated iteration's progress line (``iter t/T ...``) is logged once this many seconds have passed since the
+run's start or the last line, and always at iteration T: a run of under a second logs one."""
+
 PLAN_BLOCK_BYTES = 16 << 20
 """The batch plans a block of training rounds draws together at most (one round at least): the first round of a block
 draws its rounds' devices and plans and makes their inputs in one go (:meth:`Simulation.draw_block`), the later ones
@@ -107,6 +111,14 @@ class Simulation:
         test = [u for u in ds.users if len(ds.test_y[u])]
         self.test_x = torch.cat([self._x(ds.test_x[u]) for u in test]) if test else None
         self.test_y = torch.cat([torch.as_tensor(ds.test_y[u]) for u in test]).to(self.device) if test else None
+        self.evaluated = [(name, x, y, len(y)) for name, x, y in (("train", self.train_x, self.train_y),
+                                                                  ("test", self.test_x, self.test_y))
+                          if x is not None and not (name == "train" and train_metrics_status(c.privacy) == "not_computed")]
+        """The sets :meth:`evaluate` evaluates: (name, x, y, rows)."""
+        compiled = getattr(self.local_solve, "evaluator", None)
+        self.evaluate_sets = (compiled(self.model, [(x, y) for _, x, y, _ in self.evaluated]) if compiled is not None
+                              else lambda w: [self.evaluate_model(w, x, y) for _, x, y, _ in self.evaluated])
+        """w -> (summed loss, correct predictions) on each of :attr:`evaluated`."""
 
     def _x(self, arr) -> torch.Tensor:
         x = torch.as_tensor(arr)
@@ -116,17 +128,12 @@ class Simulation:
 
     def evaluate(self, w: torch.Tensor) -> dict[str, float | None]:
         """Loss and accuracy on the pooled train and test sets; the train ones are None where a private run does not
-        release them (:func:`train_metrics_status`)."""
-        out: dict[str, float | None] = {}
-        for name, x, y in (("train", self.train_x, self.train_y), ("test", self.test_x, self.test_y)):
-            if name == "train" and train_metrics_status(self.cfg.privacy) == "not_computed":
-                out["train_loss"] = out["train_acc"] = None
-                continue
-            if x is None:
-                out[f"{name}_loss"] = out[f"{name}_acc"] = float("nan")
-                continue
-            loss, correct = self.evaluate_model(w, x, y)
-            out[f"{name}_loss"], out[f"{name}_acc"] = loss / len(y), correct / len(y)
+        release them (:func:`train_metrics_status`), the test ones NaN without a test split."""
+        train = None if train_metrics_status(self.cfg.privacy) == "not_computed" else float("nan")
+        out: dict[str, float | None] = {"train_loss": train, "train_acc": train,
+                                        "test_loss": float("nan"), "test_acc": float("nan")}
+        for (name, _, _, n), (loss, correct) in zip(self.evaluated, self.evaluate_sets(w)):
+            out[f"{name}_loss"], out[f"{name}_acc"] = loss / n, correct / n
         return out
 
     def evaluate_model(self, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> tuple[float, int]:
@@ -333,7 +340,8 @@ def _run_loop(cfg, sim, data, device, out, ckpt, privacy, log, stop_after) -> di
         if problem:
             diverged = diverged_entry(0, "init", problem)
     round_k = training_rounds_before(cfg.algorithm.name, t0)
-    last_checkpoint = time.perf_counter()
+    unevaluated = dict.fromkeys(("train_loss", "train_acc", "test_loss", "test_acc", *alg.extra_metrics), float("nan"))
+    last_checkpoint = last_log = time.perf_counter()
     for t in range(t0 + 1, T + 1):
         if diverged:
             break
@@ -358,12 +366,13 @@ def _run_loop(cfg, sim, data, device, out, ckpt, privacy, log, stop_after) -> di
             row.update(alg.evaluate_extra(sim, w))
             times["eval_s"] += time.perf_counter() - e0
             problem = problem or loss_problem(row, has_test)
-            train = ("" if row["train_loss"] is None else
-                     f"train_loss {row['train_loss']:.4f} train_acc {row['train_acc']:.4f} ")
-            log(f"iter {t}/{T} {kind:7s} {train}test_acc {row['test_acc']:.4f}")
+            if t == T or e0 - last_log >= LOG_INTERVAL_S:
+                train = ("" if row["train_loss"] is None else
+                         f"train_loss {row['train_loss']:.4f} train_acc {row['train_acc']:.4f} ")
+                log(f"iter {t}/{T} {kind:7s} {train}test_acc {row['test_acc']:.4f}")
+                last_log = e0
         else:
-            row.update({k: float("nan") for k in ("train_loss", "train_acc", "test_loss", "test_acc",
-                                                  *alg.extra_metrics)})
+            row.update(unevaluated)
         row["wall_s"] = wall
         row["cum_wall_s"] = rows[-1]["cum_wall_s"] + wall
         rows.append({k: row[k] for k in columns})

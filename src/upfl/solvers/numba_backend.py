@@ -1048,28 +1048,45 @@ def softmax_first_loss(z, top, label):
     return np.log(second) - p[label]
 
 
+def evaluator(model, sets: list[tuple[torch.Tensor, torch.Tensor]]) -> Callable[[torch.Tensor], list[tuple[float, int]]]:
+    """A function of a parameter vector giving :func:`evaluate` on each (x, y) of ``sets`` (a run's training and test
+    rows): the sets' transposed rows and labels are made once (:data:`EVALUATION_ROWS`), the parameters' layout once
+    per call for all sets."""
+    binary = isinstance(model, BinaryLogisticRegression)
+    scale = (BIAS_FEATURE_SCALE if model.bias else 1.0) if binary else 1.0
+    softmax_first = bool(getattr(model, "softmax_before_loss", False))
+    rows = [EVALUATION_ROWS.get([(x, y)], (), lambda x=x, y=y: (np.ascontiguousarray(x.numpy().T, dtype=DTYPE),
+                                                                np.ascontiguousarray(y.numpy(), dtype=np.int64)))
+            for x, y in sets]
+    dim = sets[0][0].shape[1] if sets else 0
+
+    def evaluate_sets(params: torch.Tensor) -> list[tuple[float, int]]:
+        w = params.detach().numpy().astype(DTYPE, copy=False)
+        wt = np.ascontiguousarray(w[None, :]) if binary else to_class_major(w, dim)
+        results = []
+        for xt, labels in rows:
+            loss, correct = evaluate_rows(wt, xt, labels, binary, scale, softmax_first)
+            if abs(loss) > FLOAT32_MAX:  # torch's float32 sum overflows there: the loss is inf and the run diverged
+                loss = math.inf
+            results.append((float(loss), int(correct)))
+        return results
+
+    return evaluate_sets
+
+
 def evaluate(model, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> tuple[float, int]:
     """``model.evaluate(params, x, y)`` (summed loss, correct predictions) of the two logistic-regression models
     in one compiled pass over the CPU tensors, without torch's per-operation cost: the same metric (float32 logits,
     the loss summed in float64: it differs from torch's float32 sums in the 7th significant digit)."""
-    binary = isinstance(model, BinaryLogisticRegression)
-    w = params.detach().numpy().astype(DTYPE, copy=False)
-    if binary:
-        wt, scale = np.ascontiguousarray(w[None, :]), (BIAS_FEATURE_SCALE if model.bias else 1.0)
-    else:
-        wt, scale = to_class_major(w, x.shape[1]), 1.0
-    xt, labels = EVALUATION_ROWS.get([(x, y)], (), lambda: (np.ascontiguousarray(x.numpy().T, dtype=DTYPE),
-                                                           np.ascontiguousarray(y.numpy(), dtype=np.int64)))
-    loss, correct = evaluate_rows(wt, xt, labels, binary, scale, bool(getattr(model, "softmax_before_loss", False)))
-    if abs(loss) > FLOAT32_MAX:  # torch's float32 sum overflows there: the loss is inf and the run diverged
-        loss = math.inf
-    return float(loss), int(correct)
+    return evaluator(model, [(x, y)])(params)[0]
 
 
 local_solve.personal_solve = personal_solve
 """The selected solver carries pFedMe's local solve (:meth:`upfl.algorithms.pfedme.PFedMe.local_solve` uses it)."""
 local_solve.evaluate = evaluate
 """... and the compiled evaluation of its models (:meth:`upfl.engine.simulation.Simulation.evaluate_model` uses it)."""
+local_solve.evaluator = evaluator
+"""... and its evaluation of fixed sets (:class:`upfl.engine.simulation.Simulation` evaluates its rows with it)."""
 local_solve.batch_plan = batch_plans
 """... and the compiled batch plans (:meth:`upfl.engine.simulation.Simulation.training_round` draws with it)."""
 local_solve.reads_pooled_rows = True

@@ -212,7 +212,7 @@ def local_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: list[
 def numba_solver(threads: int = 0) -> Callable | None:
     """The compiled logistic-regression solver (:mod:`upfl.solvers.numba_backend`), compiled or loaded from
     numba's cache now; None when numba does not import. It carries pFedMe's compiled local solve as
-    ``.personal_solve``, the compiled evaluation of its models as ``.evaluate``, the compiled
+    ``.personal_solve``, the compiled evaluation of its models as ``.evaluate`` (of fixed sets: ``.evaluator``), the compiled
     :func:`seeded_batch_plan` as ``.batch_plan``, and ``.reads_pooled_rows`` (it takes ``pooled``, a
     :class:`PooledRound`)."""
     try:
@@ -225,6 +225,7 @@ def numba_solver(threads: int = 0) -> Callable | None:
     solve = functools.partial(solver_numba.local_solve, threads=threads)
     solve.personal_solve = functools.partial(solver_numba.personal_solve, threads=threads)
     solve.evaluate = solver_numba.evaluate
+    solve.evaluator = solver_numba.evaluator
     solve.batch_plan = solver_numba.batch_plans
     solve.reads_pooled_rows = True
     return solve
