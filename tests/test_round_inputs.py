@@ -185,3 +185,20 @@ def test_class_major_layout_is_a_permutation_and_its_inverse():
     assert np.array_equal(major[:, :, :dim], weights.transpose(0, 2, 1))
     assert np.array_equal(major[:, :, dim], flat[:, dim * classes:])
     assert major.flags.c_contiguous and np.array_equal(solver_numba.from_class_major(major), flat)
+
+
+def test_runs_on_one_data_set_object_share_its_pooled_rows(data):
+    ds = load_leaf(data)
+    doc = {"data": {"path": data}, "rounds": 2, "algorithm": {"name": "fedprox", "mu": 1.0},
+           "solver": {"backend": "numba"}, "checkpoint": {"every": 0}}
+    first, second = (Simulation(cfgmod.from_dict(doc), ds, torch.device("cpu")) for _ in range(2))
+    scaled = Simulation(cfgmod.from_dict({**doc, "data": {"path": data, "feature_scaling": "unit_norm"}}), ds,
+                        torch.device("cpu"))
+    other = Simulation(cfgmod.from_dict(doc), load_leaf(data), torch.device("cpu"))
+    assert first.train_x is second.train_x and first.test_x is second.test_x
+    assert all(a is b for a, b in zip(first.xs, second.xs))
+    assert first.xs is not second.xs, "each run has its own lists"
+    assert scaled.train_x is not first.train_x and not torch.equal(scaled.train_x, first.train_x)
+    assert other.train_x is not first.train_x and torch.equal(other.train_x, first.train_x)
+    assert torch.equal(other.train_onehot, first.train_onehot) and torch.equal(other.test_y, first.test_y)
+    assert all(torch.equal(x, torch.as_tensor(ds.train_x[u])) for x, u in zip(first.xs, ds.train_users))

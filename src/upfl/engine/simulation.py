@@ -11,6 +11,7 @@ import csv
 import io
 import math
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,43 @@ def plan_batch_size(batch_size: int, device_sizes: list[int]) -> int:
     return max(1, min(batch_size, max(device_sizes, default=1)))
 
 
+def scaled_features(arr, feature_scaling: str, device: torch.device) -> torch.Tensor:
+    """A device's features as a tensor on ``device``; with ``unit_norm`` each row divided by max(||x||, 1)."""
+    x = torch.as_tensor(arr)
+    if feature_scaling == "unit_norm":
+        x = x / x.flatten(1).norm(dim=1).clamp_min(1.0).view(-1, *([1] * (x.dim() - 1)))
+    return x.to(device)
+
+
+POOLED: dict[int, tuple[weakref.ref, dict[tuple[str, str], tuple]]] = {}
+"""Per data set object (by identity, while it lives): its pooled rows per (feature scaling, device)."""
+
+
+def pooled_rows(ds: FederatedDataset, feature_scaling: str, device: torch.device) -> tuple:
+    """(train_x, train_y, one-hot train labels, per-device x views, per-device one-hot views, test_x, test_y) of a
+    data set: the training devices' rows one after the other, the test rows of every user with some (None without).
+    Made once per data set object, scaling and device: the runs of a bundle share its data set, so they share
+    these tensors (never written), and the solver's and the evaluation's arrays made from them
+    (:data:`upfl.solvers.numba_backend.DEVICE_ROWS`, ``EVALUATION_ROWS``)."""
+    ref, made = POOLED.get(id(ds), (None, None))
+    if ref is None or ref() is not ds:
+        ref, made = weakref.ref(ds, lambda _, key=id(ds): POOLED.pop(key, None)), {}
+        POOLED[id(ds)] = (ref, made)
+    key = (feature_scaling, str(device))
+    if key not in made:
+        users, sizes = ds.train_users, [len(ds.train_y[u]) for u in ds.train_users]
+        train_x = torch.cat([scaled_features(ds.train_x[u], feature_scaling, device) for u in users])
+        train_y = torch.cat([torch.as_tensor(ds.train_y[u]) for u in users]).to(device)
+        onehot = torch.eye(ds.num_classes, device=device)[train_y]
+        test = [u for u in ds.users if len(ds.test_y[u])]
+        test_x = torch.cat([scaled_features(ds.test_x[u], feature_scaling, device) for u in test]) if test else None
+        test_y = torch.cat([torch.as_tensor(ds.test_y[u]) for u in test]).to(device) if test else None
+        made[key] = (train_x, train_y, onehot, list(torch.split(train_x, sizes)), list(torch.split(onehot, sizes)),
+                     test_x, test_y)
+    train_x, train_y, onehot, xs, ys, test_x, test_y = made[key]
+    return train_x, train_y, onehot, list(xs), list(ys), test_x, test_y
+
+
 @dataclass
 class Simulation:
     cfg: cfgmod.RunConfig
@@ -97,20 +135,14 @@ class Simulation:
         self.sizes = torch.tensor(self.device_sizes, dtype=torch.float32)
         self.size_array = self.sizes.numpy()
         self.batch_size = plan_batch_size(c.solver.batch_size, self.device_sizes)
-        self.train_x = torch.cat([self._x(ds.train_x[u]) for u in self.devices])
-        self.train_y = torch.cat([torch.as_tensor(ds.train_y[u]) for u in self.devices]).to(self.device)
-        self.train_onehot = torch.eye(self.num_classes, device=self.device)[self.train_y]
-        self.xs = list(torch.split(self.train_x, self.device_sizes))
-        self.ys = list(torch.split(self.train_onehot, self.device_sizes))
+        pooled = pooled_rows(ds, c.data.feature_scaling, self.device)
+        self.train_x, self.train_y, self.train_onehot, self.xs, self.ys, self.test_x, self.test_y = pooled
         ends = np.cumsum(self.device_sizes, dtype=np.int64)
         self.row_ranges = np.stack([ends - np.asarray(self.device_sizes, dtype=np.int64), ends], axis=1)
         """(N, 2): device i's rows of the pooled training rows (``train_x``, ``train_onehot``)."""
         self.reads_pooled_rows = getattr(self.local_solve, "reads_pooled_rows", False)
         self.block: dict[int, ClientRound | None] = {}
         """The current block of training rounds: round k -> its inputs (:meth:`client_round`)."""
-        test = [u for u in ds.users if len(ds.test_y[u])]
-        self.test_x = torch.cat([self._x(ds.test_x[u]) for u in test]) if test else None
-        self.test_y = torch.cat([torch.as_tensor(ds.test_y[u]) for u in test]).to(self.device) if test else None
         self.evaluated = [(name, x, y, len(y)) for name, x, y in (("train", self.train_x, self.train_y),
                                                                   ("test", self.test_x, self.test_y))
                           if x is not None and not (name == "train" and train_metrics_status(c.privacy) == "not_computed")]
@@ -121,10 +153,8 @@ class Simulation:
         """w -> (summed loss, correct predictions) on each of :attr:`evaluated`."""
 
     def _x(self, arr) -> torch.Tensor:
-        x = torch.as_tensor(arr)
-        if self.cfg.data.feature_scaling == "unit_norm":
-            x = x / x.flatten(1).norm(dim=1).clamp_min(1.0).view(-1, *([1] * (x.dim() - 1)))
-        return x.to(self.device)
+        """:func:`scaled_features` of ``arr`` with this run's scaling and device."""
+        return scaled_features(arr, self.cfg.data.feature_scaling, self.device)
 
     def evaluate(self, w: torch.Tensor) -> dict[str, float | None]:
         """Loss and accuracy on the pooled train and test sets; the train ones are None where a private run does not
