@@ -1,8 +1,8 @@
 """The time of a bundle of the pipeline's short synthetic runs, per run: the Python around the kernels is most of
 what a short run costs besides them.
 
-Two bundles, each run in one process as ``upfl run-many`` runs them (data set loaded once, numba's kernels warmed up
-first, one thread, checkpoints every 30 s, logs to a file):
+Two bundles, each run in one process as ``upfl run-many`` runs them (its per-run entry point: data set loaded once,
+numba's kernels warmed up first, one thread, checkpoints every 30 s, a log file per run, no store):
 
 - ``table1``: Table 1's grid on Synthetic(1,1) (FedAvg; FedProx mu in {0.1, 0.3, 0.5, 1}; Upcycled-FL for each
   (mu, lambda) pair: 21 runs, 80 or 160 iterations, evaluated at every iteration), 2 classes x 20 features, frac 0.3,
@@ -60,31 +60,27 @@ BUNDLES = {"table1": ("synthetic_1_1", table1_docs), "privacy": ("synthetic_iid"
 
 
 def worker(bundle: str, data: str) -> dict:
-    """Train the bundle in this process; CPU seconds per run, time inside runs, metrics digest."""
+    """Train the bundle in this process through ``upfl run-many``'s per-run entry point (each run's log file and
+    ``time.total_s``; no store); CPU seconds per run, time inside runs, metrics digest."""
     import pandas as pd
 
-    from upfl import config as cfgmod
-    from upfl.data import load_leaf
-    from upfl.engine.simulation import run
+    from upfl.pipeline.bundle_trainer import train_entry
 
-    docs = BUNDLES[bundle][1](data)
-    cfgs = [cfgmod.from_dict(doc) for doc in docs]
-    dataset = load_leaf(data)
     out = Path(tempfile.mkdtemp())
-    with open(out / "log.txt", "w") as log_file:
-        def log(message: str) -> None:
-            print(message, file=log_file, flush=True)
-
-        run(cfgs[0], out / "warm", log=log, data=dataset)  # numba's kernels loaded, as a bundle's job does first
-        c0, inside = time.process_time(), 0.0
-        for i, cfg in enumerate(cfgs):
-            inside += run(cfg, out / f"r{i}", log=log, data=dataset)["time"]["total_s"]
-        cpu = time.process_time() - c0
-    digest = hashlib.sha256()
-    for i in range(len(cfgs)):
-        metrics = pd.read_csv(out / f"r{i}" / "metrics.csv").drop(columns=["wall_s", "cum_wall_s"])
+    entries = [{"id": f"r{i}", "out": str(out / f"r{i}"), "log": str(out / "logs" / f"r{i}.log"), "data": data,
+                "config": doc} for i, doc in enumerate(BUNDLES[bundle][1](data))]
+    train_entry({**entries[0], "id": "warm", "out": str(out / "warm")}, 1, None)  # numba's kernels loaded first
+    c0 = time.process_time()
+    failed = [r for r in (train_entry(e, 1, None) for e in entries) if r["status"] != "trained"]
+    cpu = time.process_time() - c0
+    if failed:
+        raise RuntimeError(f"runs failed: {failed}")
+    inside, digest = 0.0, hashlib.sha256()
+    for e in entries:
+        inside += json.loads((Path(e["out"]) / "summary.json").read_text())["time"]["total_s"]
+        metrics = pd.read_csv(Path(e["out"]) / "metrics.csv").drop(columns=["wall_s", "cum_wall_s"])
         digest.update(metrics.to_csv(index=False).encode())
-    return {"runs": len(cfgs), "cpu_s_per_run": cpu / len(cfgs), "inside_runs_s": inside,
+    return {"runs": len(entries), "cpu_s_per_run": cpu / len(entries), "inside_runs_s": inside,
             "metrics_sha256": digest.hexdigest()}
 
 
