@@ -48,8 +48,9 @@ class ClientRound:
     """For a solver that ``reads_pooled_rows``: the devices as blocks of the run's pooled rows and their joined plans
     (:class:`upfl.solvers.torch_backend.PooledRound`), else None."""
     weights: torch.Tensor | None = None
-    """p_i = |D_i| / sum_j |D_j| over the round's devices (Algorithm 1 line 6): :func:`upfl.algorithms.updates.size_weights`
-    of ``sizes`` unless given (the same numbers), made with the round (before the solve)."""
+    """p_i = |D_i| / sum_j |D_j| over the round's devices (Algorithm 1 line 6):
+    :func:`upfl.algorithms.updates.size_weights` of ``sizes`` unless given (the same numbers), made with the round
+    (before the solve)."""
 
     def __post_init__(self) -> None:
         if self.weights is None:

@@ -130,7 +130,8 @@ class Simulation:
         self.sigmas = per_device(p.sigma, n, "privacy.sigma") if p.mechanism == "output" else None
         self.alphas = per_device(p.alpha, n, "privacy.alpha") if p.mechanism == "objective" else None
         self.noise_scales = np.asarray(self.sigmas or self.alphas or [], dtype=np.float32)
-        """sigma_i (output perturbation) or alpha_i (objective perturbation) of every device, float32 (as torch takes them)."""
+        """sigma_i (output perturbation) or alpha_i (objective perturbation) of every device, float32 (as torch
+        takes them)."""
         self.device_sizes = [len(ds.train_y[u]) for u in self.devices]
         self.sizes = torch.tensor(self.device_sizes, dtype=torch.float32)
         self.size_array = self.sizes.numpy()
@@ -143,9 +144,10 @@ class Simulation:
         self.reads_pooled_rows = getattr(self.local_solve, "reads_pooled_rows", False)
         self.block: dict[int, ClientRound | None] = {}
         """The current block of training rounds: round k -> its inputs (:meth:`client_round`)."""
+        released_train = train_metrics_status(c.privacy) != "not_computed"
         self.evaluated = [(name, x, y, len(y)) for name, x, y in (("train", self.train_x, self.train_y),
                                                                   ("test", self.test_x, self.test_y))
-                          if x is not None and not (name == "train" and train_metrics_status(c.privacy) == "not_computed")]
+                          if x is not None and (name == "test" or released_train)]
         """The sets :meth:`evaluate` evaluates: (name, x, y, rows)."""
         compiled = getattr(self.local_solve, "evaluator", None)
         self.evaluate_sets = (compiled(self.model, [(x, y) for _, x, y, _ in self.evaluated]) if compiled is not None

@@ -212,8 +212,8 @@ def local_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: list[
 def numba_solver(threads: int = 0) -> Callable | None:
     """The compiled logistic-regression solver (:mod:`upfl.solvers.numba_backend`), compiled or loaded from
     numba's cache now; None when numba does not import. It carries pFedMe's compiled local solve as
-    ``.personal_solve``, the compiled evaluation of its models as ``.evaluate`` (of fixed sets: ``.evaluator``), the compiled
-    :func:`seeded_batch_plan` as ``.batch_plan``, and ``.reads_pooled_rows`` (it takes ``pooled``, a
+    ``.personal_solve``, the compiled evaluation of its models as ``.evaluate`` (of fixed sets: ``.evaluator``),
+    the compiled :func:`seeded_batch_plan` as ``.batch_plan``, and ``.reads_pooled_rows`` (it takes ``pooled``, a
     :class:`PooledRound`)."""
     try:
         from . import numba_backend as solver_numba
