@@ -89,6 +89,18 @@ def test_joined_plans_equal_their_concatenation():
     assert np.shares_memory(joined_plan(compiled).numpy(), compiled[0].numpy()), "back-to-back views are read in place"
 
 
+def test_row_blocks_find_pooled_rows_and_refuse_other_tensors():
+    pooled_x, pooled_y = torch.arange(40.0).reshape(10, 4).clone(), torch.eye(2)[torch.arange(10) % 2]
+    xs, ys = list(torch.split(pooled_x, [3, 0, 5, 2])), list(torch.split(pooled_y, [3, 0, 5, 2]))
+    x, y, rows = solver_numba.row_blocks([xs[2], xs[0], xs[3]], [ys[2], ys[0], ys[3]])
+    assert x is pooled_x and y is pooled_y and rows.tolist() == [[3, 8], [0, 3], [8, 10]]
+    assert solver_numba.row_blocks([xs[0].clone()], [ys[0]]) is None
+    assert solver_numba.row_blocks([xs[0]], [ys[2]]) is None, "labels of other rows"
+    assert solver_numba.row_blocks([pooled_x[:, :2]], [pooled_y]) is None
+    flat = torch.arange(40.0)
+    assert solver_numba.row_blocks([flat.view(10, 4)[:3]], [ys[0]]) is None, "rows of a view of another shape"
+
+
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     return str(generate_synthetic("synthetic_1_1", tmp_path_factory.mktemp("d") / "s11", data_seed=2, num_devices=10))

@@ -772,6 +772,26 @@ def device_rows(model, xs, ys, binary) -> tuple[np.ndarray, np.ndarray, dict[int
     return x, torch.cat(ys).numpy().astype(DTYPE, copy=False), rows
 
 
+def row_blocks(xs, ys) -> tuple[torch.Tensor, torch.Tensor, np.ndarray] | None:
+    """(x, y, (k, 2) row ranges) when every x_i is a block of rows of one contiguous tensor x and y_i the same rows
+    of one y (the simulation's devices are views of its pooled training rows, :class:`upfl.engine.simulation.Simulation`);
+    else None."""
+    x, y = xs[0]._base, ys[0]._base
+    if (x is None or y is None or x.shape[0] != y.shape[0] or x.shape[1:] != xs[0].shape[1:]
+            or y.shape[1:] != ys[0].shape[1:] or not (x.is_contiguous() and y.is_contiguous())):
+        return None
+    stride_x, stride_y, start_x, start_y = x.stride(0), y.stride(0), x.storage_offset(), y.storage_offset()
+    rows = []
+    for xi, yi in zip(xs, ys):
+        if xi._base is not x or yi._base is not y or xi.shape[0] != yi.shape[0]:
+            return None
+        first, rest = divmod(xi.storage_offset() - start_x, stride_x)
+        if rest or (yi.storage_offset() - start_y) != first * stride_y:
+            return None
+        rows.append((first, first + xi.shape[0]))
+    return x, y, np.array(rows, dtype=np.int64).reshape(len(xs), 2)
+
+
 def joined_plans(plans: list[torch.Tensor]) -> np.ndarray:
     """The plans as one int32 (steps, B) array (their concatenation)."""
     return np.concatenate([p.numpy() for p in plans]).astype(np.int32, copy=False)
@@ -782,19 +802,25 @@ def pack(model, w_global, xs, ys, plans, threads, pooled=None):
     (assignment, worker offsets, binary, softmax first; no assignment for one worker), the layout function, its inverse and the
     devices' step counts. With ``pooled`` (:class:`upfl.solvers.torch_backend.PooledRound`, the simulation's rounds)
     the devices' rows are read from the pooled rows' arrays, made once per run, at the row ranges it names, and the
-    plans are its joined ones; other device sets have their rows made per set (:data:`DEVICE_ROWS`)."""
+    plans are its joined ones; without it, devices that are row blocks of one pooled pair of tensors
+    (:func:`row_blocks`: a caller's views of the simulation's rows) read that pair's arrays too, and other device
+    sets have their rows made per set (:data:`DEVICE_ROWS`)."""
     binary = isinstance(model, BinaryLogisticRegression)
     tag = (binary, getattr(model, "bias", None))
     if pooled is not None:
-        x, y, _ = DEVICE_ROWS.get([(pooled.x, pooled.y)], tag, lambda: device_rows(model, [pooled.x], [pooled.y], binary))
-        x_rows, plan, offsets, steps = pooled.rows, pooled.plans.joined, pooled.plans.offsets, pooled.plans.steps
+        source_x, source_y, x_rows = pooled.x, pooled.y, pooled.rows
+        plan, offsets, steps = pooled.plans.joined, pooled.plans.offsets, pooled.plans.steps
+    else:
+        steps = [int(p.shape[0]) for p in plans]
+        plan, offsets = joined_plans(plans), offsets_of(steps)
+        source_x, source_y, x_rows = row_blocks(xs, ys) or (None, None, None)
+    if source_x is not None:
+        x, y, _ = DEVICE_ROWS.get([(source_x, source_y)], tag,
+                                  lambda: device_rows(model, [source_x], [source_y], binary))
     else:
         x, y, rows = DEVICE_ROWS.get(list(zip(xs, ys)), tag, lambda: device_rows(model, xs, ys, binary),
                                      any_order=True)
         x_rows = np.array([rows[id(t)] for t in xs], dtype=np.int64).reshape(len(xs), 2)
-        plan = joined_plans(plans)
-        steps = [int(p.shape[0]) for p in plans]
-        offsets = offsets_of(steps)
     workers = max(1, min(len(steps), threads or numba.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
     dim = x.shape[1]
     layout = (lambda a: np.ascontiguousarray(a[..., None, :])) if binary else (lambda a: to_class_major(a, dim))
