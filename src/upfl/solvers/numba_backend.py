@@ -34,9 +34,10 @@ model's, which stay zero. Summation order at each step (:func:`batch_gradient`, 
   multiply-add per row into four partial sums (rows 0, 4, 8, ...; 1, 5, ...; 2, 6, ...; 3, 7, ...), added as
   (s0 + s1) + (s2 + s3); padding rows have coefficient 0 and add nothing.
 
-The evaluation (:func:`evaluate_rows`) takes float32 logits summed in feature order and float64 losses by
-:func:`exp64` and :func:`log64` (within 3 units in the last place of libm's), 64 rows at a time, the rows the
-vector lanes, added to the total in row order. Divisions in the kernels follow IEEE (``error_model="numpy"``:
+The evaluation (:func:`evaluate_rows`) takes 64 rows at a time, the rows the vector lanes: a logit is a float32 sum
+in feature order from the bias, one fused multiply-add per feature (:func:`block_logits`); a row's loss is float32
+(:func:`exp32`, :func:`log32`; for the multinomial model (max - z_label) + log of the sum of exponentials in class
+order), added to a float64 total in row order. Divisions in the kernels follow IEEE (``error_model="numpy"``:
 no zero-division check, which would keep a loop from being vectorised).
 
 :func:`personal_solve` is pFedMe's bi-level local solve (Dinh et al. 2020, Algorithm 1) on the same
@@ -74,9 +75,8 @@ FUSED = {"contract"}
 """The kernels' one fast-math liberty: a multiply followed by an add may be one fused multiply-add (rounded once).
 No reassociation: every sum keeps the order the code states."""
 LOG2E, LN2_HIGH, LN2_LOW = 1.44269504088896341, 0.693359375, -2.12194440e-4
-"""1 / ln 2 and ln 2 split into a part exact in float32 and the rest (Cody-Waite reduction of :func:`exp32`)."""
-LN2_HIGH64, LN2_LOW64 = 6.93147180369123816490e-01, 1.90821492927058770002e-10
-"""ln 2 in a part with trailing zero bits and the rest (Cody-Waite reduction of :func:`exp64`, :func:`log64`)."""
+"""1 / ln 2 and ln 2 split into a part exact in float32 and the rest (Cody-Waite reduction of :func:`exp32`,
+:func:`log32`)."""
 SQRT2 = math.sqrt(2.0)
 EXP_LOW, EXP_HIGH = -87.0, 88.0
 """The range of :func:`exp32`'s polynomial; below it exp is 0, above it inf."""
@@ -136,14 +136,14 @@ def halving_sum(builder, vector):
     return builder.extract_element(vector, ir.Constant(ir.IntType(32), 0))
 
 
-BIT_CASTS = {types.int32: (types.float32, ir.FloatType()), types.int64: (types.float64, ir.DoubleType()),
-             types.float64: (types.int64, INT64)}
+BIT_CASTS = {types.int32: (types.float32, ir.FloatType()), types.float32: (types.int32, ir.IntType(32)),
+             types.int64: (types.float64, ir.DoubleType()), types.float64: (types.int64, INT64)}
 """The bit casts :func:`bit_cast` makes: each type to the type of the same width whose IEEE 754 bits it gives."""
 
 
 @intrinsic
 def bit_cast(typingctx, value):
-    """``value``'s bits read as the other type of :data:`BIT_CASTS` (int32 -> float32, int64 -> float64,
+    """``value``'s bits read as the other type of :data:`BIT_CASTS` (int32 <-> float32, int64 -> float64,
     float64 -> int64): a bit cast, which loops vectorise."""
     if value not in BIT_CASTS:
         return None
@@ -876,166 +876,175 @@ def personal_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: li
     return torch.from_numpy(flat(local)), torch.from_numpy(flat(theta)), sum(steps) * personal_steps
 
 
-@numba.njit(nogil=True, cache=True, inline="always")
-def exp64(v):
-    """exp(v) of a float64 in straight-line arithmetic that a loop over rows vectorises: exp(v) = 2^n exp(r),
-    n = round(v / ln 2), r = v - n ln 2 in two parts (Cody-Waite), exp(r) by its Taylor polynomial of degree 13
-    (truncation under 5e-18 for |r| <= ln 2 / 2), 2^n from its exponent bits. 0 below -708, inf above 709, NaN
-    stays NaN."""
-    c = v if v > -708.0 else -708.0
-    c = c if c < 709.0 else 709.0
-    n = np.floor(c * LOG2E + 0.5)
-    r = c - n * LN2_HIGH64
-    r = r - n * LN2_LOW64
-    p = 1.0 / 6227020800.0
-    p = p * r + 2.08767569878681e-09  # 1 / 12!
-    p = p * r + 2.505210838544172e-08  # 1 / 11!
-    p = p * r + 2.755731922398589e-07  # 1 / 10!
-    p = p * r + 2.7557319223985893e-06  # 1 / 9!
-    p = p * r + 2.48015873015873e-05  # 1 / 8!
-    p = p * r + 0.0001984126984126984  # 1 / 7!
-    p = p * r + 0.001388888888888889  # 1 / 6!
-    p = p * r + 0.008333333333333333  # 1 / 5!
-    p = p * r + 0.041666666666666664  # 1 / 4!
-    p = p * r + 0.16666666666666666  # 1 / 3!
-    p = p * r + 0.5  # 1 / 2!
-    p = p * r + 1.0  # 1 / 1!
-    p = p * r + 1.0  # 1 / 0!
-    e = p * bit_cast((np.int64(n) + 1023) << 52)
-    e = e if v >= -708.0 else 0.0
-    e = e if v <= 709.0 else np.inf
-    return e if v == v else v
-
-
-@numba.njit(error_model="numpy", nogil=True, cache=True, inline="always")
-def log64(v):
-    """log(v) of a positive normal float64 in straight-line arithmetic that a loop over rows vectorises:
-    v = m 2^e with m in [sqrt(1/2), sqrt(2)) from the bits, log m = 2 atanh(t), t = (m - 1) / (m + 1), by its
-    series to t^23 (|t| <= 0.172: truncation under 1e-18), plus e ln 2 in two parts. inf and NaN stay."""
+@numba.njit(fastmath=FUSED, error_model="numpy", nogil=True, cache=True, inline="always")
+def log32(v):
+    """log(v) of a positive normal float32 in straight-line float32 arithmetic without a division, which a loop
+    over rows vectorises: v = m 2^e with m in [sqrt(1/2), sqrt(2)) from the bits, log m = x - x^2 / 2 + x^3 P(x),
+    x = m - 1, by Cephes' logf polynomial (relative error under 1e-7), plus e ln 2 in two parts. inf and NaN
+    stay."""
     bits = bit_cast(v)
-    e = (bits >> 52) - 1023
-    m = bit_cast((bits & 0xFFFFFFFFFFFFF) | (np.int64(1023) << 52))
-    big = m > SQRT2
-    m = m * 0.5 if big else m
-    e = e + 1 if big else e
-    t = (m - 1.0) / (m + 1.0)
-    t2 = t * t
-    s = 1.0 / 23.0
-    s = s * t2 + 1.0 / 21.0
-    s = s * t2 + 1.0 / 19.0
-    s = s * t2 + 1.0 / 17.0
-    s = s * t2 + 1.0 / 15.0
-    s = s * t2 + 1.0 / 13.0
-    s = s * t2 + 1.0 / 11.0
-    s = s * t2 + 1.0 / 9.0
-    s = s * t2 + 1.0 / 7.0
-    s = s * t2 + 1.0 / 5.0
-    s = s * t2 + 1.0 / 3.0
-    s = s * t2
-    ef = np.float64(e)
-    result = ef * LN2_HIGH64 + (ef * LN2_LOW64 + (t + t + (t + t) * s))
-    result = result if v < np.inf else v
+    e = (bits >> 23) - 127
+    m = bit_cast(np.int32((bits & 0x7FFFFF) | (127 << 23)))
+    big = m > DTYPE(SQRT2)
+    m = m * DTYPE(0.5) if big else m
+    ef = DTYPE(e + 1 if big else e)
+    x = m - DTYPE(1)
+    z = x * x
+    p = DTYPE(7.0376836292e-2)
+    p = p * x - DTYPE(1.1514610310e-1)
+    p = p * x + DTYPE(1.1676998740e-1)
+    p = p * x - DTYPE(1.2420140846e-1)
+    p = p * x + DTYPE(1.4249322787e-1)
+    p = p * x - DTYPE(1.6668057665e-1)
+    p = p * x + DTYPE(2.0000714765e-1)
+    p = p * x - DTYPE(2.4999993993e-1)
+    p = p * x + DTYPE(3.3333331174e-1)
+    y = p * x * z + ef * DTYPE(LN2_LOW)
+    y = y - DTYPE(0.5) * z
+    result = (x + y) + ef * DTYPE(LN2_HIGH)
+    result = result if v < DTYPE(np.inf) else v
     return result if v == v else v
 
 
-@numba.njit(error_model="numpy", nogil=True, cache=True, inline="always")
-def log1p64(u):
-    """log(1 + u) for u >= 0 accurate also for small u: log(w) u / (w - 1) with w = 1 + u rounded (Goldberg), u
-    itself where w rounds to 1."""
-    w = 1.0 + u
-    return u if w == 1.0 else log64(w) * (u / (w - 1.0))
+@numba.njit(fastmath=FUSED, error_model="numpy", nogil=True, cache=True, inline="always")
+def log1p32(u):
+    """log(1 + u) of a float32 u in [0, 1], accurate also for small u, without a division: w = 1 + u rounded, its
+    rounding error c = u - (w - 1) exact (Fast2Sum), log1p(u) = log32(w) + c / w with 1 / w by 1.5 - w / 2 (exact
+    at w = 1 and 2; the term is under an ulp of the result where the line is far from 1 / w)."""
+    w = DTYPE(1) + u
+    return log32(w) + (u - (w - DTYPE(1))) * (DTYPE(1.5) - DTYPE(0.5) * w)
 
 
 EVALUATION_BLOCK = 64
-"""Rows whose logits the evaluation computes together (the rows are the inner, vectorised axis)."""
+"""Rows whose logits and losses the evaluation computes together (the rows are the vector lanes: 4 vectors)."""
 
 
-@numba.njit(nogil=True, cache=True)
-def block_logits(wt, xt, r0, m, fscale, binary, z):
-    """Logits of rows r0..r0+m-1 into ``z[:, :m]``: per row and class one feature-order sum, from the bias
-    (multinomial) or from 0 (binary, features times ``fscale``, the folded bias last). ``xt`` is (d, n): the rows
-    are the inner axis, so the CPU adds a feature to many rows' sums at once, each sum still in feature order."""
-    d = xt.shape[0]
-    if binary:
-        for b in range(m):
-            z[0, b] = 0
-        for j in range(d):
-            wj = wt[0, j]
-            xr = xt[j, r0:r0 + m]
-            for b in range(m):
-                z[0, b] += wj * (xr[b] * fscale)
-        if wt.shape[1] > d:
-            bias = wt[0, d] * fscale
-            for b in range(m):
-                z[0, b] += bias
-    else:
-        for c in range(wt.shape[0]):
-            bias = wt[c, d]
-            for b in range(m):
-                z[c, b] = bias
-            for j in range(d):
-                wj = wt[c, j]
-                xr = xt[j, r0:r0 + m]
-                for b in range(m):
-                    z[c, b] += wj * xr[b]
+@intrinsic
+def block_logits(typingctx, w, c, xt, r0, bias, z):
+    """z[c, k] = bias + sum_j w[c, j] xt[j, r0 + k] for the :data:`EVALUATION_BLOCK` rows k (``xt`` (d, n) float32,
+    C-contiguous, at least r0 + 64 columns): per row one sum in feature order from ``bias``, one fused
+    multiply-add per feature, 16 rows to a vector."""
+    signature = types.none(w, c, xt, r0, bias, z)
+    vectors = EVALUATION_BLOCK // LANES
+
+    def codegen(context, builder, sig, args):
+        w_data, w_shape = array_data(context, builder, sig.args[0], args[0])
+        x_data, x_shape = array_data(context, builder, sig.args[2], args[2])
+        z_data, z_shape = array_data(context, builder, sig.args[5], args[5])
+        cls = as_int64(builder, args[1])
+        first = as_int64(builder, args[3])
+        features, n = builder.extract_value(x_shape, 0), builder.extract_value(x_shape, 1)
+        w_row = row_start(builder, w_data, cls, builder.extract_value(w_shape, 1))
+        splat = lambda value: builder.shuffle_vector(
+            builder.insert_element(ir.Constant(VECTOR, None), value, ir.Constant(ir.IntType(32), 0)),
+            ir.Constant(VECTOR, None), ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES))
+        totals = [cgutils.alloca_once_value(builder, splat(args[4])) for _ in range(vectors)]
+        with cgutils.for_range(builder, features) as loop:
+            weight = splat(builder.load(builder.gep(w_row, [loop.index], inbounds=True, source_etype=ir.FloatType())))
+            x_row = builder.gep(row_start(builder, x_data, loop.index, n), [first], inbounds=True,
+                                source_etype=ir.FloatType())
+            for v, total in enumerate(totals):
+                row = load_vector(builder, x_row, ir.Constant(INT64, v * LANES))
+                builder.store(fused(builder, weight, row, builder.load(total)), total)
+        z_row = row_start(builder, z_data, cls, builder.extract_value(z_shape, 1))
+        for v, total in enumerate(totals):
+            store_vector(builder, builder.load(total), z_row, ir.Constant(INT64, v * LANES))
+        return context.get_dummy_value()
+
+    return signature, codegen
+
+
+@numba.njit(fastmath=FUSED, error_model="numpy", nogil=True, cache=True)
+def multinomial_losses(z, labels, partial, top, picked, total, best):
+    """Number of correct predictions (the first largest logit) of the rows k of a block, the rows the vector lanes;
+    each row's cross-entropy of softmax(z[:, k]) added to ``partial[k]`` (float64). The loss in float32:
+    top + log(sum_c exp(z_c - top)) - z_label as (top - z_label) + log32(sum), exp by :func:`exp32`, the sum in class
+    order. ``top``, ``picked``, ``total`` and ``best`` (int32) are scratch of the block's length; a row with label -1
+    (padding) adds 0 and counts as wrong."""
+    for k in range(EVALUATION_BLOCK):
+        top[k] = z[0, k]
+        picked[k] = z[0, k]
+        total[k] = 0
+        best[k] = 0
+    for c in range(1, z.shape[0]):
+        for k in range(EVALUATION_BLOCK):
+            larger = z[c, k] > top[k]
+            top[k] = z[c, k] if larger else top[k]
+            best[k] = c if larger else best[k]
+            picked[k] = z[c, k] if labels[k] == c else picked[k]
+    for c in range(z.shape[0]):
+        for k in range(EVALUATION_BLOCK):
+            total[k] += exp32(z[c, k] - top[k])
+    correct = 0
+    for k in range(EVALUATION_BLOCK):
+        loss = (top[k] - picked[k]) + log32(total[k])
+        partial[k] += np.float64(loss if labels[k] >= 0 else DTYPE(0))
+        correct += best[k] == labels[k]
+    return correct
+
+
+@numba.njit(fastmath=FUSED, error_model="numpy", nogil=True, cache=True)
+def binary_losses(z, labels, partial):
+    """Number of correct predictions (1 when z > 0) of the rows k of a block; each row's log loss
+    log(1 + exp(s)) = max(s, 0) + log1p(exp(-|s|)), s = -(2 y - 1) z, in float32 (:func:`exp32`, :func:`log1p32`),
+    added to ``partial[k]`` (float64). A row with label -1 (padding) adds 0 and counts as wrong."""
+    correct = 0
+    for k in range(EVALUATION_BLOCK):
+        s = z[0, k] if labels[k] == 0 else -z[0, k]
+        loss = max(s, DTYPE(0)) + log1p32(exp32(-abs(s)))
+        partial[k] += np.float64(loss if labels[k] >= 0 else DTYPE(0))
+        correct += np.int32(z[0, k] > 0) == labels[k]
+    return correct
 
 
 @numba.njit(error_model="numpy", nogil=True, cache=True)
 def evaluate_rows(wt, xt, labels, binary, scale, softmax_first):
     """Summed loss and number of correct predictions of one model on the rows of ``xt`` (d, n) (one pass).
 
-    Logits in the model's float32 (a model that overflows gives a non-finite loss, as under torch, and its run
-    is diverged), the loss from them in float64; :data:`EVALUATION_BLOCK` rows at a time, the rows the vector
-    lanes: their logits (:func:`block_logits`), then their losses with :func:`exp64` and :func:`log64` (the sum
-    over classes in class order), then added to the total in row order.
+    :data:`EVALUATION_BLOCK` rows at a time, the rows the vector lanes (the last rows short of a block copied to a
+    zero-padded block, label -1): float32 logits (:func:`block_logits`; a model that overflows gives a non-finite
+    loss, as under torch, and its run is diverged), float32 losses (:func:`multinomial_losses`,
+    :func:`binary_losses`); row r's loss is added to partial sum r mod 64 (float64), the 64 partial sums to the
+    total in their order at the end.
 
     Multinomial: ``wt`` (C, d + 1) = ``[W^T | b]``, cross-entropy of softmax(W^T x + b) (with ``softmax_first``
-    of the softmax of p = softmax(W^T x + b), in float64), prediction the first largest logit. Binary: ``wt`` (1, P) = theta on x~ = ``[x, 1] * scale`` (P = d + 1) or ``x * scale``
-    (P = d), log loss log(1 + exp(-s z)) with s = 2 y - 1, prediction 1 when z > 0.
+    of the softmax of p = softmax(W^T x + b), in float64, :func:`softmax_first_row`), prediction the first largest
+    logit. Binary: ``wt`` (1, P) = theta on x~ = ``[x, 1] * scale`` (P = d + 1) or ``x * scale`` (P = d), the
+    logit <theta * scale, [x, 1]> (the scale folded into the weights), log loss log(1 + exp(-s z)) with
+    s = 2 y - 1, prediction 1 when z > 0.
     """
-    n = xt.shape[1]
+    d, n = xt.shape
     classes = wt.shape[0]
-    fscale = wt.dtype.type(scale)
-    z = np.empty((classes, EVALUATION_BLOCK), dtype=wt.dtype)
-    top = np.empty(EVALUATION_BLOCK, dtype=wt.dtype)
-    picked = np.empty(EVALUATION_BLOCK, dtype=wt.dtype)
-    best = np.empty(EVALUATION_BLOCK, dtype=np.int64)
-    row_loss = np.empty(EVALUATION_BLOCK)
-    loss = 0.0
+    w = wt * DTYPE(scale) if binary else wt
+    z = np.empty((classes, EVALUATION_BLOCK), DTYPE)
+    tail = np.zeros((d, EVALUATION_BLOCK), DTYPE)
+    block_labels = np.empty(EVALUATION_BLOCK, np.int32)
+    top, picked = np.empty(EVALUATION_BLOCK, DTYPE), np.empty(EVALUATION_BLOCK, DTYPE)
+    total, partial = np.empty(EVALUATION_BLOCK, DTYPE), np.zeros(EVALUATION_BLOCK)
+    best = np.empty(EVALUATION_BLOCK, np.int32)
     correct = 0
     for r0 in range(0, n, EVALUATION_BLOCK):
         m = min(EVALUATION_BLOCK, n - r0)
-        block_logits(wt, xt, r0, m, fscale, binary, z)
+        rows, first = xt, r0
+        if m < EVALUATION_BLOCK:
+            tail[:, :m] = xt[:, r0:]
+            rows, first = tail, 0
+        for k in range(EVALUATION_BLOCK):
+            block_labels[k] = labels[r0 + k] if k < m else -1
+        for c in range(classes):
+            block_logits(w, c, rows, first, w[c, d] if w.shape[1] > d else DTYPE(0), z)
         if binary:
-            for k in range(m):
-                s = -(2.0 * labels[r0 + k] - 1.0) * np.float64(z[0, k])
-                row_loss[k] = max(s, 0.0) + log1p64(exp64(-abs(s)))
-                best[k] = z[0, k] > 0
+            correct += binary_losses(z, block_labels, partial)
         elif softmax_first:
             for k in range(m):
-                row_loss[k], best[k] = softmax_first_row(z[:, k], labels[r0 + k])
+                row_loss, prediction = softmax_first_row(z[:, k], block_labels[k])
+                partial[k] += row_loss
+                correct += prediction == block_labels[k]
         else:
-            for k in range(m):
-                top[k] = z[0, k]
-                best[k] = 0
-                picked[k] = z[0, k]
-            for c in range(1, classes):
-                for k in range(m):
-                    if z[c, k] > top[k]:
-                        top[k] = z[c, k]
-                        best[k] = c
-                    if labels[r0 + k] == c:
-                        picked[k] = z[c, k]
-            for k in range(m):
-                row_loss[k] = 0.0
-            for c in range(classes):
-                for k in range(m):
-                    row_loss[k] += exp64(np.float64(z[c, k]) - np.float64(top[k]))
-            for k in range(m):
-                row_loss[k] = np.float64(top[k]) + log64(row_loss[k]) - np.float64(picked[k])
-        for k in range(m):
-            loss += row_loss[k]
-            correct += best[k] == labels[r0 + k]
+            correct += multinomial_losses(z, block_labels, partial, top, picked, total, best)
+    loss = 0.0
+    for k in range(EVALUATION_BLOCK):
+        loss += partial[k]
     return loss, correct
 
 
