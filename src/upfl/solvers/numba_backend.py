@@ -318,12 +318,25 @@ def padded_width(width):
     return -(-width // LANES) * LANES
 
 
+VECTOR_BYTES = LANES * 4
+"""Bytes of one vector: the padded layout's arrays start at a multiple, so that no vector load spans two cache
+lines (numba aligns arrays to 32 bytes only)."""
+
+
+@numba.njit(nogil=True, cache=True)
+def aligned_zeros(rows, width):
+    """A zero (``rows``, ``width``) float32 matrix whose data starts at a multiple of :data:`VECTOR_BYTES`."""
+    whole = np.zeros(rows * width + LANES, DTYPE)
+    first = (-whole.ctypes.data) % VECTOR_BYTES // 4
+    return whole[first:first + rows * width].reshape(rows, width)
+
+
 @numba.njit(nogil=True, cache=True)
 def padded_rows(x, bias):
     """``x`` (n, d) as rows of the padded layout: [x, 1, 0 ...] with ``bias`` (the multinomial model's bias feature),
     else [x, 0 ...]; the row length is :func:`padded_width` of d (+ 1)."""
     n, d = x.shape
-    out = np.zeros((n, padded_width(d + 1 if bias else d)), DTYPE)
+    out = aligned_zeros(n, padded_width(d + 1 if bias else d))
     for i in range(n):
         for j in range(d):
             out[i, j] = x[i, j]
@@ -336,7 +349,7 @@ def padded_rows(x, bias):
 def padded(params, width):
     """(k, P) parameters as (k, ``width``) rows, zeros past P: in the padded layout their products and gradients
     are 0, so the padding stays 0 through every step."""
-    out = np.zeros((params.shape[0], width), DTYPE)
+    out = aligned_zeros(params.shape[0], width)
     for i in range(params.shape[0]):
         for j in range(params.shape[1]):
             out[i, j] = params[i, j]
@@ -355,9 +368,9 @@ def unpad(padded_params, out):
 def batch_buffers(outputs, batch):
     """Scratch of the training kernels for batches of ``batch`` rows with ``outputs`` logits each: (zt (outputs,
     batch), per-row max, per-row sum of exponentials, per-row weight in the batch mean (float32), row index with
-    padding read as row 0 (int64))."""
+    padding read as row 0 (int64), per-row entry of the one-hot labels gathered from y (float32))."""
     return (np.zeros((outputs, batch), DTYPE), np.zeros(batch, DTYPE), np.zeros(batch, DTYPE),
-            np.zeros(batch, DTYPE), np.zeros(batch, np.int64))
+            np.zeros(batch, DTYPE), np.zeros(batch, np.int64), np.zeros(batch, DTYPE))
 
 
 @numba.njit(nogil=True, cache=True)
@@ -380,7 +393,7 @@ def batch_gradient(wp, xp, y, rows, inv_count, gp, buffers, softmax_first):
     (:func:`row_dot` for the last samples short of a block), the softmax over all samples at once (:func:`exp32`),
     the gradient by :func:`accumulate_rows`.
     """
-    zt, top, total, weight, safe = buffers
+    zt, top, total, weight, safe, label = buffers
     batch_rows(rows, inv_count, weight, safe)
     nb = rows.shape[0]
     num_classes = zt.shape[0]
@@ -411,7 +424,9 @@ def batch_gradient(wp, xp, y, rows, inv_count, gp, buffers, softmax_first):
     else:
         for c in range(num_classes):
             for b in range(nb):
-                zt[c, b] = (zt[c, b] / total[b] - y[safe[b], c]) * weight[b]
+                label[b] = y[safe[b], c]
+            for b in range(nb):
+                zt[c, b] = (zt[c, b] / total[b] - label[b]) * weight[b]
     for c in range(num_classes):
         accumulate_rows(gp, c, zt, xp, safe, nb)
 
@@ -445,7 +460,7 @@ def binary_batch_gradient(wp, xp, y, rows, inv_count, gp, buffers):
     positive). Logits by :func:`block_dots` and :func:`row_dot`, the coefficients -s_b / (1 + exp(s_b z_b)) inv_count over all samples at
     once (:func:`exp32`), the gradient by :func:`accumulate_rows`.
     """
-    zt, _, _, weight, safe = buffers
+    zt, _, _, weight, safe, label = buffers
     batch_rows(rows, inv_count, weight, safe)
     nb = rows.shape[0]
     one = DTYPE(1)
@@ -455,7 +470,9 @@ def binary_batch_gradient(wp, xp, y, rows, inv_count, gp, buffers):
     for b in range(blocks, nb):
         zt[0, b] = row_dot(wp, 0, xp, safe[b])
     for b in range(nb):
-        sign = y[safe[b], 1] + y[safe[b], 1] - one
+        label[b] = y[safe[b], 1]
+    for b in range(nb):
+        sign = label[b] + label[b] - one
         zt[0, b] = -sign / (one + exp32(sign * zt[0, b])) * weight[b]
     accumulate_rows(gp, 0, zt, xp, safe, nb)
 
@@ -504,7 +521,7 @@ def device_solve(wt, wg, x, y, plan, lin, has_lin, hyper, binary, softmax_first)
     lin1 = padded(lin, width).ravel() if has_lin else wg1
     w1 = wp.ravel()
     buf = np.zeros(w1.shape[0], DTYPE)
-    gp = np.zeros_like(wp)
+    gp = aligned_zeros(wp.shape[0], width)
     g1 = gp.ravel()
     buffers = batch_buffers(wt.shape[0], plan.shape[1])
     for s in range(plan.shape[0]):
@@ -551,7 +568,7 @@ def device_personal_solve(local, theta, wg, x, y, plan, hyper, personal_steps, b
     xp = padded_rows(x, not binary)
     wp, tp = padded(wg, xp.shape[1]), padded(wg, xp.shape[1])
     w1, t1 = wp.ravel(), tp.ravel()
-    gp = np.zeros_like(tp)
+    gp = aligned_zeros(tp.shape[0], tp.shape[1])
     buffers = batch_buffers(theta.shape[0], plan.shape[1])
     g1 = gp.ravel()
     for s in range(plan.shape[0]):
