@@ -936,39 +936,63 @@ EVALUATION_BLOCK = 64
 """Rows whose logits and losses the evaluation computes together (the rows are the vector lanes: 4 vectors)."""
 
 
-@intrinsic
-def block_logits(typingctx, w, c, xt, r0, bias, z):
-    """z[c, k] = bias + sum_j w[c, j] xt[j, r0 + k] for the :data:`EVALUATION_BLOCK` rows k (``xt`` (d, n) float32,
-    C-contiguous, at least r0 + 64 columns): per row one sum in feature order from ``bias``, one fused
-    multiply-add per feature, 16 rows to a vector."""
-    signature = types.none(w, c, xt, r0, bias, z)
+def class_block_logits(group):
+    """An intrinsic (w, c, xt, r0, z) setting z[c + i, k] = bias + sum_j w[c + i, j] xt[j, r0 + k] for the ``group``
+    classes c + i and the :data:`EVALUATION_BLOCK` rows k (``w`` (C, P), ``xt`` (d, n) float32, C-contiguous,
+    at least r0 + 64 columns; the bias w[c + i, d] where P > d, else 0): per row and class one sum in feature
+    order from the bias, one fused multiply-add per feature, 16 rows to a vector; the classes of a group share
+    the loads of the rows."""
     vectors = EVALUATION_BLOCK // LANES
 
-    def codegen(context, builder, sig, args):
-        w_data, w_shape = array_data(context, builder, sig.args[0], args[0])
-        x_data, x_shape = array_data(context, builder, sig.args[2], args[2])
-        z_data, z_shape = array_data(context, builder, sig.args[5], args[5])
-        cls = as_int64(builder, args[1])
-        first = as_int64(builder, args[3])
-        features, n = builder.extract_value(x_shape, 0), builder.extract_value(x_shape, 1)
-        w_row = row_start(builder, w_data, cls, builder.extract_value(w_shape, 1))
-        splat = lambda value: builder.shuffle_vector(
-            builder.insert_element(ir.Constant(VECTOR, None), value, ir.Constant(ir.IntType(32), 0)),
-            ir.Constant(VECTOR, None), ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES))
-        totals = [cgutils.alloca_once_value(builder, splat(args[4])) for _ in range(vectors)]
-        with cgutils.for_range(builder, features) as loop:
-            weight = splat(builder.load(builder.gep(w_row, [loop.index], inbounds=True, source_etype=ir.FloatType())))
-            x_row = builder.gep(row_start(builder, x_data, loop.index, n), [first], inbounds=True,
-                                source_etype=ir.FloatType())
-            for v, total in enumerate(totals):
-                row = load_vector(builder, x_row, ir.Constant(INT64, v * LANES))
-                builder.store(fused(builder, weight, row, builder.load(total)), total)
-        z_row = row_start(builder, z_data, cls, builder.extract_value(z_shape, 1))
-        for v, total in enumerate(totals):
-            store_vector(builder, builder.load(total), z_row, ir.Constant(INT64, v * LANES))
-        return context.get_dummy_value()
+    @intrinsic
+    def logits(typingctx, w, c, xt, r0, z):
+        signature = types.none(w, c, xt, r0, z)
 
-    return signature, codegen
+        def codegen(context, builder, sig, args):
+            w_data, w_shape = array_data(context, builder, sig.args[0], args[0])
+            x_data, x_shape = array_data(context, builder, sig.args[2], args[2])
+            z_data, z_shape = array_data(context, builder, sig.args[4], args[4])
+            first = as_int64(builder, args[3])
+            features, n = builder.extract_value(x_shape, 0), builder.extract_value(x_shape, 1)
+            width = builder.extract_value(w_shape, 1)
+            has_bias = builder.icmp_signed(">", width, features)
+            bias_column = builder.select(has_bias, features, ir.Constant(INT64, 0))
+            splat = lambda value: builder.shuffle_vector(
+                builder.insert_element(ir.Constant(VECTOR, None), value, ir.Constant(ir.IntType(32), 0)),
+                ir.Constant(VECTOR, None), ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES))
+            first_class = as_int64(builder, args[1])
+            w_rows, totals = [], []
+            for i in range(group):
+                w_row = row_start(builder, w_data, builder.add(first_class, ir.Constant(INT64, i)), width)
+                bias = builder.load(builder.gep(w_row, [bias_column], inbounds=True, source_etype=ir.FloatType()))
+                bias = builder.select(has_bias, bias, ir.Constant(ir.FloatType(), 0.0))
+                w_rows.append(w_row)
+                totals.append([cgutils.alloca_once_value(builder, splat(bias)) for _ in range(vectors)])
+            with cgutils.for_range(builder, features) as loop:
+                x_row = builder.gep(row_start(builder, x_data, loop.index, n), [first], inbounds=True,
+                                    source_etype=ir.FloatType())
+                rows = [load_vector(builder, x_row, ir.Constant(INT64, v * LANES)) for v in range(vectors)]
+                for w_row, class_totals in zip(w_rows, totals):
+                    weight = splat(builder.load(builder.gep(w_row, [loop.index], inbounds=True,
+                                                            source_etype=ir.FloatType())))
+                    for row, total in zip(rows, class_totals):
+                        builder.store(fused(builder, weight, row, builder.load(total)), total)
+            for i, class_totals in enumerate(totals):
+                cls = builder.add(first_class, ir.Constant(INT64, i))
+                z_row = row_start(builder, z_data, cls, builder.extract_value(z_shape, 1))
+                for v, total in enumerate(class_totals):
+                    store_vector(builder, builder.load(total), z_row, ir.Constant(INT64, v * LANES))
+            return context.get_dummy_value()
+
+        return signature, codegen
+
+    return logits
+
+
+block_logits = class_block_logits(1)
+"""The logits of one class for a block of rows (:func:`class_block_logits`)."""
+pair_logits = class_block_logits(2)
+"""The logits of two classes for a block of rows, sharing the loads (:func:`class_block_logits`)."""
 
 
 @numba.njit(fastmath=FUSED, error_model="numpy", nogil=True, cache=True)
@@ -1019,8 +1043,8 @@ def evaluate_rows(wt, xt, labels, binary, scale, softmax_first):
     """Summed loss and number of correct predictions of one model on the rows of ``xt`` (d, n) (one pass).
 
     :data:`EVALUATION_BLOCK` rows at a time, the rows the vector lanes (the last rows short of a block copied to a
-    zero-padded block, label -1): float32 logits (:func:`block_logits`; a model that overflows gives a non-finite
-    loss, as under torch, and its run is diverged), float32 losses (:func:`multinomial_losses`,
+    zero-padded block, label -1): float32 logits (:func:`pair_logits`, :func:`block_logits`; a model that overflows
+    gives a non-finite loss, as under torch, and its run is diverged), float32 losses (:func:`multinomial_losses`,
     :func:`binary_losses`); row r's loss is added to partial sum r mod 64 (float64), the 64 partial sums to the
     total in their order at the end.
 
@@ -1048,8 +1072,10 @@ def evaluate_rows(wt, xt, labels, binary, scale, softmax_first):
             rows, first = tail, 0
         for k in range(EVALUATION_BLOCK):
             block_labels[k] = labels[r0 + k] if k < m else -1
-        for c in range(classes):
-            block_logits(w, c, rows, first, w[c, d] if w.shape[1] > d else DTYPE(0), z)
+        for c in range(0, classes - 1, 2):
+            pair_logits(w, c, rows, first, z)
+        if classes % 2:
+            block_logits(w, classes - 1, rows, first, z)
         if binary:
             correct += binary_losses(z, block_labels, partial)
         elif softmax_first:
