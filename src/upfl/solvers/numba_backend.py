@@ -23,16 +23,17 @@ as float64.
 The training kernels run in a padded layout laid out for the vector units (16 float32 lanes): a device's rows
 are copied once per solve to ``[x, 1, 0 ...]`` (the multinomial bias as a feature; the binary model's x~ has
 its bias folded in) of a multiple of 16 floats, the parameters to rows of the same width, zeros past the
-model's, which stay zero. Summation order at each step (:func:`batch_gradient`, :func:`binary_batch_gradient`):
+model's, which stay zero (each array from a 64-byte boundary, :func:`aligned_zeros`). Summation order at each step (:func:`batch_gradient`, :func:`binary_batch_gradient`):
 
 - a logit <w_c, [x_b, 1]> (:func:`row_dot`; :func:`block_dots` makes the same additions for 16 samples at
   once): lane l sums the products of columns l, l + 16, ... in column order, one fused multiply-add each; the
   16 lane sums are added by halving (lane i + 8 onto lane i, then i + 4, i + 2, i + 1);
 - the softmax (or the binary coefficient -s / (1 + exp(s z))) for all samples of the batch at once, the samples
   the lanes: exp(z_c - max) by :func:`exp32`, summed in class order, divided by the sum;
-- a gradient entry (:func:`accumulate_rows`): coefficient times feature over the batch's rows, one fused
-  multiply-add per row into four partial sums (rows 0, 4, 8, ...; 1, 5, ...; 2, 6, ...; 3, 7, ...), added as
-  (s0 + s1) + (s2 + s3); padding rows have coefficient 0 and add nothing.
+- a gradient entry (:func:`accumulate_pair` for two classes at a time, :func:`accumulate_rows` for an odd last
+  one): coefficient times feature over the batch's rows, one fused multiply-add per row into four partial sums
+  (rows 0, 4, 8, ...; 1, 5, ...; 2, 6, ...; 3, 7, ...), added as (s0 + s1) + (s2 + s3); padding rows have
+  coefficient 0 and add nothing.
 
 The evaluation (:func:`evaluate_rows`) takes 64 rows at a time, the rows the vector lanes: a logit is a float32 sum
 in feature order from the bias, one fused multiply-add per feature (:func:`block_logits`); a row's loss is float32
@@ -239,53 +240,69 @@ def block_dots(typingctx, w, c, x, rows, q, z):
     return signature, codegen
 
 
-@intrinsic
-def accumulate_rows(typingctx, g, c, coef, x, rows, count):
-    """g[c] = sum over b < ``count`` of coef[c, b] x[rows[b]] (float32 matrices, g and x of one padded width):
-    per column, four partial sums over b = 0, 4, 8, ... / 1, 5, ... / 2, 6, ... / 3, 7, ... (a fused multiply-add
-    per row, in row order), added as (s0 + s1) + (s2 + s3); the columns are the vector lanes."""
-    signature = types.none(g, c, coef, x, rows, count)
+def class_accumulate_rows(group):
+    """An intrinsic (g, c, coef, x, rows, count) setting g[c + i] = sum over b < ``count`` of coef[c + i, b] x[rows[b]]
+    for the ``group`` classes c + i (float32 matrices, g and x of one padded width): per column, four partial sums
+    over b = 0, 4, 8, ... / 1, 5, ... / 2, 6, ... / 3, 7, ... (a fused multiply-add per row, in row order), added as
+    (s0 + s1) + (s2 + s3); the columns are the vector lanes; the classes of a group share the loads of the rows."""
 
-    def codegen(context, builder, sig, args):
-        g_data, _ = array_data(context, builder, sig.args[0], args[0])
-        coef_data, coef_shape = array_data(context, builder, sig.args[2], args[2])
-        x_data, x_shape = array_data(context, builder, sig.args[3], args[3])
-        rows_data, _ = array_data(context, builder, sig.args[4], args[4])
-        row_type = context.get_value_type(sig.args[4].dtype)
-        width = builder.extract_value(x_shape, 1)
-        cls = as_int64(builder, args[1])
-        g_row = row_start(builder, g_data, cls, width)
-        coef_row = row_start(builder, coef_data, cls, builder.extract_value(coef_shape, 1))
-        count = as_int64(builder, args[5])
-        groups = builder.udiv(count, ir.Constant(INT64, 4))
-        partial = [cgutils.alloca_once(builder, VECTOR) for _ in range(4)]
+    @intrinsic
+    def accumulate(typingctx, g, c, coef, x, rows, count):
+        signature = types.none(g, c, coef, x, rows, count)
 
-        def add_row(total, b, offset):
-            r = builder.load(builder.gep(rows_data, [b], inbounds=True, source_etype=row_type))
-            weight = builder.load(builder.gep(coef_row, [b], inbounds=True, source_etype=ir.FloatType()))
-            splat = builder.shuffle_vector(builder.insert_element(ir.Constant(VECTOR, None), weight,
-                                                                  ir.Constant(ir.IntType(32), 0)),
-                                           ir.Constant(VECTOR, None),
-                                           ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES))
-            row = load_vector(builder, row_start(builder, x_data, as_int64(builder, r), width), offset)
-            builder.store(fused(builder, splat, row, builder.load(total)), total)
+        def codegen(context, builder, sig, args):
+            g_data, _ = array_data(context, builder, sig.args[0], args[0])
+            coef_data, coef_shape = array_data(context, builder, sig.args[2], args[2])
+            x_data, x_shape = array_data(context, builder, sig.args[3], args[3])
+            rows_data, _ = array_data(context, builder, sig.args[4], args[4])
+            row_type = context.get_value_type(sig.args[4].dtype)
+            width = builder.extract_value(x_shape, 1)
+            classes = [builder.add(as_int64(builder, args[1]), ir.Constant(INT64, i)) for i in range(group)]
+            g_rows = [row_start(builder, g_data, cls, width) for cls in classes]
+            coef_width = builder.extract_value(coef_shape, 1)
+            coef_rows = [row_start(builder, coef_data, cls, coef_width) for cls in classes]
+            count = as_int64(builder, args[5])
+            groups = builder.udiv(count, ir.Constant(INT64, 4))
+            partial = [[cgutils.alloca_once(builder, VECTOR) for _ in range(4)] for _ in range(group)]
 
-        with cgutils.for_range(builder, builder.udiv(width, ir.Constant(INT64, LANES))) as chunk:
-            offset = builder.mul(chunk.index, ir.Constant(INT64, LANES))
-            for total in partial:
-                builder.store(ir.Constant(VECTOR, [0.0] * LANES), total)
-            with cgutils.for_range(builder, groups) as group:
-                first = builder.mul(group.index, ir.Constant(INT64, 4))
-                for k, total in enumerate(partial):
-                    add_row(total, builder.add(first, ir.Constant(INT64, k)), offset)
-            with cgutils.for_range_slice(builder, builder.mul(groups, ir.Constant(INT64, 4)), count,
-                                         ir.Constant(INT64, 1)) as (b, _):
-                add_row(partial[0], b, offset)
-            s = [builder.load(total) for total in partial]
-            store_vector(builder, builder.fadd(builder.fadd(s[0], s[1]), builder.fadd(s[2], s[3])), g_row, offset)
-        return context.get_dummy_value()
+            def add_row(k, b, offset):
+                r = builder.load(builder.gep(rows_data, [b], inbounds=True, source_etype=row_type))
+                row = load_vector(builder, row_start(builder, x_data, as_int64(builder, r), width), offset)
+                for coef_row, totals in zip(coef_rows, partial):
+                    weight = builder.load(builder.gep(coef_row, [b], inbounds=True, source_etype=ir.FloatType()))
+                    splat = builder.shuffle_vector(builder.insert_element(ir.Constant(VECTOR, None), weight,
+                                                                          ir.Constant(ir.IntType(32), 0)),
+                                                   ir.Constant(VECTOR, None),
+                                                   ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES))
+                    builder.store(fused(builder, splat, row, builder.load(totals[k])), totals[k])
 
-    return signature, codegen
+            with cgutils.for_range(builder, builder.udiv(width, ir.Constant(INT64, LANES))) as chunk:
+                offset = builder.mul(chunk.index, ir.Constant(INT64, LANES))
+                for totals in partial:
+                    for total in totals:
+                        builder.store(ir.Constant(VECTOR, [0.0] * LANES), total)
+                with cgutils.for_range(builder, groups) as quad:
+                    first = builder.mul(quad.index, ir.Constant(INT64, 4))
+                    for k in range(4):
+                        add_row(k, builder.add(first, ir.Constant(INT64, k)), offset)
+                with cgutils.for_range_slice(builder, builder.mul(groups, ir.Constant(INT64, 4)), count,
+                                             ir.Constant(INT64, 1)) as (b, _):
+                    add_row(0, b, offset)
+                for g_row, totals in zip(g_rows, partial):
+                    t = [builder.load(total) for total in totals]
+                    store_vector(builder, builder.fadd(builder.fadd(t[0], t[1]), builder.fadd(t[2], t[3])), g_row,
+                                 offset)
+            return context.get_dummy_value()
+
+        return signature, codegen
+
+    return accumulate
+
+
+accumulate_rows = class_accumulate_rows(1)
+"""The gradient row of one class (:func:`class_accumulate_rows`)."""
+accumulate_pair = class_accumulate_rows(2)
+"""The gradient rows of two classes, sharing the loads of the batch's rows (:func:`class_accumulate_rows`)."""
 
 
 @numba.njit(fastmath=FUSED, nogil=True, cache=True, inline="always")
@@ -427,8 +444,10 @@ def batch_gradient(wp, xp, y, rows, inv_count, gp, buffers, softmax_first):
                 label[b] = y[safe[b], c]
             for b in range(nb):
                 zt[c, b] = (zt[c, b] / total[b] - label[b]) * weight[b]
-    for c in range(num_classes):
-        accumulate_rows(gp, c, zt, xp, safe, nb)
+    for c in range(0, num_classes - 1, 2):
+        accumulate_pair(gp, c, zt, xp, safe, nb)
+    if num_classes % 2:
+        accumulate_rows(gp, num_classes - 1, zt, xp, safe, nb)
 
 
 @numba.njit(nogil=True, cache=True)
