@@ -23,7 +23,8 @@ as float64.
 The training kernels run in a padded layout laid out for the vector units (16 float32 lanes): a device's rows
 are copied once per solve to ``[x, 1, 0 ...]`` (the multinomial bias as a feature; the binary model's x~ has
 its bias folded in) of a multiple of 16 floats, the parameters to rows of the same width, zeros past the
-model's, which stay zero (each array from a 64-byte boundary, :func:`aligned_zeros`). Summation order at each step (:func:`batch_gradient`, :func:`binary_batch_gradient`):
+model's, which stay zero (each array from a 64-byte boundary, :func:`aligned_zeros`). Summation order at each
+step (:func:`batch_gradient`, :func:`binary_batch_gradient`):
 
 - a logit <w_c, [x_b, 1]> (:func:`row_dot`; :func:`block_dots` makes the same additions for 16 samples at
   once): lane l sums the products of columns l, l + 16, ... in column order, one fused multiply-add each; the
@@ -36,9 +37,11 @@ model's, which stay zero (each array from a 64-byte boundary, :func:`aligned_zer
   coefficient 0 and add nothing.
 
 The evaluation (:func:`evaluate_rows`) takes 64 rows at a time, the rows the vector lanes: a logit is a float32 sum
-in feature order from the bias, one fused multiply-add per feature (:func:`block_logits`); a row's loss is float32
-(:func:`exp32`, :func:`log32`; for the multinomial model (max - z_label) + log of the sum of exponentials in class
-order), added to a float64 total in row order. Divisions in the kernels follow IEEE (``error_model="numpy"``:
+in feature order from the bias (the binary model's weights and bias times its feature scale, rounded to float32),
+one fused multiply-add per feature (:func:`pair_logits` for two classes at a time, :func:`block_logits`); a row's
+loss is float32 (:func:`exp32`, :func:`log32`, :func:`log1p32`; for the multinomial model (max - z_label) + log of
+the sum of exponentials in class order); row r's loss is added to float64 partial sum r mod 64, the 64 partial
+sums to the total in their order. Divisions in the kernels follow IEEE (``error_model="numpy"``:
 no zero-division check, which would keep a loop from being vectorised).
 
 :func:`personal_solve` is pFedMe's bi-level local solve (Dinh et al. 2020, Algorithm 1) on the same
