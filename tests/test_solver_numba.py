@@ -497,3 +497,22 @@ def test_logits_of_a_block_of_samples_equal_the_logits_one_sample_at_a_time_bit_
         rows = rng.integers(0, 90, count).astype(np.int64)
         z = np.empty((classes, count), np.float32)
         assert np.array_equal(both(w, x, rows, z), z)
+
+
+def test_momentum_step_rounds_each_operation_as_torch_even_inside_a_fused_kernel():
+    """:func:`solver_numba.momentum_step` called from a kernel that allows fused multiply-adds still rounds every
+    multiply and add on its own (torch.optim.SGD's order), bit for bit against float32 numpy."""
+    import numba
+
+    @numba.njit(fastmath={"contract"})
+    def fused_caller(w, buf, g, wg, lin, mu, lr, momentum):
+        solver_numba.momentum_step(w, buf, g, wg, lin, True, mu, lr, momentum)
+
+    rng = np.random.default_rng(9)
+    w, buf, g, wg, lin = (rng.standard_normal(1000).astype(np.float32) for _ in range(5))
+    mu, lr, momentum = np.float32(0.7), np.float32(0.05), np.float32(0.5)
+    grad = g + mu * (w - wg) + lin
+    expected_buf = momentum * buf + grad
+    expected_w = w - lr * expected_buf
+    fused_caller(w, buf, g, wg, lin, mu, lr, momentum)
+    assert np.array_equal(buf, expected_buf) and np.array_equal(w, expected_w)

@@ -16,7 +16,9 @@ Devices are independent, so they run in parallel (``numba.prange`` over worker t
 fixed list of devices): the result does not depend on the number of threads or on scheduling.
 Arithmetic is float32 (as the torch path) and repeat runs on one machine are bit-identical: every sum has an
 order fixed by the code, and the one fast-math liberty (:data:`FUSED`) fuses a multiply and the add after it
-into one fused multiply-add. Every accumulator is float32 (logits, the softmax sum, the binary coefficient):
+into one fused multiply-add. The parameter updates (:func:`momentum_step`, :func:`personal_step`,
+:func:`mix_step`) are torch's separate roundings: they set ``fastmath=False``, as numba hands a caller's fast-math
+flags to the functions it calls that set none. Every accumulator is float32 (logits, the softmax sum, the binary coefficient):
 zeros and ones are made in the arrays' type, because numba types ``x * 0`` or ``x + 1`` with a float32 ``x``
 as float64.
 
@@ -403,7 +405,7 @@ def batch_rows(rows, inv_count, weight, safe):
         safe[b] = max(r, 0)
 
 
-@numba.njit(fastmath=FUSED, error_model="numpy", nogil=True, cache=True)
+@numba.njit(fastmath=FUSED, error_model="numpy", nogil=True, cache=True, inline="always")
 def batch_gradient(wp, xp, y, rows, inv_count, gp, buffers, softmax_first):
     """Gradient of sum_b inv_count * CE(softmax(W^T x_b + b), y_b) over the real rows of one batch; with
     ``softmax_first`` of CE(softmax(p_b), y_b), p_b = softmax(W^T x_b + b) (:func:`softmax_first_residual`).
@@ -473,7 +475,7 @@ def softmax_first_residual(zt, b, total, y_row, inv_count):
         zt[c, b] = p * ((np.exp(p - top) / second - y_row[c]) - dot) * inv_count
 
 
-@numba.njit(fastmath=FUSED, error_model="numpy", nogil=True, cache=True)
+@numba.njit(fastmath=FUSED, error_model="numpy", nogil=True, cache=True, inline="always")
 def binary_batch_gradient(wp, xp, y, rows, inv_count, gp, buffers):
     """Gradient of sum_b inv_count * log(1 + exp(-s_b <theta, x~_b>)), s_b = 2 y_b - 1, over the real rows.
 
@@ -499,7 +501,7 @@ def binary_batch_gradient(wp, xp, y, rows, inv_count, gp, buffers):
     accumulate_rows(gp, 0, zt, xp, safe, nb)
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(fastmath=False, nogil=True, cache=True)
 def momentum_step(w, buf, g, wg, lin, has_lin, mu, lr, momentum):
     """g = grad + mu (w - w_global) (+ n_i); buf = momentum buf + g; w -= lr buf (torch.optim.SGD order).
 
@@ -527,7 +529,7 @@ def inverse_count(rows):
     return np.float32(1.0) / np.float32(max(count, 1))
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(fastmath=FUSED, error_model="numpy", nogil=True, cache=True)
 def device_solve(wt, wg, x, y, plan, lin, has_lin, hyper, binary, softmax_first):
     """One device's local solve (Algorithm 1 line 4) from the global model along ``plan`` (steps, B), into ``wt``.
 
@@ -578,7 +580,22 @@ def solve_devices_serial(out, wg, x, y, x_rows, plan, plan_offsets, lin, has_lin
         device_solve(out[i], wg, x[a:b], y[a:b], plan[s0:s1], lin[i], has_lin, hyper, binary, softmax_first)
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(fastmath=False, nogil=True, cache=True)
+def personal_step(t1, g1, w1, lam, personal_lr):
+    """pFedMe's inner step on flat arrays: g += lambda (theta - w); theta -= eta_p g."""
+    for p in range(t1.shape[0]):
+        g1[p] += lam * (t1[p] - w1[p])
+        t1[p] -= personal_lr * g1[p]
+
+
+@numba.njit(fastmath=False, nogil=True, cache=True)
+def mix_step(w1, t1, mix):
+    """pFedMe's outer step on flat arrays: w -= eta lambda (w - theta)."""
+    for p in range(w1.shape[0]):
+        w1[p] -= mix * (w1[p] - t1[p])
+
+
+@numba.njit(fastmath=FUSED, error_model="numpy", nogil=True, cache=True)
 def device_personal_solve(local, theta, wg, x, y, plan, hyper, personal_steps, binary, softmax_first):
     """One device's pFedMe local solve (Dinh et al. 2020, Algorithm 1) from the global model along ``plan``.
 
@@ -600,11 +617,8 @@ def device_personal_solve(local, theta, wg, x, y, plan, hyper, personal_steps, b
                 binary_batch_gradient(tp, xp, y, plan[s], inv_count, gp, buffers)
             else:
                 batch_gradient(tp, xp, y, plan[s], inv_count, gp, buffers, softmax_first)
-            for p in range(t1.shape[0]):
-                g1[p] += lam * (t1[p] - w1[p])
-                t1[p] -= personal_lr * g1[p]
-        for p in range(w1.shape[0]):
-            w1[p] -= mix * (w1[p] - t1[p])
+            personal_step(t1, g1, w1, lam, personal_lr)
+        mix_step(w1, t1, mix)
     unpad(wp, local)
     unpad(tp, theta)
 
