@@ -16,27 +16,34 @@ Devices are independent, so they run in parallel (``numba.prange`` over worker t
 fixed list of devices): the result does not depend on the number of threads or on scheduling.
 Arithmetic is float32 (as the torch path) and repeat runs on one machine are bit-identical: every sum has an
 order fixed by the code, and the one fast-math liberty (:data:`FUSED`) fuses a multiply and the add after it
-into one fused multiply-add. Every accumulator is float32 (logits, the softmax sum, the binary coefficient):
+into one fused multiply-add. The parameter updates (:func:`momentum_step`, :func:`personal_step`,
+:func:`mix_step`) are torch's separate roundings: they set ``fastmath=False``, as numba hands a caller's fast-math
+flags to the functions it calls that set none. Every accumulator is float32 (logits, the softmax sum, the binary coefficient):
 zeros and ones are made in the arrays' type, because numba types ``x * 0`` or ``x + 1`` with a float32 ``x``
 as float64.
 
 The training kernels run in a padded layout laid out for the vector units (16 float32 lanes): a device's rows
 are copied once per solve to ``[x, 1, 0 ...]`` (the multinomial bias as a feature; the binary model's x~ has
 its bias folded in) of a multiple of 16 floats, the parameters to rows of the same width, zeros past the
-model's, which stay zero. Summation order at each step (:func:`batch_gradient`, :func:`binary_batch_gradient`):
+model's, which stay zero (each array from a 64-byte boundary, :func:`aligned_zeros`). Summation order at each
+step (:func:`batch_gradient`, :func:`binary_batch_gradient`):
 
 - a logit <w_c, [x_b, 1]> (:func:`row_dot`; :func:`block_dots` makes the same additions for 16 samples at
   once): lane l sums the products of columns l, l + 16, ... in column order, one fused multiply-add each; the
   16 lane sums are added by halving (lane i + 8 onto lane i, then i + 4, i + 2, i + 1);
 - the softmax (or the binary coefficient -s / (1 + exp(s z))) for all samples of the batch at once, the samples
   the lanes: exp(z_c - max) by :func:`exp32`, summed in class order, divided by the sum;
-- a gradient entry (:func:`accumulate_rows`): coefficient times feature over the batch's rows, one fused
-  multiply-add per row into four partial sums (rows 0, 4, 8, ...; 1, 5, ...; 2, 6, ...; 3, 7, ...), added as
-  (s0 + s1) + (s2 + s3); padding rows have coefficient 0 and add nothing.
+- a gradient entry (:func:`accumulate_pair` for two classes at a time, :func:`accumulate_rows` for an odd last
+  one): coefficient times feature over the batch's rows, one fused multiply-add per row into four partial sums
+  (rows 0, 4, 8, ...; 1, 5, ...; 2, 6, ...; 3, 7, ...), added as (s0 + s1) + (s2 + s3); padding rows have
+  coefficient 0 and add nothing.
 
-The evaluation (:func:`evaluate_rows`) takes float32 logits summed in feature order and float64 losses by
-:func:`exp64` and :func:`log64` (within 3 units in the last place of libm's), 64 rows at a time, the rows the
-vector lanes, added to the total in row order. Divisions in the kernels follow IEEE (``error_model="numpy"``:
+The evaluation (:func:`evaluate_rows`) takes 64 rows at a time, the rows the vector lanes: a logit is a float32 sum
+in feature order from the bias (the binary model's weights and bias times its feature scale, rounded to float32),
+one fused multiply-add per feature (:func:`pair_logits` for two classes at a time, :func:`block_logits`); a row's
+loss is float32 (:func:`exp32`, :func:`log32`, :func:`log1p32`; for the multinomial model (max - z_label) + log of
+the sum of exponentials in class order); row r's loss is added to float64 partial sum r mod 64, the 64 partial
+sums to the total in their order. Divisions in the kernels follow IEEE (``error_model="numpy"``:
 no zero-division check, which would keep a loop from being vectorised).
 
 :func:`personal_solve` is pFedMe's bi-level local solve (Dinh et al. 2020, Algorithm 1) on the same
@@ -74,9 +81,8 @@ FUSED = {"contract"}
 """The kernels' one fast-math liberty: a multiply followed by an add may be one fused multiply-add (rounded once).
 No reassociation: every sum keeps the order the code states."""
 LOG2E, LN2_HIGH, LN2_LOW = 1.44269504088896341, 0.693359375, -2.12194440e-4
-"""1 / ln 2 and ln 2 split into a part exact in float32 and the rest (Cody-Waite reduction of :func:`exp32`)."""
-LN2_HIGH64, LN2_LOW64 = 6.93147180369123816490e-01, 1.90821492927058770002e-10
-"""ln 2 in a part with trailing zero bits and the rest (Cody-Waite reduction of :func:`exp64`, :func:`log64`)."""
+"""1 / ln 2 and ln 2 split into a part exact in float32 and the rest (Cody-Waite reduction of :func:`exp32`,
+:func:`log32`)."""
 SQRT2 = math.sqrt(2.0)
 EXP_LOW, EXP_HIGH = -87.0, 88.0
 """The range of :func:`exp32`'s polynomial; below it exp is 0, above it inf."""
@@ -136,14 +142,14 @@ def halving_sum(builder, vector):
     return builder.extract_element(vector, ir.Constant(ir.IntType(32), 0))
 
 
-BIT_CASTS = {types.int32: (types.float32, ir.FloatType()), types.int64: (types.float64, ir.DoubleType()),
-             types.float64: (types.int64, INT64)}
+BIT_CASTS = {types.int32: (types.float32, ir.FloatType()), types.float32: (types.int32, ir.IntType(32)),
+             types.int64: (types.float64, ir.DoubleType()), types.float64: (types.int64, INT64)}
 """The bit casts :func:`bit_cast` makes: each type to the type of the same width whose IEEE 754 bits it gives."""
 
 
 @intrinsic
 def bit_cast(typingctx, value):
-    """``value``'s bits read as the other type of :data:`BIT_CASTS` (int32 -> float32, int64 -> float64,
+    """``value``'s bits read as the other type of :data:`BIT_CASTS` (int32 <-> float32, int64 -> float64,
     float64 -> int64): a bit cast, which loops vectorise."""
     if value not in BIT_CASTS:
         return None
@@ -239,53 +245,69 @@ def block_dots(typingctx, w, c, x, rows, q, z):
     return signature, codegen
 
 
-@intrinsic
-def accumulate_rows(typingctx, g, c, coef, x, rows, count):
-    """g[c] = sum over b < ``count`` of coef[c, b] x[rows[b]] (float32 matrices, g and x of one padded width):
-    per column, four partial sums over b = 0, 4, 8, ... / 1, 5, ... / 2, 6, ... / 3, 7, ... (a fused multiply-add
-    per row, in row order), added as (s0 + s1) + (s2 + s3); the columns are the vector lanes."""
-    signature = types.none(g, c, coef, x, rows, count)
+def class_accumulate_rows(group):
+    """An intrinsic (g, c, coef, x, rows, count) setting g[c + i] = sum over b < ``count`` of coef[c + i, b] x[rows[b]]
+    for the ``group`` classes c + i (float32 matrices, g and x of one padded width): per column, four partial sums
+    over b = 0, 4, 8, ... / 1, 5, ... / 2, 6, ... / 3, 7, ... (a fused multiply-add per row, in row order), added as
+    (s0 + s1) + (s2 + s3); the columns are the vector lanes; the classes of a group share the loads of the rows."""
 
-    def codegen(context, builder, sig, args):
-        g_data, _ = array_data(context, builder, sig.args[0], args[0])
-        coef_data, coef_shape = array_data(context, builder, sig.args[2], args[2])
-        x_data, x_shape = array_data(context, builder, sig.args[3], args[3])
-        rows_data, _ = array_data(context, builder, sig.args[4], args[4])
-        row_type = context.get_value_type(sig.args[4].dtype)
-        width = builder.extract_value(x_shape, 1)
-        cls = as_int64(builder, args[1])
-        g_row = row_start(builder, g_data, cls, width)
-        coef_row = row_start(builder, coef_data, cls, builder.extract_value(coef_shape, 1))
-        count = as_int64(builder, args[5])
-        groups = builder.udiv(count, ir.Constant(INT64, 4))
-        partial = [cgutils.alloca_once(builder, VECTOR) for _ in range(4)]
+    @intrinsic
+    def accumulate(typingctx, g, c, coef, x, rows, count):
+        signature = types.none(g, c, coef, x, rows, count)
 
-        def add_row(total, b, offset):
-            r = builder.load(builder.gep(rows_data, [b], inbounds=True, source_etype=row_type))
-            weight = builder.load(builder.gep(coef_row, [b], inbounds=True, source_etype=ir.FloatType()))
-            splat = builder.shuffle_vector(builder.insert_element(ir.Constant(VECTOR, None), weight,
-                                                                  ir.Constant(ir.IntType(32), 0)),
-                                           ir.Constant(VECTOR, None),
-                                           ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES))
-            row = load_vector(builder, row_start(builder, x_data, as_int64(builder, r), width), offset)
-            builder.store(fused(builder, splat, row, builder.load(total)), total)
+        def codegen(context, builder, sig, args):
+            g_data, _ = array_data(context, builder, sig.args[0], args[0])
+            coef_data, coef_shape = array_data(context, builder, sig.args[2], args[2])
+            x_data, x_shape = array_data(context, builder, sig.args[3], args[3])
+            rows_data, _ = array_data(context, builder, sig.args[4], args[4])
+            row_type = context.get_value_type(sig.args[4].dtype)
+            width = builder.extract_value(x_shape, 1)
+            classes = [builder.add(as_int64(builder, args[1]), ir.Constant(INT64, i)) for i in range(group)]
+            g_rows = [row_start(builder, g_data, cls, width) for cls in classes]
+            coef_width = builder.extract_value(coef_shape, 1)
+            coef_rows = [row_start(builder, coef_data, cls, coef_width) for cls in classes]
+            count = as_int64(builder, args[5])
+            groups = builder.udiv(count, ir.Constant(INT64, 4))
+            partial = [[cgutils.alloca_once(builder, VECTOR) for _ in range(4)] for _ in range(group)]
 
-        with cgutils.for_range(builder, builder.udiv(width, ir.Constant(INT64, LANES))) as chunk:
-            offset = builder.mul(chunk.index, ir.Constant(INT64, LANES))
-            for total in partial:
-                builder.store(ir.Constant(VECTOR, [0.0] * LANES), total)
-            with cgutils.for_range(builder, groups) as group:
-                first = builder.mul(group.index, ir.Constant(INT64, 4))
-                for k, total in enumerate(partial):
-                    add_row(total, builder.add(first, ir.Constant(INT64, k)), offset)
-            with cgutils.for_range_slice(builder, builder.mul(groups, ir.Constant(INT64, 4)), count,
-                                         ir.Constant(INT64, 1)) as (b, _):
-                add_row(partial[0], b, offset)
-            s = [builder.load(total) for total in partial]
-            store_vector(builder, builder.fadd(builder.fadd(s[0], s[1]), builder.fadd(s[2], s[3])), g_row, offset)
-        return context.get_dummy_value()
+            def add_row(k, b, offset):
+                r = builder.load(builder.gep(rows_data, [b], inbounds=True, source_etype=row_type))
+                row = load_vector(builder, row_start(builder, x_data, as_int64(builder, r), width), offset)
+                for coef_row, totals in zip(coef_rows, partial):
+                    weight = builder.load(builder.gep(coef_row, [b], inbounds=True, source_etype=ir.FloatType()))
+                    splat = builder.shuffle_vector(builder.insert_element(ir.Constant(VECTOR, None), weight,
+                                                                          ir.Constant(ir.IntType(32), 0)),
+                                                   ir.Constant(VECTOR, None),
+                                                   ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES))
+                    builder.store(fused(builder, splat, row, builder.load(totals[k])), totals[k])
 
-    return signature, codegen
+            with cgutils.for_range(builder, builder.udiv(width, ir.Constant(INT64, LANES))) as chunk:
+                offset = builder.mul(chunk.index, ir.Constant(INT64, LANES))
+                for totals in partial:
+                    for total in totals:
+                        builder.store(ir.Constant(VECTOR, [0.0] * LANES), total)
+                with cgutils.for_range(builder, groups) as quad:
+                    first = builder.mul(quad.index, ir.Constant(INT64, 4))
+                    for k in range(4):
+                        add_row(k, builder.add(first, ir.Constant(INT64, k)), offset)
+                with cgutils.for_range_slice(builder, builder.mul(groups, ir.Constant(INT64, 4)), count,
+                                             ir.Constant(INT64, 1)) as (b, _):
+                    add_row(0, b, offset)
+                for g_row, totals in zip(g_rows, partial):
+                    t = [builder.load(total) for total in totals]
+                    store_vector(builder, builder.fadd(builder.fadd(t[0], t[1]), builder.fadd(t[2], t[3])), g_row,
+                                 offset)
+            return context.get_dummy_value()
+
+        return signature, codegen
+
+    return accumulate
+
+
+accumulate_rows = class_accumulate_rows(1)
+"""The gradient row of one class (:func:`class_accumulate_rows`)."""
+accumulate_pair = class_accumulate_rows(2)
+"""The gradient rows of two classes, sharing the loads of the batch's rows (:func:`class_accumulate_rows`)."""
 
 
 @numba.njit(fastmath=FUSED, nogil=True, cache=True, inline="always")
@@ -318,12 +340,25 @@ def padded_width(width):
     return -(-width // LANES) * LANES
 
 
+VECTOR_BYTES = LANES * 4
+"""Bytes of one vector: the padded layout's arrays start at a multiple, so that no vector load spans two cache
+lines (numba aligns arrays to 32 bytes only)."""
+
+
+@numba.njit(nogil=True, cache=True)
+def aligned_zeros(rows, width):
+    """A zero (``rows``, ``width``) float32 matrix whose data starts at a multiple of :data:`VECTOR_BYTES`."""
+    whole = np.zeros(rows * width + LANES, DTYPE)
+    first = (-whole.ctypes.data) % VECTOR_BYTES // 4
+    return whole[first:first + rows * width].reshape(rows, width)
+
+
 @numba.njit(nogil=True, cache=True)
 def padded_rows(x, bias):
     """``x`` (n, d) as rows of the padded layout: [x, 1, 0 ...] with ``bias`` (the multinomial model's bias feature),
     else [x, 0 ...]; the row length is :func:`padded_width` of d (+ 1)."""
     n, d = x.shape
-    out = np.zeros((n, padded_width(d + 1 if bias else d)), DTYPE)
+    out = aligned_zeros(n, padded_width(d + 1 if bias else d))
     for i in range(n):
         for j in range(d):
             out[i, j] = x[i, j]
@@ -336,7 +371,7 @@ def padded_rows(x, bias):
 def padded(params, width):
     """(k, P) parameters as (k, ``width``) rows, zeros past P: in the padded layout their products and gradients
     are 0, so the padding stays 0 through every step."""
-    out = np.zeros((params.shape[0], width), DTYPE)
+    out = aligned_zeros(params.shape[0], width)
     for i in range(params.shape[0]):
         for j in range(params.shape[1]):
             out[i, j] = params[i, j]
@@ -355,9 +390,9 @@ def unpad(padded_params, out):
 def batch_buffers(outputs, batch):
     """Scratch of the training kernels for batches of ``batch`` rows with ``outputs`` logits each: (zt (outputs,
     batch), per-row max, per-row sum of exponentials, per-row weight in the batch mean (float32), row index with
-    padding read as row 0 (int64))."""
+    padding read as row 0 (int64), per-row entry of the one-hot labels gathered from y (float32))."""
     return (np.zeros((outputs, batch), DTYPE), np.zeros(batch, DTYPE), np.zeros(batch, DTYPE),
-            np.zeros(batch, DTYPE), np.zeros(batch, np.int64))
+            np.zeros(batch, DTYPE), np.zeros(batch, np.int64), np.zeros(batch, DTYPE))
 
 
 @numba.njit(nogil=True, cache=True)
@@ -370,7 +405,7 @@ def batch_rows(rows, inv_count, weight, safe):
         safe[b] = max(r, 0)
 
 
-@numba.njit(fastmath=FUSED, error_model="numpy", nogil=True, cache=True)
+@numba.njit(fastmath=FUSED, error_model="numpy", nogil=True, cache=True, inline="always")
 def batch_gradient(wp, xp, y, rows, inv_count, gp, buffers, softmax_first):
     """Gradient of sum_b inv_count * CE(softmax(W^T x_b + b), y_b) over the real rows of one batch; with
     ``softmax_first`` of CE(softmax(p_b), y_b), p_b = softmax(W^T x_b + b) (:func:`softmax_first_residual`).
@@ -380,7 +415,7 @@ def batch_gradient(wp, xp, y, rows, inv_count, gp, buffers, softmax_first):
     (:func:`row_dot` for the last samples short of a block), the softmax over all samples at once (:func:`exp32`),
     the gradient by :func:`accumulate_rows`.
     """
-    zt, top, total, weight, safe = buffers
+    zt, top, total, weight, safe, label = buffers
     batch_rows(rows, inv_count, weight, safe)
     nb = rows.shape[0]
     num_classes = zt.shape[0]
@@ -411,9 +446,13 @@ def batch_gradient(wp, xp, y, rows, inv_count, gp, buffers, softmax_first):
     else:
         for c in range(num_classes):
             for b in range(nb):
-                zt[c, b] = (zt[c, b] / total[b] - y[safe[b], c]) * weight[b]
-    for c in range(num_classes):
-        accumulate_rows(gp, c, zt, xp, safe, nb)
+                label[b] = y[safe[b], c]
+            for b in range(nb):
+                zt[c, b] = (zt[c, b] / total[b] - label[b]) * weight[b]
+    for c in range(0, num_classes - 1, 2):
+        accumulate_pair(gp, c, zt, xp, safe, nb)
+    if num_classes % 2:
+        accumulate_rows(gp, num_classes - 1, zt, xp, safe, nb)
 
 
 @numba.njit(nogil=True, cache=True)
@@ -436,7 +475,7 @@ def softmax_first_residual(zt, b, total, y_row, inv_count):
         zt[c, b] = p * ((np.exp(p - top) / second - y_row[c]) - dot) * inv_count
 
 
-@numba.njit(fastmath=FUSED, error_model="numpy", nogil=True, cache=True)
+@numba.njit(fastmath=FUSED, error_model="numpy", nogil=True, cache=True, inline="always")
 def binary_batch_gradient(wp, xp, y, rows, inv_count, gp, buffers):
     """Gradient of sum_b inv_count * log(1 + exp(-s_b <theta, x~_b>)), s_b = 2 y_b - 1, over the real rows.
 
@@ -445,7 +484,7 @@ def binary_batch_gradient(wp, xp, y, rows, inv_count, gp, buffers):
     positive). Logits by :func:`block_dots` and :func:`row_dot`, the coefficients -s_b / (1 + exp(s_b z_b)) inv_count over all samples at
     once (:func:`exp32`), the gradient by :func:`accumulate_rows`.
     """
-    zt, _, _, weight, safe = buffers
+    zt, _, _, weight, safe, label = buffers
     batch_rows(rows, inv_count, weight, safe)
     nb = rows.shape[0]
     one = DTYPE(1)
@@ -455,12 +494,14 @@ def binary_batch_gradient(wp, xp, y, rows, inv_count, gp, buffers):
     for b in range(blocks, nb):
         zt[0, b] = row_dot(wp, 0, xp, safe[b])
     for b in range(nb):
-        sign = y[safe[b], 1] + y[safe[b], 1] - one
+        label[b] = y[safe[b], 1]
+    for b in range(nb):
+        sign = label[b] + label[b] - one
         zt[0, b] = -sign / (one + exp32(sign * zt[0, b])) * weight[b]
     accumulate_rows(gp, 0, zt, xp, safe, nb)
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(fastmath=False, nogil=True, cache=True)
 def momentum_step(w, buf, g, wg, lin, has_lin, mu, lr, momentum):
     """g = grad + mu (w - w_global) (+ n_i); buf = momentum buf + g; w -= lr buf (torch.optim.SGD order).
 
@@ -488,7 +529,7 @@ def inverse_count(rows):
     return np.float32(1.0) / np.float32(max(count, 1))
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(fastmath=FUSED, error_model="numpy", nogil=True, cache=True)
 def device_solve(wt, wg, x, y, plan, lin, has_lin, hyper, binary, softmax_first):
     """One device's local solve (Algorithm 1 line 4) from the global model along ``plan`` (steps, B), into ``wt``.
 
@@ -504,7 +545,7 @@ def device_solve(wt, wg, x, y, plan, lin, has_lin, hyper, binary, softmax_first)
     lin1 = padded(lin, width).ravel() if has_lin else wg1
     w1 = wp.ravel()
     buf = np.zeros(w1.shape[0], DTYPE)
-    gp = np.zeros_like(wp)
+    gp = aligned_zeros(wp.shape[0], width)
     g1 = gp.ravel()
     buffers = batch_buffers(wt.shape[0], plan.shape[1])
     for s in range(plan.shape[0]):
@@ -539,7 +580,22 @@ def solve_devices_serial(out, wg, x, y, x_rows, plan, plan_offsets, lin, has_lin
         device_solve(out[i], wg, x[a:b], y[a:b], plan[s0:s1], lin[i], has_lin, hyper, binary, softmax_first)
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(fastmath=False, nogil=True, cache=True)
+def personal_step(t1, g1, w1, lam, personal_lr):
+    """pFedMe's inner step on flat arrays: g += lambda (theta - w); theta -= eta_p g."""
+    for p in range(t1.shape[0]):
+        g1[p] += lam * (t1[p] - w1[p])
+        t1[p] -= personal_lr * g1[p]
+
+
+@numba.njit(fastmath=False, nogil=True, cache=True)
+def mix_step(w1, t1, mix):
+    """pFedMe's outer step on flat arrays: w -= eta lambda (w - theta)."""
+    for p in range(w1.shape[0]):
+        w1[p] -= mix * (w1[p] - t1[p])
+
+
+@numba.njit(fastmath=FUSED, error_model="numpy", nogil=True, cache=True)
 def device_personal_solve(local, theta, wg, x, y, plan, hyper, personal_steps, binary, softmax_first):
     """One device's pFedMe local solve (Dinh et al. 2020, Algorithm 1) from the global model along ``plan``.
 
@@ -551,7 +607,7 @@ def device_personal_solve(local, theta, wg, x, y, plan, hyper, personal_steps, b
     xp = padded_rows(x, not binary)
     wp, tp = padded(wg, xp.shape[1]), padded(wg, xp.shape[1])
     w1, t1 = wp.ravel(), tp.ravel()
-    gp = np.zeros_like(tp)
+    gp = aligned_zeros(tp.shape[0], tp.shape[1])
     buffers = batch_buffers(theta.shape[0], plan.shape[1])
     g1 = gp.ravel()
     for s in range(plan.shape[0]):
@@ -561,11 +617,8 @@ def device_personal_solve(local, theta, wg, x, y, plan, hyper, personal_steps, b
                 binary_batch_gradient(tp, xp, y, plan[s], inv_count, gp, buffers)
             else:
                 batch_gradient(tp, xp, y, plan[s], inv_count, gp, buffers, softmax_first)
-            for p in range(t1.shape[0]):
-                g1[p] += lam * (t1[p] - w1[p])
-                t1[p] -= personal_lr * g1[p]
-        for p in range(w1.shape[0]):
-            w1[p] -= mix * (w1[p] - t1[p])
+            personal_step(t1, g1, w1, lam, personal_lr)
+        mix_step(w1, t1, mix)
     unpad(wp, local)
     unpad(tp, theta)
 
@@ -878,166 +931,201 @@ def personal_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: li
     return torch.from_numpy(flat(local)), torch.from_numpy(flat(theta)), sum(steps) * personal_steps
 
 
-@numba.njit(nogil=True, cache=True, inline="always")
-def exp64(v):
-    """exp(v) of a float64 in straight-line arithmetic that a loop over rows vectorises: exp(v) = 2^n exp(r),
-    n = round(v / ln 2), r = v - n ln 2 in two parts (Cody-Waite), exp(r) by its Taylor polynomial of degree 13
-    (truncation under 5e-18 for |r| <= ln 2 / 2), 2^n from its exponent bits. 0 below -708, inf above 709, NaN
-    stays NaN."""
-    c = v if v > -708.0 else -708.0
-    c = c if c < 709.0 else 709.0
-    n = np.floor(c * LOG2E + 0.5)
-    r = c - n * LN2_HIGH64
-    r = r - n * LN2_LOW64
-    p = 1.0 / 6227020800.0
-    p = p * r + 2.08767569878681e-09  # 1 / 12!
-    p = p * r + 2.505210838544172e-08  # 1 / 11!
-    p = p * r + 2.755731922398589e-07  # 1 / 10!
-    p = p * r + 2.7557319223985893e-06  # 1 / 9!
-    p = p * r + 2.48015873015873e-05  # 1 / 8!
-    p = p * r + 0.0001984126984126984  # 1 / 7!
-    p = p * r + 0.001388888888888889  # 1 / 6!
-    p = p * r + 0.008333333333333333  # 1 / 5!
-    p = p * r + 0.041666666666666664  # 1 / 4!
-    p = p * r + 0.16666666666666666  # 1 / 3!
-    p = p * r + 0.5  # 1 / 2!
-    p = p * r + 1.0  # 1 / 1!
-    p = p * r + 1.0  # 1 / 0!
-    e = p * bit_cast((np.int64(n) + 1023) << 52)
-    e = e if v >= -708.0 else 0.0
-    e = e if v <= 709.0 else np.inf
-    return e if v == v else v
-
-
-@numba.njit(error_model="numpy", nogil=True, cache=True, inline="always")
-def log64(v):
-    """log(v) of a positive normal float64 in straight-line arithmetic that a loop over rows vectorises:
-    v = m 2^e with m in [sqrt(1/2), sqrt(2)) from the bits, log m = 2 atanh(t), t = (m - 1) / (m + 1), by its
-    series to t^23 (|t| <= 0.172: truncation under 1e-18), plus e ln 2 in two parts. inf and NaN stay."""
+@numba.njit(fastmath=FUSED, error_model="numpy", nogil=True, cache=True, inline="always")
+def log32(v):
+    """log(v) of a positive normal float32 in straight-line float32 arithmetic without a division, which a loop
+    over rows vectorises: v = m 2^e with m in [sqrt(1/2), sqrt(2)) from the bits, log m = x - x^2 / 2 + x^3 P(x),
+    x = m - 1, by Cephes' logf polynomial (relative error under 1e-7), plus e ln 2 in two parts. inf and NaN
+    stay."""
     bits = bit_cast(v)
-    e = (bits >> 52) - 1023
-    m = bit_cast((bits & 0xFFFFFFFFFFFFF) | (np.int64(1023) << 52))
-    big = m > SQRT2
-    m = m * 0.5 if big else m
-    e = e + 1 if big else e
-    t = (m - 1.0) / (m + 1.0)
-    t2 = t * t
-    s = 1.0 / 23.0
-    s = s * t2 + 1.0 / 21.0
-    s = s * t2 + 1.0 / 19.0
-    s = s * t2 + 1.0 / 17.0
-    s = s * t2 + 1.0 / 15.0
-    s = s * t2 + 1.0 / 13.0
-    s = s * t2 + 1.0 / 11.0
-    s = s * t2 + 1.0 / 9.0
-    s = s * t2 + 1.0 / 7.0
-    s = s * t2 + 1.0 / 5.0
-    s = s * t2 + 1.0 / 3.0
-    s = s * t2
-    ef = np.float64(e)
-    result = ef * LN2_HIGH64 + (ef * LN2_LOW64 + (t + t + (t + t) * s))
-    result = result if v < np.inf else v
+    e = (bits >> 23) - 127
+    m = bit_cast(np.int32((bits & 0x7FFFFF) | (127 << 23)))
+    big = m > DTYPE(SQRT2)
+    m = m * DTYPE(0.5) if big else m
+    ef = DTYPE(e + 1 if big else e)
+    x = m - DTYPE(1)
+    z = x * x
+    p = DTYPE(7.0376836292e-2)
+    p = p * x - DTYPE(1.1514610310e-1)
+    p = p * x + DTYPE(1.1676998740e-1)
+    p = p * x - DTYPE(1.2420140846e-1)
+    p = p * x + DTYPE(1.4249322787e-1)
+    p = p * x - DTYPE(1.6668057665e-1)
+    p = p * x + DTYPE(2.0000714765e-1)
+    p = p * x - DTYPE(2.4999993993e-1)
+    p = p * x + DTYPE(3.3333331174e-1)
+    y = p * x * z + ef * DTYPE(LN2_LOW)
+    y = y - DTYPE(0.5) * z
+    result = (x + y) + ef * DTYPE(LN2_HIGH)
+    result = result if v < DTYPE(np.inf) else v
     return result if v == v else v
 
 
-@numba.njit(error_model="numpy", nogil=True, cache=True, inline="always")
-def log1p64(u):
-    """log(1 + u) for u >= 0 accurate also for small u: log(w) u / (w - 1) with w = 1 + u rounded (Goldberg), u
-    itself where w rounds to 1."""
-    w = 1.0 + u
-    return u if w == 1.0 else log64(w) * (u / (w - 1.0))
+@numba.njit(fastmath=FUSED, error_model="numpy", nogil=True, cache=True, inline="always")
+def log1p32(u):
+    """log(1 + u) of a float32 u in [0, 1], accurate also for small u, without a division: w = 1 + u rounded, its
+    rounding error c = u - (w - 1) exact (Fast2Sum), log1p(u) = log32(w) + c / w with 1 / w by 1.5 - w / 2 (exact
+    at w = 1 and 2; the term is under an ulp of the result where the line is far from 1 / w)."""
+    w = DTYPE(1) + u
+    return log32(w) + (u - (w - DTYPE(1))) * (DTYPE(1.5) - DTYPE(0.5) * w)
 
 
 EVALUATION_BLOCK = 64
-"""Rows whose logits the evaluation computes together (the rows are the inner, vectorised axis)."""
+"""Rows whose logits and losses the evaluation computes together (the rows are the vector lanes: 4 vectors)."""
 
 
-@numba.njit(nogil=True, cache=True)
-def block_logits(wt, xt, r0, m, fscale, binary, z):
-    """Logits of rows r0..r0+m-1 into ``z[:, :m]``: per row and class one feature-order sum, from the bias
-    (multinomial) or from 0 (binary, features times ``fscale``, the folded bias last). ``xt`` is (d, n): the rows
-    are the inner axis, so the CPU adds a feature to many rows' sums at once, each sum still in feature order."""
-    d = xt.shape[0]
-    if binary:
-        for b in range(m):
-            z[0, b] = 0
-        for j in range(d):
-            wj = wt[0, j]
-            xr = xt[j, r0:r0 + m]
-            for b in range(m):
-                z[0, b] += wj * (xr[b] * fscale)
-        if wt.shape[1] > d:
-            bias = wt[0, d] * fscale
-            for b in range(m):
-                z[0, b] += bias
-    else:
-        for c in range(wt.shape[0]):
-            bias = wt[c, d]
-            for b in range(m):
-                z[c, b] = bias
-            for j in range(d):
-                wj = wt[c, j]
-                xr = xt[j, r0:r0 + m]
-                for b in range(m):
-                    z[c, b] += wj * xr[b]
+def class_block_logits(group):
+    """An intrinsic (w, c, xt, r0, z) setting z[c + i, k] = bias + sum_j w[c + i, j] xt[j, r0 + k] for the ``group``
+    classes c + i and the :data:`EVALUATION_BLOCK` rows k (``w`` (C, P), ``xt`` (d, n) float32, C-contiguous,
+    at least r0 + 64 columns; the bias w[c + i, d] where P > d, else 0): per row and class one sum in feature
+    order from the bias, one fused multiply-add per feature, 16 rows to a vector; the classes of a group share
+    the loads of the rows."""
+    vectors = EVALUATION_BLOCK // LANES
+
+    @intrinsic
+    def logits(typingctx, w, c, xt, r0, z):
+        signature = types.none(w, c, xt, r0, z)
+
+        def codegen(context, builder, sig, args):
+            w_data, w_shape = array_data(context, builder, sig.args[0], args[0])
+            x_data, x_shape = array_data(context, builder, sig.args[2], args[2])
+            z_data, z_shape = array_data(context, builder, sig.args[4], args[4])
+            first = as_int64(builder, args[3])
+            features, n = builder.extract_value(x_shape, 0), builder.extract_value(x_shape, 1)
+            width = builder.extract_value(w_shape, 1)
+            has_bias = builder.icmp_signed(">", width, features)
+            bias_column = builder.select(has_bias, features, ir.Constant(INT64, 0))
+            splat = lambda value: builder.shuffle_vector(
+                builder.insert_element(ir.Constant(VECTOR, None), value, ir.Constant(ir.IntType(32), 0)),
+                ir.Constant(VECTOR, None), ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES))
+            first_class = as_int64(builder, args[1])
+            w_rows, totals = [], []
+            for i in range(group):
+                w_row = row_start(builder, w_data, builder.add(first_class, ir.Constant(INT64, i)), width)
+                bias = builder.load(builder.gep(w_row, [bias_column], inbounds=True, source_etype=ir.FloatType()))
+                bias = builder.select(has_bias, bias, ir.Constant(ir.FloatType(), 0.0))
+                w_rows.append(w_row)
+                totals.append([cgutils.alloca_once_value(builder, splat(bias)) for _ in range(vectors)])
+            with cgutils.for_range(builder, features) as loop:
+                x_row = builder.gep(row_start(builder, x_data, loop.index, n), [first], inbounds=True,
+                                    source_etype=ir.FloatType())
+                rows = [load_vector(builder, x_row, ir.Constant(INT64, v * LANES)) for v in range(vectors)]
+                for w_row, class_totals in zip(w_rows, totals):
+                    weight = splat(builder.load(builder.gep(w_row, [loop.index], inbounds=True,
+                                                            source_etype=ir.FloatType())))
+                    for row, total in zip(rows, class_totals):
+                        builder.store(fused(builder, weight, row, builder.load(total)), total)
+            for i, class_totals in enumerate(totals):
+                cls = builder.add(first_class, ir.Constant(INT64, i))
+                z_row = row_start(builder, z_data, cls, builder.extract_value(z_shape, 1))
+                for v, total in enumerate(class_totals):
+                    store_vector(builder, builder.load(total), z_row, ir.Constant(INT64, v * LANES))
+            return context.get_dummy_value()
+
+        return signature, codegen
+
+    return logits
+
+
+block_logits = class_block_logits(1)
+"""The logits of one class for a block of rows (:func:`class_block_logits`)."""
+pair_logits = class_block_logits(2)
+"""The logits of two classes for a block of rows, sharing the loads (:func:`class_block_logits`)."""
+
+
+@numba.njit(fastmath=FUSED, error_model="numpy", nogil=True, cache=True)
+def multinomial_losses(z, labels, partial, top, picked, total, best):
+    """Number of correct predictions (the first largest logit) of the rows k of a block, the rows the vector lanes;
+    each row's cross-entropy of softmax(z[:, k]) added to ``partial[k]`` (float64). The loss in float32:
+    top + log(sum_c exp(z_c - top)) - z_label as (top - z_label) + log32(sum), exp by :func:`exp32`, the sum in class
+    order. ``top``, ``picked``, ``total`` and ``best`` (int32) are scratch of the block's length; a row with label -1
+    (padding) adds 0 and counts as wrong."""
+    for k in range(EVALUATION_BLOCK):
+        top[k] = z[0, k]
+        picked[k] = z[0, k]
+        total[k] = 0
+        best[k] = 0
+    for c in range(1, z.shape[0]):
+        for k in range(EVALUATION_BLOCK):
+            larger = z[c, k] > top[k]
+            top[k] = z[c, k] if larger else top[k]
+            best[k] = c if larger else best[k]
+            picked[k] = z[c, k] if labels[k] == c else picked[k]
+    for c in range(z.shape[0]):
+        for k in range(EVALUATION_BLOCK):
+            total[k] += exp32(z[c, k] - top[k])
+    correct = 0
+    for k in range(EVALUATION_BLOCK):
+        loss = (top[k] - picked[k]) + log32(total[k])
+        partial[k] += np.float64(loss if labels[k] >= 0 else DTYPE(0))
+        correct += best[k] == labels[k]
+    return correct
+
+
+@numba.njit(fastmath=FUSED, error_model="numpy", nogil=True, cache=True)
+def binary_losses(z, labels, partial):
+    """Number of correct predictions (1 when z > 0) of the rows k of a block; each row's log loss
+    log(1 + exp(s)) = max(s, 0) + log1p(exp(-|s|)), s = -(2 y - 1) z, in float32 (:func:`exp32`, :func:`log1p32`),
+    added to ``partial[k]`` (float64). A row with label -1 (padding) adds 0 and counts as wrong."""
+    correct = 0
+    for k in range(EVALUATION_BLOCK):
+        s = z[0, k] if labels[k] == 0 else -z[0, k]
+        loss = max(s, DTYPE(0)) + log1p32(exp32(-abs(s)))
+        partial[k] += np.float64(loss if labels[k] >= 0 else DTYPE(0))
+        correct += np.int32(z[0, k] > 0) == labels[k]
+    return correct
 
 
 @numba.njit(error_model="numpy", nogil=True, cache=True)
 def evaluate_rows(wt, xt, labels, binary, scale, softmax_first):
     """Summed loss and number of correct predictions of one model on the rows of ``xt`` (d, n) (one pass).
 
-    Logits in the model's float32 (a model that overflows gives a non-finite loss, as under torch, and its run
-    is diverged), the loss from them in float64; :data:`EVALUATION_BLOCK` rows at a time, the rows the vector
-    lanes: their logits (:func:`block_logits`), then their losses with :func:`exp64` and :func:`log64` (the sum
-    over classes in class order), then added to the total in row order.
+    :data:`EVALUATION_BLOCK` rows at a time, the rows the vector lanes (the last rows short of a block copied to a
+    zero-padded block, label -1): float32 logits (:func:`pair_logits`, :func:`block_logits`; a model that overflows
+    gives a non-finite loss, as under torch, and its run is diverged), float32 losses (:func:`multinomial_losses`,
+    :func:`binary_losses`); row r's loss is added to partial sum r mod 64 (float64), the 64 partial sums to the
+    total in their order at the end.
 
     Multinomial: ``wt`` (C, d + 1) = ``[W^T | b]``, cross-entropy of softmax(W^T x + b) (with ``softmax_first``
-    of the softmax of p = softmax(W^T x + b), in float64), prediction the first largest logit. Binary: ``wt`` (1, P) = theta on x~ = ``[x, 1] * scale`` (P = d + 1) or ``x * scale``
-    (P = d), log loss log(1 + exp(-s z)) with s = 2 y - 1, prediction 1 when z > 0.
+    of the softmax of p = softmax(W^T x + b), in float64, :func:`softmax_first_row`), prediction the first largest
+    logit. Binary: ``wt`` (1, P) = theta on x~ = ``[x, 1] * scale`` (P = d + 1) or ``x * scale`` (P = d), the
+    logit <theta * scale, [x, 1]> (the scale folded into the weights), log loss log(1 + exp(-s z)) with
+    s = 2 y - 1, prediction 1 when z > 0.
     """
-    n = xt.shape[1]
+    d, n = xt.shape
     classes = wt.shape[0]
-    fscale = wt.dtype.type(scale)
-    z = np.empty((classes, EVALUATION_BLOCK), dtype=wt.dtype)
-    top = np.empty(EVALUATION_BLOCK, dtype=wt.dtype)
-    picked = np.empty(EVALUATION_BLOCK, dtype=wt.dtype)
-    best = np.empty(EVALUATION_BLOCK, dtype=np.int64)
-    row_loss = np.empty(EVALUATION_BLOCK)
-    loss = 0.0
+    w = wt * DTYPE(scale) if binary else wt
+    z = np.empty((classes, EVALUATION_BLOCK), DTYPE)
+    tail = np.zeros((d, EVALUATION_BLOCK), DTYPE)
+    block_labels = np.empty(EVALUATION_BLOCK, np.int32)
+    top, picked = np.empty(EVALUATION_BLOCK, DTYPE), np.empty(EVALUATION_BLOCK, DTYPE)
+    total, partial = np.empty(EVALUATION_BLOCK, DTYPE), np.zeros(EVALUATION_BLOCK)
+    best = np.empty(EVALUATION_BLOCK, np.int32)
     correct = 0
     for r0 in range(0, n, EVALUATION_BLOCK):
         m = min(EVALUATION_BLOCK, n - r0)
-        block_logits(wt, xt, r0, m, fscale, binary, z)
+        rows, first = xt, r0
+        if m < EVALUATION_BLOCK:
+            tail[:, :m] = xt[:, r0:]
+            rows, first = tail, 0
+        for k in range(EVALUATION_BLOCK):
+            block_labels[k] = labels[r0 + k] if k < m else -1
+        for c in range(0, classes - 1, 2):
+            pair_logits(w, c, rows, first, z)
+        if classes % 2:
+            block_logits(w, classes - 1, rows, first, z)
         if binary:
-            for k in range(m):
-                s = -(2.0 * labels[r0 + k] - 1.0) * np.float64(z[0, k])
-                row_loss[k] = max(s, 0.0) + log1p64(exp64(-abs(s)))
-                best[k] = z[0, k] > 0
+            correct += binary_losses(z, block_labels, partial)
         elif softmax_first:
             for k in range(m):
-                row_loss[k], best[k] = softmax_first_row(z[:, k], labels[r0 + k])
+                row_loss, prediction = softmax_first_row(z[:, k], block_labels[k])
+                partial[k] += row_loss
+                correct += prediction == block_labels[k]
         else:
-            for k in range(m):
-                top[k] = z[0, k]
-                best[k] = 0
-                picked[k] = z[0, k]
-            for c in range(1, classes):
-                for k in range(m):
-                    if z[c, k] > top[k]:
-                        top[k] = z[c, k]
-                        best[k] = c
-                    if labels[r0 + k] == c:
-                        picked[k] = z[c, k]
-            for k in range(m):
-                row_loss[k] = 0.0
-            for c in range(classes):
-                for k in range(m):
-                    row_loss[k] += exp64(np.float64(z[c, k]) - np.float64(top[k]))
-            for k in range(m):
-                row_loss[k] = np.float64(top[k]) + log64(row_loss[k]) - np.float64(picked[k])
-        for k in range(m):
-            loss += row_loss[k]
-            correct += best[k] == labels[r0 + k]
+            correct += multinomial_losses(z, block_labels, partial, top, picked, total, best)
+    loss = 0.0
+    for k in range(EVALUATION_BLOCK):
+        loss += partial[k]
     return loss, correct
 
 
