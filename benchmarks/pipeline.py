@@ -19,7 +19,9 @@ one `upfl run` job per run, the previous layout).
 Figures per (part, layout): completed (false when `--max-seconds` stopped it), jobs, runs, wall time, time inside runs (sum of the runs' `summary.json`
 `time.total_s`), training-job time (sum of the Snakemake benchmark files of the training jobs), start-up
 share (1 - time inside runs / training-job time), Snakemake's own CPU time (its main process: scheduling,
-output checks; jobs not included), load average before and after; for a layout stopped by
+output checks; jobs not included), load average before and after, the timeline from Snakemake's log
+(`timeline`: span, when the last training job started and ended, the tail of report jobs after it, busy and
+idle core-seconds); for a layout stopped by
 `--max-seconds`, `projected_wall_s` = wall time x planned runs / finished runs (an estimate at the rate it ran). Writes
 benchmarks/results/pipeline.json (figures of parts not run this time are kept from the previous file).
 """
@@ -114,6 +116,51 @@ def benchmark_seconds(files: list[Path]) -> float:
     return total
 
 
+LOG_STAMP = re.compile(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]$")
+TRAINING_RULES = re.compile(r"^(train|train_bundle_.*)$")
+
+
+def job_timeline(log: str) -> list[dict]:
+    """Each job of a Snakemake log: rule, start and end in seconds since the log's first time stamp (1 s
+    resolution; end None for a job that did not finish), in start order."""
+    jobs: dict[str, dict] = {}
+    first = stamp = None
+    rule = None
+    for line in log.splitlines():
+        match = LOG_STAMP.match(line)
+        if match:
+            stamp = time.mktime(time.strptime(match.group(1), "%a %b %d %H:%M:%S %Y"))
+            first = stamp if first is None else first
+            continue
+        head = re.match(r"^(?:local)?rule (\S+):$", line)
+        if head:
+            rule = head.group(1)
+        elif rule and (jobid := re.match(r"^\s+jobid: (\d+)$", line)):
+            jobs[jobid.group(1)] = {"rule": rule, "start": stamp - first, "end": None}
+            rule = None
+        elif (done := re.match(r"^Finished jobid: (\d+)", line)) and done.group(1) in jobs:
+            jobs[done.group(1)]["end"] = stamp - first
+    return list(jobs.values())
+
+
+def timeline_figures(jobs: list[dict], cores: int) -> dict:
+    """Where the wall time goes: when the last training job started and ended, the tail after it (report jobs
+    only), the jobs in that tail, the core-seconds the jobs kept busy and those left idle (cores x span - busy)."""
+    finished = [j for j in jobs if j["end"] is not None]
+    training = [j for j in finished if TRAINING_RULES.match(j["rule"])]
+    if not finished or not training:
+        return {}
+    span = max(j["end"] for j in finished)
+    last_training_end = max(j["end"] for j in training)
+    busy = sum(j["end"] - j["start"] for j in finished)
+    return {
+        "span_s": span, "last_training_start_s": max(j["start"] for j in training),
+        "last_training_end_s": last_training_end, "tail_s": span - last_training_end,
+        "jobs_in_tail": sum(j["start"] >= last_training_end for j in finished),
+        "busy_core_s": busy, "idle_core_s": cores * span - busy,
+    }
+
+
 @contextlib.contextmanager
 def serve(folder: Path | None):
     """A mirror of ``folder`` on 127.0.0.1 for the block (its base URL), or None without one."""
@@ -193,6 +240,7 @@ def measure(part: str, layout: str, cores: int, keep: bool, max_seconds: float |
         "snakemake_cpu_s": round(own_cpu, 1), "snakemake_args": snakemake_args,
         "numba_cache_before": numba_cache, "cores": cores, "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in load_after],
+        "timeline": timeline_figures(job_timeline(log), cores),
     }
     print(f"{part}/{layout}: {'' if completed else 'STOPPED after '}{result['wall_s']:.1f} s wall, {jobs} jobs ({len(train_files)} training), "
           f"{len(summaries)} runs, {inside:.1f} s inside runs, start-up share {result['startup_share']}, "

@@ -231,7 +231,7 @@ def test_bundles_with_more_work_get_higher_snakemake_priority():
     plan = full_plan()
     bundles = form_bundles(plan.runs)
     priority = bundle_priorities(bundles, plan.runs)
-    assert sorted(priority.values()) == list(range(1, len(bundles) + 1))  # distinct, all above the reports' 0
+    assert sorted(priority.values()) == list(range(1, len(bundles) + 1))  # distinct, all above the default 0
     work = {n: sum(run_work(plan.runs[r].doc) for r in b.run_ids) for n, b in bundles.items()}
     by_priority = sorted(bundles, key=priority.get)
     assert [work[n] for n in by_priority] == sorted(work.values())

@@ -157,6 +157,30 @@ def test_dry_run_lists_every_run_of_the_paper(tmp_path, preset):
     assert counts["experiment_runs"] == (19 if real else 13)
 
 
+def job_priorities(output: str) -> dict[str, set[int]]:
+    """Per rule, the priorities its jobs carry in a dry run's job list (Snakemake omits the default 0)."""
+    priorities: dict[str, set[int]] = {}
+    rule = None
+    for line in output.splitlines():
+        if re.match(r"(local)?rule \S+:$", line):
+            rule = line.split()[1].rstrip(":")
+            priorities.setdefault(rule, set())
+        elif rule and line.strip().startswith("priority:"):
+            priorities[rule].add(int(line.split(":")[1]))
+    return priorities
+
+
+def test_report_jobs_come_before_any_waiting_bundle(tmp_path):
+    proc = snakemake(workflow_copy(tmp_path), "-n", "--cores", "2", "--config", "preset=quick")
+    priorities = job_priorities(proc.stdout)
+    bundle = set().union(*(p for rule, p in priorities.items() if rule.startswith("train_bundle_")))
+    reports = ["experiment_runs", "all_runs", "accuracy_table", "time_table", "privacy_table", "ablation_table",
+               "sensitivity_table", "protocol_gap_table", "table2", "figure", "claims"]
+    assert bundle and set(reports) <= set(priorities)
+    for rule in reports:
+        assert priorities[rule] and min(priorities[rule]) > max(bundle), rule
+
+
 def test_single_target_builds_only_what_it_needs(tmp_path):
     proc = snakemake(workflow_copy(tmp_path), "-n", "fig2")
     counts = job_counts(proc.stdout)

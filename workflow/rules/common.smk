@@ -28,9 +28,10 @@ BUNDLE_OF = {r: b.name for b in BUNDLES.values() for r in b.run_ids}
 # (they are quick and every bundle waits for its data).
 BUNDLE_PRIORITY = bundle_priorities(BUNDLES, RUNS)
 DATA_PRIORITY = len(BUNDLE_PRIORITY) + 1
-# The runs tables (one input per run, up to thousands) run as soon as their runs are done: a ready job waiting
-# behind the bundles has its inputs stat'ed again at every scheduling step (Snakemake's scheduler cost).
-RUNS_TABLE_PRIORITY = DATA_PRIORITY
+# Report jobs (runs tables, tables, figures, claims) run as soon as their runs are done, before any waiting bundle:
+# the reports of experiments finished early overlap the remaining training instead of queuing at the end, and a
+# ready job waiting behind the bundles has its inputs stat'ed again at every scheduling step (Snakemake's cost).
+REPORT_PRIORITY = DATA_PRIORITY
 SINGLE_RUNS = [r for r in RUNS if r not in BUNDLE_OF]
 
 

@@ -15,7 +15,7 @@ rule experiment_runs:
     log:
         "results/logs/report/runs_{experiment}.log",
     localrule: True
-    priority: RUNS_TABLE_PRIORITY
+    priority: REPORT_PRIORITY
     shell:
         "upfl report runs --out {output:q} {params.pairs} > {log:q} 2>&1"
 
@@ -31,7 +31,7 @@ rule all_runs:
     log:
         "results/logs/report/runs.log",
     localrule: True
-    priority: RUNS_TABLE_PRIORITY
+    priority: REPORT_PRIORITY
     shell:
         "upfl report runs --out {output:q} {params.pairs} > {log:q} 2>&1"
 
@@ -45,6 +45,7 @@ rule table2:
         md="results/tables/table2.md",
     log:
         "results/logs/report/table2.log",
+    priority: REPORT_PRIORITY
     localrule: True
     params:
         configs=config_file_args(),
@@ -67,6 +68,7 @@ rule accuracy_table:
         configs=config_file_args(),
     log:
         "results/logs/report/{name}.log",
+    priority: REPORT_PRIORITY
     localrule: True
     shell:
         "upfl report table1 --runs {input:q} {params.args} {params.configs} "
@@ -87,6 +89,7 @@ rule time_table:
         configs=config_file_args(),
     log:
         "results/logs/report/{name}.log",
+    priority: REPORT_PRIORITY
     localrule: True
     shell:
         "upfl report time --runs {input:q} {params.args} {params.configs} --out-prefix results/tables/{wildcards.name:q} > {log:q} 2>&1"
@@ -107,6 +110,7 @@ rule privacy_table:
         configs=config_file_args(),
     log:
         "results/logs/report/{name}.log",
+    priority: REPORT_PRIORITY
     localrule: True
     shell:
         "upfl report privacy-table --runs {input:q} {params.args} {params.configs} "
@@ -128,6 +132,7 @@ rule ablation_table:
         configs=config_file_args(),
     log:
         "results/logs/report/{name}.log",
+    priority: REPORT_PRIORITY
     localrule: True
     shell:
         "upfl report ablation-table {params.kind:q} --runs {input:q} {params.args} {params.configs} "
@@ -152,6 +157,7 @@ rule draws_report:
         configs=config_file_args(),
     log:
         "results/logs/report/{name}.log",
+    priority: REPORT_PRIORITY
     localrule: True
     shell:
         "upfl report draws --runs {input.runs:q} {params.args} {params.reference} {params.configs} "
@@ -172,6 +178,7 @@ rule sensitivity_table:
         configs=config_file_args(),
     log:
         "results/logs/report/{name}.log",
+    priority: REPORT_PRIORITY
     localrule: True
     shell:
         "upfl report sensitivity --runs {input:q} {params.args} {params.configs} "
@@ -192,6 +199,7 @@ rule protocol_gap_table:
         configs=config_file_args(),
     log:
         "results/logs/report/{name}.log",
+    priority: REPORT_PRIORITY
     localrule: True
     shell:
         "upfl report protocol-gap --runs {input:q} {params.args} {params.configs} "
@@ -210,6 +218,7 @@ rule claims:
         configs=config_file_args(),
     log:
         "results/logs/report/claims.log",
+    priority: REPORT_PRIORITY
     localrule: True
     shell:
         "upfl report claims --runs {input:q} {params.args} {params.configs} "
@@ -231,6 +240,7 @@ rule figure:
         configs=config_file_args(),
     log:
         "results/logs/report/{name}.log",
+    priority: REPORT_PRIORITY
     localrule: True
     shell:
         "upfl report figure {params.kind:q} --runs {input:q} {params.args} {params.configs} "

@@ -113,7 +113,7 @@ def run_work(doc: dict[str, Any]) -> float:
 
 def bundle_priorities(bundles: dict[str, Bundle], runs: dict[str, Any]) -> dict[str, int]:
     """Snakemake priorities of the bundle jobs: more estimated work (:func:`run_work`), higher priority, all above
-    the reports' 0. Longest first is the classic makespan heuristic: on two cores the last job to start is a
+    Snakemake's default 0 (the workflow puts data sets and reports above every bundle). Longest first is the classic makespan heuristic: on two cores the last job to start is a
     short one, not a bundle that keeps one core busy while the other idles."""
     work = {name: sum(run_work(runs[r].doc) for r in b.run_ids) for name, b in bundles.items()}
     return {name: rank + 1 for rank, name in enumerate(sorted(work, key=lambda n: (work[n], n)))}
