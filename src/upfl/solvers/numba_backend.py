@@ -1190,8 +1190,9 @@ def evaluator(model, sets: list[tuple[torch.Tensor, torch.Tensor]]) -> Callable[
 
 def evaluate(model, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> tuple[float, int]:
     """``model.evaluate(params, x, y)`` (summed loss, correct predictions) of the two logistic-regression models
-    in one compiled pass over the CPU tensors, without torch's per-operation cost: the same metric (float32 logits,
-    the loss summed in float64: it differs from torch's float32 sums in the 7th significant digit)."""
+    in one compiled pass over the CPU tensors, without torch's per-operation cost: the same metric (float32 logits and
+    per-row losses, :func:`evaluate_rows`; their total in float64: it differs from torch's float32 sum in the 7th
+    significant digit)."""
     return evaluator(model, [(x, y)])(params)[0]
 
 
