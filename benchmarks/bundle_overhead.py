@@ -32,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from results_file import publish
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 BASE = {"device": "auto", "solver": {"epochs": 20, "batch_size": 32, "lr": 0.05, "momentum": 0.5, "backend": "auto"},
@@ -121,11 +123,7 @@ def main() -> None:
             entry["metrics_identical"] = entry["current"]["metrics_sha256"] == entry["baseline"]["metrics_sha256"]
         results["bundles"][bundle] = entry
     results["load_average_after"] = os.getloadavg()
-    out = HERE / "results" / "bundle_overhead.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
-    json.dump(results, sys.stdout, indent=2)
-    print()
+    publish(results, HERE / "results" / "bundle_overhead.json")
 
 
 if __name__ == "__main__":

@@ -33,6 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from results_file import publish
+
 import torch
 
 AUTHORS_PER_TRAINING_ROUND_S = 0.46
@@ -359,10 +361,7 @@ def main() -> None:
             name: {k: abs(results["numba"][name]["final"][k] - results["torch"][name]["final"][k])
                    for k in ("train_loss", "train_acc", "test_loss", "test_acc")} for name, *_ in RUNS}
     results["kernels"] = kernel_table(args.baseline)
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
-    json.dump(results, sys.stdout, indent=2)
-    print()
+    publish(results, out)
     for key in measured:
         r = results[key]
         print(f"{key:15s} W1 per training round incl. evaluation: FedProx 80 "

@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from results_file import publish
+
 import numpy as np
 import torch
 
@@ -220,11 +222,7 @@ def main() -> None:
     results["loadavg_start"], results["loadavg_end"] = list(load_start), list(os.getloadavg())
     results["cpu_count"] = os.cpu_count()
     results["wall_total_s"] = time.perf_counter() - t0
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
-    json.dump(results, sys.stdout, indent=2)
-    print()
+    publish(results, Path(args.out))
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from results_file import publish
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
@@ -200,11 +202,7 @@ def main() -> None:
                                           == results["baseline"]["w1"][n]["metrics_sha256"]
                                           for n in results["current"]["w1"])
     results["load_average_after"] = os.getloadavg()
-    out = HERE / "results" / "round_overhead.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
-    json.dump(results, sys.stdout, indent=2)
-    print()
+    publish(results, HERE / "results" / "round_overhead.json")
 
 
 def git_head() -> str | None:
