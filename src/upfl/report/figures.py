@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
+import numpy as np
 import pandas as pd
 
 from .. import __version__
@@ -120,15 +121,20 @@ def line_style(line: str) -> str:
 
 
 def _curve_rows(run: dict, metrics: Sequence[str], x: str) -> pd.DataFrame:
+    """A run's curves in long form (iteration, x, value, metric, seed), the iterations without a value left out;
+    built from numpy arrays in one frame (a frame per metric cost a figure of 200 runs half a second)."""
     m = load_metrics(run["run_dir"])
     xs = {"iteration": m["iteration"], "round": cumulative_rounds(m), "time": m["cum_wall_s"]}[x]
-    long = []
+    iteration, x_values = m["iteration"].to_numpy(), xs.astype(float).to_numpy()
+    columns: dict[str, list] = {"iteration": [], "x": [], "value": [], "metric": []}
     for metric in metrics:
-        part = pd.DataFrame({"iteration": m["iteration"], "x": xs.astype(float), "value": m[metric].astype(float)})
-        part = part[part["value"].notna()]
-        part["metric"] = metric
-        long.append(part)
-    out = pd.concat(long, ignore_index=True)
+        value = m[metric].astype(float).to_numpy()
+        kept = ~np.isnan(value)
+        columns["iteration"].append(iteration[kept])
+        columns["x"].append(x_values[kept])
+        columns["value"].append(value[kept])
+        columns["metric"].append(np.full(int(kept.sum()), metric, dtype=object))
+    out = pd.DataFrame({k: np.concatenate(v) for k, v in columns.items()})
     out["seed"] = run["seed"]
     return out
 
@@ -245,7 +251,6 @@ def colour_palette(name: str, n_colors: int | None = None) -> list[tuple[float, 
         n = len(COLOURBLIND_COLOURS) if n_colors is None else n_colors
         return [to_rgb(COLOURBLIND_COLOURS[i % len(COLOURBLIND_COLOURS)]) for i in range(n)]
     import matplotlib
-    import numpy as np
 
     samples = matplotlib.colormaps[name](np.linspace(0, 1, int(n_colors) + 2)[1:-1])[:, :3]
     return [to_rgb(tuple(row)) for row in samples]
