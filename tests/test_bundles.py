@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from upfl.pipeline.bundle_trainer import run_config, train_bundle
-from upfl.pipeline.bundles import BundleError, bundle_priorities, bundle_spec, chunk_stably, form_bundles, run_work
+from upfl.pipeline.bundles import (SOFTMAX_FIRST_COST, BundleError, bundle_priorities, bundle_spec, chunk_stably,
+                                   form_bundles, run_work)
 from upfl.cli import main
 from upfl.data import generate_synthetic
 from upfl.pipeline.plan import build_plan
@@ -217,6 +218,19 @@ def test_adding_or_removing_runs_changes_only_the_bundles_they_fall_into():
     assert len(base - changed) <= 3 and len(changed - base) <= 6
 
 
+def test_a_short_last_chunk_joins_the_one_before():
+    """No job of a handful of runs at the end of an experiment: a last chunk under size // 2 joins the one before
+    when both fit in 2 x size; every id stays in exactly one chunk, in sorted order."""
+    size = 8
+    for n in range(1, 120):
+        ids = [f"synthetic_iid/logreg/fedprox/mu{i}/s0.9_f0.3/T80/seed0" for i in range(n)]
+        chunks = chunk_stably(ids, size)
+        assert [r for c in chunks for r in c] == sorted(ids)
+        assert all(len(c) <= 2 * size for c in chunks)
+        if len(chunks) > 1:
+            assert len(chunks[-1]) >= size // 2 or len(chunks[-2]) + len(chunks[-1]) > 2 * size
+
+
 def test_run_work_counts_training_rounds_epochs_and_inner_steps():
     fedavg = {"algorithm": {"name": "fedavg"}, "rounds": 80, "devices": {"frac": 0.5}, "solver": {"epochs": 10}}
     assert run_work(fedavg) == 80 * 0.5 * 10 + 80 / 3
@@ -225,6 +239,8 @@ def test_run_work_counts_training_rounds_epochs_and_inner_steps():
     pfedme = {"algorithm": {"name": "upcycled_pfedme", "step": 0.7, "personal_steps": 3}, "rounds": 4,
               "evaluation": {"every": 2}}
     assert run_work(pfedme) == 2 * 0.3 * 20 * 3 + 4 / 2 / 3
+    authors_loss = {**fedavg, "model": {"softmax_before_loss": True}}
+    assert run_work(authors_loss) == SOFTMAX_FIRST_COST * run_work(fedavg)
 
 
 def test_bundles_with_more_work_get_higher_snakemake_priority():

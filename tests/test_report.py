@@ -348,3 +348,33 @@ def test_errors_name_the_problem(runset, tmp_path, capsys):
                  "--out-prefix", str(tmp_path / "t")]) == 2
     assert "missing.csv" in capsys.readouterr().err
     assert not list(tmp_path.glob("t.*")) and not list(tmp_path.glob("f.*"))
+
+
+@pytest.mark.parametrize("font_scale", [1.0, 1.1])
+def test_figure_theme_equals_seaborns(font_scale):
+    """set_theme gives the rcParams and colour codes of seaborn's whitegrid/paper theme (seaborn itself is not
+    imported by the figure jobs), and colour_palette seaborn's palettes."""
+    import matplotlib as mpl
+    import seaborn as sns
+
+    from upfl.report.figures import colour_palette, set_theme
+
+    codes = mpl.colors.ColorConverter.colors
+    default_codes = {code: mpl.colors.BASE_COLORS[code] for code in "bgrmyck"}
+    with mpl.rc_context():
+        sns.set_theme(style="whitegrid", context="paper", font_scale=font_scale)
+        theirs, their_codes = dict(mpl.rcParams), dict(codes)
+        mpl.rcParams.update(mpl.rcParamsDefault)
+        for code, colour in default_codes.items():
+            codes[code] = colour
+        assert dict(codes) != their_codes
+        set_theme(font_scale=font_scale)
+        ours, our_codes = dict(mpl.rcParams), dict(mpl.colors.ColorConverter.colors)
+    for key in ("image.cmap", "backend", "backend_fallback"):  # seaborn's own colormap; not a theme's business
+        theirs.pop(key), ours.pop(key)
+    assert ours == theirs
+    assert our_codes == their_codes
+    for n in (1, 3, 12):
+        assert colour_palette("colorblind", n) == list(sns.color_palette("colorblind", n))
+        assert colour_palette("viridis", n) == list(sns.color_palette("viridis", n_colors=n))
+    assert colour_palette("colorblind")[2] == sns.color_palette("colorblind")[2]

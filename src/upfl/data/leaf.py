@@ -286,7 +286,7 @@ def write_leaf(path: str | os.PathLike, users: list[str],
             (tmp / split).mkdir()
             file = tmp / split / "data.json"
             with open(file, "w", encoding="utf-8") as f:
-                json.dump(_split_doc(users, xs, ys), f, separators=(",", ":"))
+                f.write(json.dumps(_split_doc(users, xs, ys), separators=(",", ":")))  # dumps: C encoder
             files[f"{split}/data.json"] = sha256_file(file)
         write_json(tmp / META_FILE, {**meta, "sha256": files})
         replace_dir(tmp, root)

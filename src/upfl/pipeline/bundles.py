@@ -55,8 +55,10 @@ def bundle_name(experiment: str, first_run: str) -> str:
 def chunk_stably(run_ids: list[str], size: int) -> list[list[str]]:
     """Content-defined chunks of the sorted ids, about ``size`` long: a chunk holding at least ``size // 2``
     ids ends before an id whose hash is 0 modulo ``size - size // 2 + 1`` (so chunks hold ``size`` ids on
-    average), and at ``2 * size`` ids at most. Inserting or removing one id changes the chunk it falls into, and rarely the next one (until
-    the boundaries meet again); the chunks elsewhere stay as they were."""
+    average), and at ``2 * size`` ids at most; a last chunk shorter than ``size // 2`` joins the one before where
+    that stays within ``2 * size`` (a job of a few runs would pay a process start-up for little work). Inserting
+    or removing one id changes the chunk it falls into, and rarely the next one (until the boundaries meet
+    again); the chunks elsewhere stay as they were."""
     low = max(1, size // 2)
     chunks: list[list[str]] = []
     for rid in sorted(run_ids):
@@ -64,6 +66,9 @@ def chunk_stably(run_ids: list[str], size: int) -> list[list[str]]:
                 or (len(chunks[-1]) >= low and _id_hash(rid) % (size - low + 1) == 0)):
             chunks.append([])
         chunks[-1].append(rid)
+    if len(chunks) > 1 and len(chunks[-1]) < low and len(chunks[-2]) + len(chunks[-1]) <= 2 * size:
+        last = chunks.pop()
+        chunks[-1] += last
     return chunks
 
 
@@ -90,11 +95,18 @@ def form_bundles(runs: dict[str, Any]) -> dict[str, Bundle]:
     return bundles
 
 
+SOFTMAX_FIRST_COST = 4.0
+"""How much more a run with ``model.softmax_before_loss`` (the authors' loss) costs than the same run without it:
+its kernels take a softmax, then the cross-entropy of it (FedProx, 80 iterations, the paper's synthetic sets:
+0.25 s against 0.06 s per run in a bundle)."""
+
+
 def run_work(doc: dict[str, Any]) -> float:
     """A run's estimated work in passes over its data set: training rounds x sampled fraction x local epochs
-    (x pFedMe's inner steps), plus a third of a pass per evaluated iteration (forward only). Only the order of
-    bundles depends on it (:func:`bundle_priorities`), never a result. Reads the run document directly (keys it
-    lacks take :class:`upfl.config.RunConfig`'s defaults): resolving 2,000 configs would cost the DAG a second."""
+    (x pFedMe's inner steps), plus a third of a pass per evaluated iteration (forward only), x
+    :data:`SOFTMAX_FIRST_COST` for the authors' loss. Only the order of bundles depends on it
+    (:func:`bundle_priorities`), never a result. Reads the run document directly (keys it lacks take
+    :class:`upfl.config.RunConfig`'s defaults): resolving 2,000 configs would cost the DAG a second."""
     from ..engine.draws import training_rounds_before
     from ..names import base_name
 
@@ -108,7 +120,8 @@ def run_work(doc: dict[str, Any]) -> float:
     rounds = int(doc.get("rounds", default.rounds))
     inner = int(key("algorithm", "personal_steps")) if base_name(algorithm) == "pfedme" else 1
     training = training_rounds_before(algorithm, rounds) * float(key("devices", "frac")) * int(key("solver", "epochs"))
-    return training * inner + rounds / max(1, int(key("evaluation", "every"))) / 3
+    cost = SOFTMAX_FIRST_COST if key("model", "softmax_before_loss") else 1.0
+    return (training * inner + rounds / max(1, int(key("evaluation", "every"))) / 3) * cost
 
 
 def bundle_priorities(bundles: dict[str, Bundle], runs: dict[str, Any]) -> dict[str, int]:

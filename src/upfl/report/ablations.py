@@ -22,7 +22,7 @@ from ..config import CHOICES
 from ..names import is_upcycled
 from .cells import paired
 from .collect import ReportError, converged, cumulative_rounds, load_metrics
-from .figures import ALGORITHM_COLOURS, csv_colour, figure_title, palette_for, pyplot, save_figure, seaborn
+from .figures import ALGORITHM_COLOURS, csv_colour, figure_title, palette_for, pyplot, save_figure, set_theme
 from .paper_numbers import algorithm_label, dataset_label, dataset_order
 from .render import fmt, markdown_table, write_csv, write_markdown
 from .stats import mean_interval
@@ -237,10 +237,10 @@ def momentum_figure(runs: pd.DataFrame, out_prefix: str, provenance: str) -> Non
     plain algorithm as a dotted reference, so no panel holds more than one family's lines."""
     from matplotlib.ticker import MaxNLocator
 
-    plt, sns = pyplot(), seaborn()
+    plt = pyplot()
     runs = converged(runs)
     datasets = dataset_order(runs["dataset"])
-    sns.set_theme(style="whitegrid", context="paper", font_scale=1.0)
+    set_theme(font_scale=1.0)
     families = ("FedProx", "Upcycled-FL")
     fig, axes = plt.subplots(2, 2 * len(datasets), figsize=(3.6 * 2 * len(datasets), 6.0), squeeze=False)
     rows = []
@@ -282,10 +282,10 @@ def schedule_figure(runs: pd.DataFrame, out_prefix: str, provenance: str) -> Non
     Bottom: test accuracy against training rounds for each schedule at its best c_1."""
     from matplotlib.ticker import FormatStrFormatter, MaxNLocator, NullFormatter
 
-    plt, sns = pyplot(), seaborn()
+    plt = pyplot()
     runs = converged(runs)
     datasets = dataset_order(runs["dataset"])
-    sns.set_theme(style="whitegrid", context="paper", font_scale=1.0)
+    set_theme(font_scale=1.0)
     fig, axes = plt.subplots(2, len(datasets), figsize=(4.2 * len(datasets), 6.0), squeeze=False)
     shades = palette_for([f"Upcycled-FL ({s})" for s in SCHEDULES])
     colours = {s: shades[f"Upcycled-FL ({s})"] for s in SCHEDULES}
