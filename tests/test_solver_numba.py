@@ -516,3 +516,39 @@ def test_momentum_step_rounds_each_operation_as_torch_even_inside_a_fused_kernel
     expected_w = w - lr * expected_buf
     fused_caller(w, buf, g, wg, lin, mu, lr, momentum)
     assert np.array_equal(buf, expected_buf) and np.array_equal(w, expected_w)
+
+
+def test_block_log1p_exp_equals_the_compiled_scalar_expression_bit_for_bit():
+    """:func:`solver_numba.block_log1p_exp` (the binary loss of 64 rows, written as vector code) against the scalar
+    ``base + log1p32(exp32(t))`` compiled under the kernels' fast-math flags, over the losses' range and its edges
+    (below exp32's range, 0, -inf, NaN); a model with non-finite logits gets a non-finite binary loss."""
+    import numba
+
+    @numba.njit(fastmath={"contract"}, error_model="numpy")
+    def scalar(t, base):
+        out = np.empty_like(t)
+        for k in range(t.shape[0]):
+            out[k] = base[k] + solver_numba.log1p32(solver_numba.exp32(t[k]))
+        return out
+
+    @numba.njit
+    def blocks(t, base):
+        out = np.empty_like(t)
+        for b in range(0, t.shape[0], 64):
+            solver_numba.block_log1p_exp(t[b:b + 64], base[b:b + 64], out[b:b + 64])
+        return out
+
+    rng = np.random.default_rng(9)
+    t = -np.abs(rng.standard_normal(64 * 200) * 10).astype(np.float32)
+    t[:6] = [-90.0, -87.0, 0.0, -np.inf, np.nan, -1e-30]
+    base = np.abs(rng.standard_normal(t.shape[0])).astype(np.float32)
+    base[:6] = 0
+    fast, reference = blocks(t, base), scalar(t, base)
+    assert fast.tobytes() == reference.tobytes()
+    assert list(fast[:4]) == [0, np.float32(np.log1p(np.exp(np.float32(-87.0)))), np.float32(np.log(2.0)), 0]
+    assert np.isnan(fast[4])
+    x = np.ones((3, 2), np.float32)
+    for bad in (np.nan, np.inf):
+        loss, _ = solver_numba.evaluate_rows(np.array([[bad, 1.0]], np.float32), np.ascontiguousarray(x.T),
+                                             np.array([0, 1, 1]), True, 1.0, False)
+        assert not math.isfinite(loss)

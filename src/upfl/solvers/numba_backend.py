@@ -42,7 +42,8 @@ The evaluation (:func:`evaluate_rows`) takes 64 rows at a time, the rows the vec
 in feature order from the bias (the binary model's weights and bias times its feature scale, rounded to float32),
 one fused multiply-add per feature (:func:`pair_logits` for two classes at a time, :func:`block_logits`); a row's
 loss is float32 (:func:`exp32`, :func:`log32`, :func:`log1p32`; for the multinomial model (max - z_label) + log of
-the sum of exponentials in class order); row r's loss is added to float64 partial sum r mod 64, the 64 partial
+the sum of exponentials in class order; for the binary model max(s, 0) + log1p(exp(-|s|)), the last product of
+:func:`log1p32` fused with the addition); row r's loss is added to float64 partial sum r mod 64, the 64 partial
 sums to the total in their order. Divisions in the kernels follow IEEE (``error_model="numpy"``:
 no zero-division check, which would keep a loop from being vectorised).
 
@@ -86,6 +87,14 @@ LOG2E, LN2_HIGH, LN2_LOW = 1.44269504088896341, 0.693359375, -2.12194440e-4
 SQRT2 = math.sqrt(2.0)
 EXP_LOW, EXP_HIGH = -87.0, 88.0
 """The range of :func:`exp32`'s polynomial; below it exp is 0, above it inf."""
+EXP_POLYNOMIAL = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
+                  5.0000001201e-1)
+"""Cephes' expf polynomial in Horner order (highest degree first): exp(r) = 1 + r + r^2 P(r) on |r| <= ln 2 / 2."""
+LOG1P_POLYNOMIAL = (-3.2437588088214397e-3, 1.9850272685289383e-2, -5.695732682943344e-2, 1.0603433847427368e-1,
+                    -1.530546396970749e-1, 1.967589557170868e-1, -2.495412528514862e-1, 3.332996070384979e-1,
+                    -4.999990165233612e-1, 1.0)
+"""P(u) ~ log(1 + u) / u on [0, 1] in Horner order (degree 9, least relative error, rounded to float32; relative
+error under 5e-9): :func:`log1p32`."""
 
 
 LANES = 16
@@ -321,12 +330,12 @@ def exp32(v):
     n = np.floor(c * DTYPE(LOG2E) + DTYPE(0.5))
     r = c - n * DTYPE(LN2_HIGH)
     r = r - n * DTYPE(LN2_LOW)
-    p = DTYPE(1.9875691500e-4)
-    p = p * r + DTYPE(1.3981999507e-3)
-    p = p * r + DTYPE(8.3334519073e-3)
-    p = p * r + DTYPE(4.1665795894e-2)
-    p = p * r + DTYPE(1.6666665459e-1)
-    p = p * r + DTYPE(5.0000001201e-1)
+    p = DTYPE(EXP_POLYNOMIAL[0])
+    p = p * r + DTYPE(EXP_POLYNOMIAL[1])
+    p = p * r + DTYPE(EXP_POLYNOMIAL[2])
+    p = p * r + DTYPE(EXP_POLYNOMIAL[3])
+    p = p * r + DTYPE(EXP_POLYNOMIAL[4])
+    p = p * r + DTYPE(EXP_POLYNOMIAL[5])
     p = p * (r * r) + r + DTYPE(1)
     e = p * bit_cast(np.int32((np.int32(n) + 127) << 23))
     e = e if v >= EXP_LOW else DTYPE(0)
@@ -963,15 +972,89 @@ def log32(v):
 
 @numba.njit(fastmath=FUSED, error_model="numpy", nogil=True, cache=True, inline="always")
 def log1p32(u):
-    """log(1 + u) of a float32 u in [0, 1], accurate also for small u, without a division: w = 1 + u rounded, its
-    rounding error c = u - (w - 1) exact (Fast2Sum), log1p(u) = log32(w) + c / w with 1 / w by 1.5 - w / 2 (exact
-    at w = 1 and 2; the term is under an ulp of the result where the line is far from 1 / w)."""
-    w = DTYPE(1) + u
-    return log32(w) + (u - (w - DTYPE(1))) * (DTYPE(1.5) - DTYPE(0.5) * w)
+    """log(1 + u) of a float32 u in [0, 1] as u P(u) (:data:`LOG1P_POLYNOMIAL`) in straight-line float32 arithmetic,
+    one Horner chain of fused multiply-adds (within 1 unit in the last place); P(0) = 1, so that a tiny u gives u
+    and 0 gives 0. :func:`block_log1p_exp` makes the same operations 16 values at a time."""
+    p = DTYPE(LOG1P_POLYNOMIAL[0])
+    p = p * u + DTYPE(LOG1P_POLYNOMIAL[1])
+    p = p * u + DTYPE(LOG1P_POLYNOMIAL[2])
+    p = p * u + DTYPE(LOG1P_POLYNOMIAL[3])
+    p = p * u + DTYPE(LOG1P_POLYNOMIAL[4])
+    p = p * u + DTYPE(LOG1P_POLYNOMIAL[5])
+    p = p * u + DTYPE(LOG1P_POLYNOMIAL[6])
+    p = p * u + DTYPE(LOG1P_POLYNOMIAL[7])
+    p = p * u + DTYPE(LOG1P_POLYNOMIAL[8])
+    p = p * u + DTYPE(LOG1P_POLYNOMIAL[9])
+    return p * u
 
 
 EVALUATION_BLOCK = 64
 """Rows whose logits and losses the evaluation computes together (the rows are the vector lanes: 4 vectors)."""
+
+
+def splat_constant(value):
+    """A vector of :data:`LANES` copies of float32(``value``)."""
+    return ir.Constant(VECTOR, [float(DTYPE(value))] * LANES)
+
+
+def vector_function(builder, name, args):
+    """The LLVM intrinsic ``llvm.<name>`` on vectors of :data:`LANES` float32 (``fma``, ``floor``)."""
+    function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(VECTOR, [VECTOR] * len(args)),
+                                              f"llvm.{name}.v{LANES}f32")
+    return builder.call(function, args)
+
+
+def vector_exp32(builder, v):
+    """:func:`exp32` of each lane of ``v``: the same operations in the same order (a fused multiply-add where
+    :func:`exp32` has a multiply followed by an add)."""
+    low, high = splat_constant(EXP_LOW), splat_constant(EXP_HIGH)
+    fma = lambda a, b, c: vector_function(builder, "fma", [a, b, c])
+    c = builder.select(builder.fcmp_ordered(">", v, low), v, low)
+    c = builder.select(builder.fcmp_ordered("<", c, high), c, high)
+    n = vector_function(builder, "floor", [fma(c, splat_constant(LOG2E), splat_constant(0.5))])
+    r = fma(n, splat_constant(-LN2_HIGH), c)
+    r = fma(n, splat_constant(-LN2_LOW), r)
+    p = splat_constant(EXP_POLYNOMIAL[0])
+    for coefficient in EXP_POLYNOMIAL[1:]:
+        p = fma(p, r, splat_constant(coefficient))
+    p = builder.fadd(fma(p, builder.fmul(r, r), r), splat_constant(1.0))
+    int_vector = ir.VectorType(ir.IntType(32), LANES)
+    exponent = builder.add(builder.fptosi(n, int_vector), ir.Constant(int_vector, [127] * LANES))
+    e = builder.fmul(p, builder.bitcast(builder.shl(exponent, ir.Constant(int_vector, [23] * LANES)), VECTOR))
+    e = builder.select(builder.fcmp_ordered(">=", v, low), e, splat_constant(0.0))
+    e = builder.select(builder.fcmp_ordered("<=", v, high), e, splat_constant(math.inf))
+    return builder.select(builder.fcmp_ordered("==", v, v), e, v)
+
+
+def vector_log1p32_plus(builder, u, addend):
+    """``addend`` + :func:`log1p32` of ``u``, lane by lane: the same Horner chain of fused multiply-adds, and the last
+    product fused with the addition (as a compiled ``a + log1p32(u)`` under :data:`FUSED`)."""
+    p = splat_constant(LOG1P_POLYNOMIAL[0])
+    for coefficient in LOG1P_POLYNOMIAL[1:]:
+        p = vector_function(builder, "fma", [p, u, splat_constant(coefficient)])
+    return vector_function(builder, "fma", [p, u, addend])
+
+
+@intrinsic
+def block_log1p_exp(typingctx, t, base, out):
+    """out[k] = base[k] + log1p32(exp32(t[k])) for the :data:`EVALUATION_BLOCK` float32 values of a block (the
+    binary log loss max(s, 0) + log1p(exp(-|s|))), as the compiled scalar expression (:func:`vector_exp32`,
+    :func:`vector_log1p32_plus`); the block's four vectors in one straight line of code, so that their chains of
+    dependent operations overlap (the loop that LLVM vectorises runs 8 lanes, one or two vectors at a time)."""
+    signature = types.none(t, base, out)
+
+    def codegen(context, builder, sig, args):
+        t_data, _ = array_data(context, builder, sig.args[0], args[0])
+        base_data, _ = array_data(context, builder, sig.args[1], args[1])
+        out_data, _ = array_data(context, builder, sig.args[2], args[2])
+        offsets = [ir.Constant(INT64, v * LANES) for v in range(EVALUATION_BLOCK // LANES)]
+        values = [vector_log1p32_plus(builder, vector_exp32(builder, load_vector(builder, t_data, offset)),
+                                      load_vector(builder, base_data, offset)) for offset in offsets]
+        for value, offset in zip(values, offsets):
+            store_vector(builder, value, out_data, offset)
+        return context.get_dummy_value()
+
+    return signature, codegen
 
 
 def class_block_logits(group):
@@ -1062,16 +1145,21 @@ def multinomial_losses(z, labels, partial, top, picked, total, best):
     return correct
 
 
-@numba.njit(fastmath=FUSED, error_model="numpy", nogil=True, cache=True)
-def binary_losses(z, labels, partial):
+@numba.njit(fastmath=FUSED, error_model="numpy", nogil=True, cache=True, inline="always")
+def binary_losses(z, labels, partial, margin, tail):
     """Number of correct predictions (1 when z > 0) of the rows k of a block; each row's log loss
-    log(1 + exp(s)) = max(s, 0) + log1p(exp(-|s|)), s = -(2 y - 1) z, in float32 (:func:`exp32`, :func:`log1p32`),
-    added to ``partial[k]`` (float64). A row with label -1 (padding) adds 0 and counts as wrong."""
+    log(1 + exp(s)) = max(s, 0) + log1p(exp(-|s|)), s = -(2 y - 1) z, in float32 (:func:`exp32`, :func:`log1p32`,
+    the last product fused with the addition; the block's 64 at once, :func:`block_log1p_exp`), added to
+    ``partial[k]`` (float64). ``margin`` and ``tail`` are float32 scratch of the block's length. A row with label -1
+    (padding) adds 0 and counts as wrong."""
     correct = 0
     for k in range(EVALUATION_BLOCK):
         s = z[0, k] if labels[k] == 0 else -z[0, k]
-        loss = max(s, DTYPE(0)) + log1p32(exp32(-abs(s)))
-        partial[k] += np.float64(loss if labels[k] >= 0 else DTYPE(0))
+        margin[k] = max(s, DTYPE(0))
+        tail[k] = -abs(s)
+    block_log1p_exp(tail, margin, tail)
+    for k in range(EVALUATION_BLOCK):
+        partial[k] += np.float64(tail[k] if labels[k] >= 0 else DTYPE(0))
         correct += np.int32(z[0, k] > 0) == labels[k]
     return correct
 
@@ -1097,25 +1185,24 @@ def evaluate_rows(wt, xt, labels, binary, scale, softmax_first):
     w = wt * DTYPE(scale) if binary else wt
     z = np.empty((classes, EVALUATION_BLOCK), DTYPE)
     tail = np.zeros((d, EVALUATION_BLOCK), DTYPE)
-    block_labels = np.empty(EVALUATION_BLOCK, np.int32)
+    tail_labels = np.full(EVALUATION_BLOCK, -1, labels.dtype)
     top, picked = np.empty(EVALUATION_BLOCK, DTYPE), np.empty(EVALUATION_BLOCK, DTYPE)
     total, partial = np.empty(EVALUATION_BLOCK, DTYPE), np.zeros(EVALUATION_BLOCK)
     best = np.empty(EVALUATION_BLOCK, np.int32)
     correct = 0
     for r0 in range(0, n, EVALUATION_BLOCK):
         m = min(EVALUATION_BLOCK, n - r0)
-        rows, first = xt, r0
+        rows, first, block_labels = xt, r0, labels[r0:r0 + EVALUATION_BLOCK]
         if m < EVALUATION_BLOCK:
             tail[:, :m] = xt[:, r0:]
-            rows, first = tail, 0
-        for k in range(EVALUATION_BLOCK):
-            block_labels[k] = labels[r0 + k] if k < m else -1
+            tail_labels[:m] = labels[r0:]
+            rows, first, block_labels = tail, 0, tail_labels
         for c in range(0, classes - 1, 2):
             pair_logits(w, c, rows, first, z)
         if classes % 2:
             block_logits(w, classes - 1, rows, first, z)
         if binary:
-            correct += binary_losses(z, block_labels, partial)
+            correct += binary_losses(z, block_labels, partial, top, total)
         elif softmax_first:
             for k in range(m):
                 row_loss, prediction = softmax_first_row(z[:, k], block_labels[k])
