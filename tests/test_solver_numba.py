@@ -308,7 +308,8 @@ def reference_gradient(wt, x, y, rows, binary):
 def test_padded_layout_gradients_equal_a_float64_row_by_row_reference(binary):
     """The training kernels in the padded layout (rows [x, 1, 0 ...] of a multiple of 16 floats, vector dot products
     and row sums) against float64 numpy: any width (one or several vectors per row), classes, batch size (the row
-    sums take four rows at a time) and padding (-1) anywhere; the padding columns of the gradient stay 0."""
+    sums take four rows at a time), padding (-1) anywhere or none (a full batch) and the binary model's signed rows;
+    the padding columns of the gradient stay 0."""
     rng = np.random.default_rng(5 if binary else 6)
     for _ in range(150):
         n, d, batch = rng.integers(1, 120), rng.integers(1, 40), rng.integers(1, 40)
@@ -318,16 +319,19 @@ def test_padded_layout_gradients_equal_a_float64_row_by_row_reference(binary):
         y[np.arange(n), rng.integers(0, y.shape[1], n)] = 1
         rows = rng.integers(-1, n, batch).astype(np.int32)
         wt = rng.standard_normal((classes, d if binary else d + 1)).astype(np.float32)
-        inv = np.float32(1 / max(1, (rows >= 0).sum()))
-        xp = solver_numba.padded_rows(x, not binary)
+        if rng.integers(0, 2):
+            rows = np.abs(rows)  # a full batch: its rows and weights 1 / B are read as they are
+        xp = solver_numba.signed_rows(x, y) if binary else solver_numba.padded_rows(x, True)
         assert xp.shape[1] % 16 == 0 and xp.shape[1] >= wt.shape[1]
         wp = solver_numba.padded(wt, xp.shape[1])
         gp = np.full_like(wp, np.nan)
         buffers = solver_numba.batch_buffers(classes, batch)
+        safe, weight = solver_numba.batch_reads(rows, buffers)
+        assert weight.sum() == pytest.approx(1.0, rel=1e-5) and (weight[rows < 0] == 0).all()
         if binary:
-            solver_numba.binary_batch_gradient(wp, xp, y, rows, inv, gp, buffers)
+            solver_numba.binary_batch_gradient(wp, xp, safe, weight, gp, buffers)
         else:
-            solver_numba.batch_gradient(wp, xp, y, rows, inv, gp, buffers, False)
+            solver_numba.batch_gradient(wp, xp, y, safe, weight, gp, buffers, False)
         np.testing.assert_allclose(gp[:, :wt.shape[1]], reference_gradient(wt, x, y, rows, binary),
                                    rtol=1e-4, atol=2e-6)
         assert not gp[:, wt.shape[1]:].any()

@@ -24,15 +24,16 @@ as float64.
 
 The training kernels run in a padded layout laid out for the vector units (16 float32 lanes): a device's rows
 are copied once per solve to ``[x, 1, 0 ...]`` (the multinomial bias as a feature; the binary model's x~ has
-its bias folded in) of a multiple of 16 floats, the parameters to rows of the same width, zeros past the
-model's, which stay zero (each array from a 64-byte boundary, :func:`aligned_zeros`). Summation order at each
+its bias folded in, and is multiplied by its label's sign, :func:`signed_rows`) of a multiple of 16 floats, the
+parameters to rows of the same width, zeros past the model's, which stay zero (each array from a 64-byte boundary, :func:`aligned_zeros`). Summation order at each
 step (:func:`batch_gradient`, :func:`binary_batch_gradient`):
 
 - a logit <w_c, [x_b, 1]> (:func:`row_dot`; :func:`block_dots` makes the same additions for 16 samples at
   once): lane l sums the products of columns l, l + 16, ... in column order, one fused multiply-add each; the
   16 lane sums are added by halving (lane i + 8 onto lane i, then i + 4, i + 2, i + 1);
-- the softmax (or the binary coefficient -s / (1 + exp(s z))) for all samples of the batch at once, the samples
-  the lanes: exp(z_c - max) by :func:`exp32`, summed in class order, divided by the sum;
+- a full batch reads its rows with weights 1 / B, one with padding the real count's (:func:`batch_reads`);
+- the softmax (or the binary coefficient -1 / (1 + exp(<theta, s x~>))) for all samples of the batch at once, the
+  samples the lanes: exp(z_c - max) by :func:`exp32`, summed in class order, divided by the sum;
 - a gradient entry (:func:`accumulate_pair` for two classes at a time, :func:`accumulate_rows` for an odd last
   one): coefficient times feature over the batch's rows, one fused multiply-add per row into four partial sums
   (rows 0, 4, 8, ...; 1, 5, ...; 2, 6, ...; 3, 7, ...), added as (s0 + s1) + (s2 + s3); padding rows have
@@ -377,6 +378,20 @@ def padded_rows(x, bias):
 
 
 @numba.njit(nogil=True, cache=True)
+def signed_rows(x, y):
+    """The binary model's rows x~ (n, P) as rows of the padded layout times their label's sign: [s x~, 0 ...],
+    s = 2 y[:, 1] - 1 (``y`` one-hot). Then s <theta, x~> = <theta, s x~> and the log loss's gradient
+    -s x~ / (1 + exp(s <theta, x~>)) = -(s x~) / (1 + exp(<theta, s x~>)) need no labels; a sign change is exact, so
+    every rounding is that of the unsigned form."""
+    out = padded_rows(x, False)
+    for i in range(x.shape[0]):
+        sign = y[i, 1] + y[i, 1] - DTYPE(1)
+        for j in range(x.shape[1]):
+            out[i, j] = sign * x[i, j]
+    return out
+
+
+@numba.njit(nogil=True, cache=True)
 def padded(params, width):
     """(k, P) parameters as (k, ``width``) rows, zeros past P: in the padded layout their products and gradients
     are 0, so the padding stays 0 through every step."""
@@ -399,9 +414,11 @@ def unpad(padded_params, out):
 def batch_buffers(outputs, batch):
     """Scratch of the training kernels for batches of ``batch`` rows with ``outputs`` logits each: (zt (outputs,
     batch), per-row max, per-row sum of exponentials, per-row weight in the batch mean (float32), row index with
-    padding read as row 0 (int64), per-row entry of the one-hot labels gathered from y (float32))."""
+    padding read as row 0 (int32, as the plans), per-row entry of the one-hot labels gathered from y (float32),
+    the weights of a full batch (1 / ``batch`` each))."""
+    full = np.full(batch, DTYPE(1) / DTYPE(max(batch, 1)))
     return (np.zeros((outputs, batch), DTYPE), np.zeros(batch, DTYPE), np.zeros(batch, DTYPE),
-            np.zeros(batch, DTYPE), np.zeros(batch, np.int64), np.zeros(batch, DTYPE))
+            np.zeros(batch, DTYPE), np.zeros(batch, np.int32), np.zeros(batch, DTYPE), full)
 
 
 @numba.njit(nogil=True, cache=True)
@@ -414,19 +431,31 @@ def batch_rows(rows, inv_count, weight, safe):
         safe[b] = max(r, 0)
 
 
+@numba.njit(nogil=True, cache=True, inline="always")
+def batch_reads(rows, buffers):
+    """(rows to read, weight of each in the batch mean) of the batch ``rows``: a full batch reads its rows, each
+    weighing 1 / B (the buffers' full weights); a batch with padding (-1) reads the indices and weights of
+    :func:`batch_rows` (1 / real rows, 0 for padding)."""
+    weight, safe, full = buffers[3], buffers[4], buffers[6]
+    count = real_count(rows)
+    if count == rows.shape[0]:
+        return rows, full
+    batch_rows(rows, DTYPE(1) / DTYPE(max(count, 1)), weight, safe)
+    return safe, weight
+
+
 @numba.njit(fastmath=FUSED, error_model="numpy", nogil=True, cache=True, inline="always")
-def batch_gradient(wp, xp, y, rows, inv_count, gp, buffers, softmax_first):
-    """Gradient of sum_b inv_count * CE(softmax(W^T x_b + b), y_b) over the real rows of one batch; with
+def batch_gradient(wp, xp, y, safe, weight, gp, buffers, softmax_first):
+    """Gradient of sum_b weight_b * CE(softmax(W^T x_b + b), y_b) over the rows of one batch; with
     ``softmax_first`` of CE(softmax(p_b), y_b), p_b = softmax(W^T x_b + b) (:func:`softmax_first_residual`).
 
     Padded layout: ``wp`` and the output ``gp`` are (C, Dp) = ``[W^T | b | 0]``, ``xp`` the rows ``[x, 1, 0]``
-    (:func:`padded_rows`); ``rows`` holds sample indices (-1 is padding, weight 0). Logits by :func:`block_dots`
-    (:func:`row_dot` for the last samples short of a block), the softmax over all samples at once (:func:`exp32`),
-    the gradient by :func:`accumulate_rows`.
+    (:func:`padded_rows`); ``safe`` and ``weight`` are the rows to read and their weights (:func:`batch_reads`;
+    padding weighs 0). Logits by :func:`block_dots` (:func:`row_dot` for the last samples short of a block), the
+    softmax over all samples at once (:func:`exp32`), the gradient by :func:`accumulate_rows`.
     """
-    zt, top, total, weight, safe, label = buffers
-    batch_rows(rows, inv_count, weight, safe)
-    nb = rows.shape[0]
+    zt, top, total, _, _, label, _ = buffers
+    nb = safe.shape[0]
     num_classes = zt.shape[0]
     blocks = nb - nb % LANES
     for c in range(num_classes):
@@ -447,8 +476,8 @@ def batch_gradient(wp, xp, y, rows, inv_count, gp, buffers, softmax_first):
             total[b] += e
     if softmax_first:
         for b in range(nb):
-            if rows[b] >= 0:
-                softmax_first_residual(zt, b, total[b], y[rows[b]], inv_count)
+            if weight[b] != 0:
+                softmax_first_residual(zt, b, total[b], y[safe[b]], weight[b])
             else:
                 for c in range(num_classes):
                     zt[c, b] = 0
@@ -485,17 +514,17 @@ def softmax_first_residual(zt, b, total, y_row, inv_count):
 
 
 @numba.njit(fastmath=FUSED, error_model="numpy", nogil=True, cache=True, inline="always")
-def binary_batch_gradient(wp, xp, y, rows, inv_count, gp, buffers):
-    """Gradient of sum_b inv_count * log(1 + exp(-s_b <theta, x~_b>)), s_b = 2 y_b - 1, over the real rows.
+def binary_batch_gradient(wp, xp, safe, weight, gp, buffers):
+    """Gradient of sum_b weight_b * log(1 + exp(-s_b <theta, x~_b>)), s_b = 2 y_b - 1, over the rows of one batch.
 
     :class:`upfl.models.BinaryLogisticRegression` in the padded layout: ``wp`` and the output ``gp`` are (1, Dp) =
-    ``[theta | 0]``, ``xp`` the rows ``[x~, 0]`` (bias already folded in), ``y`` the one-hot labels (column 1 =
-    positive). Logits by :func:`block_dots` and :func:`row_dot`, the coefficients -s_b / (1 + exp(s_b z_b)) inv_count over all samples at
-    once (:func:`exp32`), the gradient by :func:`accumulate_rows`.
+    ``[theta | 0]``, ``xp`` the signed rows ``[s x~, 0]`` (bias already folded in, :func:`signed_rows`); ``safe``
+    and ``weight`` as in :func:`batch_gradient`. Logits z'_b = <theta, s_b x~_b> by :func:`block_dots` and
+    :func:`row_dot`, the coefficients -weight_b / (1 + exp(z'_b)) over all samples at once (:func:`exp32`), the
+    gradient by :func:`accumulate_rows`.
     """
-    zt, _, _, weight, safe, label = buffers
-    batch_rows(rows, inv_count, weight, safe)
-    nb = rows.shape[0]
+    zt = buffers[0]
+    nb = safe.shape[0]
     one = DTYPE(1)
     blocks = nb - nb % LANES
     for q in range(0, blocks, LANES):
@@ -503,10 +532,7 @@ def binary_batch_gradient(wp, xp, y, rows, inv_count, gp, buffers):
     for b in range(blocks, nb):
         zt[0, b] = row_dot(wp, 0, xp, safe[b])
     for b in range(nb):
-        label[b] = y[safe[b], 1]
-    for b in range(nb):
-        sign = label[b] + label[b] - one
-        zt[0, b] = -sign / (one + exp32(sign * zt[0, b])) * weight[b]
+        zt[0, b] = -one / (one + exp32(zt[0, b])) * weight[b]
     accumulate_rows(gp, 0, zt, xp, safe, nb)
 
 
@@ -528,14 +554,13 @@ def momentum_step(w, buf, g, wg, lin, has_lin, mu, lr, momentum):
 
 
 @numba.njit(nogil=True, cache=True)
-def inverse_count(rows):
-    """1 / (real samples of the batch ``rows``, at least 1) in float32: the weight of each sample in the batch
-    mean, as the torch path's ``mask / mask.sum()``."""
+def real_count(rows):
+    """Real samples of the batch ``rows`` (not -1): 1 / max(count, 1) in float32 is the weight of each in the
+    batch mean, as the torch path's ``mask / mask.sum()``."""
     count = 0
     for b in range(rows.shape[0]):
-        if rows[b] >= 0:
-            count += 1
-    return np.float32(1.0) / np.float32(max(count, 1))
+        count += rows[b] >= 0
+    return count
 
 
 @numba.njit(fastmath=FUSED, error_model="numpy", nogil=True, cache=True)
@@ -543,11 +568,12 @@ def device_solve(wt, wg, x, y, plan, lin, has_lin, hyper, binary, softmax_first)
     """One device's local solve (Algorithm 1 line 4) from the global model along ``plan`` (steps, B), into ``wt``.
 
     ``wt`` (overwritten with the local model), ``wg`` and ``lin`` are (C, d + 1) = ``[W^T | b]``, or (1, P) = theta
-    when ``binary``; each batch's mean is over its real samples (:func:`inverse_count`); ``hyper`` holds (mu, lr,
-    momentum). The solve runs in the padded layout (:func:`padded_rows`, :func:`padded`).
+    when ``binary``; each batch's mean is over its real samples (:func:`batch_reads`); ``hyper`` holds (mu, lr,
+    momentum). The solve runs in the padded layout (:func:`padded_rows`, the binary model's rows signed by
+    :func:`signed_rows`, :func:`padded`).
     """
     mu, lr, momentum = hyper[0], hyper[1], hyper[2]
-    xp = padded_rows(x, not binary)
+    xp = signed_rows(x, y) if binary else padded_rows(x, True)
     width = xp.shape[1]
     wp = padded(wg, width)
     wg1 = padded(wg, width).ravel()
@@ -558,11 +584,11 @@ def device_solve(wt, wg, x, y, plan, lin, has_lin, hyper, binary, softmax_first)
     g1 = gp.ravel()
     buffers = batch_buffers(wt.shape[0], plan.shape[1])
     for s in range(plan.shape[0]):
-        inv_count = inverse_count(plan[s])
+        safe, weight = batch_reads(plan[s], buffers)
         if binary:
-            binary_batch_gradient(wp, xp, y, plan[s], inv_count, gp, buffers)
+            binary_batch_gradient(wp, xp, safe, weight, gp, buffers)
         else:
-            batch_gradient(wp, xp, y, plan[s], inv_count, gp, buffers, softmax_first)
+            batch_gradient(wp, xp, y, safe, weight, gp, buffers, softmax_first)
         momentum_step(w1, buf, g1, wg1, lin1, has_lin, mu, lr, momentum)
     unpad(wp, wt)
 
@@ -613,19 +639,19 @@ def device_personal_solve(local, theta, wg, x, y, plan, hyper, personal_steps, b
     are overwritten. The solve runs in the padded layout, as :func:`device_solve`.
     """
     lam, personal_lr, mix = hyper[0], hyper[1], hyper[2]
-    xp = padded_rows(x, not binary)
+    xp = signed_rows(x, y) if binary else padded_rows(x, True)
     wp, tp = padded(wg, xp.shape[1]), padded(wg, xp.shape[1])
     w1, t1 = wp.ravel(), tp.ravel()
     gp = aligned_zeros(tp.shape[0], tp.shape[1])
     buffers = batch_buffers(theta.shape[0], plan.shape[1])
     g1 = gp.ravel()
     for s in range(plan.shape[0]):
-        inv_count = inverse_count(plan[s])
+        safe, weight = batch_reads(plan[s], buffers)
         for _ in range(personal_steps):
             if binary:
-                binary_batch_gradient(tp, xp, y, plan[s], inv_count, gp, buffers)
+                binary_batch_gradient(tp, xp, safe, weight, gp, buffers)
             else:
-                batch_gradient(tp, xp, y, plan[s], inv_count, gp, buffers, softmax_first)
+                batch_gradient(tp, xp, y, safe, weight, gp, buffers, softmax_first)
             personal_step(t1, g1, w1, lam, personal_lr)
         mix_step(w1, t1, mix)
     unpad(wp, local)
