@@ -505,21 +505,24 @@ def test_logits_of_a_block_of_samples_equal_the_logits_one_sample_at_a_time_bit_
 
 def test_momentum_step_rounds_each_operation_as_torch_even_inside_a_fused_kernel():
     """:func:`solver_numba.momentum_step` called from a kernel that allows fused multiply-adds still rounds every
-    multiply and add on its own (torch.optim.SGD's order), bit for bit against float32 numpy."""
+    multiply and add on its own (torch.optim.SGD's order), bit for bit against float32 numpy, with and without the
+    proximal and linear terms, over 16 entries at a time and the entries past the last multiple of 16."""
     import numba
 
     @numba.njit(fastmath={"contract"})
-    def fused_caller(w, buf, g, wg, lin, mu, lr, momentum):
-        solver_numba.momentum_step(w, buf, g, wg, lin, True, mu, lr, momentum)
+    def fused_caller(w, buf, g, wg, lin, has_lin, mu, lr, momentum):
+        solver_numba.momentum_step(w, buf, g, wg, lin, has_lin, mu, lr, momentum)
 
     rng = np.random.default_rng(9)
-    w, buf, g, wg, lin = (rng.standard_normal(1000).astype(np.float32) for _ in range(5))
-    mu, lr, momentum = np.float32(0.7), np.float32(0.05), np.float32(0.5)
-    grad = g + mu * (w - wg) + lin
-    expected_buf = momentum * buf + grad
-    expected_w = w - lr * expected_buf
-    fused_caller(w, buf, g, wg, lin, mu, lr, momentum)
-    assert np.array_equal(buf, expected_buf) and np.array_equal(w, expected_w)
+    for mu, has_lin in ((0.7, True), (0.7, False), (0.0, True), (0.0, False)):
+        w, buf, g, wg, lin = (rng.standard_normal(1000).astype(np.float32) for _ in range(5))  # 62 vectors and 8
+        mu, lr, momentum = np.float32(mu), np.float32(0.05), np.float32(0.5)
+        grad = g + mu * (w - wg) if mu != 0 else g.copy()
+        grad = grad + lin if has_lin else grad
+        expected_buf = momentum * buf + grad
+        expected_w = w - lr * expected_buf
+        fused_caller(w, buf, g, wg, lin, has_lin, mu, lr, momentum)
+        assert np.array_equal(buf, expected_buf) and np.array_equal(w, expected_w)
 
 
 def test_block_log1p_exp_equals_the_compiled_scalar_expression_bit_for_bit():

@@ -18,15 +18,17 @@ Arithmetic is float32 (as the torch path) and repeat runs on one machine are bit
 order fixed by the code, and the one fast-math liberty (:data:`FUSED`) fuses a multiply and the add after it
 into one fused multiply-add. The parameter updates (:func:`momentum_step`, :func:`personal_step`,
 :func:`mix_step`) are torch's separate roundings: they set ``fastmath=False``, as numba hands a caller's fast-math
-flags to the functions it calls that set none. Every accumulator is float32 (logits, the softmax sum, the binary coefficient):
+flags to the functions it calls that set none (and a function's flags reach every operation in it, an intrinsic's
+vector code too: :func:`momentum_vectors` runs inside :func:`momentum_step`). Every accumulator is float32 (logits, the softmax sum, the binary coefficient):
 zeros and ones are made in the arrays' type, because numba types ``x * 0`` or ``x + 1`` with a float32 ``x``
 as float64.
 
 The training kernels run in a padded layout laid out for the vector units (16 float32 lanes): a device's rows
 are copied once per solve to ``[x, 1, 0 ...]`` (the multinomial bias as a feature; the binary model's x~ has
 its bias folded in, and is multiplied by its label's sign, :func:`signed_rows`) of a multiple of 16 floats, the
-parameters to rows of the same width, zeros past the model's, which stay zero (each array from a 64-byte boundary, :func:`aligned_zeros`). Summation order at each
-step (:func:`batch_gradient`, :func:`binary_batch_gradient`):
+parameters to rows of the same width, zeros past the model's, which stay zero (each array from a 64-byte
+boundary, :func:`aligned_zeros`). Summation order at each step (:func:`batch_gradient`,
+:func:`binary_batch_gradient`):
 
 - a logit <w_c, [x_b, 1]> (:func:`row_dot`; :func:`block_dots` makes the same additions for 16 samples at
   once): lane l sums the products of columns l, l + 16, ... in column order, one fused multiply-add each; the
@@ -137,6 +139,13 @@ def fused(builder, a, b, c):
     fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(VECTOR, [VECTOR] * 3),
                                          f"llvm.fma.v{LANES}f32")
     return builder.call(fma, [a, b, c])
+
+
+def splat(builder, value):
+    """A vector of :data:`LANES` copies of the float32 LLVM value ``value``."""
+    one = builder.insert_element(ir.Constant(VECTOR, None), value, ir.Constant(ir.IntType(32), 0))
+    return builder.shuffle_vector(one, ir.Constant(VECTOR, None),
+                                  ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES))
 
 
 def halving_sum(builder, vector):
@@ -259,7 +268,8 @@ def class_accumulate_rows(group):
     """An intrinsic (g, c, coef, x, rows, count) setting g[c + i] = sum over b < ``count`` of coef[c + i, b] x[rows[b]]
     for the ``group`` classes c + i (float32 matrices, g and x of one padded width): per column, four partial sums
     over b = 0, 4, 8, ... / 1, 5, ... / 2, 6, ... / 3, 7, ... (a fused multiply-add per row, in row order), added as
-    (s0 + s1) + (s2 + s3); the columns are the vector lanes; the classes of a group share the loads of the rows."""
+    (s0 + s1) + (s2 + s3); the columns are the vector lanes, two vectors of a row at a time (one for an odd last);
+    the classes of a group and the vectors of a pass share the loads of the row indices and coefficients."""
 
     @intrinsic
     def accumulate(typingctx, g, c, coef, x, rows, count):
@@ -278,35 +288,45 @@ def class_accumulate_rows(group):
             coef_rows = [row_start(builder, coef_data, cls, coef_width) for cls in classes]
             count = as_int64(builder, args[5])
             groups = builder.udiv(count, ir.Constant(INT64, 4))
-            partial = [[cgutils.alloca_once(builder, VECTOR) for _ in range(4)] for _ in range(group)]
 
-            def add_row(k, b, offset):
-                r = builder.load(builder.gep(rows_data, [b], inbounds=True, source_etype=row_type))
-                row = load_vector(builder, row_start(builder, x_data, as_int64(builder, r), width), offset)
-                for coef_row, totals in zip(coef_rows, partial):
-                    weight = builder.load(builder.gep(coef_row, [b], inbounds=True, source_etype=ir.FloatType()))
-                    splat = builder.shuffle_vector(builder.insert_element(ir.Constant(VECTOR, None), weight,
-                                                                          ir.Constant(ir.IntType(32), 0)),
-                                                   ir.Constant(VECTOR, None),
-                                                   ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES))
-                    builder.store(fused(builder, splat, row, builder.load(totals[k])), totals[k])
+            def accumulate_pass(offsets):
+                partial = [[[cgutils.alloca_once(builder, VECTOR) for _ in range(4)] for _ in offsets]
+                           for _ in range(group)]
 
-            with cgutils.for_range(builder, builder.udiv(width, ir.Constant(INT64, LANES))) as chunk:
-                offset = builder.mul(chunk.index, ir.Constant(INT64, LANES))
-                for totals in partial:
-                    for total in totals:
-                        builder.store(ir.Constant(VECTOR, [0.0] * LANES), total)
+                def add_row(k, b):
+                    r = builder.load(builder.gep(rows_data, [b], inbounds=True, source_etype=row_type))
+                    x_row = row_start(builder, x_data, as_int64(builder, r), width)
+                    vectors = [load_vector(builder, x_row, offset) for offset in offsets]
+                    for coef_row, class_partial in zip(coef_rows, partial):
+                        weight = builder.load(builder.gep(coef_row, [b], inbounds=True, source_etype=ir.FloatType()))
+                        weights = splat(builder, weight)
+                        for vector, totals in zip(vectors, class_partial):
+                            builder.store(fused(builder, weights, vector, builder.load(totals[k])), totals[k])
+
+                for class_partial in partial:
+                    for totals in class_partial:
+                        for total in totals:
+                            builder.store(ir.Constant(VECTOR, [0.0] * LANES), total)
                 with cgutils.for_range(builder, groups) as quad:
                     first = builder.mul(quad.index, ir.Constant(INT64, 4))
                     for k in range(4):
-                        add_row(k, builder.add(first, ir.Constant(INT64, k)), offset)
+                        add_row(k, builder.add(first, ir.Constant(INT64, k)))
                 with cgutils.for_range_slice(builder, builder.mul(groups, ir.Constant(INT64, 4)), count,
                                              ir.Constant(INT64, 1)) as (b, _):
-                    add_row(0, b, offset)
-                for g_row, totals in zip(g_rows, partial):
-                    t = [builder.load(total) for total in totals]
-                    store_vector(builder, builder.fadd(builder.fadd(t[0], t[1]), builder.fadd(t[2], t[3])), g_row,
-                                 offset)
+                    add_row(0, b)
+                for g_row, class_partial in zip(g_rows, partial):
+                    for offset, totals in zip(offsets, class_partial):
+                        t = [builder.load(total) for total in totals]
+                        store_vector(builder, builder.fadd(builder.fadd(t[0], t[1]), builder.fadd(t[2], t[3])),
+                                     g_row, offset)
+
+            chunks = builder.udiv(width, ir.Constant(INT64, LANES))
+            with cgutils.for_range(builder, builder.udiv(chunks, ir.Constant(INT64, 2))) as pair:
+                offset = builder.mul(pair.index, ir.Constant(INT64, 2 * LANES))
+                accumulate_pass([offset, builder.add(offset, ir.Constant(INT64, LANES))])
+            odd = builder.icmp_unsigned("!=", builder.urem(chunks, ir.Constant(INT64, 2)), ir.Constant(INT64, 0))
+            with builder.if_then(odd):
+                accumulate_pass([builder.mul(builder.sub(chunks, ir.Constant(INT64, 1)), ir.Constant(INT64, LANES))])
             return context.get_dummy_value()
 
         return signature, codegen
@@ -342,6 +362,40 @@ def exp32(v):
     e = e if v >= EXP_LOW else DTYPE(0)
     e = e if v <= EXP_HIGH else DTYPE(np.inf)
     return e if v == v else v
+
+
+def splat_constant(value):
+    """A vector of :data:`LANES` copies of float32(``value``)."""
+    return ir.Constant(VECTOR, [float(DTYPE(value))] * LANES)
+
+
+def vector_function(builder, name, args):
+    """The LLVM intrinsic ``llvm.<name>`` on vectors of :data:`LANES` float32 (``fma``, ``floor``)."""
+    function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(VECTOR, [VECTOR] * len(args)),
+                                              f"llvm.{name}.v{LANES}f32")
+    return builder.call(function, args)
+
+
+def vector_exp32(builder, v):
+    """:func:`exp32` of each lane of ``v``: the same operations in the same order (a fused multiply-add where
+    :func:`exp32` has a multiply followed by an add)."""
+    low, high = splat_constant(EXP_LOW), splat_constant(EXP_HIGH)
+    fma = lambda a, b, c: vector_function(builder, "fma", [a, b, c])
+    c = builder.select(builder.fcmp_ordered(">", v, low), v, low)
+    c = builder.select(builder.fcmp_ordered("<", c, high), c, high)
+    n = vector_function(builder, "floor", [fma(c, splat_constant(LOG2E), splat_constant(0.5))])
+    r = fma(n, splat_constant(-LN2_HIGH), c)
+    r = fma(n, splat_constant(-LN2_LOW), r)
+    p = splat_constant(EXP_POLYNOMIAL[0])
+    for coefficient in EXP_POLYNOMIAL[1:]:
+        p = fma(p, r, splat_constant(coefficient))
+    p = builder.fadd(fma(p, builder.fmul(r, r), r), splat_constant(1.0))
+    int_vector = ir.VectorType(ir.IntType(32), LANES)
+    exponent = builder.add(builder.fptosi(n, int_vector), ir.Constant(int_vector, [127] * LANES))
+    e = builder.fmul(p, builder.bitcast(builder.shl(exponent, ir.Constant(int_vector, [23] * LANES)), VECTOR))
+    e = builder.select(builder.fcmp_ordered(">=", v, low), e, splat_constant(0.0))
+    e = builder.select(builder.fcmp_ordered("<=", v, high), e, splat_constant(math.inf))
+    return builder.select(builder.fcmp_ordered("==", v, v), e, v)
 
 
 @numba.njit(nogil=True, cache=True)
@@ -536,20 +590,60 @@ def binary_batch_gradient(wp, xp, safe, weight, gp, buffers):
     accumulate_rows(gp, 0, zt, xp, safe, nb)
 
 
+@intrinsic
+def momentum_vectors(typingctx, w, buf, g, wg, lin, has_lin, mu, lr, momentum):
+    """:func:`momentum_step`'s operations on 16 entries at a time, in one pass (``g`` is read, not written), over the
+    arrays' first multiple of :data:`LANES` entries."""
+    signature = types.none(w, buf, g, wg, lin, has_lin, mu, lr, momentum)
+
+    def codegen(context, builder, sig, args):
+        (w_data, w_shape), (buf_data, _), (g_data, _), (wg_data, _), (lin_data, _) = (
+            array_data(context, builder, sig.args[i], args[i]) for i in range(5))
+        has_lin = builder.icmp_unsigned("!=", args[5], ir.Constant(args[5].type, 0))
+        mu, lr, momentum = (splat(builder, value) for value in args[6:9])
+        vectors = builder.udiv(builder.extract_value(w_shape, 0), ir.Constant(INT64, LANES))
+
+        def update(with_mu, with_lin):
+            with cgutils.for_range(builder, vectors) as loop:
+                offset = builder.mul(loop.index, ir.Constant(INT64, LANES))
+                weights = load_vector(builder, w_data, offset)
+                step = load_vector(builder, g_data, offset)
+                if with_mu:
+                    step = builder.fadd(step, builder.fmul(mu, builder.fsub(weights, load_vector(builder, wg_data,
+                                                                                                   offset))))
+                if with_lin:
+                    step = builder.fadd(step, load_vector(builder, lin_data, offset))
+                velocity = builder.fadd(builder.fmul(momentum, load_vector(builder, buf_data, offset)), step)
+                store_vector(builder, velocity, buf_data, offset)
+                store_vector(builder, builder.fsub(weights, builder.fmul(lr, velocity)), w_data, offset)
+
+        with builder.if_else(builder.fcmp_unordered("!=", args[6], ir.Constant(args[6].type, 0.0))) as (
+                nonzero, zero):
+            for with_mu, branch in ((True, nonzero), (False, zero)):
+                with branch:
+                    with builder.if_else(has_lin) as (linear, plain):
+                        with linear:
+                            update(with_mu, True)
+                        with plain:
+                            update(with_mu, False)
+        return context.get_dummy_value()
+
+    return signature, codegen
+
+
 @numba.njit(fastmath=False, nogil=True, cache=True)
 def momentum_step(w, buf, g, wg, lin, has_lin, mu, lr, momentum):
-    """g = grad + mu (w - w_global) (+ n_i); buf = momentum buf + g; w -= lr buf (torch.optim.SGD order).
+    """g = grad + mu (w - w_global) (+ n_i); buf = momentum buf + g; w -= lr buf (torch.optim.SGD order), each
+    operation rounded on its own, as torch's (numba's fast-math flags apply to every operation of a function, so the
+    vector code runs in a function without them); the mu term only where mu != 0.
 
-    All arrays are flat and of one length; ``g`` is overwritten with g.
-    """
-    if mu != 0:
-        for p in range(w.shape[0]):
-            g[p] += mu * (w[p] - wg[p])
-    if has_lin:
-        for p in range(w.shape[0]):
-            g[p] += lin[p]
-    for p in range(w.shape[0]):
-        buf[p] = momentum * buf[p] + g[p]
+    All arrays are flat float32 of one length (in the padded layout a multiple of :data:`LANES`: all of it by
+    :func:`momentum_vectors`; the entries past the last multiple by the same operations one at a time)."""
+    momentum_vectors(w, buf, g, wg, lin, has_lin, mu, lr, momentum)
+    for p in range(w.shape[0] - w.shape[0] % LANES, w.shape[0]):
+        step = g[p] + mu * (w[p] - wg[p]) if mu != 0 else g[p]
+        step = step + lin[p] if has_lin else step
+        buf[p] = momentum * buf[p] + step
         w[p] -= lr * buf[p]
 
 
@@ -1018,40 +1112,6 @@ EVALUATION_BLOCK = 64
 """Rows whose logits and losses the evaluation computes together (the rows are the vector lanes: 4 vectors)."""
 
 
-def splat_constant(value):
-    """A vector of :data:`LANES` copies of float32(``value``)."""
-    return ir.Constant(VECTOR, [float(DTYPE(value))] * LANES)
-
-
-def vector_function(builder, name, args):
-    """The LLVM intrinsic ``llvm.<name>`` on vectors of :data:`LANES` float32 (``fma``, ``floor``)."""
-    function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(VECTOR, [VECTOR] * len(args)),
-                                              f"llvm.{name}.v{LANES}f32")
-    return builder.call(function, args)
-
-
-def vector_exp32(builder, v):
-    """:func:`exp32` of each lane of ``v``: the same operations in the same order (a fused multiply-add where
-    :func:`exp32` has a multiply followed by an add)."""
-    low, high = splat_constant(EXP_LOW), splat_constant(EXP_HIGH)
-    fma = lambda a, b, c: vector_function(builder, "fma", [a, b, c])
-    c = builder.select(builder.fcmp_ordered(">", v, low), v, low)
-    c = builder.select(builder.fcmp_ordered("<", c, high), c, high)
-    n = vector_function(builder, "floor", [fma(c, splat_constant(LOG2E), splat_constant(0.5))])
-    r = fma(n, splat_constant(-LN2_HIGH), c)
-    r = fma(n, splat_constant(-LN2_LOW), r)
-    p = splat_constant(EXP_POLYNOMIAL[0])
-    for coefficient in EXP_POLYNOMIAL[1:]:
-        p = fma(p, r, splat_constant(coefficient))
-    p = builder.fadd(fma(p, builder.fmul(r, r), r), splat_constant(1.0))
-    int_vector = ir.VectorType(ir.IntType(32), LANES)
-    exponent = builder.add(builder.fptosi(n, int_vector), ir.Constant(int_vector, [127] * LANES))
-    e = builder.fmul(p, builder.bitcast(builder.shl(exponent, ir.Constant(int_vector, [23] * LANES)), VECTOR))
-    e = builder.select(builder.fcmp_ordered(">=", v, low), e, splat_constant(0.0))
-    e = builder.select(builder.fcmp_ordered("<=", v, high), e, splat_constant(math.inf))
-    return builder.select(builder.fcmp_ordered("==", v, v), e, v)
-
-
 def vector_log1p32_plus(builder, u, addend):
     """``addend`` + :func:`log1p32` of ``u``, lane by lane: the same Horner chain of fused multiply-adds, and the last
     product fused with the addition (as a compiled ``a + log1p32(u)`` under :data:`FUSED`)."""
@@ -1104,9 +1164,6 @@ def class_block_logits(group):
             width = builder.extract_value(w_shape, 1)
             has_bias = builder.icmp_signed(">", width, features)
             bias_column = builder.select(has_bias, features, ir.Constant(INT64, 0))
-            splat = lambda value: builder.shuffle_vector(
-                builder.insert_element(ir.Constant(VECTOR, None), value, ir.Constant(ir.IntType(32), 0)),
-                ir.Constant(VECTOR, None), ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES))
             first_class = as_int64(builder, args[1])
             w_rows, totals = [], []
             for i in range(group):
@@ -1114,14 +1171,14 @@ def class_block_logits(group):
                 bias = builder.load(builder.gep(w_row, [bias_column], inbounds=True, source_etype=ir.FloatType()))
                 bias = builder.select(has_bias, bias, ir.Constant(ir.FloatType(), 0.0))
                 w_rows.append(w_row)
-                totals.append([cgutils.alloca_once_value(builder, splat(bias)) for _ in range(vectors)])
+                totals.append([cgutils.alloca_once_value(builder, splat(builder, bias)) for _ in range(vectors)])
             with cgutils.for_range(builder, features) as loop:
                 x_row = builder.gep(row_start(builder, x_data, loop.index, n), [first], inbounds=True,
                                     source_etype=ir.FloatType())
                 rows = [load_vector(builder, x_row, ir.Constant(INT64, v * LANES)) for v in range(vectors)]
                 for w_row, class_totals in zip(w_rows, totals):
-                    weight = splat(builder.load(builder.gep(w_row, [loop.index], inbounds=True,
-                                                            source_etype=ir.FloatType())))
+                    weight = splat(builder, builder.load(builder.gep(w_row, [loop.index], inbounds=True,
+                                                                     source_etype=ir.FloatType())))
                     for row, total in zip(rows, class_totals):
                         builder.store(fused(builder, weight, row, builder.load(total)), total)
             for i, class_totals in enumerate(totals):
