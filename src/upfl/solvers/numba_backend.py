@@ -19,9 +19,9 @@ order fixed by the code, and the one fast-math liberty (:data:`FUSED`) fuses a m
 into one fused multiply-add. The parameter updates (:func:`momentum_step`, :func:`personal_step`,
 :func:`mix_step`) are torch's separate roundings: they set ``fastmath=False``, as numba hands a caller's fast-math
 flags to the functions it calls that set none (and a function's flags reach every operation in it, an intrinsic's
-vector code too: :func:`momentum_vectors` runs inside :func:`momentum_step`). Every accumulator is float32 (logits, the softmax sum, the binary coefficient):
-zeros and ones are made in the arrays' type, because numba types ``x * 0`` or ``x + 1`` with a float32 ``x``
-as float64.
+vector code too: :func:`momentum_vectors` runs inside :func:`momentum_step`). Every accumulator is float32
+(logits, the softmax sum, the binary coefficient): zeros and ones are made in the arrays' type, because numba
+types ``x * 0`` or ``x + 1`` with a float32 ``x`` as float64.
 
 The training kernels run in a padded layout laid out for the vector units (16 float32 lanes): a device's rows
 are copied once per solve to ``[x, 1, 0 ...]`` (the multinomial bias as a feature; the binary model's x~ has
@@ -446,6 +446,14 @@ def signed_rows(x, y):
 
 
 @numba.njit(nogil=True, cache=True)
+def solver_rows(x, y, binary):
+    """The rows the training kernels read: ``x`` (n, d) float32 in the padded layout, with the multinomial model's bias
+    feature (:func:`padded_rows`), or the binary model's x~ signed by its labels ``y`` (:func:`signed_rows`); made
+    once per run for the pooled rows (:func:`pack`), a device's rows are a block of them."""
+    return signed_rows(x, y) if binary else padded_rows(x, True)
+
+
+@numba.njit(nogil=True, cache=True)
 def padded(params, width):
     """(k, P) parameters as (k, ``width``) rows, zeros past P: in the padded layout their products and gradients
     are 0, so the padding stays 0 through every step."""
@@ -658,16 +666,15 @@ def real_count(rows):
 
 
 @numba.njit(fastmath=FUSED, error_model="numpy", nogil=True, cache=True)
-def device_solve(wt, wg, x, y, plan, lin, has_lin, hyper, binary, softmax_first):
+def device_solve(wt, wg, xp, y, plan, lin, has_lin, hyper, binary, softmax_first):
     """One device's local solve (Algorithm 1 line 4) from the global model along ``plan`` (steps, B), into ``wt``.
 
-    ``wt`` (overwritten with the local model), ``wg`` and ``lin`` are (C, d + 1) = ``[W^T | b]``, or (1, P) = theta
-    when ``binary``; each batch's mean is over its real samples (:func:`batch_reads`); ``hyper`` holds (mu, lr,
-    momentum). The solve runs in the padded layout (:func:`padded_rows`, the binary model's rows signed by
-    :func:`signed_rows`, :func:`padded`).
+    ``xp`` holds the device's rows in the padded layout (:func:`solver_rows`), ``y`` its one-hot labels; ``wt``
+    (overwritten with the local model), ``wg`` and ``lin`` are (C, d + 1) = ``[W^T | b]``, or (1, P) = theta when
+    ``binary``; each batch's mean is over its real samples (:func:`batch_reads`); ``hyper`` holds (mu, lr,
+    momentum). The parameters are copied to the padded layout (:func:`padded`).
     """
     mu, lr, momentum = hyper[0], hyper[1], hyper[2]
-    xp = signed_rows(x, y) if binary else padded_rows(x, True)
     width = xp.shape[1]
     wp = padded(wg, width)
     wg1 = padded(wg, width).ravel()
@@ -690,8 +697,8 @@ def device_solve(wt, wg, x, y, plan, lin, has_lin, hyper, binary, softmax_first)
 @numba.njit(parallel=True, nogil=True, cache=True)
 def solve_devices(out, wg, x, y, x_rows, plan, plan_offsets, lin, has_lin, hyper,
                   assignment, worker_offsets, binary, softmax_first):
-    """Fill ``out[i]`` (C, d + 1) with device i's local model from its rows ``x[x_rows[i, 0]:x_rows[i, 1]]``;
-    worker t runs ``assignment[worker_offsets[t]:...]``."""
+    """Fill ``out[i]`` (C, d + 1) with device i's local model from its rows ``x[x_rows[i, 0]:x_rows[i, 1]]`` (``x`` the
+    pooled rows in the padded layout, :func:`solver_rows`); worker t runs ``assignment[worker_offsets[t]:...]``."""
     for t in numba.prange(worker_offsets.shape[0] - 1):
         for q in range(worker_offsets[t], worker_offsets[t + 1]):
             i = assignment[q]
@@ -725,15 +732,14 @@ def mix_step(w1, t1, mix):
 
 
 @numba.njit(fastmath=FUSED, error_model="numpy", nogil=True, cache=True)
-def device_personal_solve(local, theta, wg, x, y, plan, hyper, personal_steps, binary, softmax_first):
+def device_personal_solve(local, theta, wg, xp, y, plan, hyper, personal_steps, binary, softmax_first):
     """One device's pFedMe local solve (Dinh et al. 2020, Algorithm 1) from the global model along ``plan``.
 
     Per batch row: ``personal_steps`` times {g = grad f(theta; batch) + lambda (theta - w); theta -= eta_p g},
     then w -= eta lambda (w - theta). ``hyper`` holds (lambda, eta_p, eta lambda); ``local`` (w) and ``theta``
-    are overwritten. The solve runs in the padded layout, as :func:`device_solve`.
+    are overwritten. ``xp`` holds the device's rows in the padded layout, as for :func:`device_solve`.
     """
     lam, personal_lr, mix = hyper[0], hyper[1], hyper[2]
-    xp = signed_rows(x, y) if binary else padded_rows(x, True)
     wp, tp = padded(wg, xp.shape[1]), padded(wg, xp.shape[1])
     w1, t1 = wp.ravel(), tp.ravel()
     gp = aligned_zeros(tp.shape[0], tp.shape[1])
@@ -954,6 +960,12 @@ def device_rows(model, xs, ys, binary) -> tuple[np.ndarray, np.ndarray, dict[int
     return x, torch.cat(ys).numpy().astype(DTYPE, copy=False), rows
 
 
+def with_solver_rows(made: tuple, binary: bool) -> tuple:
+    """:func:`device_rows`' (x, y, rows) and x's rows as the training kernels read them (:func:`solver_rows`), kept
+    with them: the padded copy is made once per set of rows."""
+    return (*made, solver_rows(made[0], made[1], binary))
+
+
 def row_blocks(xs, ys) -> tuple[torch.Tensor, torch.Tensor, np.ndarray] | None:
     """(x, y, (k, 2) row ranges) when every x_i is a block of rows of one contiguous tensor x and y_i the same rows
     of one y (the simulation's devices are views of its pooled training rows, :class:`upfl.engine.simulation.Simulation`);
@@ -997,18 +1009,19 @@ def pack(model, w_global, xs, ys, plans, threads, pooled=None):
         plan, offsets = joined_plans(plans), offsets_of(steps)
         source_x, source_y, x_rows = row_blocks(xs, ys) or (None, None, None)
     if source_x is not None:
-        x, y, _ = DEVICE_ROWS.get([(source_x, source_y)], tag,
-                                  lambda: device_rows(model, [source_x], [source_y], binary))
+        made = lambda: with_solver_rows(device_rows(model, [source_x], [source_y], binary), binary)
+        x, y, _, xp = DEVICE_ROWS.get([(source_x, source_y)], tag, made)
     else:
-        x, y, rows = DEVICE_ROWS.get(list(zip(xs, ys)), tag, lambda: device_rows(model, xs, ys, binary),
-                                     any_order=True)
+        x, y, rows, xp = DEVICE_ROWS.get(list(zip(xs, ys)), tag,
+                                         lambda: with_solver_rows(device_rows(model, xs, ys, binary), binary),
+                                         any_order=True)
         x_rows = np.array([rows[id(t)] for t in xs], dtype=np.int64).reshape(len(xs), 2)
     workers = max(1, min(len(steps), threads or numba.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
     dim = x.shape[1]
     layout = (lambda a: np.ascontiguousarray(a[..., None, :])) if binary else (lambda a: to_class_major(a, dim))
     flat = (lambda a: np.ascontiguousarray(a[:, 0, :])) if binary else from_class_major
     wg = layout(w_global.numpy().astype(DTYPE, copy=False))
-    inputs = (wg, x, y, x_rows, plan, offsets)
+    inputs = (wg, xp, y, x_rows, plan, offsets)
     kind = (binary, bool(getattr(model, "softmax_before_loss", False)))
     schedule = (*balance(steps, workers), *kind) if workers > 1 else (None, None, *kind)
     return inputs, schedule, layout, flat, steps
