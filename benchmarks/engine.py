@@ -9,7 +9,9 @@ second pass replays the FedProx rounds piece by piece (draws, batch plan, local 
 and times the evaluation, to show where a round's time goes.
 
 A kernel table times the compiled kernels alone at the shapes the pipeline runs (multinomial 2 x 20 and 10 x 60,
-binary with 21 parameters): training (:func:`upfl.solvers.numba_backend.device_solve`) in ns per sample-step and evaluation
+binary with 21 parameters): training (:func:`upfl.solvers.numba_backend.device_solve`, on rows padded once as a run's
+pooled rows are, :func:`upfl.solvers.numba_backend.solver_rows`; a tree without it pads in every solve) in ns per
+sample-step and evaluation
 (:func:`upfl.solvers.numba_backend.evaluate_rows`) in ns per row, each the minimum of many repeats, with its FLOPs and the
 ratio to the arithmetic floor (:data:`FLOOR_FLOPS_PER_S`). With ``--baseline TREE`` the same table is measured
 for the ``upfl`` of another source tree (e.g. an older commit: ``git worktree add /tmp/base <commit>``), the two
@@ -101,7 +103,9 @@ def kernel_timings(repeats: int) -> dict:
     for name, classes, dim, binary in KERNEL_SHAPES:
         x, y, plan, wg, xt, labels = kernel_problem(classes, dim, binary)
         wt = np.empty_like(wg)
-        solve = lambda: sn.device_solve(wt, wg, x, y, plan, np.zeros((0, 0), np.float32), False, hyper, binary, False)
+        rows = sn.solver_rows(x, y, binary) if hasattr(sn, "solver_rows") else x  # a run's rows, padded once
+        solve = lambda: sn.device_solve(wt, wg, rows, y, plan, np.zeros((0, 0), np.float32), False, hyper, binary,
+                                        False)
         evaluate = lambda: sn.evaluate_rows(wt, xt, labels, binary, 1.0, False)
         out[name] = {"train_ns_per_sample_step": best_of(solve, repeats) / plan.size * 1e9,
                      "eval_ns_per_row": best_of(evaluate, repeats) / labels.size * 1e9}

@@ -308,7 +308,8 @@ def reference_gradient(wt, x, y, rows, binary):
 def test_padded_layout_gradients_equal_a_float64_row_by_row_reference(binary):
     """The training kernels in the padded layout (rows [x, 1, 0 ...] of a multiple of 16 floats, vector dot products
     and row sums) against float64 numpy: any width (one or several vectors per row), classes, batch size (the row
-    sums take four rows at a time) and padding (-1) anywhere; the padding columns of the gradient stay 0."""
+    sums take four rows at a time), padding (-1) anywhere or none (a full batch) and the binary model's signed rows;
+    the padding columns of the gradient stay 0."""
     rng = np.random.default_rng(5 if binary else 6)
     for _ in range(150):
         n, d, batch = rng.integers(1, 120), rng.integers(1, 40), rng.integers(1, 40)
@@ -318,16 +319,19 @@ def test_padded_layout_gradients_equal_a_float64_row_by_row_reference(binary):
         y[np.arange(n), rng.integers(0, y.shape[1], n)] = 1
         rows = rng.integers(-1, n, batch).astype(np.int32)
         wt = rng.standard_normal((classes, d if binary else d + 1)).astype(np.float32)
-        inv = np.float32(1 / max(1, (rows >= 0).sum()))
-        xp = solver_numba.padded_rows(x, not binary)
+        if rng.integers(0, 2):
+            rows = np.abs(rows)  # a full batch: its rows and weights 1 / B are read as they are
+        xp = solver_numba.signed_rows(x, y) if binary else solver_numba.padded_rows(x, True)
         assert xp.shape[1] % 16 == 0 and xp.shape[1] >= wt.shape[1]
         wp = solver_numba.padded(wt, xp.shape[1])
         gp = np.full_like(wp, np.nan)
         buffers = solver_numba.batch_buffers(classes, batch)
+        safe, weight = solver_numba.batch_reads(rows, buffers)
+        assert weight.sum() == pytest.approx(1.0, rel=1e-5) and (weight[rows < 0] == 0).all()
         if binary:
-            solver_numba.binary_batch_gradient(wp, xp, y, rows, inv, gp, buffers)
+            solver_numba.binary_batch_gradient(wp, xp, safe, weight, gp, buffers)
         else:
-            solver_numba.batch_gradient(wp, xp, y, rows, inv, gp, buffers, False)
+            solver_numba.batch_gradient(wp, xp, y, safe, weight, gp, buffers, False)
         np.testing.assert_allclose(gp[:, :wt.shape[1]], reference_gradient(wt, x, y, rows, binary),
                                    rtol=1e-4, atol=2e-6)
         assert not gp[:, wt.shape[1]:].any()
@@ -501,18 +505,57 @@ def test_logits_of_a_block_of_samples_equal_the_logits_one_sample_at_a_time_bit_
 
 def test_momentum_step_rounds_each_operation_as_torch_even_inside_a_fused_kernel():
     """:func:`solver_numba.momentum_step` called from a kernel that allows fused multiply-adds still rounds every
-    multiply and add on its own (torch.optim.SGD's order), bit for bit against float32 numpy."""
+    multiply and add on its own (torch.optim.SGD's order), bit for bit against float32 numpy, with and without the
+    proximal and linear terms, over 16 entries at a time and the entries past the last multiple of 16."""
     import numba
 
     @numba.njit(fastmath={"contract"})
-    def fused_caller(w, buf, g, wg, lin, mu, lr, momentum):
-        solver_numba.momentum_step(w, buf, g, wg, lin, True, mu, lr, momentum)
+    def fused_caller(w, buf, g, wg, lin, has_lin, mu, lr, momentum):
+        solver_numba.momentum_step(w, buf, g, wg, lin, has_lin, mu, lr, momentum)
 
     rng = np.random.default_rng(9)
-    w, buf, g, wg, lin = (rng.standard_normal(1000).astype(np.float32) for _ in range(5))
-    mu, lr, momentum = np.float32(0.7), np.float32(0.05), np.float32(0.5)
-    grad = g + mu * (w - wg) + lin
-    expected_buf = momentum * buf + grad
-    expected_w = w - lr * expected_buf
-    fused_caller(w, buf, g, wg, lin, mu, lr, momentum)
-    assert np.array_equal(buf, expected_buf) and np.array_equal(w, expected_w)
+    for mu, has_lin in ((0.7, True), (0.7, False), (0.0, True), (0.0, False)):
+        w, buf, g, wg, lin = (rng.standard_normal(1000).astype(np.float32) for _ in range(5))  # 62 vectors and 8
+        mu, lr, momentum = np.float32(mu), np.float32(0.05), np.float32(0.5)
+        grad = g + mu * (w - wg) if mu != 0 else g.copy()
+        grad = grad + lin if has_lin else grad
+        expected_buf = momentum * buf + grad
+        expected_w = w - lr * expected_buf
+        fused_caller(w, buf, g, wg, lin, has_lin, mu, lr, momentum)
+        assert np.array_equal(buf, expected_buf) and np.array_equal(w, expected_w)
+
+
+def test_block_log1p_exp_equals_the_compiled_scalar_expression_bit_for_bit():
+    """:func:`solver_numba.block_log1p_exp` (the binary loss of 64 rows, written as vector code) against the scalar
+    ``base + log1p32(exp32(t))`` compiled under the kernels' fast-math flags, over the losses' range and its edges
+    (below exp32's range, 0, -inf, NaN); a model with non-finite logits gets a non-finite binary loss."""
+    import numba
+
+    @numba.njit(fastmath={"contract"}, error_model="numpy")
+    def scalar(t, base):
+        out = np.empty_like(t)
+        for k in range(t.shape[0]):
+            out[k] = base[k] + solver_numba.log1p32(solver_numba.exp32(t[k]))
+        return out
+
+    @numba.njit
+    def blocks(t, base):
+        out = np.empty_like(t)
+        for b in range(0, t.shape[0], 64):
+            solver_numba.block_log1p_exp(t[b:b + 64], base[b:b + 64], out[b:b + 64])
+        return out
+
+    rng = np.random.default_rng(9)
+    t = -np.abs(rng.standard_normal(64 * 200) * 10).astype(np.float32)
+    t[:6] = [-90.0, -87.0, 0.0, -np.inf, np.nan, -1e-30]
+    base = np.abs(rng.standard_normal(t.shape[0])).astype(np.float32)
+    base[:6] = 0
+    fast, reference = blocks(t, base), scalar(t, base)
+    assert fast.tobytes() == reference.tobytes()
+    assert list(fast[:4]) == [0, np.float32(np.log1p(np.exp(np.float32(-87.0)))), np.float32(np.log(2.0)), 0]
+    assert np.isnan(fast[4])
+    x = np.ones((3, 2), np.float32)
+    for bad in (np.nan, np.inf):
+        loss, _ = solver_numba.evaluate_rows(np.array([[bad, 1.0]], np.float32), np.ascontiguousarray(x.T),
+                                             np.array([0, 1, 1]), True, 1.0, False)
+        assert not math.isfinite(loss)

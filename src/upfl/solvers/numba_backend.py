@@ -18,21 +18,24 @@ Arithmetic is float32 (as the torch path) and repeat runs on one machine are bit
 order fixed by the code, and the one fast-math liberty (:data:`FUSED`) fuses a multiply and the add after it
 into one fused multiply-add. The parameter updates (:func:`momentum_step`, :func:`personal_step`,
 :func:`mix_step`) are torch's separate roundings: they set ``fastmath=False``, as numba hands a caller's fast-math
-flags to the functions it calls that set none. Every accumulator is float32 (logits, the softmax sum, the binary coefficient):
-zeros and ones are made in the arrays' type, because numba types ``x * 0`` or ``x + 1`` with a float32 ``x``
-as float64.
+flags to the functions it calls that set none (and a function's flags reach every operation in it, an intrinsic's
+vector code too: :func:`momentum_vectors` runs inside :func:`momentum_step`). Every accumulator is float32
+(logits, the softmax sum, the binary coefficient): zeros and ones are made in the arrays' type, because numba
+types ``x * 0`` or ``x + 1`` with a float32 ``x`` as float64.
 
 The training kernels run in a padded layout laid out for the vector units (16 float32 lanes): a device's rows
 are copied once per solve to ``[x, 1, 0 ...]`` (the multinomial bias as a feature; the binary model's x~ has
-its bias folded in) of a multiple of 16 floats, the parameters to rows of the same width, zeros past the
-model's, which stay zero (each array from a 64-byte boundary, :func:`aligned_zeros`). Summation order at each
-step (:func:`batch_gradient`, :func:`binary_batch_gradient`):
+its bias folded in, and is multiplied by its label's sign, :func:`signed_rows`) of a multiple of 16 floats, the
+parameters to rows of the same width, zeros past the model's, which stay zero (each array from a 64-byte
+boundary, :func:`aligned_zeros`). Summation order at each step (:func:`batch_gradient`,
+:func:`binary_batch_gradient`):
 
 - a logit <w_c, [x_b, 1]> (:func:`row_dot`; :func:`block_dots` makes the same additions for 16 samples at
   once): lane l sums the products of columns l, l + 16, ... in column order, one fused multiply-add each; the
   16 lane sums are added by halving (lane i + 8 onto lane i, then i + 4, i + 2, i + 1);
-- the softmax (or the binary coefficient -s / (1 + exp(s z))) for all samples of the batch at once, the samples
-  the lanes: exp(z_c - max) by :func:`exp32`, summed in class order, divided by the sum;
+- a full batch reads its rows with weights 1 / B, one with padding the real count's (:func:`batch_reads`);
+- the softmax (or the binary coefficient -1 / (1 + exp(<theta, s x~>))) for all samples of the batch at once, the
+  samples the lanes: exp(z_c - max) by :func:`exp32`, summed in class order, divided by the sum;
 - a gradient entry (:func:`accumulate_pair` for two classes at a time, :func:`accumulate_rows` for an odd last
   one): coefficient times feature over the batch's rows, one fused multiply-add per row into four partial sums
   (rows 0, 4, 8, ...; 1, 5, ...; 2, 6, ...; 3, 7, ...), added as (s0 + s1) + (s2 + s3); padding rows have
@@ -42,7 +45,8 @@ The evaluation (:func:`evaluate_rows`) takes 64 rows at a time, the rows the vec
 in feature order from the bias (the binary model's weights and bias times its feature scale, rounded to float32),
 one fused multiply-add per feature (:func:`pair_logits` for two classes at a time, :func:`block_logits`); a row's
 loss is float32 (:func:`exp32`, :func:`log32`, :func:`log1p32`; for the multinomial model (max - z_label) + log of
-the sum of exponentials in class order); row r's loss is added to float64 partial sum r mod 64, the 64 partial
+the sum of exponentials in class order; for the binary model max(s, 0) + log1p(exp(-|s|)), the last product of
+:func:`log1p32` fused with the addition); row r's loss is added to float64 partial sum r mod 64, the 64 partial
 sums to the total in their order. Divisions in the kernels follow IEEE (``error_model="numpy"``:
 no zero-division check, which would keep a loop from being vectorised).
 
@@ -86,6 +90,14 @@ LOG2E, LN2_HIGH, LN2_LOW = 1.44269504088896341, 0.693359375, -2.12194440e-4
 SQRT2 = math.sqrt(2.0)
 EXP_LOW, EXP_HIGH = -87.0, 88.0
 """The range of :func:`exp32`'s polynomial; below it exp is 0, above it inf."""
+EXP_POLYNOMIAL = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
+                  5.0000001201e-1)
+"""Cephes' expf polynomial in Horner order (highest degree first): exp(r) = 1 + r + r^2 P(r) on |r| <= ln 2 / 2."""
+LOG1P_POLYNOMIAL = (-3.2437588088214397e-3, 1.9850272685289383e-2, -5.695732682943344e-2, 1.0603433847427368e-1,
+                    -1.530546396970749e-1, 1.967589557170868e-1, -2.495412528514862e-1, 3.332996070384979e-1,
+                    -4.999990165233612e-1, 1.0)
+"""P(u) ~ log(1 + u) / u on [0, 1] in Horner order (degree 9, least relative error, rounded to float32; relative
+error under 5e-9): :func:`log1p32`."""
 
 
 LANES = 16
@@ -127,6 +139,13 @@ def fused(builder, a, b, c):
     fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(VECTOR, [VECTOR] * 3),
                                          f"llvm.fma.v{LANES}f32")
     return builder.call(fma, [a, b, c])
+
+
+def splat(builder, value):
+    """A vector of :data:`LANES` copies of the float32 LLVM value ``value``."""
+    one = builder.insert_element(ir.Constant(VECTOR, None), value, ir.Constant(ir.IntType(32), 0))
+    return builder.shuffle_vector(one, ir.Constant(VECTOR, None),
+                                  ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES))
 
 
 def halving_sum(builder, vector):
@@ -249,7 +268,8 @@ def class_accumulate_rows(group):
     """An intrinsic (g, c, coef, x, rows, count) setting g[c + i] = sum over b < ``count`` of coef[c + i, b] x[rows[b]]
     for the ``group`` classes c + i (float32 matrices, g and x of one padded width): per column, four partial sums
     over b = 0, 4, 8, ... / 1, 5, ... / 2, 6, ... / 3, 7, ... (a fused multiply-add per row, in row order), added as
-    (s0 + s1) + (s2 + s3); the columns are the vector lanes; the classes of a group share the loads of the rows."""
+    (s0 + s1) + (s2 + s3); the columns are the vector lanes, two vectors of a row at a time (one for an odd last);
+    the classes of a group and the vectors of a pass share the loads of the row indices and coefficients."""
 
     @intrinsic
     def accumulate(typingctx, g, c, coef, x, rows, count):
@@ -268,35 +288,45 @@ def class_accumulate_rows(group):
             coef_rows = [row_start(builder, coef_data, cls, coef_width) for cls in classes]
             count = as_int64(builder, args[5])
             groups = builder.udiv(count, ir.Constant(INT64, 4))
-            partial = [[cgutils.alloca_once(builder, VECTOR) for _ in range(4)] for _ in range(group)]
 
-            def add_row(k, b, offset):
-                r = builder.load(builder.gep(rows_data, [b], inbounds=True, source_etype=row_type))
-                row = load_vector(builder, row_start(builder, x_data, as_int64(builder, r), width), offset)
-                for coef_row, totals in zip(coef_rows, partial):
-                    weight = builder.load(builder.gep(coef_row, [b], inbounds=True, source_etype=ir.FloatType()))
-                    splat = builder.shuffle_vector(builder.insert_element(ir.Constant(VECTOR, None), weight,
-                                                                          ir.Constant(ir.IntType(32), 0)),
-                                                   ir.Constant(VECTOR, None),
-                                                   ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES))
-                    builder.store(fused(builder, splat, row, builder.load(totals[k])), totals[k])
+            def accumulate_pass(offsets):
+                partial = [[[cgutils.alloca_once(builder, VECTOR) for _ in range(4)] for _ in offsets]
+                           for _ in range(group)]
 
-            with cgutils.for_range(builder, builder.udiv(width, ir.Constant(INT64, LANES))) as chunk:
-                offset = builder.mul(chunk.index, ir.Constant(INT64, LANES))
-                for totals in partial:
-                    for total in totals:
-                        builder.store(ir.Constant(VECTOR, [0.0] * LANES), total)
+                def add_row(k, b):
+                    r = builder.load(builder.gep(rows_data, [b], inbounds=True, source_etype=row_type))
+                    x_row = row_start(builder, x_data, as_int64(builder, r), width)
+                    vectors = [load_vector(builder, x_row, offset) for offset in offsets]
+                    for coef_row, class_partial in zip(coef_rows, partial):
+                        weight = builder.load(builder.gep(coef_row, [b], inbounds=True, source_etype=ir.FloatType()))
+                        weights = splat(builder, weight)
+                        for vector, totals in zip(vectors, class_partial):
+                            builder.store(fused(builder, weights, vector, builder.load(totals[k])), totals[k])
+
+                for class_partial in partial:
+                    for totals in class_partial:
+                        for total in totals:
+                            builder.store(ir.Constant(VECTOR, [0.0] * LANES), total)
                 with cgutils.for_range(builder, groups) as quad:
                     first = builder.mul(quad.index, ir.Constant(INT64, 4))
                     for k in range(4):
-                        add_row(k, builder.add(first, ir.Constant(INT64, k)), offset)
+                        add_row(k, builder.add(first, ir.Constant(INT64, k)))
                 with cgutils.for_range_slice(builder, builder.mul(groups, ir.Constant(INT64, 4)), count,
                                              ir.Constant(INT64, 1)) as (b, _):
-                    add_row(0, b, offset)
-                for g_row, totals in zip(g_rows, partial):
-                    t = [builder.load(total) for total in totals]
-                    store_vector(builder, builder.fadd(builder.fadd(t[0], t[1]), builder.fadd(t[2], t[3])), g_row,
-                                 offset)
+                    add_row(0, b)
+                for g_row, class_partial in zip(g_rows, partial):
+                    for offset, totals in zip(offsets, class_partial):
+                        t = [builder.load(total) for total in totals]
+                        store_vector(builder, builder.fadd(builder.fadd(t[0], t[1]), builder.fadd(t[2], t[3])),
+                                     g_row, offset)
+
+            chunks = builder.udiv(width, ir.Constant(INT64, LANES))
+            with cgutils.for_range(builder, builder.udiv(chunks, ir.Constant(INT64, 2))) as pair:
+                offset = builder.mul(pair.index, ir.Constant(INT64, 2 * LANES))
+                accumulate_pass([offset, builder.add(offset, ir.Constant(INT64, LANES))])
+            odd = builder.icmp_unsigned("!=", builder.urem(chunks, ir.Constant(INT64, 2)), ir.Constant(INT64, 0))
+            with builder.if_then(odd):
+                accumulate_pass([builder.mul(builder.sub(chunks, ir.Constant(INT64, 1)), ir.Constant(INT64, LANES))])
             return context.get_dummy_value()
 
         return signature, codegen
@@ -321,17 +351,51 @@ def exp32(v):
     n = np.floor(c * DTYPE(LOG2E) + DTYPE(0.5))
     r = c - n * DTYPE(LN2_HIGH)
     r = r - n * DTYPE(LN2_LOW)
-    p = DTYPE(1.9875691500e-4)
-    p = p * r + DTYPE(1.3981999507e-3)
-    p = p * r + DTYPE(8.3334519073e-3)
-    p = p * r + DTYPE(4.1665795894e-2)
-    p = p * r + DTYPE(1.6666665459e-1)
-    p = p * r + DTYPE(5.0000001201e-1)
+    p = DTYPE(EXP_POLYNOMIAL[0])
+    p = p * r + DTYPE(EXP_POLYNOMIAL[1])
+    p = p * r + DTYPE(EXP_POLYNOMIAL[2])
+    p = p * r + DTYPE(EXP_POLYNOMIAL[3])
+    p = p * r + DTYPE(EXP_POLYNOMIAL[4])
+    p = p * r + DTYPE(EXP_POLYNOMIAL[5])
     p = p * (r * r) + r + DTYPE(1)
     e = p * bit_cast(np.int32((np.int32(n) + 127) << 23))
     e = e if v >= EXP_LOW else DTYPE(0)
     e = e if v <= EXP_HIGH else DTYPE(np.inf)
     return e if v == v else v
+
+
+def splat_constant(value):
+    """A vector of :data:`LANES` copies of float32(``value``)."""
+    return ir.Constant(VECTOR, [float(DTYPE(value))] * LANES)
+
+
+def vector_function(builder, name, args):
+    """The LLVM intrinsic ``llvm.<name>`` on vectors of :data:`LANES` float32 (``fma``, ``floor``)."""
+    function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(VECTOR, [VECTOR] * len(args)),
+                                              f"llvm.{name}.v{LANES}f32")
+    return builder.call(function, args)
+
+
+def vector_exp32(builder, v):
+    """:func:`exp32` of each lane of ``v``: the same operations in the same order (a fused multiply-add where
+    :func:`exp32` has a multiply followed by an add)."""
+    low, high = splat_constant(EXP_LOW), splat_constant(EXP_HIGH)
+    fma = lambda a, b, c: vector_function(builder, "fma", [a, b, c])
+    c = builder.select(builder.fcmp_ordered(">", v, low), v, low)
+    c = builder.select(builder.fcmp_ordered("<", c, high), c, high)
+    n = vector_function(builder, "floor", [fma(c, splat_constant(LOG2E), splat_constant(0.5))])
+    r = fma(n, splat_constant(-LN2_HIGH), c)
+    r = fma(n, splat_constant(-LN2_LOW), r)
+    p = splat_constant(EXP_POLYNOMIAL[0])
+    for coefficient in EXP_POLYNOMIAL[1:]:
+        p = fma(p, r, splat_constant(coefficient))
+    p = builder.fadd(fma(p, builder.fmul(r, r), r), splat_constant(1.0))
+    int_vector = ir.VectorType(ir.IntType(32), LANES)
+    exponent = builder.add(builder.fptosi(n, int_vector), ir.Constant(int_vector, [127] * LANES))
+    e = builder.fmul(p, builder.bitcast(builder.shl(exponent, ir.Constant(int_vector, [23] * LANES)), VECTOR))
+    e = builder.select(builder.fcmp_ordered(">=", v, low), e, splat_constant(0.0))
+    e = builder.select(builder.fcmp_ordered("<=", v, high), e, splat_constant(math.inf))
+    return builder.select(builder.fcmp_ordered("==", v, v), e, v)
 
 
 @numba.njit(nogil=True, cache=True)
@@ -368,6 +432,28 @@ def padded_rows(x, bias):
 
 
 @numba.njit(nogil=True, cache=True)
+def signed_rows(x, y):
+    """The binary model's rows x~ (n, P) as rows of the padded layout times their label's sign: [s x~, 0 ...],
+    s = 2 y[:, 1] - 1 (``y`` one-hot). Then s <theta, x~> = <theta, s x~> and the log loss's gradient
+    -s x~ / (1 + exp(s <theta, x~>)) = -(s x~) / (1 + exp(<theta, s x~>)) need no labels; a sign change is exact, so
+    every rounding is that of the unsigned form."""
+    out = padded_rows(x, False)
+    for i in range(x.shape[0]):
+        sign = y[i, 1] + y[i, 1] - DTYPE(1)
+        for j in range(x.shape[1]):
+            out[i, j] = sign * x[i, j]
+    return out
+
+
+@numba.njit(nogil=True, cache=True)
+def solver_rows(x, y, binary):
+    """The rows the training kernels read: ``x`` (n, d) float32 in the padded layout, with the multinomial model's bias
+    feature (:func:`padded_rows`), or the binary model's x~ signed by its labels ``y`` (:func:`signed_rows`); made
+    once per run for the pooled rows (:func:`pack`), a device's rows are a block of them."""
+    return signed_rows(x, y) if binary else padded_rows(x, True)
+
+
+@numba.njit(nogil=True, cache=True)
 def padded(params, width):
     """(k, P) parameters as (k, ``width``) rows, zeros past P: in the padded layout their products and gradients
     are 0, so the padding stays 0 through every step."""
@@ -390,9 +476,11 @@ def unpad(padded_params, out):
 def batch_buffers(outputs, batch):
     """Scratch of the training kernels for batches of ``batch`` rows with ``outputs`` logits each: (zt (outputs,
     batch), per-row max, per-row sum of exponentials, per-row weight in the batch mean (float32), row index with
-    padding read as row 0 (int64), per-row entry of the one-hot labels gathered from y (float32))."""
+    padding read as row 0 (int32, as the plans), per-row entry of the one-hot labels gathered from y (float32),
+    the weights of a full batch (1 / ``batch`` each))."""
+    full = np.full(batch, DTYPE(1) / DTYPE(max(batch, 1)))
     return (np.zeros((outputs, batch), DTYPE), np.zeros(batch, DTYPE), np.zeros(batch, DTYPE),
-            np.zeros(batch, DTYPE), np.zeros(batch, np.int64), np.zeros(batch, DTYPE))
+            np.zeros(batch, DTYPE), np.zeros(batch, np.int32), np.zeros(batch, DTYPE), full)
 
 
 @numba.njit(nogil=True, cache=True)
@@ -405,19 +493,31 @@ def batch_rows(rows, inv_count, weight, safe):
         safe[b] = max(r, 0)
 
 
+@numba.njit(nogil=True, cache=True, inline="always")
+def batch_reads(rows, buffers):
+    """(rows to read, weight of each in the batch mean) of the batch ``rows``: a full batch reads its rows, each
+    weighing 1 / B (the buffers' full weights); a batch with padding (-1) reads the indices and weights of
+    :func:`batch_rows` (1 / real rows, 0 for padding)."""
+    weight, safe, full = buffers[3], buffers[4], buffers[6]
+    count = real_count(rows)
+    if count == rows.shape[0]:
+        return rows, full
+    batch_rows(rows, DTYPE(1) / DTYPE(max(count, 1)), weight, safe)
+    return safe, weight
+
+
 @numba.njit(fastmath=FUSED, error_model="numpy", nogil=True, cache=True, inline="always")
-def batch_gradient(wp, xp, y, rows, inv_count, gp, buffers, softmax_first):
-    """Gradient of sum_b inv_count * CE(softmax(W^T x_b + b), y_b) over the real rows of one batch; with
+def batch_gradient(wp, xp, y, safe, weight, gp, buffers, softmax_first):
+    """Gradient of sum_b weight_b * CE(softmax(W^T x_b + b), y_b) over the rows of one batch; with
     ``softmax_first`` of CE(softmax(p_b), y_b), p_b = softmax(W^T x_b + b) (:func:`softmax_first_residual`).
 
     Padded layout: ``wp`` and the output ``gp`` are (C, Dp) = ``[W^T | b | 0]``, ``xp`` the rows ``[x, 1, 0]``
-    (:func:`padded_rows`); ``rows`` holds sample indices (-1 is padding, weight 0). Logits by :func:`block_dots`
-    (:func:`row_dot` for the last samples short of a block), the softmax over all samples at once (:func:`exp32`),
-    the gradient by :func:`accumulate_rows`.
+    (:func:`padded_rows`); ``safe`` and ``weight`` are the rows to read and their weights (:func:`batch_reads`;
+    padding weighs 0). Logits by :func:`block_dots` (:func:`row_dot` for the last samples short of a block), the
+    softmax over all samples at once (:func:`exp32`), the gradient by :func:`accumulate_rows`.
     """
-    zt, top, total, weight, safe, label = buffers
-    batch_rows(rows, inv_count, weight, safe)
-    nb = rows.shape[0]
+    zt, top, total, _, _, label, _ = buffers
+    nb = safe.shape[0]
     num_classes = zt.shape[0]
     blocks = nb - nb % LANES
     for c in range(num_classes):
@@ -438,8 +538,8 @@ def batch_gradient(wp, xp, y, rows, inv_count, gp, buffers, softmax_first):
             total[b] += e
     if softmax_first:
         for b in range(nb):
-            if rows[b] >= 0:
-                softmax_first_residual(zt, b, total[b], y[rows[b]], inv_count)
+            if weight[b] != 0:
+                softmax_first_residual(zt, b, total[b], y[safe[b]], weight[b])
             else:
                 for c in range(num_classes):
                     zt[c, b] = 0
@@ -476,17 +576,17 @@ def softmax_first_residual(zt, b, total, y_row, inv_count):
 
 
 @numba.njit(fastmath=FUSED, error_model="numpy", nogil=True, cache=True, inline="always")
-def binary_batch_gradient(wp, xp, y, rows, inv_count, gp, buffers):
-    """Gradient of sum_b inv_count * log(1 + exp(-s_b <theta, x~_b>)), s_b = 2 y_b - 1, over the real rows.
+def binary_batch_gradient(wp, xp, safe, weight, gp, buffers):
+    """Gradient of sum_b weight_b * log(1 + exp(-s_b <theta, x~_b>)), s_b = 2 y_b - 1, over the rows of one batch.
 
     :class:`upfl.models.BinaryLogisticRegression` in the padded layout: ``wp`` and the output ``gp`` are (1, Dp) =
-    ``[theta | 0]``, ``xp`` the rows ``[x~, 0]`` (bias already folded in), ``y`` the one-hot labels (column 1 =
-    positive). Logits by :func:`block_dots` and :func:`row_dot`, the coefficients -s_b / (1 + exp(s_b z_b)) inv_count over all samples at
-    once (:func:`exp32`), the gradient by :func:`accumulate_rows`.
+    ``[theta | 0]``, ``xp`` the signed rows ``[s x~, 0]`` (bias already folded in, :func:`signed_rows`); ``safe``
+    and ``weight`` as in :func:`batch_gradient`. Logits z'_b = <theta, s_b x~_b> by :func:`block_dots` and
+    :func:`row_dot`, the coefficients -weight_b / (1 + exp(z'_b)) over all samples at once (:func:`exp32`), the
+    gradient by :func:`accumulate_rows`.
     """
-    zt, _, _, weight, safe, label = buffers
-    batch_rows(rows, inv_count, weight, safe)
-    nb = rows.shape[0]
+    zt = buffers[0]
+    nb = safe.shape[0]
     one = DTYPE(1)
     blocks = nb - nb % LANES
     for q in range(0, blocks, LANES):
@@ -494,51 +594,87 @@ def binary_batch_gradient(wp, xp, y, rows, inv_count, gp, buffers):
     for b in range(blocks, nb):
         zt[0, b] = row_dot(wp, 0, xp, safe[b])
     for b in range(nb):
-        label[b] = y[safe[b], 1]
-    for b in range(nb):
-        sign = label[b] + label[b] - one
-        zt[0, b] = -sign / (one + exp32(sign * zt[0, b])) * weight[b]
+        zt[0, b] = -one / (one + exp32(zt[0, b])) * weight[b]
     accumulate_rows(gp, 0, zt, xp, safe, nb)
+
+
+@intrinsic
+def momentum_vectors(typingctx, w, buf, g, wg, lin, has_lin, mu, lr, momentum):
+    """:func:`momentum_step`'s operations on 16 entries at a time, in one pass (``g`` is read, not written), over the
+    arrays' first multiple of :data:`LANES` entries."""
+    signature = types.none(w, buf, g, wg, lin, has_lin, mu, lr, momentum)
+
+    def codegen(context, builder, sig, args):
+        (w_data, w_shape), (buf_data, _), (g_data, _), (wg_data, _), (lin_data, _) = (
+            array_data(context, builder, sig.args[i], args[i]) for i in range(5))
+        has_lin = builder.icmp_unsigned("!=", args[5], ir.Constant(args[5].type, 0))
+        mu, lr, momentum = (splat(builder, value) for value in args[6:9])
+        vectors = builder.udiv(builder.extract_value(w_shape, 0), ir.Constant(INT64, LANES))
+
+        def update(with_mu, with_lin):
+            with cgutils.for_range(builder, vectors) as loop:
+                offset = builder.mul(loop.index, ir.Constant(INT64, LANES))
+                weights = load_vector(builder, w_data, offset)
+                step = load_vector(builder, g_data, offset)
+                if with_mu:
+                    step = builder.fadd(step, builder.fmul(mu, builder.fsub(weights, load_vector(builder, wg_data,
+                                                                                                   offset))))
+                if with_lin:
+                    step = builder.fadd(step, load_vector(builder, lin_data, offset))
+                velocity = builder.fadd(builder.fmul(momentum, load_vector(builder, buf_data, offset)), step)
+                store_vector(builder, velocity, buf_data, offset)
+                store_vector(builder, builder.fsub(weights, builder.fmul(lr, velocity)), w_data, offset)
+
+        with builder.if_else(builder.fcmp_unordered("!=", args[6], ir.Constant(args[6].type, 0.0))) as (
+                nonzero, zero):
+            for with_mu, branch in ((True, nonzero), (False, zero)):
+                with branch:
+                    with builder.if_else(has_lin) as (linear, plain):
+                        with linear:
+                            update(with_mu, True)
+                        with plain:
+                            update(with_mu, False)
+        return context.get_dummy_value()
+
+    return signature, codegen
 
 
 @numba.njit(fastmath=False, nogil=True, cache=True)
 def momentum_step(w, buf, g, wg, lin, has_lin, mu, lr, momentum):
-    """g = grad + mu (w - w_global) (+ n_i); buf = momentum buf + g; w -= lr buf (torch.optim.SGD order).
+    """g = grad + mu (w - w_global) (+ n_i); buf = momentum buf + g; w -= lr buf (torch.optim.SGD order), each
+    operation rounded on its own, as torch's (numba's fast-math flags apply to every operation of a function, so the
+    vector code runs in a function without them); the mu term only where mu != 0.
 
-    All arrays are flat and of one length; ``g`` is overwritten with g.
-    """
-    if mu != 0:
-        for p in range(w.shape[0]):
-            g[p] += mu * (w[p] - wg[p])
-    if has_lin:
-        for p in range(w.shape[0]):
-            g[p] += lin[p]
-    for p in range(w.shape[0]):
-        buf[p] = momentum * buf[p] + g[p]
+    All arrays are flat float32 of one length (in the padded layout a multiple of :data:`LANES`: all of it by
+    :func:`momentum_vectors`; the entries past the last multiple by the same operations one at a time)."""
+    momentum_vectors(w, buf, g, wg, lin, has_lin, mu, lr, momentum)
+    for p in range(w.shape[0] - w.shape[0] % LANES, w.shape[0]):
+        step = g[p] + mu * (w[p] - wg[p]) if mu != 0 else g[p]
+        step = step + lin[p] if has_lin else step
+        buf[p] = momentum * buf[p] + step
         w[p] -= lr * buf[p]
 
 
 @numba.njit(nogil=True, cache=True)
-def inverse_count(rows):
-    """1 / (real samples of the batch ``rows``, at least 1) in float32: the weight of each sample in the batch
-    mean, as the torch path's ``mask / mask.sum()``."""
+def real_count(rows):
+    """Real samples of the batch ``rows`` (not -1): 1 / max(count, 1) in float32 is the weight of each in the
+    batch mean, as the torch path's ``mask / mask.sum()``."""
     count = 0
     for b in range(rows.shape[0]):
-        if rows[b] >= 0:
-            count += 1
-    return np.float32(1.0) / np.float32(max(count, 1))
+        count += rows[b] >= 0
+    return count
 
 
 @numba.njit(fastmath=FUSED, error_model="numpy", nogil=True, cache=True)
-def device_solve(wt, wg, x, y, plan, lin, has_lin, hyper, binary, softmax_first):
+def device_solve(wt, wg, xp, y, plan, lin, has_lin, hyper, binary, softmax_first):
     """One device's local solve (Algorithm 1 line 4) from the global model along ``plan`` (steps, B), into ``wt``.
 
-    ``wt`` (overwritten with the local model), ``wg`` and ``lin`` are (C, d + 1) = ``[W^T | b]``, or (1, P) = theta
-    when ``binary``; each batch's mean is over its real samples (:func:`inverse_count`); ``hyper`` holds (mu, lr,
-    momentum). The solve runs in the padded layout (:func:`padded_rows`, :func:`padded`).
+    ``xp`` holds the device's rows in the padded layout (:func:`solver_rows`), ``y`` its one-hot labels; ``wt``
+    (overwritten with the local model), ``wg`` and ``lin`` are (C, d + 1) = ``[W^T | b]``, or (1, P) = theta when
+    ``binary``; each batch's mean is over its real samples (:func:`batch_reads`); ``hyper`` holds (mu, lr,
+    momentum). The parameters are copied to the padded layout (:func:`padded`).
     """
     mu, lr, momentum = hyper[0], hyper[1], hyper[2]
-    xp = padded_rows(x, not binary)
     width = xp.shape[1]
     wp = padded(wg, width)
     wg1 = padded(wg, width).ravel()
@@ -549,11 +685,11 @@ def device_solve(wt, wg, x, y, plan, lin, has_lin, hyper, binary, softmax_first)
     g1 = gp.ravel()
     buffers = batch_buffers(wt.shape[0], plan.shape[1])
     for s in range(plan.shape[0]):
-        inv_count = inverse_count(plan[s])
+        safe, weight = batch_reads(plan[s], buffers)
         if binary:
-            binary_batch_gradient(wp, xp, y, plan[s], inv_count, gp, buffers)
+            binary_batch_gradient(wp, xp, safe, weight, gp, buffers)
         else:
-            batch_gradient(wp, xp, y, plan[s], inv_count, gp, buffers, softmax_first)
+            batch_gradient(wp, xp, y, safe, weight, gp, buffers, softmax_first)
         momentum_step(w1, buf, g1, wg1, lin1, has_lin, mu, lr, momentum)
     unpad(wp, wt)
 
@@ -561,8 +697,8 @@ def device_solve(wt, wg, x, y, plan, lin, has_lin, hyper, binary, softmax_first)
 @numba.njit(parallel=True, nogil=True, cache=True)
 def solve_devices(out, wg, x, y, x_rows, plan, plan_offsets, lin, has_lin, hyper,
                   assignment, worker_offsets, binary, softmax_first):
-    """Fill ``out[i]`` (C, d + 1) with device i's local model from its rows ``x[x_rows[i, 0]:x_rows[i, 1]]``;
-    worker t runs ``assignment[worker_offsets[t]:...]``."""
+    """Fill ``out[i]`` (C, d + 1) with device i's local model from its rows ``x[x_rows[i, 0]:x_rows[i, 1]]`` (``x`` the
+    pooled rows in the padded layout, :func:`solver_rows`); worker t runs ``assignment[worker_offsets[t]:...]``."""
     for t in numba.prange(worker_offsets.shape[0] - 1):
         for q in range(worker_offsets[t], worker_offsets[t + 1]):
             i = assignment[q]
@@ -596,27 +732,26 @@ def mix_step(w1, t1, mix):
 
 
 @numba.njit(fastmath=FUSED, error_model="numpy", nogil=True, cache=True)
-def device_personal_solve(local, theta, wg, x, y, plan, hyper, personal_steps, binary, softmax_first):
+def device_personal_solve(local, theta, wg, xp, y, plan, hyper, personal_steps, binary, softmax_first):
     """One device's pFedMe local solve (Dinh et al. 2020, Algorithm 1) from the global model along ``plan``.
 
     Per batch row: ``personal_steps`` times {g = grad f(theta; batch) + lambda (theta - w); theta -= eta_p g},
     then w -= eta lambda (w - theta). ``hyper`` holds (lambda, eta_p, eta lambda); ``local`` (w) and ``theta``
-    are overwritten. The solve runs in the padded layout, as :func:`device_solve`.
+    are overwritten. ``xp`` holds the device's rows in the padded layout, as for :func:`device_solve`.
     """
     lam, personal_lr, mix = hyper[0], hyper[1], hyper[2]
-    xp = padded_rows(x, not binary)
     wp, tp = padded(wg, xp.shape[1]), padded(wg, xp.shape[1])
     w1, t1 = wp.ravel(), tp.ravel()
     gp = aligned_zeros(tp.shape[0], tp.shape[1])
     buffers = batch_buffers(theta.shape[0], plan.shape[1])
     g1 = gp.ravel()
     for s in range(plan.shape[0]):
-        inv_count = inverse_count(plan[s])
+        safe, weight = batch_reads(plan[s], buffers)
         for _ in range(personal_steps):
             if binary:
-                binary_batch_gradient(tp, xp, y, plan[s], inv_count, gp, buffers)
+                binary_batch_gradient(tp, xp, safe, weight, gp, buffers)
             else:
-                batch_gradient(tp, xp, y, plan[s], inv_count, gp, buffers, softmax_first)
+                batch_gradient(tp, xp, y, safe, weight, gp, buffers, softmax_first)
             personal_step(t1, g1, w1, lam, personal_lr)
         mix_step(w1, t1, mix)
     unpad(wp, local)
@@ -825,6 +960,12 @@ def device_rows(model, xs, ys, binary) -> tuple[np.ndarray, np.ndarray, dict[int
     return x, torch.cat(ys).numpy().astype(DTYPE, copy=False), rows
 
 
+def with_solver_rows(made: tuple, binary: bool) -> tuple:
+    """:func:`device_rows`' (x, y, rows) and x's rows as the training kernels read them (:func:`solver_rows`), kept
+    with them: the padded copy is made once per set of rows."""
+    return (*made, solver_rows(made[0], made[1], binary))
+
+
 def row_blocks(xs, ys) -> tuple[torch.Tensor, torch.Tensor, np.ndarray] | None:
     """(x, y, (k, 2) row ranges) when every x_i is a block of rows of one contiguous tensor x and y_i the same rows
     of one y (the simulation's devices are views of its pooled training rows, :class:`upfl.engine.simulation.Simulation`);
@@ -868,18 +1009,19 @@ def pack(model, w_global, xs, ys, plans, threads, pooled=None):
         plan, offsets = joined_plans(plans), offsets_of(steps)
         source_x, source_y, x_rows = row_blocks(xs, ys) or (None, None, None)
     if source_x is not None:
-        x, y, _ = DEVICE_ROWS.get([(source_x, source_y)], tag,
-                                  lambda: device_rows(model, [source_x], [source_y], binary))
+        made = lambda: with_solver_rows(device_rows(model, [source_x], [source_y], binary), binary)
+        x, y, _, xp = DEVICE_ROWS.get([(source_x, source_y)], tag, made)
     else:
-        x, y, rows = DEVICE_ROWS.get(list(zip(xs, ys)), tag, lambda: device_rows(model, xs, ys, binary),
-                                     any_order=True)
+        x, y, rows, xp = DEVICE_ROWS.get(list(zip(xs, ys)), tag,
+                                         lambda: with_solver_rows(device_rows(model, xs, ys, binary), binary),
+                                         any_order=True)
         x_rows = np.array([rows[id(t)] for t in xs], dtype=np.int64).reshape(len(xs), 2)
     workers = max(1, min(len(steps), threads or numba.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
     dim = x.shape[1]
     layout = (lambda a: np.ascontiguousarray(a[..., None, :])) if binary else (lambda a: to_class_major(a, dim))
     flat = (lambda a: np.ascontiguousarray(a[:, 0, :])) if binary else from_class_major
     wg = layout(w_global.numpy().astype(DTYPE, copy=False))
-    inputs = (wg, x, y, x_rows, plan, offsets)
+    inputs = (wg, xp, y, x_rows, plan, offsets)
     kind = (binary, bool(getattr(model, "softmax_before_loss", False)))
     schedule = (*balance(steps, workers), *kind) if workers > 1 else (None, None, *kind)
     return inputs, schedule, layout, flat, steps
@@ -963,15 +1105,55 @@ def log32(v):
 
 @numba.njit(fastmath=FUSED, error_model="numpy", nogil=True, cache=True, inline="always")
 def log1p32(u):
-    """log(1 + u) of a float32 u in [0, 1], accurate also for small u, without a division: w = 1 + u rounded, its
-    rounding error c = u - (w - 1) exact (Fast2Sum), log1p(u) = log32(w) + c / w with 1 / w by 1.5 - w / 2 (exact
-    at w = 1 and 2; the term is under an ulp of the result where the line is far from 1 / w)."""
-    w = DTYPE(1) + u
-    return log32(w) + (u - (w - DTYPE(1))) * (DTYPE(1.5) - DTYPE(0.5) * w)
+    """log(1 + u) of a float32 u in [0, 1] as u P(u) (:data:`LOG1P_POLYNOMIAL`) in straight-line float32 arithmetic,
+    one Horner chain of fused multiply-adds (within 1 unit in the last place); P(0) = 1, so that a tiny u gives u
+    and 0 gives 0. :func:`block_log1p_exp` makes the same operations 16 values at a time."""
+    p = DTYPE(LOG1P_POLYNOMIAL[0])
+    p = p * u + DTYPE(LOG1P_POLYNOMIAL[1])
+    p = p * u + DTYPE(LOG1P_POLYNOMIAL[2])
+    p = p * u + DTYPE(LOG1P_POLYNOMIAL[3])
+    p = p * u + DTYPE(LOG1P_POLYNOMIAL[4])
+    p = p * u + DTYPE(LOG1P_POLYNOMIAL[5])
+    p = p * u + DTYPE(LOG1P_POLYNOMIAL[6])
+    p = p * u + DTYPE(LOG1P_POLYNOMIAL[7])
+    p = p * u + DTYPE(LOG1P_POLYNOMIAL[8])
+    p = p * u + DTYPE(LOG1P_POLYNOMIAL[9])
+    return p * u
 
 
 EVALUATION_BLOCK = 64
 """Rows whose logits and losses the evaluation computes together (the rows are the vector lanes: 4 vectors)."""
+
+
+def vector_log1p32_plus(builder, u, addend):
+    """``addend`` + :func:`log1p32` of ``u``, lane by lane: the same Horner chain of fused multiply-adds, and the last
+    product fused with the addition (as a compiled ``a + log1p32(u)`` under :data:`FUSED`)."""
+    p = splat_constant(LOG1P_POLYNOMIAL[0])
+    for coefficient in LOG1P_POLYNOMIAL[1:]:
+        p = vector_function(builder, "fma", [p, u, splat_constant(coefficient)])
+    return vector_function(builder, "fma", [p, u, addend])
+
+
+@intrinsic
+def block_log1p_exp(typingctx, t, base, out):
+    """out[k] = base[k] + log1p32(exp32(t[k])) for the :data:`EVALUATION_BLOCK` float32 values of a block (the
+    binary log loss max(s, 0) + log1p(exp(-|s|))), as the compiled scalar expression (:func:`vector_exp32`,
+    :func:`vector_log1p32_plus`); the block's four vectors in one straight line of code, so that their chains of
+    dependent operations overlap (the loop that LLVM vectorises runs 8 lanes, one or two vectors at a time)."""
+    signature = types.none(t, base, out)
+
+    def codegen(context, builder, sig, args):
+        t_data, _ = array_data(context, builder, sig.args[0], args[0])
+        base_data, _ = array_data(context, builder, sig.args[1], args[1])
+        out_data, _ = array_data(context, builder, sig.args[2], args[2])
+        offsets = [ir.Constant(INT64, v * LANES) for v in range(EVALUATION_BLOCK // LANES)]
+        values = [vector_log1p32_plus(builder, vector_exp32(builder, load_vector(builder, t_data, offset)),
+                                      load_vector(builder, base_data, offset)) for offset in offsets]
+        for value, offset in zip(values, offsets):
+            store_vector(builder, value, out_data, offset)
+        return context.get_dummy_value()
+
+    return signature, codegen
 
 
 def class_block_logits(group):
@@ -995,9 +1177,6 @@ def class_block_logits(group):
             width = builder.extract_value(w_shape, 1)
             has_bias = builder.icmp_signed(">", width, features)
             bias_column = builder.select(has_bias, features, ir.Constant(INT64, 0))
-            splat = lambda value: builder.shuffle_vector(
-                builder.insert_element(ir.Constant(VECTOR, None), value, ir.Constant(ir.IntType(32), 0)),
-                ir.Constant(VECTOR, None), ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES))
             first_class = as_int64(builder, args[1])
             w_rows, totals = [], []
             for i in range(group):
@@ -1005,14 +1184,14 @@ def class_block_logits(group):
                 bias = builder.load(builder.gep(w_row, [bias_column], inbounds=True, source_etype=ir.FloatType()))
                 bias = builder.select(has_bias, bias, ir.Constant(ir.FloatType(), 0.0))
                 w_rows.append(w_row)
-                totals.append([cgutils.alloca_once_value(builder, splat(bias)) for _ in range(vectors)])
+                totals.append([cgutils.alloca_once_value(builder, splat(builder, bias)) for _ in range(vectors)])
             with cgutils.for_range(builder, features) as loop:
                 x_row = builder.gep(row_start(builder, x_data, loop.index, n), [first], inbounds=True,
                                     source_etype=ir.FloatType())
                 rows = [load_vector(builder, x_row, ir.Constant(INT64, v * LANES)) for v in range(vectors)]
                 for w_row, class_totals in zip(w_rows, totals):
-                    weight = splat(builder.load(builder.gep(w_row, [loop.index], inbounds=True,
-                                                            source_etype=ir.FloatType())))
+                    weight = splat(builder, builder.load(builder.gep(w_row, [loop.index], inbounds=True,
+                                                                     source_etype=ir.FloatType())))
                     for row, total in zip(rows, class_totals):
                         builder.store(fused(builder, weight, row, builder.load(total)), total)
             for i, class_totals in enumerate(totals):
@@ -1062,16 +1241,21 @@ def multinomial_losses(z, labels, partial, top, picked, total, best):
     return correct
 
 
-@numba.njit(fastmath=FUSED, error_model="numpy", nogil=True, cache=True)
-def binary_losses(z, labels, partial):
+@numba.njit(fastmath=FUSED, error_model="numpy", nogil=True, cache=True, inline="always")
+def binary_losses(z, labels, partial, margin, tail):
     """Number of correct predictions (1 when z > 0) of the rows k of a block; each row's log loss
-    log(1 + exp(s)) = max(s, 0) + log1p(exp(-|s|)), s = -(2 y - 1) z, in float32 (:func:`exp32`, :func:`log1p32`),
-    added to ``partial[k]`` (float64). A row with label -1 (padding) adds 0 and counts as wrong."""
+    log(1 + exp(s)) = max(s, 0) + log1p(exp(-|s|)), s = -(2 y - 1) z, in float32 (:func:`exp32`, :func:`log1p32`,
+    the last product fused with the addition; the block's 64 at once, :func:`block_log1p_exp`), added to
+    ``partial[k]`` (float64). ``margin`` and ``tail`` are float32 scratch of the block's length. A row with label -1
+    (padding) adds 0 and counts as wrong."""
     correct = 0
     for k in range(EVALUATION_BLOCK):
         s = z[0, k] if labels[k] == 0 else -z[0, k]
-        loss = max(s, DTYPE(0)) + log1p32(exp32(-abs(s)))
-        partial[k] += np.float64(loss if labels[k] >= 0 else DTYPE(0))
+        margin[k] = max(s, DTYPE(0))
+        tail[k] = -abs(s)
+    block_log1p_exp(tail, margin, tail)
+    for k in range(EVALUATION_BLOCK):
+        partial[k] += np.float64(tail[k] if labels[k] >= 0 else DTYPE(0))
         correct += np.int32(z[0, k] > 0) == labels[k]
     return correct
 
@@ -1097,25 +1281,24 @@ def evaluate_rows(wt, xt, labels, binary, scale, softmax_first):
     w = wt * DTYPE(scale) if binary else wt
     z = np.empty((classes, EVALUATION_BLOCK), DTYPE)
     tail = np.zeros((d, EVALUATION_BLOCK), DTYPE)
-    block_labels = np.empty(EVALUATION_BLOCK, np.int32)
+    tail_labels = np.full(EVALUATION_BLOCK, -1, labels.dtype)
     top, picked = np.empty(EVALUATION_BLOCK, DTYPE), np.empty(EVALUATION_BLOCK, DTYPE)
     total, partial = np.empty(EVALUATION_BLOCK, DTYPE), np.zeros(EVALUATION_BLOCK)
     best = np.empty(EVALUATION_BLOCK, np.int32)
     correct = 0
     for r0 in range(0, n, EVALUATION_BLOCK):
         m = min(EVALUATION_BLOCK, n - r0)
-        rows, first = xt, r0
+        rows, first, block_labels = xt, r0, labels[r0:r0 + EVALUATION_BLOCK]
         if m < EVALUATION_BLOCK:
             tail[:, :m] = xt[:, r0:]
-            rows, first = tail, 0
-        for k in range(EVALUATION_BLOCK):
-            block_labels[k] = labels[r0 + k] if k < m else -1
+            tail_labels[:m] = labels[r0:]
+            rows, first, block_labels = tail, 0, tail_labels
         for c in range(0, classes - 1, 2):
             pair_logits(w, c, rows, first, z)
         if classes % 2:
             block_logits(w, classes - 1, rows, first, z)
         if binary:
-            correct += binary_losses(z, block_labels, partial)
+            correct += binary_losses(z, block_labels, partial, top, total)
         elif softmax_first:
             for k in range(m):
                 row_loss, prediction = softmax_first_row(z[:, k], block_labels[k])
