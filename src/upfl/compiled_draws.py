@@ -42,10 +42,10 @@ def rotate_right(x, n):
 
 
 @numba.njit(nogil=True, cache=True)
-def sha256_compress(h, block, k_table):
-    """One SHA-256 compression of the 64-byte ``block`` into the eight words ``h`` (FIPS 180-4, section 6.2.2)."""
+def sha256_compress(h, block, k_table, w):
+    """One SHA-256 compression of the 64-byte ``block`` into the eight words ``h`` (FIPS 180-4, section 6.2.2);
+    ``w``: scratch of 64 words (the message schedule)."""
     mask = np.uint64(0xFFFFFFFF)
-    w = np.empty(64, dtype=np.uint64)
     for t in range(16):
         w[t] = ((np.uint64(block[4 * t]) << np.uint64(24)) | (np.uint64(block[4 * t + 1]) << np.uint64(16))
                 | (np.uint64(block[4 * t + 2]) << np.uint64(8)) | np.uint64(block[4 * t + 3]))
@@ -97,6 +97,7 @@ def seeds_of(prefix, keys, k_table, initial, out):
     text = np.zeros(prefix.shape[0] + keys.shape[1] * 21 + 72, dtype=np.uint8)
     text[:prefix.shape[0]] = prefix
     h = np.empty(8, dtype=np.uint64)
+    w = np.empty(64, dtype=np.uint64)
     for r in range(keys.shape[0]):
         at = prefix.shape[0]
         for j in range(keys.shape[1]):
@@ -113,7 +114,7 @@ def seeds_of(prefix, keys, k_table, initial, out):
             text[blocks * 64 - 1 - j] = (bits >> (8 * j)) & 0xFF
         h[:] = initial
         for b in range(blocks):
-            sha256_compress(h, text[b * 64:(b + 1) * 64], k_table)
+            sha256_compress(h, text[b * 64:(b + 1) * 64], k_table, w)
         first, second = h[0], h[1]
         value = np.uint64(0)
         for j in range(4):  # the digest's bytes 0-7 are h[0] and h[1] big-endian; read them little-endian

@@ -85,10 +85,15 @@ class PooledRound(NamedTuple):
     """The devices' batch plans."""
 
 
-def round_plans(plans: list[torch.Tensor]) -> RoundPlans:
-    """:class:`RoundPlans` of ``plans``."""
-    steps = [int(p.shape[0]) for p in plans]
-    return RoundPlans(plans, joined_plan(plans).numpy(), np.cumsum([0] + steps, dtype=np.int64), steps)
+def round_plans(plans: list[torch.Tensor], drawn=None, first: int = 0) -> RoundPlans:
+    """:class:`RoundPlans` of ``plans``: ``drawn[first:first + len(plans)]`` where they came from one draw call that
+    made :class:`upfl.solvers.numba_backend.PlanViews` ``drawn`` (their joined rows are a slice of its array)."""
+    if drawn is None:
+        steps = [int(p.shape[0]) for p in plans]
+        return RoundPlans(plans, joined_plan(plans).numpy(), np.cumsum([0] + steps, dtype=np.int64), steps)
+    end = first + len(plans)
+    starts = drawn.starts[first:end + 1]
+    return RoundPlans(plans, drawn.rows[starts[0]:starts[-1]], starts - starts[0], drawn.steps[first:end])
 
 
 class DrawCache(BoundedCache):
@@ -124,7 +129,7 @@ class DrawCache(BoundedCache):
         for j, value in zip(missing, drawn):
             self.put(keys[j], value, value.nbytes)
             kept[j] = (value,)
-        return [entry[0] for entry in kept]
+        return drawn if len(missing) == len(wanted) else [entry[0] for entry in kept]
 
     def round_plans(self, seed: int, rounds: list[tuple[int, list[int], list[int], list[int]]], batch_size: int,
                     seeds_of: Callable[[list[tuple[int, int]]], Sequence[int]], draw: Callable = seeded_batch_plan
@@ -137,8 +142,13 @@ class DrawCache(BoundedCache):
         found = [self.entries.get(key) for key in keys]
         todo = [j for j, entry in enumerate(found) if entry is None]
         wanted = [(rounds[j][0], i, n, e) for j in todo for i, n, e in zip(*rounds[j][1:])]
-        plans = iter(self.plans(seed, wanted, batch_size, seeds_of, draw) if wanted else ())
-        made = {j: round_plans([next(plans) for _ in rounds[j][1]]) for j in todo}
+        plans = self.plans(seed, wanted, batch_size, seeds_of, draw) if wanted else []
+        drawn = plans if hasattr(plans, "starts") else None
+        made, at = {}, 0
+        for j in todo:
+            count = len(rounds[j][1])
+            made[j] = round_plans(plans[at:at + count], drawn, at)
+            at += count
         for j, key in enumerate(keys):
             if j in made:  # the plans, the joined rows (their bytes again) and the offsets
                 self.put(key, made[j], 2 * made[j].joined.nbytes + made[j].offsets.nbytes)
