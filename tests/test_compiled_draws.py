@@ -107,3 +107,15 @@ def test_uniforms_compare_with_the_probability_in_float32():
         for k, (_, flags, _) in enumerate(block, start=1):
             u = torch.rand(50, generator=generator(1, "stragglers", k))
             assert list(flags) == (u < prob).tolist()
+
+
+def test_a_fresh_generators_first_outputs_need_no_full_twist():
+    state, outputs = np.empty(624, dtype=np.uint32), np.empty(624, dtype=np.uint32)
+    for seed in (0, 5, 2**31 + 3, derive_seed(1, "stragglers", 2)):
+        compiled_draws.mt19937_seed(state, seed)
+        compiled_draws.mt19937_twist(state)
+        compiled_draws.mt19937_outputs(state, outputs)
+        for count in (0, 1, 60, compiled_draws.FIRST_OUTPUTS_LIMIT):
+            first = np.empty(count, dtype=np.uint32)
+            compiled_draws.mt19937_first_outputs(np.empty(624, dtype=np.uint32), seed, first)
+            assert np.array_equal(first, outputs[:count])

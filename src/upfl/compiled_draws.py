@@ -15,6 +15,10 @@ import numba
 import numpy as np
 
 MT19937_WORDS = 624
+MT19937_SHIFT = 397
+FIRST_OUTPUTS_LIMIT = MT19937_WORDS - MT19937_SHIFT
+"""A freshly seeded generator's first outputs up to this many read words of the seeded state only
+(:func:`mt19937_first_outputs`)."""
 RANDPERM_SWAP_LIMIT = (2**32 - 1) // 20
 """torch.randperm on the CPU shuffles n < this by Fisher-Yates with ``random() % (n - i)`` (a larger n draws 64-bit
 numbers); the compiled shuffles refuse sizes this large."""
@@ -147,7 +151,7 @@ def mt19937_seed(state, seed):
 def mt19937_twist(state):
     """The next 624 words of the Mersenne Twister state, in place (the reference generator's order)."""
     upper, lower, matrix, one = np.uint32(0x80000000), np.uint32(0x7FFFFFFF), np.uint32(0x9908B0DF), np.uint32(1)
-    shift = 397
+    shift = MT19937_SHIFT
     for k in range(MT19937_WORDS - shift):
         y = (state[k] & upper) | (state[k + 1] & lower)
         state[k] = state[k + shift] ^ (y >> one) ^ (matrix * (y & one))
@@ -168,6 +172,28 @@ def mt19937_outputs(state, out):
         y ^= (y << np.uint32(15)) & np.uint32(0xEFC60000)
         y ^= y >> np.uint32(18)
         out[i] = y
+
+
+@numba.njit(nogil=True, cache=True)
+def mt19937_first_outputs(state, seed, into):
+    """``into`` := the first outputs of a generator seeded ``seed`` (at most :data:`FIRST_OUTPUTS_LIMIT`): output k
+    of the first twist reads seeded words k, k + 1 and k + 397 only, so the seeding stops at word 397 + len(into)
+    and the twist at word len(into) - 1 (the same numbers as :func:`mt19937_seed`, :func:`mt19937_twist` and
+    :func:`mt19937_outputs`). ``state``: scratch of 624 words."""
+    count = into.shape[0]
+    state[0] = np.uint32(seed & 0xFFFFFFFF)
+    for j in range(1, MT19937_SHIFT + count):
+        prev = state[j - 1]
+        state[j] = np.uint32(1812433253) * (prev ^ (prev >> np.uint32(30))) + np.uint32(j)
+    upper, lower, matrix, one = np.uint32(0x80000000), np.uint32(0x7FFFFFFF), np.uint32(0x9908B0DF), np.uint32(1)
+    for k in range(count):
+        y = (state[k] & upper) | (state[k + 1] & lower)
+        y = state[k + MT19937_SHIFT] ^ (y >> one) ^ (matrix * (y & one))
+        y ^= y >> np.uint32(11)
+        y ^= (y << np.uint32(7)) & np.uint32(0x9D2C5680)
+        y ^= (y << np.uint32(15)) & np.uint32(0xEFC60000)
+        y ^= y >> np.uint32(18)
+        into[k] = y
 
 
 @numba.njit(nogil=True, cache=True)
@@ -240,27 +266,38 @@ def shuffle_plans(seeds, sizes, epochs, plan, offsets):
 
 
 @numba.njit(nogil=True, cache=True)
-def round_draws(sampling_seeds, straggler_seeds, sampled, high, chosen, uniform, short):
+def round_draws(sampling_seeds, straggler_seeds, high, chosen, uniform, short):
     """The device and straggler draws of training rounds r = 0, 1, ... (:mod:`upfl.engine.draws`), N devices:
-    ``chosen[r]`` = torch.randperm(N)[:sampled] from a generator seeded ``sampling_seeds[r]``; ``uniform[r]`` =
-    torch.rand(N) (float32: the output's low 24 bits times 2^-24) and then ``short[r]`` = torch.randint(1, high, (N,))
-    (1 + output % (high - 1)) from one generator seeded ``straggler_seeds[r]``."""
+    ``chosen[r]`` = torch.randperm(N)[:m] (m = chosen.shape[1]) from a generator seeded ``sampling_seeds[r]``;
+    ``uniform[r]`` = torch.rand(N) (float32: the output's low 24 bits times 2^-24) and then ``short[r]`` =
+    torch.randint(1, high, (N,)) (1 + output % (high - 1)) from one generator seeded ``straggler_seeds[r]``. Both
+    generators' outputs come from :func:`mt19937_first_outputs` while 2N fit in its limit."""
     n = uniform.shape[1]
     state = np.empty(MT19937_WORDS, dtype=np.uint32)
     outputs = np.empty(MT19937_WORDS, dtype=np.uint32)
     perm = np.empty(n, dtype=np.int64)
-    raw = np.empty(max(n, 1), dtype=np.uint32)
+    raw = np.empty(max(2 * n, 1), dtype=np.uint32)
     z = np.empty(max(n, 1), dtype=np.int64)
     scale = np.float32(1.0 / (1 << 24))
     span = np.uint32(high - 1)
+    first_only = 2 * n <= FIRST_OUTPUTS_LIMIT
     for r in range(sampling_seeds.shape[0]):
-        mt19937_seed(state, sampling_seeds[r])
-        randperm_into(perm, state, outputs, MT19937_WORDS, raw, z)
-        chosen[r, :] = perm[:sampled]
-        mt19937_seed(state, straggler_seeds[r])
-        used = next_outputs(state, outputs, MT19937_WORDS, raw[:n])
+        if first_only:
+            for j in range(n):
+                perm[j] = j
+            if n > 1:
+                mt19937_first_outputs(state, sampling_seeds[r], raw[:n - 1])
+                remainders(raw[:n - 1], n, z)
+                for i in range(n - 1):
+                    b = i + z[i]
+                    perm[i], perm[b] = perm[b], perm[i]
+            mt19937_first_outputs(state, straggler_seeds[r], raw[:2 * n])
+        else:
+            mt19937_seed(state, sampling_seeds[r])
+            randperm_into(perm, state, outputs, MT19937_WORDS, raw, z)
+            mt19937_seed(state, straggler_seeds[r])
+            next_outputs(state, outputs, MT19937_WORDS, raw[:2 * n])
+        chosen[r, :] = perm[:chosen.shape[1]]
         for j in range(n):
             uniform[r, j] = np.float32(raw[j] & np.uint32(0xFFFFFF)) * scale
-        next_outputs(state, outputs, used, raw[:n])
-        for j in range(n):
-            short[r, j] = 1 + np.int64(raw[j] % span)
+            short[r, j] = 1 + np.int64(raw[n + j] % span)

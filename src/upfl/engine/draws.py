@@ -148,12 +148,12 @@ def block_draws(seed: int, first: int, num_devices: int, frac: float, prob: floa
             flags, per_device = draw_stragglers(seed, k, num_devices, prob, epochs, draw=draw, chosen=chosen)
             out.append((tuple(chosen), tuple(flags), tuple(per_device)))
         return tuple(out)
-    keys = [[k] for k in rounds]
+    keys = np.arange(first, first + DRAW_BLOCK_ROUNDS, dtype=np.int64).reshape(-1, 1)
     chosen = np.empty((len(keys), min(sampled_count(num_devices, frac), num_devices)), dtype=np.int64)
     uniform = np.empty((len(keys), num_devices), dtype=np.float32)
     short = np.empty((len(keys), num_devices), dtype=np.int64)
-    round_draws(derive_seeds(seed, "sampling", keys), derive_seeds(seed, "stragglers", keys), chosen.shape[1],
-                max(epochs, 2), chosen, uniform, short)
+    round_draws(derive_seeds(seed, "sampling", keys), derive_seeds(seed, "stragglers", keys), max(epochs, 2), chosen,
+                uniform, short)
     if draw == "bernoulli":
         flags = uniform < np.float32(prob)  # torch compares a float32 tensor with a float in float32
     else:
