@@ -301,3 +301,13 @@ def round_draws(sampling_seeds, straggler_seeds, high, chosen, uniform, short):
         for j in range(n):
             uniform[r, j] = np.float32(raw[j] & np.uint32(0xFFFFFF)) * scale
             short[r, j] = 1 + np.int64(raw[n + j] % span)
+
+
+def warm_up() -> None:
+    """Compile the draws, or load them from numba's cache, on a small problem (the solver's warm-up calls it, so that
+    a run's first round is not charged for it)."""
+    keyed_seeds("0/sampling/", np.zeros((1, 1), dtype=np.int64))
+    round_draws(np.zeros(1, dtype=np.uint64), np.zeros(1, dtype=np.uint64), 2, np.empty((1, 1), dtype=np.int64),
+                np.empty((1, 2), dtype=np.float32), np.empty((1, 2), dtype=np.int64))
+    shuffle_plans(np.zeros(1, dtype=np.uint64), np.full(1, 2, dtype=np.int64), np.ones(1, dtype=np.int64),
+                  np.empty((2, 1), dtype=np.int32), np.array([0, 2], dtype=np.int64))

@@ -64,7 +64,7 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-from ..compiled_draws import RANDPERM_SWAP_LIMIT, shuffle_plans
+from ..compiled_draws import RANDPERM_SWAP_LIMIT, shuffle_plans, warm_up as warm_up_draws
 from ..models import BIAS_FEATURE_SCALE, BinaryLogisticRegression
 from .caches import BoundedCache
 
@@ -1159,6 +1159,6 @@ def warm_up(threads: int = 0) -> None:
                [torch.zeros(1, 1, dtype=torch.int32)] * k)
     local_solve(*problem, 1.0, 0.1, 0.5, threads=threads)
     personal_solve(*problem, 0.1, 1.0, 0.1, 1, threads=threads)
-    batch_plans([2], [1], 1, [0])
+    warm_up_draws()
     for binary in (False, True):
         evaluate_rows(np.zeros((1, 2), DTYPE), np.zeros((1, 1), DTYPE), np.zeros(1, np.int64), binary, 1.0, False)
