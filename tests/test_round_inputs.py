@@ -214,3 +214,14 @@ def test_runs_on_one_data_set_object_share_its_pooled_rows(data):
     assert other.train_x is not first.train_x and torch.equal(other.train_x, first.train_x)
     assert torch.equal(other.train_onehot, first.train_onehot) and torch.equal(other.test_y, first.test_y)
     assert all(torch.equal(x, torch.as_tensor(ds.train_x[u])) for x, u in zip(first.xs, ds.train_users))
+
+
+def test_round_plans_of_one_draw_are_slices_of_its_array():
+    rounds = [(3, [0, 1, 2, 3], [30, 17, 25, 9], [4, 5, 4, 2]), (4, [2, 0], [25, 30], [1, 3]), (5, [1], [17], [2])]
+    got = DrawCache().round_plans(7, rounds, 8, seeds_of, solver_numba.batch_plans)
+    for (k, devices, sizes, epochs), plans in zip(rounds, got):
+        want = round_plans(seeded_batch_plan(sizes, epochs, 8, derive_seeds(7, "batches", [[k, i] for i in devices])))
+        assert np.array_equal(plans.joined, want.joined) and plans.joined.dtype == np.int32
+        assert plans.offsets.tolist() == want.offsets.tolist() and plans.steps == want.steps
+        assert all(torch.equal(a, b) for a, b in zip(plans.plans, want.plans))
+    assert got[0].joined.base is got[2].joined.base is not None, "the rounds' joined plans are slices of one array"
