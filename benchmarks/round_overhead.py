@@ -72,6 +72,7 @@ def empty_draw_caches() -> None:
     solver.DRAW_CACHE.entries.clear()
     solver.DRAW_CACHE.bytes = 0
     draws._round_draws.cache_clear()
+    getattr(draws, "block_draws", draws._round_draws).cache_clear()
 
 
 def passes(data: str, rounds: int, repeats: int, fresh: bool) -> dict:

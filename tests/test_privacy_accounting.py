@@ -193,16 +193,16 @@ def recorded_participation(cfg, monkeypatch, tmp_path):
     empty draw cache, so that every plan is drawn: a batch seed is derived only for a plan not kept)."""
     seen = []
     monkeypatch.setattr(simulation, "DRAW_CACHE", DrawCache())
-    real = simulation.derive_seed
+    real = simulation.derive_seeds
 
-    def spy(seed, stream, *keys):
+    def spy(seed, stream, keys):
         if stream == "batches":
-            seen.append(keys)
-        return real(seed, stream, *keys)
+            seen.extend(tuple(key) for key in keys)
+        return real(seed, stream, keys)
 
-    monkeypatch.setattr(simulation, "derive_seed", spy)
+    monkeypatch.setattr(simulation, "derive_seeds", spy)
     summary = simulation.run(cfg, tmp_path / "run", log=lambda s: None)
-    monkeypatch.setattr(simulation, "derive_seed", real)
+    monkeypatch.setattr(simulation, "derive_seeds", real)
     return seen, summary
 
 

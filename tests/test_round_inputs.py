@@ -11,7 +11,7 @@ import torch
 from upfl import config as cfgmod
 from upfl.solvers import numba_backend as solver_numba
 from upfl.data import generate_synthetic, load_leaf
-from upfl.rng import derive_seed, generator
+from upfl.rng import derive_seed, derive_seeds, generator
 from upfl.engine import simulation
 from upfl.algorithms.updates import size_weights
 from upfl.engine.simulation import Simulation, run
@@ -33,8 +33,8 @@ def test_compiled_batch_plans_are_torchs_plans(batch_size):
     assert torch.equal(want[3], batch_plan([8], [2], batch_size, [generator(13, "batches", 4, 3)])[0])
 
 
-def seed_of(k, i):
-    return derive_seed(7, "batches", k, i)
+def seeds_of(keys):
+    return derive_seeds(7, "batches", keys)
 
 
 def test_draw_cache_draws_the_plans_it_does_not_keep_together():
@@ -46,8 +46,8 @@ def test_draw_cache_draws_the_plans_it_does_not_keep_together():
         calls.append(len(args[0]))
         return solver_numba.batch_plans(*args)
 
-    first = cache.plans(7, [(3, 1, 17, 5), (3, 3, 9, 2)], 8, seed_of, draw)
-    both = cache.plans(7, [(3, i, n, e) for i, n, e in zip(range(4), sizes, epochs)], 8, seed_of, draw)
+    first = cache.plans(7, [(3, 1, 17, 5), (3, 3, 9, 2)], 8, seeds_of, draw)
+    both = cache.plans(7, [(3, i, n, e) for i, n, e in zip(range(4), sizes, epochs)], 8, seeds_of, draw)
     assert calls == [2, 2], "only the plans of devices 0 and 2 are drawn the second time"
     assert both[1] is first[0] and both[3] is first[1]
     want = batch_plan(sizes, epochs, 8, [generator(7, "batches", 3, i) for i in range(4)])
@@ -63,9 +63,9 @@ def test_round_plans_of_several_rounds_are_drawn_in_one_call_and_kept_per_round(
         calls.append(len(args[0]))
         return solver_numba.batch_plans(*args)
 
-    kept_first = cache.plans(7, [(3, 2, 25, 4)], 8, seed_of, draw)
-    got = cache.round_plans(7, rounds, 8, seed_of, draw)
-    again = cache.round_plans(7, rounds[1:], 8, seed_of, draw)
+    kept_first = cache.plans(7, [(3, 2, 25, 4)], 8, seeds_of, draw)
+    got = cache.round_plans(7, rounds, 8, seeds_of, draw)
+    again = cache.round_plans(7, rounds[1:], 8, seeds_of, draw)
     assert calls == [1, 5], "the five plans not kept, of both rounds, in one call"
     assert again[0] is got[1] and got[0].plans[2] is kept_first[0]
     for (k, devices, sizes, epochs), plans in zip(rounds, got):
@@ -73,7 +73,7 @@ def test_round_plans_of_several_rounds_are_drawn_in_one_call_and_kept_per_round(
         assert np.array_equal(plans.joined, torch.cat(want).numpy())
         assert plans.offsets.tolist() == np.cumsum([0] + [p.shape[0] for p in want]).tolist()
         assert all(torch.equal(a, b) for a, b in zip(plans.plans, want))
-    nothing_kept = DrawCache(max_bytes=0).round_plans(7, rounds, 8, seed_of, draw)
+    nothing_kept = DrawCache(max_bytes=0).round_plans(7, rounds, 8, seeds_of, draw)
     assert all(np.array_equal(a.joined, b.joined) for a, b in zip(nothing_kept, got))
 
 
@@ -214,3 +214,14 @@ def test_runs_on_one_data_set_object_share_its_pooled_rows(data):
     assert other.train_x is not first.train_x and torch.equal(other.train_x, first.train_x)
     assert torch.equal(other.train_onehot, first.train_onehot) and torch.equal(other.test_y, first.test_y)
     assert all(torch.equal(x, torch.as_tensor(ds.train_x[u])) for x, u in zip(first.xs, ds.train_users))
+
+
+def test_round_plans_of_one_draw_are_slices_of_its_array():
+    rounds = [(3, [0, 1, 2, 3], [30, 17, 25, 9], [4, 5, 4, 2]), (4, [2, 0], [25, 30], [1, 3]), (5, [1], [17], [2])]
+    got = DrawCache().round_plans(7, rounds, 8, seeds_of, solver_numba.batch_plans)
+    for (k, devices, sizes, epochs), plans in zip(rounds, got):
+        want = round_plans(seeded_batch_plan(sizes, epochs, 8, derive_seeds(7, "batches", [[k, i] for i in devices])))
+        assert np.array_equal(plans.joined, want.joined) and plans.joined.dtype == np.int32
+        assert plans.offsets.tolist() == want.offsets.tolist() and plans.steps == want.steps
+        assert all(torch.equal(a, b) for a, b in zip(plans.plans, want.plans))
+    assert got[0].joined.base is got[2].joined.base is not None, "the rounds' joined plans are slices of one array"

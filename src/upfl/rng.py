@@ -20,13 +20,33 @@ if TYPE_CHECKING:
 STREAMS = ("init", "sampling", "stragglers", "batches", "dropout", "noise", "data")
 
 
-def derive_seed(seed: int, stream: str, *keys: int) -> int:
-    """A 63-bit seed from ``(seed, stream, *keys)`` via SHA-256 (stable across platforms)."""
+def check_stream(stream: str) -> None:
+    """Raise ValueError naming ``stream`` unless it is one of :data:`STREAMS`."""
     if stream not in STREAMS:
         raise ValueError(f"unknown random stream {stream!r}; known streams: {', '.join(STREAMS)}")
+
+
+def derive_seed(seed: int, stream: str, *keys: int) -> int:
+    """A 63-bit seed from ``(seed, stream, *keys)`` via SHA-256 (stable across platforms)."""
+    check_stream(stream)
     text = "/".join([str(int(seed)), stream, *(str(int(k)) for k in keys)])
     digest = hashlib.sha256(text.encode("ascii")).digest()
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+def derive_seeds(seed: int, stream: str, keys) -> "np.ndarray":
+    """:func:`derive_seed` ``(seed, stream, *row)`` of every row of ``keys`` (a sequence of equally long integer
+    tuples, at least one key each), as uint64: compiled, in one call (:func:`upfl.compiled_draws.keyed_seeds`), or
+    one by one where numba does not import."""
+    import numpy as np
+
+    check_stream(stream)
+    try:
+        from .compiled_draws import keyed_seeds
+    except ImportError:
+        return np.array([derive_seed(seed, stream, *row) for row in keys], dtype=np.uint64)
+    rows = np.asarray(keys, dtype=np.int64)
+    return keyed_seeds(f"{int(seed)}/{stream}/", rows.reshape(len(rows), -1) if len(rows) else rows.reshape(0, 1))
 
 
 def generator(seed: int, stream: str, *keys: int, device: "str | torch.device" = "cpu") -> "torch.Generator":

@@ -23,7 +23,7 @@ import math
 from typing import Any
 
 from ..names import is_training_iteration
-from ..rng import generator
+from ..rng import derive_seeds, generator
 
 STRAGGLER_DRAWS = ("bernoulli", "exact")
 STRAGGLER_POLICIES = ("partial", "drop")
@@ -36,11 +36,16 @@ def training_rounds_before(algorithm: str, t: int) -> int:
     return sum(1 for s in range(1, t + 1) if is_training_iteration(algorithm, s))
 
 
+def sampled_count(num_devices: int, frac: float) -> int:
+    """max(floor(frac N), 1): the devices a training round samples."""
+    return max(int(math.floor(frac * num_devices + 1e-9)), 1)
+
+
 def sample_clients(seed: int, round_k: int, num_devices: int, frac: float) -> list[int]:
-    """max(floor(frac N), 1) devices uniformly without replacement (training round k)."""
+    """:func:`sampled_count` devices uniformly without replacement (training round k)."""
     import torch
 
-    m = max(int(math.floor(frac * num_devices + 1e-9)), 1)
+    m = sampled_count(num_devices, frac)
     return torch.randperm(num_devices, generator=generator(seed, "sampling", round_k))[:m].tolist()
 
 
@@ -107,14 +112,58 @@ def round_stragglers(cfg, round_k: int, num_devices: int) -> tuple[list[int], li
     return list(chosen), list(flags), list(epochs)
 
 
+DRAW_BLOCK_ROUNDS = 16
+"""Training rounds whose device and straggler draws are made together (:func:`block_draws`)."""
+
+
 @functools.lru_cache(maxsize=8192)
 def _round_draws(seed: int, round_k: int, num_devices: int, frac: float, prob: float, epochs: int,
                  draw: str) -> tuple[tuple[int, ...], tuple[bool, ...], tuple[int, ...]]:
     """The draws of :func:`round_stragglers`, kept per process: they depend on these values only, so the runs
     of a bundle that share a seed (other algorithms, other mu) and the end-of-run summary draw them once."""
-    chosen = sample_clients(seed, round_k, num_devices, frac)
-    flags, per_device = draw_stragglers(seed, round_k, num_devices, prob, epochs, draw=draw, chosen=chosen)
-    return tuple(chosen), tuple(flags), tuple(per_device)
+    first = (round_k - 1) // DRAW_BLOCK_ROUNDS * DRAW_BLOCK_ROUNDS + 1
+    return block_draws(seed, first, num_devices, frac, prob, epochs, draw)[round_k - first]
+
+
+@functools.lru_cache(maxsize=512)
+def block_draws(seed: int, first: int, num_devices: int, frac: float, prob: float, epochs: int,
+                draw: str) -> tuple[tuple[tuple[int, ...], tuple[bool, ...], tuple[int, ...]], ...]:
+    """(chosen, flags, epochs) of training rounds first .. first + :data:`DRAW_BLOCK_ROUNDS` - 1: the numbers of
+    :func:`sample_clients` and :func:`draw_stragglers`, made in one compiled call
+    (:func:`upfl.compiled_draws.round_draws`, seeds by :func:`upfl.rng.derive_seeds`), or round by round with torch
+    where numba does not import."""
+    import numpy as np
+
+    if draw not in STRAGGLER_DRAWS:
+        raise ValueError(f"devices.straggler_draw: must be one of {', '.join(STRAGGLER_DRAWS)}; got {draw!r}")
+    rounds = range(first, first + DRAW_BLOCK_ROUNDS)
+    try:
+        from ..compiled_draws import RANDPERM_SWAP_LIMIT, round_draws
+    except ImportError:
+        round_draws = None
+    if round_draws is None or num_devices >= RANDPERM_SWAP_LIMIT:
+        out = []
+        for k in rounds:
+            chosen = sample_clients(seed, k, num_devices, frac)
+            flags, per_device = draw_stragglers(seed, k, num_devices, prob, epochs, draw=draw, chosen=chosen)
+            out.append((tuple(chosen), tuple(flags), tuple(per_device)))
+        return tuple(out)
+    keys = np.arange(first, first + DRAW_BLOCK_ROUNDS, dtype=np.int64).reshape(-1, 1)
+    chosen = np.empty((len(keys), min(sampled_count(num_devices, frac), num_devices)), dtype=np.int64)
+    uniform = np.empty((len(keys), num_devices), dtype=np.float32)
+    short = np.empty((len(keys), num_devices), dtype=np.int64)
+    round_draws(derive_seeds(seed, "sampling", keys), derive_seeds(seed, "stragglers", keys), max(epochs, 2), chosen,
+                uniform, short)
+    if draw == "bernoulli":
+        flags = uniform < np.float32(prob)  # torch compares a float32 tensor with a float in float32
+    else:
+        flags = np.zeros_like(uniform, dtype=bool)
+        count = exact_straggler_count(chosen.shape[1], prob)
+        for r, devices in enumerate(chosen):
+            flags[r, devices[np.argsort(uniform[r, devices], kind="stable")[:count]]] = True
+    per_device = np.where(flags, short, epochs)
+    return tuple((tuple(c), tuple(f), tuple(e)) for c, f, e in zip(chosen.tolist(), flags.tolist(),
+                                                                    per_device.tolist()))
 
 
 def round_participants(cfg, round_k: int, num_devices: int) -> tuple[list[int], list[int]]:

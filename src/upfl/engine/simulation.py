@@ -30,7 +30,7 @@ from ..models import build_model
 from ..privacy.accounting import per_device, privacy_report
 from ..privacy.mechanisms import (objective_noise_draws, output_perturbation, scale_objective_noise,
                                  standard_normal_rows)
-from ..rng import derive_seed, generator
+from ..rng import derive_seeds, generator
 from .runfolder import check_out
 from ..solvers.torch_backend import DRAW_CACHE, PooledRound, RoundPlans, seeded_batch_plan, select_local_solver
 
@@ -218,7 +218,7 @@ class Simulation:
                 break
             rounds.append((k, chosen, sizes, chosen_epochs))
         drawn = [r for r in rounds if r[1]]
-        plans = DRAW_CACHE.round_plans(c.seed, drawn, width, lambda k, i: derive_seed(c.seed, "batches", k, i),
+        plans = DRAW_CACHE.round_plans(c.seed, drawn, width, lambda keys: derive_seeds(c.seed, "batches", keys),
                                        self.batch_plan)
         block: dict[int, ClientRound | None] = {k: None for k, *_ in rounds}
         block.update({k: self.round_inputs(k, chosen, p) for (k, chosen, _, _), p in zip(drawn, plans)})

@@ -32,11 +32,14 @@ class BoundedCache:
             self.entries.move_to_end(key)
             return entry[0]
         value = make()
-        size = nbytes(value)
+        self.put(key, value, nbytes(value))
+        return value
+
+    def put(self, key: tuple, value: object, size: int) -> None:
+        """Keep ``value`` (of ``size`` bytes, :func:`nbytes`) for ``key``, a key not kept, within the bounds."""
         if size <= self.max_bytes:
             self.entries[key] = (value, size)
             self.bytes += size
             while self.bytes > self.max_bytes or (self.max_entries is not None and len(self.entries) > self.max_entries):
                 _, (_, old) = self.entries.popitem(last=False)
                 self.bytes -= old
-        return value

@@ -68,6 +68,7 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
+from ..compiled_draws import RANDPERM_SWAP_LIMIT, shuffle_plans, warm_up as warm_up_draws
 from ..models import BIAS_FEATURE_SCALE, BinaryLogisticRegression
 from .caches import BoundedCache
 
@@ -780,98 +781,32 @@ def personal_devices_serial(local, theta, wg, x, y, x_rows, plan, plan_offsets, 
                               personal_steps, binary, softmax_first)
 
 
-MT19937_WORDS = 624
-RANDPERM_SWAP_LIMIT = (2**32 - 1) // 20
-"""torch.randperm on the CPU shuffles n < this by Fisher-Yates with ``random() % (n - i)`` (a larger n draws 64-bit
-numbers); :func:`batch_plans` refuses devices this large."""
+class PlanViews(list):
+    """Batch plans drawn in one call: views of one int32 (sum of steps, B) array, one after the other."""
+
+    rows: np.ndarray
+    """The array; plan q is ``rows[starts[q]:starts[q + 1]]``."""
+    starts: np.ndarray
+    """int64, one more than there are plans."""
+    steps: list[int]
+    """Plan q's rows, ``starts[q + 1] - starts[q]``."""
 
 
-@numba.njit(nogil=True, cache=True)
-def mt19937_seed(state, seed):
-    """The Mersenne Twister state (uint32) that torch's CPU generator holds after ``manual_seed(seed)`` (its low
-    32 bits)."""
-    state[0] = np.uint32(seed & 0xFFFFFFFF)
-    for j in range(1, MT19937_WORDS):
-        prev = state[j - 1]
-        state[j] = np.uint32(1812433253) * (prev ^ (prev >> np.uint32(30))) + np.uint32(j)
-
-
-@numba.njit(nogil=True, cache=True)
-def mt19937_twist(state):
-    """The next 624 words of the Mersenne Twister state, in place (the reference generator's order)."""
-    upper, lower, matrix, one = np.uint32(0x80000000), np.uint32(0x7FFFFFFF), np.uint32(0x9908B0DF), np.uint32(1)
-    shift = 397
-    for k in range(MT19937_WORDS - shift):
-        y = (state[k] & upper) | (state[k + 1] & lower)
-        state[k] = state[k + shift] ^ (y >> one) ^ (matrix * (y & one))
-    for k in range(MT19937_WORDS - shift, MT19937_WORDS - 1):
-        y = (state[k] & upper) | (state[k + 1] & lower)
-        state[k] = state[k + shift - MT19937_WORDS] ^ (y >> one) ^ (matrix * (y & one))
-    y = (state[MT19937_WORDS - 1] & upper) | (state[0] & lower)
-    state[MT19937_WORDS - 1] = state[shift - 1] ^ (y >> one) ^ (matrix * (y & one))
-
-
-@numba.njit(nogil=True, cache=True)
-def mt19937_outputs(state, out):
-    """The 32-bit outputs of the 624 state words (tempering), into ``out``."""
-    for i in range(MT19937_WORDS):
-        y = state[i]
-        y ^= y >> np.uint32(11)
-        y ^= (y << np.uint32(7)) & np.uint32(0x9D2C5680)
-        y ^= (y << np.uint32(15)) & np.uint32(0xEFC60000)
-        y ^= y >> np.uint32(18)
-        out[i] = y
-
-
-@numba.njit(nogil=True, cache=True)
-def shuffle_plans(seeds, sizes, epochs, plan, offsets):
-    """Fill ``plan[offsets[i]:offsets[i + 1]]`` with device i's batch plan, as :func:`upfl.solvers.torch_backend.batch_plan` with a
-    generator seeded ``seeds[i]``: per epoch torch.randperm's shuffle (z = random() % (n - i), swap positions i and
-    i + z, for i = 0..n-2), the epoch's ceil(n / B) rows padded with -1. The generator's outputs are made 624 at
-    a time (one twist, then their tempering), as the reference generator makes them."""
-    width = plan.shape[1]
-    state = np.empty(MT19937_WORDS, dtype=np.uint32)
-    outputs = np.empty(MT19937_WORDS, dtype=np.uint32)
-    flat = plan.ravel()
-    for d in range(seeds.shape[0]):
-        n = sizes[d]
-        span = (n + width - 1) // width * width
-        mt19937_seed(state, seeds[d])
-        used = MT19937_WORDS
-        start = offsets[d] * width
-        for _ in range(epochs[d]):
-            for j in range(n):
-                flat[start + j] = j
-            for j in range(n, span):
-                flat[start + j] = -1
-            j = 0
-            while j < n - 1:
-                if used == MT19937_WORDS:
-                    mt19937_twist(state)
-                    mt19937_outputs(state, outputs)
-                    used = 0
-                stop = min(n - 1, j + MT19937_WORDS - used)
-                for i in range(j, stop):
-                    a = start + i
-                    b = a + np.int64(outputs[used] % np.uint32(n - i))
-                    used += 1
-                    flat[a], flat[b] = flat[b], flat[a]
-                j = stop
-            start += span
-
-
-def batch_plans(sizes: list[int], epochs: list[int], batch_size: int, seeds: list[int]) -> list[torch.Tensor]:
+def batch_plans(sizes: list[int], epochs: list[int], batch_size: int, seeds: list[int]) -> PlanViews:
     """:func:`upfl.solvers.torch_backend.seeded_batch_plan` in one compiled call, the same plans bit for bit (device i's
-    generator seeded ``seeds[i]``). Views of one int32 array (a kept plan keeps its round's array)."""
+    generator seeded ``seeds[i]``): torch views of one int32 array (a kept plan keeps its round's array), which
+    :class:`PlanViews` also hands over as it is."""
     if max(sizes, default=0) >= RANDPERM_SWAP_LIMIT:
         raise ValueError(f"a device of {max(sizes)} samples: the compiled batch plans reproduce torch.randperm below "
                          f"{RANDPERM_SWAP_LIMIT} samples only; use solver.backend: torch")
     steps = [-(-n // batch_size) * e for n, e in zip(sizes, epochs)]
     offsets = offsets_of(steps)
     plan = np.empty((int(offsets[-1]), batch_size), dtype=np.int32)
-    shuffle_plans(np.array(seeds, dtype=np.uint64), np.array(sizes, dtype=np.int64), np.array(epochs, dtype=np.int64),
+    shuffle_plans(np.asarray(seeds, dtype=np.uint64), np.array(sizes, dtype=np.int64), np.array(epochs, dtype=np.int64),
                   plan, offsets)
-    return list(torch.from_numpy(plan).split(steps))
+    views = PlanViews(torch.from_numpy(plan).split(steps))
+    views.rows, views.starts, views.steps = plan, offsets, steps
+    return views
 
 
 def balance(costs: list[int], workers: int) -> tuple[np.ndarray, np.ndarray]:
@@ -1407,6 +1342,6 @@ def warm_up(threads: int = 0) -> None:
                [torch.zeros(1, 1, dtype=torch.int32)] * k)
     local_solve(*problem, 1.0, 0.1, 0.5, threads=threads)
     personal_solve(*problem, 0.1, 1.0, 0.1, 1, threads=threads)
-    batch_plans([2], [1], 1, [0])
+    warm_up_draws()
     for binary in (False, True):
         evaluate_rows(np.zeros((1, 2), DTYPE), np.zeros((1, 1), DTYPE), np.zeros(1, np.int64), binary, 1.0, False)

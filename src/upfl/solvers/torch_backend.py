@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -39,7 +39,7 @@ def batch_plan(sizes: list[int], epochs: list[int], batch_size: int, generators:
 
 def seeded_batch_plan(sizes: list[int], epochs: list[int], batch_size: int, seeds: list[int]) -> list[torch.Tensor]:
     """:func:`batch_plan` with device i's generator seeded ``seeds[i]`` (a seed of :func:`upfl.rng.derive_seed`)."""
-    return batch_plan(sizes, epochs, batch_size, [seeded_generator(s) for s in seeds])
+    return batch_plan(sizes, epochs, batch_size, [seeded_generator(int(s)) for s in seeds])
 
 
 def joined_plan(plans: list[torch.Tensor]) -> torch.Tensor:
@@ -85,10 +85,15 @@ class PooledRound(NamedTuple):
     """The devices' batch plans."""
 
 
-def round_plans(plans: list[torch.Tensor]) -> RoundPlans:
-    """:class:`RoundPlans` of ``plans``."""
-    steps = [int(p.shape[0]) for p in plans]
-    return RoundPlans(plans, joined_plan(plans).numpy(), np.cumsum([0] + steps, dtype=np.int64), steps)
+def round_plans(plans: list[torch.Tensor], drawn=None, first: int = 0) -> RoundPlans:
+    """:class:`RoundPlans` of ``plans``: ``drawn[first:first + len(plans)]`` where they came from one draw call that
+    made :class:`upfl.solvers.numba_backend.PlanViews` ``drawn`` (their joined rows are a slice of its array)."""
+    if drawn is None:
+        steps = [int(p.shape[0]) for p in plans]
+        return RoundPlans(plans, joined_plan(plans).numpy(), np.cumsum([0] + steps, dtype=np.int64), steps)
+    end = first + len(plans)
+    starts = drawn.starts[first:end + 1]
+    return RoundPlans(plans, drawn.rows[starts[0]:starts[-1]], starts - starts[0], drawn.steps[first:end])
 
 
 class DrawCache(BoundedCache):
@@ -105,25 +110,30 @@ class DrawCache(BoundedCache):
         super().__init__(max_bytes)
 
     def plans(self, seed: int, wanted: list[tuple[int, int, int, int]], batch_size: int,
-              seed_of: Callable[[int, int], int], draw: Callable = seeded_batch_plan) -> list[torch.Tensor]:
+              seeds_of: Callable[[list[tuple[int, int]]], Sequence[int]], draw: Callable = seeded_batch_plan
+              ) -> list[torch.Tensor]:
         """:func:`batch_plan` of each (training round k, device, its sample count, its epochs) of ``wanted``, kept or
-        drawn from the seed ``seed_of(k, device)`` (called only for the plans not kept); the plans not kept are drawn
-        together, in one call of ``draw`` (:func:`seeded_batch_plan`, or the compiled solver's ``batch_plan``: the
-        same numbers)."""
+        drawn from the seeds ``seeds_of([(k, device), ...])`` (called once, for the plans not kept); the plans not
+        kept are drawn together, in one call of ``draw`` (:func:`seeded_batch_plan`, or the compiled solver's
+        ``batch_plan``: the same numbers)."""
         keys = [("plan", seed, k, i, n, e, batch_size) for k, i, n, e in wanted]
         kept = [self.entries.get(key) for key in keys]
         missing = [j for j, entry in enumerate(kept) if entry is None]
-        if not missing:
-            for key in keys:
+        for key, entry in zip(keys, kept):
+            if entry is not None:
                 self.entries.move_to_end(key)
+        if not missing:
             return [entry[0] for entry in kept]
-        drawn = dict(zip(missing, draw([wanted[j][2] for j in missing], [wanted[j][3] for j in missing], batch_size,
-                                       [seed_of(wanted[j][0], wanted[j][1]) for j in missing])))
-        values = [drawn[j] if entry is None else entry[0] for j, entry in enumerate(kept)]
-        return [self.get(key, lambda value=value: value) for key, value in zip(keys, values)]
+        seeds = seeds_of([wanted[j][:2] for j in missing])
+        drawn = draw([wanted[j][2] for j in missing], [wanted[j][3] for j in missing], batch_size, seeds)
+        for j, value in zip(missing, drawn):
+            self.put(keys[j], value, value.nbytes)
+            kept[j] = (value,)
+        return drawn if len(missing) == len(wanted) else [entry[0] for entry in kept]
 
     def round_plans(self, seed: int, rounds: list[tuple[int, list[int], list[int], list[int]]], batch_size: int,
-                    seed_of: Callable[[int, int], int], draw: Callable = seeded_batch_plan) -> list[RoundPlans]:
+                    seeds_of: Callable[[list[tuple[int, int]]], Sequence[int]], draw: Callable = seeded_batch_plan
+                    ) -> list[RoundPlans]:
         """:class:`RoundPlans` of each (training round k, its devices, their sample counts, their epochs) of
         ``rounds``, each kept as one entry (a later run of the seed with the same devices finds a round's in one
         look-up; its bytes count twice against the bound); the plans of the rounds not kept are found or drawn by
@@ -132,11 +142,16 @@ class DrawCache(BoundedCache):
         found = [self.entries.get(key) for key in keys]
         todo = [j for j, entry in enumerate(found) if entry is None]
         wanted = [(rounds[j][0], i, n, e) for j in todo for i, n, e in zip(*rounds[j][1:])]
-        plans = iter(self.plans(seed, wanted, batch_size, seed_of, draw) if wanted else ())
-        made = {j: round_plans([next(plans) for _ in rounds[j][1]]) for j in todo}
+        plans = self.plans(seed, wanted, batch_size, seeds_of, draw) if wanted else []
+        drawn = plans if hasattr(plans, "starts") else None
+        made, at = {}, 0
+        for j in todo:
+            count = len(rounds[j][1])
+            made[j] = round_plans(plans[at:at + count], drawn, at)
+            at += count
         for j, key in enumerate(keys):
-            if j in made:
-                self.get(key, lambda value=made[j]: value)
+            if j in made:  # the plans, the joined rows (their bytes again) and the offsets
+                self.put(key, made[j], 2 * made[j].joined.nbytes + made[j].offsets.nbytes)
             elif key in self.entries:
                 self.entries.move_to_end(key)
         return [made[j] if entry is None else entry[0] for j, entry in enumerate(found)]
