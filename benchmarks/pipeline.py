@@ -51,6 +51,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from upfl.data.mirror import serve_folder  # noqa: E402
 from upfl.pipeline.plan import build_plan  # noqa: E402
+from upfl.files import git_commit, write_texts  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "pipeline.json"
 REAL_SOURCES = ["femnist", "sent140", "leaf"]
@@ -192,6 +193,7 @@ def measure(part: str, layout: str, cores: int, keep: bool, max_seconds: float |
     wd = workflow_copy(tmp / "wf", config)
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
     load_before = os.getloadavg()
+    started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     numba_cache = numba_cache_state()
     print(f"{part}/{layout}: {len(plan.runs)} runs of {len(plan.experiments)} experiments; snakemake --cores {cores} "
           f"in {wd} (load average {load_before[0]:.2f})", flush=True)
@@ -241,6 +243,7 @@ def measure(part: str, layout: str, cores: int, keep: bool, max_seconds: float |
         # a stopped layout: the wall time at the rate it trained runs (an estimate, not a measurement)
         "projected_wall_s": None if completed or not summaries else round(wall * len(plan.runs) / len(summaries), 1),
         "snakemake_cpu_s": round(own_cpu, 1), "snakemake_args": snakemake_args,
+        "commit": git_commit(ROOT), "measured_at": started_at,
         "numba_cache_before": numba_cache, "cores": cores, "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in load_after],
         "timeline": timeline_figures(job_timeline(log), cores),
@@ -272,8 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     if mirror_dir is not None and not mirror_dir.is_dir():
         raise SystemExit(f"--paper-mirror {mirror_dir}: no such folder")
     out = Path(args.out)
-    report = json.loads(out.read_text()) if out.exists() else {}
-    report.setdefault("parts", {})
+    previous = json.loads(out.read_text()) if out.exists() else {}
+    report = {"parts": previous.get("parts", {})}  # other parts' figures stay; each layout names its commit
     for part in args.parts.split(","):
         figures = report["parts"].setdefault(part, {})
         for layout in args.layouts.split(","):
@@ -290,8 +293,7 @@ def main(argv: list[str] | None = None) -> int:
                 figures["goal_met"] = figures["bundled"]["completed"] and figures["bundled"]["wall_s"] <= GOALS_S[part]
             report["machine"] = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
             report["command"] = "python benchmarks/pipeline.py " + " ".join(argv if argv is not None else sys.argv[1:])
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps(report, indent=2) + "\n")  # after every layout: a stopped run keeps the rest
+            write_texts({out: json.dumps(report, indent=2) + "\n"})  # after every layout: a stopped run keeps the rest
             print(f"wrote {out}")
     return 0
 
