@@ -72,3 +72,32 @@ def test_objective_noise_radius_is_gamma_and_direction_isotropic():
 def test_bad_parameters_are_named(call, name):
     with pytest.raises(ValueError, match=name):
         call()
+
+
+def test_cpu_numpy_path_gives_torch_bits():
+    """On the CPU the mechanisms compute in numpy; a tensor in autograd takes the torch formulas. Same bits, for
+    float32 and float64, scalar and per-row sigma, clipped, unclipped and zero rows."""
+    g = torch.Generator().manual_seed(0)
+    for trial in range(200):
+        dtype = (torch.float32, torch.float64)[trial % 2]
+        k, P = int(torch.randint(1, 30, (1,), generator=g)), int(torch.randint(1, 2000, (1,), generator=g))
+        W = torch.randn(k, P, generator=g, dtype=dtype) * float(torch.rand(1, generator=g) * 5)
+        W[0] = 0.0
+        tau = float(torch.rand(1, generator=g) * 50 + 0.01)
+        sigma = (torch.rand(k, generator=g, dtype=torch.float64) + 0.1) if trial % 3 else 0.7
+        noise = torch.randn(k, P, generator=g, dtype=dtype)
+        fast = output_perturbation(W, tau, sigma, noise=noise)
+        reference = output_perturbation(W.clone().requires_grad_(), tau, sigma, noise=noise).detach()
+        assert fast.dtype == reference.dtype == dtype
+        assert torch.equal(fast, reference)
+        assert torch.equal(clip_to_norm(W, tau), clip_to_norm(W.clone().requires_grad_(), tau).detach())
+
+
+def test_cpu_numpy_path_checks_its_inputs():
+    W = torch.ones(2, 3)
+    with pytest.raises(ValueError, match="sigma must be > 0"):
+        gaussian_output_noise(W, torch.tensor([1.0, float("nan")]), noise=torch.zeros(2, 3))
+    with pytest.raises(ValueError, match="tau must be > 0"):
+        clip_to_norm(W, 0.0)
+    with pytest.raises(ValueError, match="noise: shape"):
+        gaussian_output_noise(W, 1.0, noise=torch.zeros(3, 2))

@@ -261,8 +261,7 @@ class Simulation:
         noise = DRAW_CACHE.get(("output_noise", c.seed, round_k, tuple(chosen), tuple(W.shape[1:]), W.dtype),
                                lambda: standard_normal_rows(W.shape[1:], [generator(c.seed, "noise", round_k, i)
                                                                           for i in chosen], W.dtype))
-        sigmas = torch.from_numpy(self.noise_scales[chosen])
-        return output_perturbation(W, c.privacy.tau, sigmas, noise=noise).to(local.device)
+        return output_perturbation(W, c.privacy.tau, self.noise_scales[chosen], noise=noise).to(local.device)
 
 
 def add_terms(a: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor | None:

@@ -16,31 +16,55 @@ if TYPE_CHECKING:
 def _positive(name: str, value) -> torch.Tensor:
     """``value`` (a number, sequence or tensor) as a float32 tensor, every entry finite and > 0 (a CPU tensor is
     checked in numpy, one call per round instead of several torch reductions)."""
-    import numpy as np
     import torch
 
-    t = torch.as_tensor(value, dtype=torch.float32)
-    if isinstance(value, (int, float)):  # one device's parameter: checked as a Python float, no tensor reductions
-        ok = 0 < t.item() < math.inf  # False for NaN
-    elif t.device.type == "cpu":
-        entries = t.numpy()
-        ok = bool(np.all((entries > 0) & (entries < np.inf)))  # False for NaN
-    else:
-        ok = bool(torch.isfinite(t).all()) and not bool((t <= 0).any())
-    if not ok:
+    if isinstance(value, torch.Tensor) and value.device.type != "cpu":
+        t = value.to(torch.float32)
+        if not (bool(torch.isfinite(t).all()) and not bool((t <= 0).any())):
+            raise ValueError(f"{name} must be > 0, got {value!r}")
+        return t
+    return torch.from_numpy(_positive_array(name, value))
+
+
+def _positive_array(name: str, value) -> "np.ndarray":
+    """:func:`_positive` on the CPU, as a float32 numpy array (a number as a 0-d array)."""
+    import numpy as np
+
+    if isinstance(value, (int, float)):  # one number: checked as a Python float, no array reductions
+        if not 0 < value < math.inf:  # False for NaN
+            raise ValueError(f"{name} must be > 0, got {value!r}")
+        return np.asarray(value, dtype=np.float32)
+    a = np.asarray(value.detach().cpu().numpy() if hasattr(value, "detach") else value, dtype=np.float32)
+    if not np.all((a > 0) & (a < np.inf)):  # False for NaN
         raise ValueError(f"{name} must be > 0, got {value!r}")
-    return t
+    return a
+
+
+def _numpy_view_ok(t: torch.Tensor) -> bool:
+    """Whether the mechanisms may compute on ``t`` in numpy: a float32 or float64 CPU tensor outside autograd."""
+    import torch
+
+    return t.device.type == "cpu" and t.dtype in (torch.float32, torch.float64) and not t.requires_grad
 
 
 def clip_to_norm(W: torch.Tensor, tau: float) -> torch.Tensor:
     """Scale each row of W to L2 norm <= tau (all parameters together); rows inside are unchanged.
 
-    Clipped rows are scaled to tau (1 - 1e-6), so float rounding never leaves a norm above tau.
+    Clipped rows are scaled to tau (1 - 1e-6), so float rounding never leaves a norm above tau. A CPU matrix is
+    scaled in numpy with torch's roundings (``c / norms`` as torch computes it, ``c * (1 / norms)``): the same bits
+    in a few microseconds instead of five torch calls.
     """
+    import numpy as np
     import torch
 
-    _positive("tau", tau)
-    norms = W.norm(dim=1, keepdim=True)
+    _positive_array("tau", tau)
+    norms = torch.linalg.vector_norm(W, dim=1, keepdim=True)
+    if _numpy_view_ok(W):
+        n = norms.numpy()
+        one = n.dtype.type(1)
+        with np.errstate(divide="ignore"):  # a zero row: its 1 / 0 is not selected
+            scale = np.where(n > tau, one / n * n.dtype.type(tau * (1 - 1e-6)), one)
+        return torch.from_numpy(W.numpy() * scale)
     return W * torch.where(norms > tau, (tau * (1 - 1e-6)) / norms, 1.0)
 
 
@@ -62,6 +86,12 @@ def gaussian_output_noise(W: torch.Tensor, sigma, generator: torch.Generator | S
     """
     import torch
 
+    if noise is not None and _numpy_view_ok(W) and _numpy_view_ok(noise):
+        if noise.shape != W.shape:
+            raise ValueError(f"noise: shape {tuple(noise.shape)} given for a {tuple(W.shape)} release")
+        s = _positive_array("sigma", sigma)
+        s = s.reshape(-1, 1) if s.ndim else s
+        return torch.from_numpy(W.numpy() + s.astype(W.numpy().dtype, copy=False) * noise.numpy())
     s = _positive("sigma", sigma).to(W.device)
     s = s.view(-1, 1) if s.dim() else s
     if noise is None:
