@@ -162,16 +162,21 @@ def mt19937_twist(state):
     state[MT19937_WORDS - 1] = state[shift - 1] ^ (y >> one) ^ (matrix * (y & one))
 
 
+@numba.njit(nogil=True, cache=True, inline="always")
+def mt19937_temper(y):
+    """MT19937's tempering of one state word into a 32-bit output."""
+    y ^= y >> np.uint32(11)
+    y ^= (y << np.uint32(7)) & np.uint32(0x9D2C5680)
+    y ^= (y << np.uint32(15)) & np.uint32(0xEFC60000)
+    y ^= y >> np.uint32(18)
+    return y
+
+
 @numba.njit(nogil=True, cache=True)
 def mt19937_outputs(state, out):
     """The 32-bit outputs of the 624 state words (tempering), into ``out``."""
     for i in range(MT19937_WORDS):
-        y = state[i]
-        y ^= y >> np.uint32(11)
-        y ^= (y << np.uint32(7)) & np.uint32(0x9D2C5680)
-        y ^= (y << np.uint32(15)) & np.uint32(0xEFC60000)
-        y ^= y >> np.uint32(18)
-        out[i] = y
+        out[i] = mt19937_temper(state[i])
 
 
 @numba.njit(nogil=True, cache=True)
@@ -188,12 +193,7 @@ def mt19937_first_outputs(state, seed, into):
     upper, lower, matrix, one = np.uint32(0x80000000), np.uint32(0x7FFFFFFF), np.uint32(0x9908B0DF), np.uint32(1)
     for k in range(count):
         y = (state[k] & upper) | (state[k + 1] & lower)
-        y = state[k + MT19937_SHIFT] ^ (y >> one) ^ (matrix * (y & one))
-        y ^= y >> np.uint32(11)
-        y ^= (y << np.uint32(7)) & np.uint32(0x9D2C5680)
-        y ^= (y << np.uint32(15)) & np.uint32(0xEFC60000)
-        y ^= y >> np.uint32(18)
-        into[k] = y
+        into[k] = mt19937_temper(state[k + MT19937_SHIFT] ^ (y >> one) ^ (matrix * (y & one)))
 
 
 @numba.njit(nogil=True, cache=True)
