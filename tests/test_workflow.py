@@ -1,5 +1,6 @@
 """The Snakemake workflow: lint, schema errors, the full grid's job count, a tiny end-to-end run, resume after SIGINT."""
 
+import json
 import os
 import re
 import shutil
@@ -179,6 +180,9 @@ def test_report_jobs_come_before_any_waiting_bundle(tmp_path):
     assert bundle and set(reports) <= set(priorities)
     for rule in reports:
         assert priorities[rule] and min(priorities[rule]) > max(bundle), rule
+    # The kernels' warm-up runs with the data jobs, and the CPU bundles wait for it.
+    assert min(priorities["warm_up_kernels"]) > max(bundle)
+    assert re.search(r"rule train_bundle_\S+:\n    input: [^\n]*results/kernels/numba\.json", proc.stdout)
 
 
 def test_single_target_builds_only_what_it_needs(tmp_path):
@@ -276,6 +280,13 @@ def test_tiny_preset_end_to_end_then_nothing_to_do(tmp_path):
     assert (wd / "results" / "figures" / "fig_tiny.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = (wd / "results" / "tables" / "table1.md").read_text()
     assert "Synthetic" in table or "synthetic" in table
+    again = snakemake(wd, "--cores", "2", "-n")
+    assert "Nothing to be done" in again.stdout + again.stderr
+    # The kernels' warm-up ran once before the bundles. Its record is their `ancient` input: only its existence
+    # orders them, so a new warm-up (here: its record gone) never makes a finished bundle out of date.
+    record = wd / "results" / "kernels" / "numba.json"
+    assert json.loads(record.read_text())["numba"]
+    record.unlink()
     again = snakemake(wd, "--cores", "2", "-n")
     assert "Nothing to be done" in again.stdout + again.stderr
     # `--report` reports what exists: a figure that was never built (a single target, another preset) is left out.

@@ -32,6 +32,8 @@ DATA_PRIORITY = len(BUNDLE_PRIORITY) + 1
 # the reports of experiments finished early overlap the remaining training instead of queuing at the end, and a
 # ready job waiting behind the bundles has its inputs stat'ed again at every scheduling step (Snakemake's cost).
 REPORT_PRIORITY = DATA_PRIORITY
+# The record of the numba kernels' warm-up (rule warm_up_kernels), which the CPU training jobs wait for.
+KERNELS_RECORD = "results/kernels/numba.json"
 SINGLE_RUNS = [r for r in RUNS if r not in BUNDLE_OF]
 
 
@@ -154,6 +156,15 @@ def run_flags(wildcards):
 
 def run_job(key):
     return lambda wildcards: RUNS[wildcards.run].job[key]
+
+
+def kernels_input(job):
+    """The kernels' warm-up record for a CPU job (none for a GPU job), ``ancient``: only its existence orders the job."""
+    return [] if job["gpus"] else [ancient(KERNELS_RECORD)]
+
+
+def run_kernels(wildcards):
+    return kernels_input(RUNS[wildcards.run].job)
 
 
 def experiment_summaries(wildcards):

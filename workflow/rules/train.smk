@@ -11,7 +11,8 @@
 
 rule train:
     input:
-        run_data,
+        data=run_data,
+        kernels=run_kernels,
     output:
         metrics="results/runs/{run}/metrics.csv",
         summary="results/runs/{run}/summary.json",
@@ -28,8 +29,27 @@ rule train:
         runtime=run_job("runtime"),
         mem_mb=run_job("mem_mb"),
     shell:
-        "upfl run --data {input:q} --out {params.out:q} --threads {threads} {params.flags} > {log:q} 2>&1 "
+        "upfl run --data {input.data:q} --out {params.out:q} --threads {threads} {params.flags} > {log:q} 2>&1 "
         "|| [ $? -eq 3 ]"
+
+
+# numba's kernels are compiled once, before the CPU training jobs: on a fresh clone the compile takes about 20
+# CPU-seconds, which jobs started together would each pay; it runs beside the data jobs. The training jobs take its
+# record as `ancient` input (common.smk's kernels_input), so only its existence orders them: a new warm-up never
+# makes a finished job out of date. A run that finds the kernels missing from numba's cache (a changed source,
+# another CPU) compiles them itself.
+rule warm_up_kernels:
+    output:
+        KERNELS_RECORD,
+    log:
+        "results/logs/kernels/warm_up.log",
+    threads: 1
+    priority: DATA_PRIORITY
+    resources:
+        runtime=15,
+        mem_mb=2000,
+    shell:
+        "upfl kernels warm-up --threads 1 --out {output:q} > {log:q} 2>&1"
 
 
 for _bundle in BUNDLES.values():
@@ -40,6 +60,7 @@ for _bundle in BUNDLES.values():
         input:
             spec=BUNDLE_SPECS[_bundle.name],
             data=sorted({dataset_dir(RUNS[r].dataset) for r in _bundle.run_ids}),
+            kernels=kernels_input(_bundle.job),
         output:
             [f"{run_dir(r)}/{f}" for r in _bundle.run_ids for f in ("metrics.csv", "summary.json")],
             benchmark=f"results/benchmarks/bundles/{_bundle.name}.tsv",
