@@ -117,10 +117,12 @@ def test_slurm_profile_runs_bundled_training_jobs_on_slurm_with_a_gpu(cluster, t
         assert all(f"trained {rid} " in text for rid in b.run_ids), text
     assert f"2 runs, 2 at a time" in bundle_logs[gpu_bundle.name]
 
-    # One sbatch per bundle (none ran locally), on the profile's partition; only the GPU bundle asked for the GPU.
+    # One sbatch per bundle and one for the kernels' warm-up, which compiles for the nodes' CPU before the CPU
+    # bundle (none ran locally), all on the profile's partition; only the GPU bundle asked for the GPU.
     calls = [line.strip() for line in log.splitlines() if "sbatch call:" in line]
     submitted = dict(re.findall(r"Job (\d+) has been submitted with SLURM jobid (\d+)", log))
-    assert len(calls) == len(bundles) and len(submitted) == len(bundles), log[-6000:]
+    assert len(calls) == len(bundles) + 1 and len(submitted) == len(bundles) + 1, log[-6000:]
+    assert sum("--comment rule_warm_up_kernels " in c for c in calls) == 1, calls
     assert all(re.search(r" -p '?gpu'? ", c) for c in calls), calls
     gpu_calls = [c for c in calls if "--gpus=1" in c]
     assert len(gpu_calls) == 1, calls
