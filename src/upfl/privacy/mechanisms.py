@@ -86,9 +86,9 @@ def gaussian_output_noise(W: torch.Tensor, sigma, generator: torch.Generator | S
     """
     import torch
 
+    if noise is not None and noise.shape != W.shape:
+        raise ValueError(f"noise: shape {tuple(noise.shape)} given for a {tuple(W.shape)} release")
     if noise is not None and _numpy_view_ok(W) and _numpy_view_ok(noise):
-        if noise.shape != W.shape:
-            raise ValueError(f"noise: shape {tuple(noise.shape)} given for a {tuple(W.shape)} release")
         s = _positive_array("sigma", sigma)
         s = s.reshape(-1, 1) if s.ndim else s
         return torch.from_numpy(W.numpy() + s.astype(W.numpy().dtype, copy=False) * noise.numpy())
@@ -101,8 +101,6 @@ def gaussian_output_noise(W: torch.Tensor, sigma, generator: torch.Generator | S
             if len(generator) != W.shape[0]:
                 raise ValueError(f"generator: one per row needed, got {len(generator)} for {W.shape[0]} rows")
             noise = standard_normal_rows(W.shape[1:], generator, W.dtype, W.device)
-    elif noise.shape != W.shape:
-        raise ValueError(f"noise: shape {tuple(noise.shape)} given for a {tuple(W.shape)} release")
     return W + s * noise
 
 
