@@ -22,7 +22,7 @@ def test_run_paths_are_readable_and_shared_runs_are_one():
     rid = "synthetic_1_1/logreg/upcycled/mu1_lam0.43/s0.9_f0.3/T160/seed0"
     assert rid in plan.runs
     assert set(plan.runs[rid].experiments) == {"table1", "fig5", "straggler_sensitivity", "ablation_momentum",
-                                                "upcycling_bases", "protocol_gap"}
+                                                "upcycling_bases", "protocol_gap", "sensitivity"}
     exact = rid.replace("s0.9_f0.3", "s0.9_f0.3_exact_drop")
     assert plan.runs[exact].experiments == ["straggler_sensitivity"]
     assert plan.runs[exact].doc["devices"]["straggler_draw"] == "exact"
