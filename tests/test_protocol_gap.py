@@ -9,6 +9,7 @@ import pytest
 from upfl import config as cfgmod
 from upfl.report.claims import write_claims
 from upfl.report.collect import collect_runs, curve_columns
+from upfl.report.paper_numbers import paper_values
 from upfl.report.protocol_gap import headline_section, protocol_gap_frame, write_protocol_gap
 from upfl.report.tables import table1_frame
 
@@ -75,22 +76,43 @@ def test_gap_rows_pair_on_seed_under_each_reporting_choice_with_the_reference_be
     assert ours.loc[("upfl, the paper's model", "final", "train"), "paper_gain"] == pytest.approx(82.88 - 75.69)
     assert math.isnan(ours.loc[("upfl, the paper's model", "max", "train"), "paper_gain"])
     ref = frame[frame["implementation"].str.startswith("the authors' code")]
-    assert set(ref["dataset"]) == {"synthetic_1_1"} and len(ref) == 3
-    assert ref.iloc[0][["fedprox", "gain", "gain_ci_low", "gain_ci_high"]].tolist() == [79.94, 1.61, 0.91, 2.30]
+    measured = paper_values("authors_code")
+    measured = measured[measured["dataset"] == "synthetic_1_1"]
+    assert set(ref["dataset"]) == {"synthetic_1_1"} and len(ref) == len(measured) == 4 * 3 * 2
+    for implementation in ref["implementation"].unique():
+        rows = ref[ref["implementation"] == implementation]
+        assert sorted(zip(rows["reporting"], rows["split"])) == sorted(
+            (c, s) for c in ("final", "max", "last10") for s in ("train", "test"))
+    released = ref[(ref["implementation"] == "the authors' code (measured)") & (ref["reporting"] == "final")
+                   & (ref["split"] == "train")].iloc[0]
+    row = measured[(measured["variant"] == "as released") & (measured["reporting"] == "final")
+                   & (measured["split"] == "train")].iloc[0]
+    assert [released[k] for k in ("fedprox", "gain", "gain_ci_low", "gain_ci_high", "seeds")] == \
+        [row[k] for k in ("fedprox", "gain", "gain_ci_low", "gain_ci_high", "seeds")]
+    tuned = ref[ref["implementation"].str.contains("tuning comment, E 10")]
+    assert tuned["implementation"].iloc[0].endswith("(lr 0.005, step 0.9, E 10)") and (tuned["seeds"] == 3).all()
 
 
 def test_a_generator_draw_gets_neither_the_papers_figure_nor_the_authors_code(tmp_path):
     frame = protocol_gap_frame(make_gap_runs(tmp_path, source="synthetic"))
     assert set(frame["implementation"]) == {"upfl, the paper's model", "upfl, the authors' protocol"}
     assert frame["paper_gain"].isna().all() and len(frame) == 2 * 3 * 2
-    assert "not on the paper's released data" in "\n".join(headline_section(make_gap_runs(tmp_path / "b", "synthetic")))
+    section = "\n".join(headline_section(make_gap_runs(tmp_path / "b", "synthetic")))
+    assert "not on the paper's released data" in section and "of the authors' code measured" not in section
+    write_protocol_gap(make_gap_runs(tmp_path / "c", source="synthetic"), str(tmp_path / "gap"), "test")
+    md = (tmp_path / "gap.md").read_text()
+    assert "on draws of upfl's synthetic generator (not the paper's data)" in md
+    assert "the authors' code, measured on the same data" not in md and "paper_values/authors_code.md" not in md
 
 
 def test_written_table_and_claims_section_state_the_measured_numbers(gap_runs, tmp_path):
     write_protocol_gap(gap_runs, str(tmp_path / "gap"), "test")
     md = (tmp_path / "gap.md").read_text()
     assert "| Synthetic(1,1) | upfl, the authors' protocol | final | train | 3 |" in md
-    assert pd.read_csv(tmp_path / "gap.csv", comment="#")["implementation"].nunique() == 4
+    assert pd.read_csv(tmp_path / "gap.csv", comment="#")["implementation"].nunique() == 2 + 4
+    # the target's own page carries the claims page's section, then the table; its caption names these runs' iterations
+    assert md.index("## Why the headline differs") < md.index("## The table")
+    assert "FedProx and Upcycled-FL (20/20 iterations) at μ = 1, 90% stragglers, on the paper's released" in md
     section = "\n".join(headline_section(gap_runs))
     assert section.startswith("## Why the headline differs")
     assert "upfl, the paper's model +1.00" in section and "the authors' code (measured) +1.61 [+0.91, +2.30]" in section

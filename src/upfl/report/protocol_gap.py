@@ -69,16 +69,25 @@ def measured_rows(runs: pd.DataFrame) -> list[dict[str, Any]]:
     return rows
 
 
+def reference_label(variant: str, lr: float, step: float, epochs: float) -> str:
+    """The implementation cell of a row of the authors' code: its variant and, off the released settings, the
+    settings it changes."""
+    if variant == "as released":
+        return AUTHORS_CODE
+    return f"{AUTHORS_CODE}, {variant} (lr {lr:g}, step {step:g}, E {epochs:g})"
+
+
 def reference_rows(datasets: list[str]) -> list[dict[str, Any]]:
-    """The authors' code's measured rows (``paper_values/authors_code.csv``) of these data sets."""
+    """Every measured row of the authors' code (``paper_values/authors_code.csv``) on these data sets: each variant,
+    reporting choice and split."""
     ref = paper_values("authors_code")
     rows = []
     for r in ref[ref["dataset"].isin(datasets)].to_dict("records"):
-        label = AUTHORS_CODE + ("" if r["variant"] == "as released" else f", {r['variant']} (lr {r['lr']:g}, "
-                                                                         f"step {r['step']:g})")
-        rows.append({"dataset": r["dataset"], "implementation": label, "reporting": r["reporting"],
-                     "split": r["split"], "seeds": int(r["seeds"]), "fedprox": r["fedprox"], "upcycled": r["upcycled"],
-                     "gain": r["gain"], "gain_ci_low": r["gain_ci_low"], "gain_ci_high": r["gain_ci_high"],
+        rows.append({"dataset": r["dataset"], "implementation": reference_label(r["variant"], r["lr"], r["step"],
+                                                                                r["epochs"]),
+                     "reporting": r["reporting"], "split": r["split"], "seeds": int(r["seeds"]),
+                     "fedprox": r["fedprox"], "upcycled": r["upcycled"], "gain": r["gain"],
+                     "gain_ci_low": r["gain_ci_low"], "gain_ci_high": r["gain_ci_high"],
                      "paper_fedprox": math.nan, "paper_upcycled": math.nan, "paper_gain": math.nan})
     return rows
 
@@ -131,37 +140,90 @@ def gap_rows(frame: pd.DataFrame) -> list[list[str]]:
     return rows
 
 
-CAPTION = ("FedProx (80 iterations) and Upcycled-FL (160) at μ = 1, 90% stragglers, on the paper's synthetic "
-           "sets. Implementations: upfl with the paper's model (λ = 0.43); upfl under the authors' protocol (their "
-           "softmax before the cross-entropy, their scalar step 0.7); the authors' code, measured on the same data "
-           "(reference rows, provenance in src/upfl/report/paper_values/authors_code.md). Reporting: "
-           + "; ".join(f"{k} = {v}" for k, v in REPORTING_CHOICES.items())
-           + ". Gain: Upcycled-FL minus FedProx per seed, mean and 95% t interval. The paper's figure (Table 1) is "
-             "a final value; it is shown on the final rows. Both it and the authors' code's rows are shown only for "
-             "runs on the paper's released data (the data folder's meta.json says source: paper); a generator draw "
-             "(the quick preset) gets neither.")
+def iterations_text(runs: pd.DataFrame) -> str:
+    """'80/160': FedProx's and Upcycled-FL's iterations in these runs (several values joined by ', ')."""
+    def values(alg):
+        return ", ".join(str(int(r)) for r in sorted(set(runs.loc[runs["algorithm"] == alg, "rounds"].astype(int))))
+    return f"{values('fedprox')}/{values('upcycled')}"
+
+
+def caption(runs: pd.DataFrame, frame: pd.DataFrame) -> str:
+    """The table's caption, stating the iterations and data of these runs; the paper's figure and the authors'
+    code's rows are named only when the runs are on the paper's released data."""
+    on_paper = not frame["paper_gain"].isna().all()
+    data = "the paper's released synthetic sets" if on_paper else \
+        "draws of upfl's synthetic generator (not the paper's data)"
+    text = (f"FedProx and Upcycled-FL ({iterations_text(runs)} iterations) at μ = 1, 90% stragglers, on {data}. "
+            "Implementations: upfl with the paper's model (λ = 0.43); upfl under the authors' protocol (their softmax "
+            "before the cross-entropy, their scalar step 0.7)")
+    text += ("; the authors' code, measured on the same data (every measured row: its released settings and the "
+             "variants at lr 5e-3, step 0.7 or 0.9 (the code's tuning comment), E 20 or 10; provenance in "
+             "src/upfl/report/paper_values/authors_code.md)" if on_paper else "")
+    text += (". Reporting: " + "; ".join(f"{k} = {v}" for k, v in REPORTING_CHOICES.items())
+             + ". Gain: Upcycled-FL minus FedProx per seed, mean and 95% t interval.")
+    if on_paper:
+        return text + " The paper's figure (Table 1) is a final value; it is shown on the final rows."
+    return text + (" Neither the paper's Table 1 figure nor the authors' code's results are shown: they describe "
+                   "the paper's data, which these runs are not on.")
 
 
 def write_protocol_gap(runs: pd.DataFrame, out_prefix: str, provenance: str) -> pd.DataFrame:
-    """Write ``<prefix>.csv`` and ``<prefix>.md``; return the frame."""
+    """Write ``<prefix>.csv`` and ``<prefix>.md`` (the claims page's section "Why the headline differs" first,
+    then the table); return the frame."""
     frame = protocol_gap_frame(runs)
     write_csv(f"{out_prefix}.csv", frame, provenance)
     write_markdown(f"{out_prefix}.md", "Where the headline comes from: implementation x reporting choice",
-                   [CAPTION, markdown_table(HEADER, gap_rows(frame))], provenance)
+                   [*headline_section(runs), "## The table\n", caption(runs, frame),
+                    markdown_table(HEADER, gap_rows(frame))], provenance)
     return frame
 
 
-def headline_section(runs: pd.DataFrame) -> list[str]:
+def _final_row(frame: pd.DataFrame, dataset: str, implementation: str, split: str = "train") -> dict | None:
+    rows = frame[(frame["dataset"] == dataset) & (frame["implementation"] == implementation)
+                 & (frame["reporting"] == "final") & (frame["split"] == split)]
+    return rows.iloc[0].to_dict() if len(rows) else None
+
+
+def smaller_step_text(frame: pd.DataFrame, grid: pd.DataFrame | None) -> str:
+    """The measured answer to "is the authors' loss a smaller step?": on each data set where the sensitivity grid
+    ran the paper's model at smaller learning rates, those FedProx accuracies and gains beside the authors'
+    protocol at the base learning rate ('' when either is missing)."""
+    if grid is None or grid.empty:
+        return ""
+    parts = []
+    for dataset in dict.fromkeys(frame["dataset"]):
+        authors = _final_row(frame, dataset, IMPLEMENTATIONS[True])
+        cell = grid[(grid["dataset"] == dataset) & (grid["protocol"] == "paper's model")]
+        base = cell[cell["base"]]
+        smaller = cell[(cell["varied"] == "lr") & (cell["lr"] < (base["lr"].iloc[0] if len(base) else 0))]
+        if authors is None or smaller.empty:
+            continue
+        runs = "; ".join(f"lr {r['lr']:g}: FedProx {fmt(r['fedprox_train'])}%, gain {fmt(r['gain_train'], signed=True)}"
+                         for r in smaller.sort_values("lr", ascending=False).to_dict("records"))
+        parts.append(f"{dataset_label(dataset)}: the paper's model at smaller learning rates gives {runs} pp "
+                     f"(sensitivity table); the authors' protocol at lr {base['lr'].iloc[0]:g} gives FedProx "
+                     f"{fmt(authors['fedprox'])}%, gain {fmt(authors['gain'], signed=True)} pp (this table)")
+    if not parts:
+        return ""
+    return ("Is the authors' loss a smaller step? Measured in final training accuracy: " + ". ".join(parts) + ". "
+            "A smaller step alone reproduces neither: the authors' loss shrinks the gradient of a sample by a factor "
+            "that depends on how wrong the model is on it (docs/differences.md), not by one factor for all.")
+
+
+def headline_section(runs: pd.DataFrame, grid_runs: pd.DataFrame | None = None) -> list[str]:
     """The claims page's section "Why the headline differs" (markdown parts), from the final train and test rows
-    of the runs of the protocol_gap experiment in ``runs``; empty when there are none."""
+    of the runs of the protocol_gap experiment in ``runs`` (and, where given, the sensitivity experiment's runs in
+    ``grid_runs`` for the learning-rate comparison); empty when there are none."""
     if runs.empty or not implementation(runs).any():
         return []
     frame = protocol_gap_frame(runs)
+    on_paper = not frame["paper_gain"].isna().all()
     lines = []
     for dataset in dict.fromkeys(frame["dataset"]):
         cell = frame[frame["dataset"] == dataset]
         for split in SPLITS:
-            final = cell[(cell["reporting"] == "final") & (cell["split"] == split)]
+            final = cell[(cell["reporting"] == "final") & (cell["split"] == split)
+                         & cell["implementation"].isin([*IMPLEMENTATIONS.values(), AUTHORS_CODE])]
             parts = [f"{r['implementation']} {_gain_text(r)} pp"
                      + ("" if math.isnan(r["fedprox"]) else f" (FedProx {fmt(r['fedprox'])}%)")
                      for r in final.to_dict("records") if r["seeds"]]
@@ -176,13 +238,19 @@ def headline_section(runs: pd.DataFrame) -> list[str]:
             lines.append(f"- {dataset_label(dataset)}, the largest mean gain of upfl over every reporting choice "
                          f"and split: {fmt(top['gain'], signed=True)} pp ({top['implementation']}, {top['reporting']} "
                          f"{top['split']}).")
-    text = ("What was measured (experiment protocol_gap, μ = 1, paired on seed, 95% t intervals; the full table is "
-            "results/tables/protocol_gap.md): the Upcycled-FL gain of upfl with the paper's model, of upfl under the "
-            "authors' protocol (their softmax before the cross-entropy and their scalar step 0.7), and of the "
-            "authors' code measured on the same data, beside the paper's figure. The authors' loss "
-            "CE(softmax(softmax(z)), y) shrinks every gradient like a smaller step. No conclusion is drawn beyond "
-            "these numbers.")
-    if frame["paper_gain"].isna().all():
-        text += (" These runs are not on the paper's released data (a generator draw), so neither the paper's figure "
-                 "nor the authors' code's results are set beside them.")
-    return ["## Why the headline differs\n", text + "\n", "\n".join(lines)]
+    measured = ("the Upcycled-FL gain of upfl with the paper's model and of upfl under the authors' protocol (their "
+                "softmax before the cross-entropy and their scalar step 0.7)")
+    text = (f"What was measured (experiment protocol_gap, FedProx and Upcycled-FL at {iterations_text(runs)} "
+            f"iterations, μ = 1, paired on seed, 95% t intervals; the full table is results/tables/protocol_gap.md): "
+            + (f"{measured}, and of the authors' code measured on the same data (final rows of its released "
+               "settings here; every measured row in the table), beside the paper's figure." if on_paper else
+               f"{measured}. These runs are not on the paper's released data (a generator draw), so neither the "
+               "paper's figure nor the authors' code's results are set beside them.")
+            + " No conclusion is drawn beyond these numbers.")
+    grid = None
+    if grid_runs is not None and not grid_runs.empty:
+        from .gain_grid import gain_grid_frame
+
+        grid = gain_grid_frame(grid_runs)
+    step = smaller_step_text(frame[frame["implementation"].isin(IMPLEMENTATIONS.values())], grid)
+    return ["## Why the headline differs\n", text + "\n", "\n".join(lines + ([f"- {step}"] if step else []))]
