@@ -127,3 +127,25 @@ def test_table1_csv_carries_the_other_reporting_choices(gap_runs):
     frame = table1_frame(faithful).set_index("algorithm")
     assert frame.loc["fedprox", "max_train_acc_mean"] == pytest.approx(90.0)
     assert frame.loc["upcycled", "last10_train_acc_mean"] == pytest.approx(100 * (0.71 + 0.01))
+
+
+@pytest.mark.parametrize("preset", ["full", "quick"])
+def test_report_caption_fits_the_preset(preset):
+    """The Snakemake report's caption of the protocol_gap table (rendered as Snakemake renders captions: Jinja with
+    the workflow config as ``snakemake.config``) names the paper's data and the authors' code only on the full
+    config."""
+    import types
+    from pathlib import Path
+
+    import jinja2
+    from docutils.core import publish_parts
+
+    text = (Path(__file__).resolve().parents[1] / "workflow" / "report" / "protocol_gap.rst").read_text()
+    caption = jinja2.Environment().from_string(text).render(snakemake=types.SimpleNamespace(config={"preset": preset}))
+    html = publish_parts(caption, writer="html")["body"]
+    if preset == "full":
+        assert "80 iterations" in caption and "every measured row of the authors' code" in caption
+    else:
+        assert "previewed by preset <tt" in html or "previewed by preset <code" in html
+        assert "not the paper's data" in caption and "80 iterations)" not in caption
+        assert "Neither the paper's Table 1 figure nor the authors' code's results are shown" in caption
