@@ -149,3 +149,36 @@ def test_report_caption_fits_the_preset(preset):
         assert "previewed by preset <tt" in html or "previewed by preset <code" in html
         assert "not the paper's data" in caption and "80 iterations)" not in caption
         assert "Neither the paper's Table 1 figure nor the authors' code's results are shown" in caption
+
+
+def test_welch_interval_matches_scipy_on_two_samples():
+    from scipy import stats as sps
+
+    from upfl.report.stats import mean_interval, std_from_interval, welch_interval
+
+    a, b = [1.2, 0.4, 2.0, 0.9, 1.1, 0.3, 1.7], [0.7, 0.8, 0.6, 0.75, 0.71]
+    diff, low, high = welch_interval(mean_interval(a), mean_interval(b))
+    ci = sps.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+    assert (diff, low, high) == pytest.approx((sum(a) / 7 - sum(b) / 5, ci.low, ci.high))
+    ib = mean_interval(b)
+    assert std_from_interval(ib.low, ib.high, ib.n) == pytest.approx(ib.std)
+
+
+def test_fewer_seeds_in_the_authors_code_get_upfl_rows_on_those_seeds_and_a_spread_line(tmp_path):
+    pairs = []
+    for seed in range(7):
+        for authors in (False, True):
+            base = 0.80 + 0.002 * seed
+            for algorithm, lift in (("fedprox", 0.0), ("upcycled", 0.004 + 0.002 * (seed % 3))):
+                pairs.append(("protocol_gap", fake_run(tmp_path, "synthetic_0.5_0.5", algorithm, seed, authors,
+                                                       [base + lift] * 4)))
+    runs = collect_runs(pairs)
+    frame = protocol_gap_frame(runs)
+    same = frame[frame["implementation"] == "upfl, the authors' protocol, seeds 0-4"]
+    assert len(same) == 3 * 2 and (same["seeds"] == 5).all()
+    final = same[(same["reporting"] == "final") & (same["split"] == "train")].iloc[0]
+    assert final["gain"] == pytest.approx(100 * (0.004 + 0.002 * (0 + 1 + 2 + 0 + 1) / 5))
+    section = "\n".join(headline_section(runs))
+    line = next(ln for ln in section.splitlines() if ln.startswith("- Synthetic(0.5,0.5), final train accuracy, upfl "
+                                                                     "under the authors' protocol against"))
+    assert "on the same seeds 0-4: upfl +0.56" in line and "on all 7 seeds" in line and "Welch 95% interval" in line

@@ -21,7 +21,7 @@ from .cells import paired
 from .collect import REPORTING_CHOICES, ReportError, converged
 from .paper_numbers import dataset_label, dataset_order, paper_values, table1_value
 from .render import fmt, markdown_table, write_csv, write_markdown
-from .stats import mean_interval
+from .stats import Interval, mean_interval, std_from_interval, welch_interval
 
 LEVEL = 0.95
 SPLITS = ("train", "test")
@@ -49,15 +49,35 @@ def gap_row(dataset: str, authors: bool, choice: str, split: str, prox: pd.DataF
     paper_up = paper["upcycled"][index] if paper["upcycled"] and choice == "final" else math.nan
     return {"dataset": dataset, "implementation": IMPLEMENTATIONS[authors], "reporting": choice, "split": split,
             "seeds": ci.n, "fedprox": float(pairs["b"].mean() * 100.0), "upcycled": float(pairs["a"].mean() * 100.0),
-            "gain": ci.mean, "gain_ci_low": ci.low, "gain_ci_high": ci.high,
+            "gain": ci.mean, "gain_std": ci.std, "gain_ci_low": ci.low, "gain_ci_high": ci.high,
             "paper_fedprox": paper_prox, "paper_upcycled": paper_up, "paper_gain": paper_up - paper_prox}
 
 
-def measured_rows(runs: pd.DataFrame) -> list[dict[str, Any]]:
-    """The rows of the runs made here: data set x implementation x reporting choice x split."""
+def seeds_text(seeds) -> str:
+    """'seeds 0-4' for consecutive seeds, else 'seeds 0 2 5'."""
+    seeds = sorted(int(s) for s in seeds)
+    if seeds == list(range(seeds[0], seeds[-1] + 1)) and len(seeds) > 2:
+        return f"seeds {seeds[0]}-{seeds[-1]}"
+    return "seeds " + " ".join(map(str, seeds))
+
+
+def measured_rows(runs: pd.DataFrame, same_seeds: dict[str, list[int]] | None = None) -> list[dict[str, Any]]:
+    """The rows of the runs made here: data set x implementation x reporting choice x split; and, for each data set
+    of ``same_seeds`` (the authors' code's seeds where they are fewer than ours), the authors'-protocol rows again on
+    those seeds alone (implementation '..., seeds 0-4')."""
     runs = converged(runs[(runs["mu"].astype(float) - 1.0).abs() < 1e-12])
     runs = runs.assign(authors=implementation(runs))
     rows = []
+    for dataset, seeds in (same_seeds or {}).items():
+        cell = runs[(runs["dataset"] == dataset) & runs["authors"] & runs["seed"].astype(int).isin(seeds)]
+        prox, up = cell[cell["algorithm"] == "fedprox"], cell[cell["algorithm"] == "upcycled"]
+        if set(runs.loc[(runs["dataset"] == dataset) & runs["authors"], "seed"].astype(int)) <= set(seeds) \
+                or prox.empty or up.empty:
+            continue
+        for choice in REPORTING_CHOICES:
+            for split in SPLITS:
+                row = gap_row(dataset, True, choice, split, prox, up)
+                rows.append({**row, "implementation": f"{row['implementation']}, {seeds_text(seeds)}"})
     for (dataset, authors), cell in runs.groupby(["dataset", "authors"], sort=True):
         prox, up = cell[cell["algorithm"] == "fedprox"], cell[cell["algorithm"] == "upcycled"]
         if prox.empty or up.empty:
@@ -87,17 +107,27 @@ def reference_rows(datasets: list[str]) -> list[dict[str, Any]]:
                                                                                 r["epochs"]),
                      "reporting": r["reporting"], "split": r["split"], "seeds": int(r["seeds"]),
                      "fedprox": r["fedprox"], "upcycled": r["upcycled"], "gain": r["gain"],
+                     "gain_std": std_from_interval(r["gain_ci_low"], r["gain_ci_high"], int(r["seeds"]), LEVEL),
                      "gain_ci_low": r["gain_ci_low"], "gain_ci_high": r["gain_ci_high"],
                      "paper_fedprox": math.nan, "paper_upcycled": math.nan, "paper_gain": math.nan})
     return rows
 
 
+def reference_seeds(datasets: list[str]) -> dict[str, list[int]]:
+    """The seeds of the authors' code's runs with its released settings, per data set."""
+    ref = paper_values("authors_code")
+    ref = ref[ref["dataset"].isin(datasets) & (ref["variant"] == "as released")]
+    return {d: sorted({int(s) for s in str(g["seed_list"].iloc[0]).split()}) for d, g in ref.groupby("dataset")}
+
+
 def protocol_gap_frame(runs: pd.DataFrame) -> pd.DataFrame:
-    """Measured rows, then the authors' code's reference rows of the same data sets."""
+    """Measured rows, then the authors' code's reference rows of the same data sets; on the paper's data, where the
+    authors' code ran fewer seeds, upfl's authors'-protocol rows on those seeds too."""
     if runs.empty:
         raise ReportError("protocol_gap: no runs")
-    rows = measured_rows(runs[runs["algorithm"].isin(["fedprox", "upcycled"])])
-    paper = [d for d in dict.fromkeys(r["dataset"] for r in rows) if on_paper_data(runs[runs["dataset"] == d])]
+    runs = runs[runs["algorithm"].isin(["fedprox", "upcycled"])]
+    paper = [d for d in dict.fromkeys(runs["dataset"]) if on_paper_data(runs[runs["dataset"] == d])]
+    rows = measured_rows(runs, reference_seeds(paper))
     for r in rows:
         if r["dataset"] not in paper:
             r.update(paper_fedprox=math.nan, paper_upcycled=math.nan, paper_gain=math.nan)
@@ -210,6 +240,41 @@ def smaller_step_text(frame: pd.DataFrame, grid: pd.DataFrame | None) -> str:
             "that depends on how wrong the model is on it (docs/differences.md), not by one factor for all.")
 
 
+def _interval(row: dict) -> Interval:
+    return Interval(int(row["seeds"]), row["gain"], row["gain_std"], row["gain_ci_low"], row["gain_ci_high"])
+
+
+def seed_spread_lines(frame: pd.DataFrame) -> list[str]:
+    """Per data set and split where upfl's authors'-protocol rows exist on the authors' code's seeds: both gains in
+    final accuracy and their difference with Welch's 95% interval (the two implementations draw devices,
+    stragglers and batches from different generators, so a seed is not a pair across them), for those seeds and
+    for all of upfl's."""
+    lines = []
+    for dataset in dict.fromkeys(frame["dataset"]):
+        cell = frame[(frame["dataset"] == dataset) & (frame["reporting"] == "final")]
+        for split in SPLITS:
+            rows = cell[cell["split"] == split].set_index("implementation")
+            same = [i for i in rows.index if i.startswith(IMPLEMENTATIONS[True] + ", seeds")]
+            if not same or AUTHORS_CODE not in rows.index or IMPLEMENTATIONS[True] not in rows.index:
+                continue
+            theirs = rows.loc[AUTHORS_CODE].to_dict()
+            parts = []
+            for label in (same[0], IMPLEMENTATIONS[True]):
+                ours = rows.loc[label].to_dict()
+                diff, low, high = welch_interval(_interval(ours), _interval(theirs), LEVEL)
+                where = "on the same " + label.split(", ")[-1] if label != IMPLEMENTATIONS[True] else \
+                    f"on all {int(ours['seeds'])} seeds"
+                parts.append((where, ours, diff, low, high))
+            text = "; ".join(f"{where}: upfl {_gain_text(o)} pp, difference {fmt(d, signed=True)} pp, Welch 95% "
+                             f"interval [{fmt(lo, signed=True)}, {fmt(hi, signed=True)}]" for where, o, d, lo, hi in parts)
+            spread = all(lo <= 0 <= hi for _, _, _, lo, hi in parts)
+            lines.append(f"- {dataset_label(dataset)}, final {split} accuracy, upfl under the authors' protocol against "
+                         f"the authors' code ({_gain_text(theirs)} pp, {int(theirs['seeds'])} seeds) {text}: "
+                         + ("every interval contains 0, a difference within seed spread." if spread else
+                            "an interval excludes 0, a difference beyond seed spread."))
+    return lines
+
+
 def headline_section(runs: pd.DataFrame, grid_runs: pd.DataFrame | None = None) -> list[str]:
     """The claims page's section "Why the headline differs" (markdown parts), from the final train and test rows
     of the runs of the protocol_gap experiment in ``runs`` (and, where given, the sensitivity experiment's runs in
@@ -253,4 +318,5 @@ def headline_section(runs: pd.DataFrame, grid_runs: pd.DataFrame | None = None) 
 
         grid = gain_grid_frame(grid_runs)
     step = smaller_step_text(frame[frame["implementation"].isin(IMPLEMENTATIONS.values())], grid)
+    lines += seed_spread_lines(frame)
     return ["## Why the headline differs\n", text + "\n", "\n".join(lines + ([f"- {step}"] if step else []))]
