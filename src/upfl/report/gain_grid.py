@@ -216,23 +216,32 @@ def plot_gain_grid(frame: pd.DataFrame):
     colours = dict(zip(datasets, colour_palette("colorblind", len(datasets))))
     styles = {PROTOCOLS[False]: ("-", "o"), PROTOCOLS[True]: ("--", "s")}
     points = []
+    lines = list(frame.groupby(["dataset", "protocol"], sort=False))
     for i, knob in enumerate(knobs):
         ax = axes[i // cols][i % cols]
-        for (dataset, protocol), cell in frame.groupby(["dataset", "protocol"], sort=False):
+        log = knob in ("lr", "epochs", "batch_size", "fedprox_rounds")
+        values = sorted({float(v) for v in frame.loc[(frame["varied"] == knob) | frame["base"], knob]})
+        span = (values[-1] - values[0]) or 1.0
+        for k, ((dataset, protocol), cell) in enumerate(lines):
             line = cell[(cell["varied"] == knob) | cell["base"]].sort_values(knob)
             if len(line) < 2:
                 continue
             style, marker = styles[protocol]
+            # the lines side by side around each value, so that their intervals do not hide one another
+            offset = (k - (len(lines) - 1) / 2) / max(len(lines), 1)
+            x = line[knob] * 2 ** (0.12 * offset) if log else line[knob] + 0.04 * span * offset
             err = [line["gain_train"] - line["gain_train_low"], line["gain_train_high"] - line["gain_train"]]
-            ax.errorbar(line[knob], line["gain_train"], yerr=err, color=colours[dataset], linestyle=style,
+            ax.errorbar(x, line["gain_train"], yerr=err, color=colours[dataset], linestyle=style,
                         marker=marker, markersize=4, capsize=2, linewidth=1,
                         label=f"{dataset_label(dataset)}, {protocol}" if i == 0 else None)
             points += [{"knob": knob, "dataset": dataset, "protocol": protocol, "value": r[knob],
                         "gain_train": r["gain_train"], "gain_train_low": r["gain_train_low"],
                         "gain_train_high": r["gain_train_high"], "pairs": r["pairs"]} for r in line.to_dict("records")]
         ax.axhline(0, color="grey", linewidth=0.8)
-        if knob in ("lr", "epochs", "batch_size", "fedprox_rounds"):
+        if log:
             ax.set_xscale("log", base=2)
+            ax.minorticks_off()
+        ax.set_xticks(values, [_value_text(knob, v) for v in values], fontsize="small")
         ax.set_xlabel(KNOBS[knob])
         ax.set_ylabel("gain, final train acc (pp)")
     for j in range(len(knobs), len(axes) * cols):
