@@ -264,14 +264,15 @@ def seed_spread_lines(frame: pd.DataFrame) -> list[str]:
                 diff, low, high = welch_interval(_interval(ours), _interval(theirs), LEVEL)
                 where = "on the same " + label.split(", ")[-1] if label != IMPLEMENTATIONS[True] else \
                     f"on all {int(ours['seeds'])} seeds"
-                parts.append((where, ours, diff, low, high))
-            text = "; ".join(f"{where}: upfl {_gain_text(o)} pp, difference {fmt(d, signed=True)} pp, Welch 95% "
-                             f"interval [{fmt(lo, signed=True)}, {fmt(hi, signed=True)}]" for where, o, d, lo, hi in parts)
-            spread = all(lo <= 0 <= hi for _, _, _, lo, hi in parts)
-            lines.append(f"- {dataset_label(dataset)}, final {split} accuracy, upfl under the authors' protocol against "
-                         f"the authors' code ({_gain_text(theirs)} pp, {int(theirs['seeds'])} seeds) {text}: "
-                         + ("every interval contains 0, a difference within seed spread." if spread else
-                            "an interval excludes 0, a difference beyond seed spread."))
+                spread = "within seed spread" if low <= 0 <= high else "beyond seed spread"
+                parts.append(f"{where} {_gain_text(ours)} pp (FedProx {fmt(ours['fedprox'])}%, Upcycled-FL "
+                             f"{fmt(ours['upcycled'])}%, std of the per-seed gains {fmt(ours['gain_std'])}): "
+                             f"difference {fmt(diff, signed=True)} pp, Welch 95% interval [{fmt(low, signed=True)}, "
+                             f"{fmt(high, signed=True)}], {spread}")
+            lines.append(f"- {dataset_label(dataset)}, final {split} accuracy, the authors' code against upfl under "
+                         f"the authors' protocol: the authors' code {_gain_text(theirs)} pp ({int(theirs['seeds'])} "
+                         f"seeds; FedProx {fmt(theirs['fedprox'])}%, Upcycled-FL {fmt(theirs['upcycled'])}%, std of "
+                         f"the per-seed gains {fmt(theirs['gain_std'])}); upfl " + "; ".join(parts) + ".")
     return lines
 
 
