@@ -102,3 +102,35 @@ def test_an_upcycled_cell_without_its_fedprox_is_an_error_naming_what_is_missing
     runs = collect_runs([grid_run(tmp_path, "upcycled", 0, 0.8), grid_run(tmp_path, "fedprox", 0, 0.8, lr=0.01)])
     with pytest.raises(ReportError, match="no Upcycled-FL cell has a FedProx cell at half its iterations"):
         gain_grid_frame(runs)
+
+
+def test_the_authors_gradient_factor_equals_autograd():
+    import math
+
+    import torch
+
+    from upfl.report.protocol_gap import authors_gradient_factor
+
+    for wrong in (0.1, 0.3, 0.5, 0.7, 0.9, 0.99):
+        z = torch.tensor([[math.log((1 - wrong) / wrong), 0.0]], requires_grad=True)
+        y = torch.tensor([0])
+        paper, = torch.autograd.grad(torch.nn.functional.cross_entropy(z, y), z)
+        authors, = torch.autograd.grad(torch.nn.functional.cross_entropy(torch.softmax(z, 1), y), z)
+        assert authors_gradient_factor(wrong) == pytest.approx((authors[0, 0] / paper[0, 0]).item(), rel=1e-5)
+
+
+def test_the_smaller_step_lines_set_the_grids_learning_rates_beside_the_authors_protocol(grid_runs):
+    from upfl.report.protocol_gap import headline_section
+
+    base = grid_runs[(grid_runs["lr"].astype(float) == 0.05) & (grid_runs["epochs"].astype(int) == 20)
+                     & (grid_runs["rounds"].astype(int) == grid_runs["algorithm"].map({"fedprox": 80, "upcycled": 160}))
+                     & ~(grid_runs["coef"].astype(float) >= 0.8)]
+    lines = "\n".join(headline_section(base.assign(experiments="protocol_gap"), grid_runs)).splitlines()
+    step = next(ln for ln in lines if ln.startswith("- Is the authors' loss a smaller step? Synthetic(1,1)"))
+    # the paper's model at lr 0.005: FedProx 70.1% (70 + 0.1 on average over seeds), gain +5.50; the authors'
+    # protocol at lr 0.05: FedProx 75.10%, gain +2.00, outside the interval of +5.50
+    assert "the paper's model at lr 0.005 gives FedProx 70.10-70.10% and gains +5.50 to +5.50 pp" in step
+    assert "the authors' protocol at lr 0.05 gives FedProx 75.10% and +2.00 pp (this table); 1 of the 1 smaller" in step
+    assert any(ln.startswith("- Per sample, the authors' loss scales the paper's gradient") and "0.14 at 0.9" in ln
+               for ln in lines)
+    assert not any("smaller step" in ln for ln in headline_section(base.assign(experiments="protocol_gap")))
