@@ -216,11 +216,14 @@ def plot_gain_grid(frame: pd.DataFrame):
     colours = dict(zip(datasets, colour_palette("colorblind", len(datasets))))
     styles = {PROTOCOLS[False]: ("-", "o"), PROTOCOLS[True]: ("--", "s")}
     points = []
+    labelled: set[tuple[str, str]] = set()
     lines = list(frame.groupby(["dataset", "protocol"], sort=False))
     for i, knob in enumerate(knobs):
         ax = axes[i // cols][i % cols]
         log = knob in ("lr", "epochs", "batch_size", "fedprox_rounds")
-        values = sorted({float(v) for v in frame.loc[(frame["varied"] == knob) | frame["base"], knob]})
+        # one tick per value (the paper's c 0.699 and the authors' 0.7 share one)
+        values = sorted({round(float(v), 2) if knob == "coef" else float(v)
+                         for v in frame.loc[(frame["varied"] == knob) | frame["base"], knob]})
         span = (values[-1] - values[0]) or 1.0
         for k, ((dataset, protocol), cell) in enumerate(lines):
             line = cell[(cell["varied"] == knob) | cell["base"]].sort_values(knob)
@@ -233,7 +236,8 @@ def plot_gain_grid(frame: pd.DataFrame):
             err = [line["gain_train"] - line["gain_train_low"], line["gain_train_high"] - line["gain_train"]]
             ax.errorbar(x, line["gain_train"], yerr=err, color=colours[dataset], linestyle=style,
                         marker=marker, markersize=4, capsize=2, linewidth=1,
-                        label=f"{dataset_label(dataset)}, {protocol}" if i == 0 else None)
+                        label=None if (dataset, protocol) in labelled else f"{dataset_label(dataset)}, {protocol}")
+            labelled.add((dataset, protocol))
             points += [{"knob": knob, "dataset": dataset, "protocol": protocol, "value": r[knob],
                         "gain_train": r["gain_train"], "gain_train_low": r["gain_train_low"],
                         "gain_train_high": r["gain_train_high"], "pairs": r["pairs"]} for r in line.to_dict("records")]
@@ -247,8 +251,10 @@ def plot_gain_grid(frame: pd.DataFrame):
     for j in range(len(knobs), len(axes) * cols):
         axes[j // cols][j % cols].set_visible(False)
     fig.tight_layout()
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=True, fontsize="small")
+    found = {label: handle for ax in (a for row in axes for a in row)
+             for handle, label in zip(*ax.get_legend_handles_labels())}
+    labels = [f"{dataset_label(d)}, {p}" for (d, p), _ in lines if f"{dataset_label(d)}, {p}" in found]
+    fig.legend([found[label] for label in labels], labels, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=True, fontsize="small")
     return fig, pd.DataFrame(points)
 
 
