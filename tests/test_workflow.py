@@ -1,5 +1,6 @@
 """The Snakemake workflow: lint, schema errors, the full grid's job count, a tiny end-to-end run, resume after SIGINT."""
 
+import itertools
 import json
 import os
 import re
@@ -80,26 +81,40 @@ def expected_training_runs(config: dict) -> int:
         for group in exp["groups"]:
             # a preset's seeds win over the experiment's and the group's
             seeds = config["seeds"] if preset_seeds else group.get("seeds", exp.get("seeds", config["seeds"]))
-            for entry in group["runs"]:
+            # a group's vary: each item every combination of its lists, each a setting beside the group's own runs
+            settings_of_group = [{}]
+            for item in group.get("vary", []):
+                keys = list(item)
+                for values in itertools.product(*([v] if not isinstance(v, list) else v for v in item.values())):
+                    if dict(zip(keys, values)) not in settings_of_group:
+                        settings_of_group.append(dict(zip(keys, values)))
+            for entry, vary in itertools.product(group["runs"], settings_of_group):
                 lists = [entry[k] for k in ("mu", "lam", "step") if isinstance(entry.get(k), list)]
                 n = len(lists[0]) if lists else 1
-                own = {**settings, **entry.get("set", {})}
+                own = {**settings, **entry.get("set", {}), **{k: v for k, v in vary.items() if "." in k}}
                 own.pop("evaluation.last", None)  # one run whatever its evaluation schedule (the widest is taken)
                 model = entry.get("model", own.pop("model.name", "logreg"))
+                upcycled = entry["algorithm"].startswith("upcycled")
                 for i in range(n):
                     pick = {k: (entry[k][i] if isinstance(entry.get(k), list) else entry.get(k))
                             for k in ("mu", "lam", "step")}
-                    # protocol: authors runs the authors' loss, and upcycled runs with the scalar step 0.7
+                    pick["mu"] = vary.get("mu", pick["mu"])
+                    for key, other in (("lam", "step"), ("step", "lam")):
+                        if key in vary and upcycled:
+                            pick.update({key: vary[key], other: None})
+                    # protocol: authors runs the authors' loss, and upcycled runs with the scalar step 0.7 unless
+                    # they name a step
                     authors = group.get("protocol", exp.get("protocol", "paper")) == "authors"
-                    if authors and entry["algorithm"].startswith("upcycled"):
-                        pick.update(lam=None, step=0.7)
+                    if authors and upcycled:
+                        pick.update(lam=None, step=pick["step"] if pick["step"] is not None else 0.7)
+                    rounds = max(1, round(entry["rounds"] * vary.get("round_scale", 1)))
                     for ds in group["datasets"]:
                         if config["datasets"][ds]["source"] in excluded:
                             continue
                         for seed in seeds:
                             runs.add((ds, model, authors, entry["algorithm"], pick["mu"], pick["lam"], pick["step"],
                                       entry.get("schedule", "const"), tuple(sorted(own.items())),
-                                      max(1, round(entry["rounds"] * scale)), seed))
+                                      max(1, round(rounds * scale)), seed))
     return len(runs)
 
 
@@ -155,7 +170,9 @@ def test_dry_run_lists_every_run_of_the_paper(tmp_path, preset):
     assert counts["sensitivity_table"] == 1 and counts["claims"] == 1
     assert counts["protocol_gap_table"] == 1
     assert counts.get("draws_report", 0) == (1 if real else 0)
-    assert counts["experiment_runs"] == (19 if real else 13)
+    # The sensitivity grid's table and figure (one more runs.csv; not in quick).
+    assert counts.get("gain_grid", 0) == (1 if real else 0)
+    assert counts["experiment_runs"] == (20 if real else 13)
 
 
 def job_priorities(output: str) -> dict[str, set[int]]:

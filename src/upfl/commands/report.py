@@ -15,6 +15,8 @@
                        --out-prefix results/tables/NAME --figure-prefix results/figures/NAME
     upfl report sensitivity --runs results/runs.csv --experiment straggler_sensitivity --out-prefix results/tables/NAME
     upfl report protocol-gap --runs results/runs.csv --experiment protocol_gap --out-prefix results/tables/NAME
+    upfl report gain-grid --runs results/runs.csv --experiment sensitivity --out-prefix results/tables/NAME
+                       --figure-prefix results/figures/NAME
     upfl report figure convergence|lambda_sweep|privacy_tradeoff|momentum_curves|schedule_figure --runs results/runs.csv --experiment EXP
                        --out-prefix results/figures/NAME [--where KEY=VALUE[,VALUE...] ...] [--metrics train_loss,test_acc]
                        [--x iteration|round|time (convergence), step|lam (lambda_sweep)] [--panels curves,final] [--title T]
@@ -141,6 +143,18 @@ def cmd_protocol_gap(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_gain_grid(args: argparse.Namespace) -> int:
+    from ..report.gain_grid import write_gain_grid
+    from ..report.render import provenance_line
+
+    runs = _runs(args)
+    frame = write_gain_grid(runs, args.out_prefix, args.figure_prefix,
+                            provenance_line(args.config_file, runs, args.preset))
+    print(f"wrote {args.out_prefix}.csv, .md and {args.figure_prefix}.png, .pdf, .csv ({len(runs)} runs, "
+          f"{len(frame)} settings)")
+    return 0
+
+
 def cmd_figure(args: argparse.Namespace) -> int:
     from ..report.figures import convergence_figure, lambda_sweep_figure, parse_metrics
     from ..report.render import provenance_line
@@ -221,12 +235,12 @@ def _table_parser(sub: argparse._SubParsersAction, name: str, help_text: str, wr
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``report`` with sub-commands ``runs``, ``table1``, ``table2``, ``time``, ``privacy-table``, ``claims``,
-    ``draws``, ``sensitivity``, ``protocol-gap`` and ``figure``."""
+    ``draws``, ``sensitivity``, ``protocol-gap``, ``gain-grid`` and ``figure``."""
     p = subparsers.add_parser("report", help="runs table, the paper's tables and figures",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="report_command",
                            metavar="{runs,table1,table2,time,privacy-table,ablation-table,claims,draws,sensitivity,"
-                                   "protocol-gap,figure}")
+                                   "protocol-gap,gain-grid,figure}")
     sub.required = True
 
     r = sub.add_parser("runs", help="one row per run folder: config, final and best metrics, times, epsilons")
@@ -268,6 +282,10 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                   "csv, md", cmd_sensitivity)
     _table_parser(sub, "protocol-gap", "the Upcycled-FL gain of upfl faithful, upfl under the authors' protocol and "
                   "the authors' code, under each reporting choice", "csv, md", cmd_protocol_gap)
+    g = _table_parser(sub, "gain-grid", "the Upcycled-FL gain over a grid of lr, even-iteration coefficient, "
+                      "epochs, batch size, iterations and mu, both protocols (table and figure)", "csv, md",
+                      cmd_gain_grid)
+    g.add_argument("--figure-prefix", required=True, help="writes PREFIX.png, PREFIX.pdf, PREFIX.csv")
 
     f = sub.add_parser("figure", help="convergence curves, the lambda sweep, the privacy-accuracy trade-off, the "
                        "momentum ablation's curves or the coefficient schedules (PNG, PDF and CSV)")

@@ -7,6 +7,8 @@ for example ``synthetic_1_1/logreg/upcycled/mu1_lam0.43/s0.9_f0.3/T160/seed0`` (
 under the non-default straggler switches; ``logreg_softmax_before_loss`` for the authors' loss). Two experiments
 asking for the same run share it (one job); the same id with different settings is an error, but for
 ``evaluation.last``: the shared run evaluates what every experiment asking for it reads (:func:`shared_run_doc`).
+A group's ``vary`` adds settings around its runs (:func:`vary_settings`): each setting is the group's runs again
+with some values changed (the sensitivity experiment's grid).
 """
 
 from __future__ import annotations
@@ -23,17 +25,23 @@ from ..engine.draws import resolve_straggler_policy
 from ..names import is_upcycled
 
 OUTPUT_KINDS = ("table1", "time", "convergence", "lambda_sweep", "privacy_table", "privacy_tradeoff", "momentum_table",
-                "bases_table", "momentum_curves", "schedule_figure", "draws", "sensitivity", "protocol_gap")
+                "bases_table", "momentum_curves", "schedule_figure", "draws", "sensitivity", "protocol_gap", "gain_grid")
 PROTOCOLS = ("paper", "authors")
 """``experiments.<name>.protocol`` (or a group's ``protocol``): ``paper`` (the default: the paper's model and Eq. (5)'s lambda) or ``authors``
 (what the authors' released code runs: :data:`AUTHORS_SETTINGS` on every run, the even-iteration coefficient as
-the scalar :data:`AUTHORS_STEP` on every upcycled run instead of its ``lam``)."""
+the scalar :data:`AUTHORS_STEP` on every upcycled run instead of its ``lam``; a run given a ``step`` keeps it)."""
 AUTHORS_SETTINGS = {"model.softmax_before_loss": True}
 AUTHORS_STEP = 0.7
 """The authors' code's even-iteration coefficient, a tuned scalar: mu / (mu + lambda) = 1 / 1.43 = 0.699 for
 Table 1's mu 1, lambda 0.43, to 3 digits."""
 JOB_KEYS = ("gpus", "threads", "runtime", "mem_mb", "runs_per_job", "runs_per_gpu")
 ENTRY_KEYS = {"algorithm", "rounds", "mu", "lam", "step", "schedule", "model", "set"}
+VARY_ENTRY_KEYS = ("mu", "lam", "step", "round_scale")
+"""Keys of a ``vary`` setting besides dotted run-config keys: ``mu`` (every run), ``lam`` and ``step`` (the
+upcycled runs' even-iteration coefficient, one replacing the other), ``round_scale`` (every run's iterations
+multiplied)."""
+SOLVER_ID_KEYS = {"lr": "lr", "epochs": "E", "batch_size": "B", "momentum": "m"}
+"""``solver.*`` keys named in a run id (as ``<short><value>``) where they differ from ``run_defaults``."""
 
 
 class ExperimentError(ValueError):
@@ -192,6 +200,47 @@ def expand_entry(entry: dict[str, Any], where: str) -> list[dict[str, Any]]:
     return out
 
 
+def vary_settings(vary: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:
+    """The settings of a group's ``vary``: each item a mapping of keys (:data:`VARY_ENTRY_KEYS` or dotted run-config
+    keys) to a value or a list of values; an item is every combination of its lists (one list: one factor at a
+    time; several: a crossing). Duplicates are kept once, in order."""
+    import itertools
+
+    settings: list[dict[str, Any]] = []
+    for i, item in enumerate(vary):
+        if not isinstance(item, dict) or not item:
+            raise ExperimentError(f"{where}[{i}]: a setting is a non-empty mapping of keys to values")
+        for key in item:
+            if key not in VARY_ENTRY_KEYS and "." not in key:
+                raise ExperimentError(f"{where}[{i}].{key}: unknown key; known: {', '.join(VARY_ENTRY_KEYS)} or a "
+                                      "dotted run-config key (solver.lr)")
+        if "lam" in item and "step" in item:
+            raise ExperimentError(f"{where}[{i}]: lam and step both set (each gives the even-iteration coefficient)")
+        keys = list(item)
+        for values in itertools.product(*(_as_list(item[k]) for k in keys)):
+            one = dict(zip(keys, values))
+            if one not in settings:
+                settings.append(one)
+    return settings
+
+
+def varied_entry(entry: dict[str, Any], setting: dict[str, Any]) -> dict[str, Any]:
+    """One expanded run entry under one ``vary`` setting (:func:`vary_settings`)."""
+    out = {**entry, "set": {**(entry.get("set") or {})}}
+    for key, value in setting.items():
+        if key == "mu":
+            out["mu"] = value
+        elif key in ("lam", "step"):
+            if is_upcycled(entry["algorithm"]):
+                out.pop("lam" if key == "step" else "step", None)
+                out[key] = value
+        elif key == "round_scale":
+            out["rounds"] = max(1, round(int(entry["rounds"]) * float(value)))
+        else:
+            out["set"][key] = value
+    return out
+
+
 def _privacy_part(p: dict[str, Any]) -> str | None:
     mech = p.get("mechanism", "none")
     if mech == "none":
@@ -205,8 +254,9 @@ def _list_text(value: Any) -> str:
     return "-".join(fmt_number(v) for v in value) if isinstance(value, list) else fmt_number(value)
 
 
-def run_id(dataset: str, doc: dict[str, Any], seed: int) -> str:
-    """The readable result path of a run (relative to ``results/runs``)."""
+def run_id(dataset: str, doc: dict[str, Any], seed: int, solver_defaults: dict[str, Any] | None = None) -> str:
+    """The readable result path of a run (relative to ``results/runs``); a ``solver`` value that differs from
+    ``solver_defaults`` (the config's ``run_defaults.solver``) is named in it (``_lr0.005_E10``)."""
     a, d = doc["algorithm"], doc["devices"]
     params = f"mu{fmt_number(a.get('mu', 0.0))}"
     if a.get("lam") is not None:
@@ -218,6 +268,10 @@ def run_id(dataset: str, doc: dict[str, Any], seed: int) -> str:
     for key, value in a.items():
         if key not in ("name", "mu", "lam", "step", "schedule"):
             params += f"_{key}{fmt_number(value)}"
+    solver, defaults = doc.get("solver") or {}, solver_defaults or {}
+    for key, short in SOLVER_ID_KEYS.items():
+        if key in solver and solver[key] != defaults.get(key, solver[key]):
+            params += f"_{short}{fmt_number(solver[key])}"
     model = doc["model"]["name"] + ("_softmax_before_loss" if doc["model"].get("softmax_before_loss") else "")
     parts = [dataset, model, a["name"], params]
     private = _privacy_part(doc.get("privacy", {}))
@@ -274,7 +328,7 @@ def apply_protocol(doc: dict[str, Any], algorithm: dict[str, Any], protocol: str
     if protocol == "paper":
         return
     _merge(doc, AUTHORS_SETTINGS, where)
-    if is_upcycled(algorithm["name"]):
+    if is_upcycled(algorithm["name"]) and "step" not in algorithm:
         algorithm.pop("lam", None)
         algorithm["step"] = AUTHORS_STEP
 
@@ -320,6 +374,7 @@ def build_plan(config: dict[str, Any]) -> Plan:
             where = f"datasets.{name}.setting" if "setting" in d else f"datasets.{name} (no setting: its name is the setting)"
             raise ExperimentError(f"{where}: {setting!r} is not a synthetic set; known: {', '.join(PAPER_SYNTHETIC_SETS)}")
     seeds = [int(s) for s in config.get("seeds", [0])]
+    solver_defaults = (config.get("run_defaults") or {}).get("solver") or {}
     runs: dict[str, RunSpec] = {}
     experiments: dict[str, list[str]] = {}
     outputs: dict[str, dict[str, Any]] = {}
@@ -341,6 +396,7 @@ def build_plan(config: dict[str, Any]) -> Plan:
                    **config.get("job_defaults", {}),
                    **exp.get("job", {}), **group.get("job", {})}
             group_seeds = [int(s) for s in group.get("seeds", exp_seeds)]
+            settings = [{}, *vary_settings(group.get("vary", []), f"experiments.{name}.groups[{gi}].vary")]
             for ds in group["datasets"]:
                 if ds not in datasets:
                     raise ExperimentError(f"experiments.{name}.groups[{gi}].datasets: {ds!r} is not in datasets "
@@ -349,11 +405,12 @@ def build_plan(config: dict[str, Any]) -> Plan:
                     continue
                 for ei, raw in enumerate(group["runs"]):
                     where = f"experiments.{name}.groups[{gi}].runs[{ei}]"
-                    for entry in expand_entry(raw, where):
+                    entries = [varied_entry(e, v) for v in settings for e in expand_entry(raw, where)]
+                    for entry in entries:
                         doc = _run_doc(config, exp, entry, where, group.get("protocol", exp.get("protocol", "paper")))
                         _check_run(doc, where)
                         for seed in group_seeds:
-                            rid = run_id(ds, doc, seed)
+                            rid = run_id(ds, doc, seed, solver_defaults)
                             spec = RunSpec(rid, ds, seed, {**copy.deepcopy(doc), "seed": seed})
                             if rid in runs:
                                 shared = shared_run_doc(runs[rid].doc, spec.doc)
@@ -392,7 +449,7 @@ def output_files(kind: str, name: str) -> list[str]:
         return [f"results/tables/{name}.{ext}" for ext in ("csv", "md", "html", "tex")]
     if kind in ("time", "momentum_table", "bases_table", "sensitivity", "protocol_gap"):
         return [f"results/tables/{name}.{ext}" for ext in ("csv", "md", "html")]
-    if kind == "draws":
+    if kind in ("draws", "gain_grid"):
         return [f"results/tables/{name}.{ext}" for ext in ("csv", "md", "html")] + \
             [f"results/figures/{name}.{ext}" for ext in ("png", "pdf", "csv")]
     return [f"results/figures/{name}.{ext}" for ext in ("png", "pdf", "csv")]

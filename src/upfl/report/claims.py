@@ -24,6 +24,7 @@ from ..privacy.accounting import MEANINGFUL_EPSILON, NO_MEANINGFUL
 from .cells import paired
 from .collect import ORIGIN_COLUMNS, REPORTING_NOTE, ReportError, is_generated, origin_text
 from .paper_numbers import algorithm_label, dataset_label, paper_values
+from .gain_grid import claims_section
 from .protocol_gap import headline_section
 from .render import as_number, fmt, fmt_mu, markdown_table, write_csv, write_markdown
 from .stats import mean_interval
@@ -35,7 +36,7 @@ METRIC_TEXT = {"train_acc": "training accuracy", "test_acc": "test accuracy"}
 DEFAULT_ROLES = {"table1": "table1", "time": "table1", "lambda_sweep": "fig2_lambda",
                  "privacy": "privacy_output,privacy_objective", "privacy_real": "fig12", "cnn": "fig4",
                  "draws": "table1_draws", "bases": "upcycling_bases",
-                 "momentum": "ablation_momentum", "protocol_gap": "protocol_gap"}
+                 "momentum": "ablation_momentum", "protocol_gap": "protocol_gap", "sensitivity": "sensitivity"}
 """Which experiment(s) of the runs table each group of claims reads (comma-separated names)."""
 
 EQUIVALENCE_MARGIN = 0.10
@@ -783,7 +784,8 @@ def write_claims(runs: pd.DataFrame, out_prefix: str, provenance: str, roles: di
     if info:
         sections += ["## Information: upcycling or server momentum?\n", MOMENTUM_NOTE + "\n",
                      markdown_table(MOMENTUM_HEADER, info)]
-    sections += headline_section(ctx.of("protocol_gap"))
+    sections += headline_section(ctx.of("protocol_gap"), ctx.of("sensitivity"))
+    sections += claims_section(ctx.of("sensitivity"))
     write_markdown(f"{out_prefix}.md", "The paper's claims, judged", sections, provenance)
     return frame
 

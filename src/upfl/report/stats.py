@@ -55,3 +55,27 @@ def mean_interval(values: Sequence[float], level: float = 0.95) -> Interval:
     std = float(arr.std(ddof=1))
     half = t_quantile(level, n - 1) * std / math.sqrt(n)
     return Interval(n, mean, std, mean - half, mean + half)
+
+
+def std_from_interval(low: float, high: float, n: int, level: float = 0.95) -> float:
+    """The sample std behind a t interval ``mean +- t* s / sqrt(n)`` of ``n`` values (NaN when n < 2)."""
+    if n < 2:
+        return math.nan
+    return (high - low) / 2 / t_quantile(level, n - 1) * math.sqrt(n)
+
+
+def welch_interval(a: Interval, b: Interval, level: float = 0.95) -> tuple[float, float, float]:
+    """Difference of two means ``a.mean - b.mean`` of independent samples with Welch's t interval (unequal
+    variances, Welch-Satterthwaite degrees of freedom): (difference, low, high); NaN bounds when either has n < 2."""
+    diff = a.mean - b.mean
+    if a.n < 2 or b.n < 2:
+        return diff, math.nan, math.nan
+    va, vb = a.std ** 2 / a.n, b.std ** 2 / b.n
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return diff, diff, diff
+    df = se ** 4 / (va ** 2 / (a.n - 1) + vb ** 2 / (b.n - 1))
+    from scipy.special import stdtrit
+
+    half = float(stdtrit(df, (1 + level) / 2)) * se
+    return diff, diff - half, diff + half

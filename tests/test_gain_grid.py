@@ -1,0 +1,136 @@
+"""The sensitivity experiment's report (upfl.report.gain_grid): cells paired across the grid, the base and the knobs
+each setting varies, the largest gain stated on the claims page, and the written table and figure."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from upfl import config as cfgmod
+from upfl.report.claims import write_claims
+from upfl.report.collect import ReportError, collect_runs
+from upfl.report.gain_grid import gain_grid_frame, largest_gains, write_gain_grid
+
+
+def grid_run(root, algorithm, seed, final, authors=False, lr=0.05, epochs=20, step=None, rounds=None, mu=1.0):
+    """A finished run folder of the sensitivity experiment on the paper's Synthetic(1,1) with final train accuracy
+    ``final`` (test 1 point lower)."""
+    data = root / "data" / "synthetic_1_1"
+    data.mkdir(parents=True, exist_ok=True)
+    (data / "meta.json").write_text(json.dumps({"name": "synthetic_1_1", "source": "paper"}))
+    alg = {"name": algorithm, "mu": mu}
+    if algorithm == "upcycled":
+        alg.update({"step": step} if step is not None else {"step": 0.7} if authors else {"lam": 0.43})
+    rounds = rounds or (160 if algorithm == "upcycled" else 80)
+    doc = {"data": {"path": str(data)}, "seed": seed, "rounds": rounds, "algorithm": alg,
+           "model": {"name": "logreg", "softmax_before_loss": authors}, "devices": {"straggler": 0.9},
+           "solver": {"lr": lr, "epochs": epochs}}
+    folder = root / f"{algorithm}_{seed}_{authors}_{lr}_{epochs}_{step}_{rounds}_{mu}"
+    folder.mkdir()
+    final_metrics = {"iteration": rounds, "train_loss": 0.5, "train_acc": final, "test_loss": 0.5,
+                     "test_acc": final - 0.01}
+    (folder / "metrics.csv").write_text("iteration,kind,train_loss,train_acc,test_loss,test_acc\n"
+                                        f"{rounds},train,0.5,{final},0.5,{final - 0.01}\n")
+    (folder / "summary.json").write_text(json.dumps({"final": final_metrics, "best": final_metrics, "seed": seed,
+                                                     "config": cfgmod.to_dict(cfgmod.from_dict(doc))}))
+    return ("sensitivity", str(folder))
+
+
+def make_grid_runs(root):
+    """Synthetic(1,1), 3 seeds, both protocols: base, lr 0.005 (FedProx 0.70, Upcycled-FL +5 points), step 0.9 (on the
+    base FedProx, +3), E 10 crossed with lr 0.005 (+1), T 40 / 80 (+2); the base gains +1 (paper) / +2 (authors)."""
+    runs = []
+    for seed in range(3):
+        noise = 0.001 * seed
+        for authors, lift in ((False, 0.01), (True, 0.02)):
+            base = 0.75 + noise
+            runs += [grid_run(root, "fedprox", seed, base, authors), grid_run(root, "upcycled", seed, base + lift, authors)]
+            runs += [grid_run(root, "fedprox", seed, 0.70 + noise, authors, lr=0.005),
+                     grid_run(root, "upcycled", seed, 0.75 + noise + 0.005 * seed, authors, lr=0.005)]
+            runs += [grid_run(root, "upcycled", seed, base + 0.03, authors, step=0.9)]
+            runs += [grid_run(root, "fedprox", seed, 0.70, authors, lr=0.005, epochs=10),
+                     grid_run(root, "upcycled", seed, 0.71, authors, lr=0.005, epochs=10)]
+            runs += [grid_run(root, "fedprox", seed, 0.60, authors, rounds=40),
+                     grid_run(root, "upcycled", seed, 0.62, authors, rounds=80)]
+    return collect_runs(runs)
+
+
+@pytest.fixture
+def grid_runs(tmp_path):
+    return make_grid_runs(tmp_path)
+
+
+def test_settings_pair_fedprox_at_half_the_iterations_and_name_the_knobs_they_vary(grid_runs):
+    frame = gain_grid_frame(grid_runs)
+    assert len(frame) == 2 * 5 and (frame["pairs"] == 3).all()
+    paper = frame[frame["protocol"] == "paper's model"].set_index("varied")
+    assert sorted(paper.index) == ["", "coef", "fedprox_rounds", "lr", "lr,epochs"]
+    assert bool(paper.loc["", "base"]) and paper.loc["", "gain_train"] == pytest.approx(1.0)
+    assert paper.loc["lr", "gain_train"] == pytest.approx(5.5)  # +5 and 0.5 point per seed: +5, +5.5, +6
+    assert paper.loc["coef", "fedprox_train"] == pytest.approx(paper.loc["", "fedprox_train"])  # one FedProx cell
+    assert paper.loc["coef", "gain_train"] == pytest.approx(3.0) and paper.loc["coef", "coef"] == 0.9
+    assert (paper.loc["fedprox_rounds", "fedprox_rounds"], paper.loc["fedprox_rounds", "upcycled_rounds"]) == (40, 80)
+    assert paper.loc["", "coef"] == pytest.approx(1 / 1.43)
+    assert paper.loc["lr", "gain_test"] == pytest.approx(paper.loc["lr", "gain_train"])
+    authors = frame[frame["protocol"] == "authors' protocol"].set_index("varied")
+    assert authors.loc["", "coef"] == pytest.approx(0.7) and authors.loc["", "gain_train"] == pytest.approx(2.0)
+
+
+def test_largest_gain_is_stated_with_where_and_how_many_settings(grid_runs):
+    lines = largest_gains(gain_grid_frame(grid_runs))
+    assert lines[0].startswith("- In 10 settings (1 data sets x 2 protocols x the grid; 3 seed pairs each) no mean "
+                               "gain in final training accuracy exceeds +5.50 pp: +5.50 [")
+    assert "on Synthetic(1,1), authors' protocol, lr 0.005" in lines[0] or "on Synthetic(1,1), paper's model, lr 0.005" in lines[0]
+    assert lines[1].startswith("- Synthetic(1,1): largest gain +5.50") and "the paper's Table 1 gain at μ = 1: +7.19 pp" in lines[1]
+
+
+def test_written_table_figure_and_claims_section(grid_runs, tmp_path):
+    frame = write_gain_grid(grid_runs, str(tmp_path / "t" / "grid"), str(tmp_path / "f" / "grid"), "test")
+    md = (tmp_path / "t" / "grid.md").read_text()
+    assert "## How large can the gain get" in md and "| Synthetic(1,1) | paper's model | lr 0.005, E 10 |" in md
+    assert (tmp_path / "f" / "grid.png").stat().st_size > 0 and (tmp_path / "f" / "grid.pdf").exists()
+    points = pd.read_csv(tmp_path / "f" / "grid.csv", comment="#")
+    # one line per data set x protocol and knob varied alone: the base and that knob's settings
+    assert sorted(points["knob"].unique()) == ["coef", "fedprox_rounds", "lr"]
+    assert len(points[(points["knob"] == "lr") & (points["protocol"] == "paper's model")]) == 2
+    assert len(pd.read_csv(tmp_path / "t" / "grid.csv", comment="#")) == len(frame)
+    write_claims(grid_runs, str(tmp_path / "claims"), "test")
+    assert "## How large can the gain get" in (tmp_path / "claims.md").read_text()
+
+
+def test_an_upcycled_cell_without_its_fedprox_is_an_error_naming_what_is_missing(tmp_path):
+    runs = collect_runs([grid_run(tmp_path, "upcycled", 0, 0.8), grid_run(tmp_path, "fedprox", 0, 0.8, lr=0.01)])
+    with pytest.raises(ReportError, match="no Upcycled-FL cell has a FedProx cell at half its iterations"):
+        gain_grid_frame(runs)
+
+
+def test_the_authors_gradient_factor_equals_autograd():
+    import math
+
+    import torch
+
+    from upfl.report.protocol_gap import authors_gradient_factor
+
+    for wrong in (0.1, 0.3, 0.5, 0.7, 0.9, 0.99):
+        z = torch.tensor([[math.log((1 - wrong) / wrong), 0.0]], requires_grad=True)
+        y = torch.tensor([0])
+        paper, = torch.autograd.grad(torch.nn.functional.cross_entropy(z, y), z)
+        authors, = torch.autograd.grad(torch.nn.functional.cross_entropy(torch.softmax(z, 1), y), z)
+        assert authors_gradient_factor(wrong) == pytest.approx((authors[0, 0] / paper[0, 0]).item(), rel=1e-5)
+
+
+def test_the_smaller_step_lines_set_the_grids_learning_rates_beside_the_authors_protocol(grid_runs):
+    from upfl.report.protocol_gap import headline_section
+
+    base = grid_runs[(grid_runs["lr"].astype(float) == 0.05) & (grid_runs["epochs"].astype(int) == 20)
+                     & (grid_runs["rounds"].astype(int) == grid_runs["algorithm"].map({"fedprox": 80, "upcycled": 160}))
+                     & ~(grid_runs["coef"].astype(float) >= 0.8)]
+    lines = "\n".join(headline_section(base.assign(experiments="protocol_gap"), grid_runs)).splitlines()
+    step = next(ln for ln in lines if ln.startswith("- Is the authors' loss a smaller step? Synthetic(1,1)"))
+    # the paper's model at lr 0.005: FedProx 70.1% (70 + 0.1 on average over seeds), gain +5.50; the authors'
+    # protocol at lr 0.05: FedProx 75.10%, gain +2.00, outside the interval of +5.50
+    assert "the paper's model at lr 0.005 gives FedProx 70.10-70.10% and gains +5.50 to +5.50 pp" in step
+    assert "the authors' protocol at lr 0.05 gives FedProx 75.10% and +2.00 pp (this table); 1 of the 1 smaller" in step
+    assert any(ln.startswith("- Per sample, the authors' loss scales the paper's gradient") and "0.14 at 0.9" in ln
+               for ln in lines)
+    assert not any("smaller step" in ln for ln in headline_section(base.assign(experiments="protocol_gap")))
