@@ -201,18 +201,24 @@ experiments:
 """
 
 
+def workflow_with(tmp_path: Path, path: Path) -> Path:
+    """A copy of the workflow whose config.yaml is :data:`TINY` with data set `mine` at ``path``."""
+    wd = tmp_path / "wf"
+    wd.mkdir()
+    shutil.copy(ROOT / "Snakefile", wd)
+    for folder in ("workflow", "config", "profiles"):
+        shutil.copytree(ROOT / folder, wd / folder)
+    (wd / "config" / "config.yaml").write_text(TINY.replace("PATH", json.dumps(str(path))))
+    return wd
+
+
 @pytest.mark.workflow
 def test_workflow_trains_and_reports_on_a_leaf_folder_added_by_config(tmp_path):
     """The only edit is config.yaml: the folder is copied to resources/data/leaf/mine, every run trains its MLP
     on it (input size and classes from the data), the tables and figure are built; an edit of a file of the
     folder makes the copy and the runs out of date; `upfl run --data` reads the folder itself too."""
     src = write_leaf_folder(tmp_path / "my leaf" / "data")
-    wd = tmp_path / "wf"
-    wd.mkdir()
-    shutil.copy(ROOT / "Snakefile", wd)
-    for folder in ("workflow", "config", "profiles"):
-        shutil.copytree(ROOT / folder, wd / folder)
-    (wd / "config" / "config.yaml").write_text(TINY.replace("PATH", json.dumps(str(src))))
+    wd = workflow_with(tmp_path, src)
     cmd = [sys.executable, "-m", "snakemake", "--workflow-profile", "none", "--cores", "2"]
     proc = subprocess.run(cmd, cwd=wd, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -244,3 +250,13 @@ def test_workflow_trains_and_reports_on_a_leaf_folder_added_by_config(tmp_path):
                              "--set", "device=cpu"], capture_output=True, text=True, timeout=300)
     assert direct.returncode == 0, direct.stderr[-3000:]
     assert (out / "metrics.csv").exists()
+
+
+@pytest.mark.workflow
+def test_a_missing_folder_is_named_by_its_config_key_before_anything_runs(tmp_path):
+    missing = tmp_path / "nowhere" / "data"
+    wd = workflow_with(tmp_path, missing)
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "--workflow-profile", "none", "-n"], cwd=wd,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert f"config: datasets.mine.path: {missing}: data set folder does not exist" in proc.stdout + proc.stderr

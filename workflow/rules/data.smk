@@ -2,7 +2,6 @@
 # generator's draws are generated (RESOURCES/data/generated/); LEAF sets are downloaded and preprocessed
 # (RESOURCES/data/leaf/), and a LEAF-format folder named by config (`source: leaf`, `path`) is checked and copied
 # there, so the runs read a fixed copy; an edit of one of its files makes the copy, and the runs, out of date.
-from upfl.data.leaf_folder import folder_files
 # Shell quoting: single values are interpolated with `:q`; the flag lists (`{params.overrides}`, `{params.options}`,
 # `{params.checksums}`, `{params.pairs}`) are built in common.smk with every value passed through `shlex.quote`
 # (`:q` would quote the whole list as one word). tests/test_hostile_inputs.py runs names carrying `;` through them.
@@ -93,7 +92,10 @@ def leaf_folder_path(wildcards):
 
 
 def leaf_folder_inputs(wildcards):
-    """The files the copy of a `source: leaf` folder holds (upfl.data.leaf_folder.folder_files)."""
+    """The files the copy of a `source: leaf` folder holds (upfl.data.leaf_folder.folder_files; imported here, as
+    it imports numpy, which parsing the workflow does not need)."""
+    from upfl.data.leaf_folder import folder_files
+
     try:
         return [str(f) for f in folder_files(leaf_folder_path(wildcards))]
     except ValueError as e:
