@@ -5,6 +5,7 @@
 # Shell quoting: single values are interpolated with `:q`; the flag lists (`{params.overrides}`, `{params.options}`,
 # `{params.checksums}`, `{params.pairs}`) are built in common.smk with every value passed through `shlex.quote`
 # (`:q` would quote the whole list as one word). tests/test_hostile_inputs.py runs names carrying `;` through them.
+from upfl.data.registry import ARCHIVE_SOURCES
 
 
 rule paper_dataset:
@@ -75,7 +76,7 @@ rule leaf_dataset:
         seed=lambda wc: CONFIG["datasets"][wc.dataset].get("data_seed", 0),
         options=lambda wc: prepare_options(wc.dataset),
     wildcard_constraints:
-        dataset=_alternation(datasets_of("femnist") + datasets_of("sent140")),
+        dataset=_alternation([d for source in ARCHIVE_SOURCES for d in datasets_of(source)]),
     log:
         "results/logs/data/{dataset}.log",
     resources:

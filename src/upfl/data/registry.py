@@ -59,14 +59,17 @@ def _entries() -> list[PreparedDataset]:
 DATASETS: dict[str, PreparedDataset] = {d.name: d for d in _entries()}
 """``upfl data prepare`` NAME -> its entry."""
 
-WORKFLOW_SOURCES = ("paper", "synthetic", "femnist", "sent140", "leaf")
+ARCHIVE_SOURCES = ("femnist", "sent140")
+"""Workflow sources built from downloaded archives by ``upfl data prepare <source>`` (rule ``leaf_dataset``)."""
+
+WORKFLOW_SOURCES = ("paper", "synthetic", *ARCHIVE_SOURCES, "leaf")
 """``datasets.<name>.source`` of a workflow config (the schema's enum is tested against this)."""
 
 DATASET_KEYS = {
     "source": WORKFLOW_SOURCES,
     "setting": ("paper", "synthetic"),
-    "data_seed": ("synthetic", "femnist", "sent140"),
-    "options": ("femnist", "sent140"),
+    "data_seed": ("synthetic", *ARCHIVE_SOURCES),
+    "options": ARCHIVE_SOURCES,
     "path": ("leaf",),
     "model": WORKFLOW_SOURCES,
 }
