@@ -101,8 +101,10 @@ def test_a_file_that_differs_from_the_sha256_its_meta_records_is_refused(tmp_pat
     (src / "meta.json").write_text(json.dumps({"sha256": {rel: "0" * 64}}))
     with pytest.raises(DatasetError, match=rf"{first}: sha256 [0-9a-f]{{64}} is not the 0{{64}} that"):
         import_leaf_folder(src, tmp_path / "copy")
-    with pytest.raises(ValueError, match="inside the folder it copies"):
-        import_leaf_folder(src, src / "copy")
+    for out in (src / "copy", src, tmp_path):  # replacing any of these would replace or delete the folder
+        with pytest.raises(ValueError, match="give another output folder"):
+            import_leaf_folder(src, out)
+    assert sorted(p.name for p in src.iterdir()) == ["all_data", "meta.json", "sampled_data", "test", "train"]
 
 
 def test_cli_prepare_reads_the_registry_and_refuses_flags_a_data_set_does_not_read(tmp_path, capsys):

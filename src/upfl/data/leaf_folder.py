@@ -88,8 +88,11 @@ def import_leaf_folder(source: str | os.PathLike, out: str | os.PathLike, name: 
     says otherwise), ``name``, ``imported_from`` (the source folder) and the sha256 of every split file.
     """
     src, dest = Path(source).expanduser(), Path(out)
-    if dest.resolve() == src.resolve() or src.resolve() in dest.resolve().parents:
-        raise ValueError(f"--out {dest}: inside the folder it copies ({src}); give another output folder")
+    a, b = src.resolve(), dest.resolve()
+    if a == b or a in b.parents or b in a.parents:
+        # replacing `out` would replace (or delete) the folder being copied
+        raise ValueError(f"--out {dest}: the folder it copies ({src}) is inside it or it is inside that folder; "
+                         f"give another output folder")
     files = folder_files(src)
     meta: dict[str, Any] = read_json(src / META_FILE) if (src / META_FILE).is_file() else {}
     dest.parent.mkdir(parents=True, exist_ok=True)
