@@ -1,9 +1,11 @@
 # Data sets: the paper's synthetic sets are downloaded and converted (RESOURCES/data/paper/); the FedProx
 # generator's draws are generated (RESOURCES/data/generated/); LEAF sets are downloaded and preprocessed
-# (RESOURCES/data/leaf/).
+# (RESOURCES/data/leaf/), and a LEAF-format folder named by config (`source: leaf`, `path`) is checked and copied
+# there, so the runs read a fixed copy; an edit of one of its files makes the copy, and the runs, out of date.
 # Shell quoting: single values are interpolated with `:q`; the flag lists (`{params.overrides}`, `{params.options}`,
 # `{params.checksums}`, `{params.pairs}`) are built in common.smk with every value passed through `shlex.quote`
 # (`:q` would quote the whole list as one word). tests/test_hostile_inputs.py runs names carrying `;` through them.
+from upfl.data.registry import ARCHIVE_SOURCES
 
 
 rule paper_dataset:
@@ -74,7 +76,7 @@ rule leaf_dataset:
         seed=lambda wc: CONFIG["datasets"][wc.dataset].get("data_seed", 0),
         options=lambda wc: prepare_options(wc.dataset),
     wildcard_constraints:
-        dataset=_alternation(datasets_of("femnist") + datasets_of("sent140")),
+        dataset=_alternation([d for source in ARCHIVE_SOURCES for d in datasets_of(source)]),
     log:
         "results/logs/data/{dataset}.log",
     resources:
@@ -83,3 +85,36 @@ rule leaf_dataset:
     shell:
         "upfl data prepare {params.source:q} --resources {params.resources:q} --out {output:q} --seed {params.seed:q} "
         "--no-progress {params.options} {params.checksums} > {log:q} 2>&1"
+
+
+def leaf_folder_path(wildcards):
+    """`datasets.<name>.path` of a `source: leaf` data set (relative paths: to the workflow's directory)."""
+    return os.path.expanduser(CONFIG["datasets"][wildcards.dataset]["path"])
+
+
+def leaf_folder_inputs(wildcards):
+    """The files the copy of a `source: leaf` folder holds (upfl.data.leaf_folder.folder_files; imported here, as
+    it imports numpy, which parsing the workflow does not need)."""
+    from upfl.data.leaf_folder import folder_files
+
+    try:
+        return [str(f) for f in folder_files(leaf_folder_path(wildcards))]
+    except ValueError as e:
+        raise WorkflowError(f"config: datasets.{wildcards.dataset}.path: {e}") from None
+
+
+rule leaf_folder_dataset:
+    input:
+        leaf_folder_inputs,
+    output:
+        directory(f"{RESOURCES}/data/{DATA_FOLDERS['leaf']}/{{dataset}}"),
+    params:
+        path=leaf_folder_path,
+    wildcard_constraints:
+        dataset=_alternation(datasets_of("leaf")),
+    log:
+        "results/logs/data/{dataset}.log",
+    localrule: True
+    priority: DATA_PRIORITY
+    shell:
+        "upfl data prepare leaf --path {params.path:q} --out {output:q} --name {wildcards.dataset:q} > {log:q} 2>&1"

@@ -5,36 +5,21 @@
     upfl data fetch --source by_class sent140 ...   (archive sources, not data sets)
     upfl data prepare femnist --out DIR [--resources DIR] [--seed N] [--set KEY=VALUE ...]
     upfl data prepare paper_synthetic_1_1 --out DIR [--resources DIR] [--sha256 NAME=HEX ...]
+    upfl data prepare leaf --path LEAF_FOLDER --out DIR [--name NAME]   (check and copy a LEAF-format folder)
     upfl data extract ARCHIVE TARGET [--member NAME ...]
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import fnmatch
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 from ..errors import EXIT_FAILED, EXIT_INPUT
-from ..data.sources import (DATASET_SOURCES, DEADLINE, MAX_BYTES, PAPER_SET_SOURCES, PAPER_SYNTHETIC_SETS, SOURCES,
-                            dataset_folder,
-                            resolve_sources)
-
-SPEC_DATASETS = ("femnist", "sent140")
-"""Data sets ``upfl data prepare`` builds from archives (their specs: FemnistSpec, Sent140Spec). The builders
-(numpy, PIL, tqdm, http) are imported by the commands that use them, not by every ``upfl`` command."""
-PAPER_SETS = {f"paper_{s}": s for s in PAPER_SYNTHETIC_SETS}
-
-
-def spec_class(dataset: str):
-    """The spec dataclass of a data set of :data:`SPEC_DATASETS`."""
-    from ..data.femnist import FemnistSpec
-    from ..data.sent140 import Sent140Spec
-
-    return {"femnist": FemnistSpec, "sent140": Sent140Spec}[dataset]
+from ..data.registry import DATASETS
+from ..data.sources import DEADLINE, MAX_BYTES, SOURCES, resolve_sources
 
 
 def _pairs(items: list[str] | None, flag: str) -> dict[str, str]:
@@ -64,24 +49,6 @@ def archive_assignments(items: list[str] | None) -> dict[str, Path]:
     return out
 
 
-def spec_with(dataset: str, settings: list[str] | None, num_devices: int | None = None):
-    """The data set's spec with ``--set KEY=VALUE`` overrides (values parsed as JSON, else text)."""
-    cls = spec_class(dataset)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    changes: dict[str, Any] = {}
-    for key, raw in _pairs(settings, "--set").items():
-        if key not in fields:
-            raise ValueError(f"--set {key}: unknown {dataset} setting; known: {', '.join(fields)}")
-        try:
-            value = json.loads(raw)
-        except json.JSONDecodeError:
-            value = raw
-        changes[key] = tuple(value) if isinstance(value, list) else value
-    if num_devices is not None:
-        changes["num_devices"] = num_devices
-    return dataclasses.replace(cls(), **changes)
-
-
 def check_fetch_flags(args: argparse.Namespace) -> None:
     """Named errors for flag values a download cannot use (before anything is fetched)."""
     if args.retries < 0:
@@ -98,7 +65,7 @@ def check_fetch_flags(args: argparse.Namespace) -> None:
 
 def cmd_fetch(args: argparse.Namespace) -> int:
     from ..data.download import fetch_source
-    from ..data.paper import build_paper_synthetic
+    from ..data.prepare import convert_fetched
 
     check_fetch_flags(args)
     urls, checksums = _pairs(args.url, "--url"), _pairs(args.sha256, "--sha256")
@@ -117,72 +84,22 @@ def cmd_fetch(args: argparse.Namespace) -> int:
                             deadline=args.deadline, max_bytes=args.max_bytes, progress=not args.no_progress)
         print(f"{src.name:9s} {path}")
     if not args.source:
-        for setting in paper_sets_of(args.names):
-            out = build_paper_synthetic(setting, args.resources, dataset_folder(args.resources, "paper", setting),
-                                        sources=sources)
+        for setting, out in convert_fetched(args.names, args.resources, sources):
             print(f"{setting:9s} {out}")
     return 0
 
 
-def paper_sets_of(names: list[str]) -> list[str]:
-    """The paper's synthetic sets a fetch of data set ``names`` includes (converted after the download)."""
-    sets = []
-    for name in names:
-        members = set(DATASET_SOURCES.get(name, ()))
-        sets += [s for s in PAPER_SYNTHETIC_SETS if set(PAPER_SET_SOURCES[f"paper_{s}"]) <= members and s not in sets]
-    return sets
-
-
-def _resource(folder: Path, name: str) -> Path:
-    """An archive of the resources folder, verified (sha256, zip intact); never downloaded here."""
-    from ..data.download import DownloadError, fetch_source, read_recorded_sha256
-
-    source = SOURCES[name]
-    path = folder / source.filename
-    if not path.exists():
-        raise DownloadError(f"{path}: missing; run 'upfl data fetch {name}' (or pass --from-archive) first")
-    if read_recorded_sha256(path) is not None:
-        # verified when it was fetched (against the known sha256, or a mirror's); check that record
-        source = dataclasses.replace(source, sha256=None)
-    return fetch_source(source, folder)
-
-
 def cmd_prepare(args: argparse.Namespace) -> int:
-    from ..data.paper import build_paper_synthetic, femnist_device_counts
+    """Build the data set ``args.dataset`` of :data:`upfl.data.registry.DATASETS` with the flags it reads."""
+    from ..data.prepare import PrepareRequest
 
-    if args.dataset in PAPER_SETS:
-        setting = PAPER_SETS[args.dataset]
-        if args.set or args.num_devices is not None:
-            raise ValueError(f"{args.dataset}: the paper's released set has no settings (--set, --num-devices)")
-        sources = resolve_sources([args.dataset], urls=_pairs(args.url, "--url"),
-                                  checksums=_pairs(args.sha256, "--sha256"))
-        print(build_paper_synthetic(setting, args.resources, args.out, name=args.name, sources=sources))
-        return 0
-    if args.name or args.url:
-        raise ValueError(f"--url and --name are for the paper's sets ({', '.join(PAPER_SETS)}), not {args.dataset}")
-    spec = spec_with(args.dataset, args.set, args.num_devices)
-    index = None
-    if args.dataset == "femnist" and spec.sizes == "paper_index":
-        # The authors' per-device counts (their FEMNIST index), checked against the pinned sha256.
-        checksums = _pairs(args.sha256, "--sha256")
-        train, test, index = femnist_device_counts(args.resources, resolve_sources(
-            ["paper_femnist"], checksums={k: v for k, v in checksums.items() if k.startswith("paper_femnist")}))
-        if args.num_devices is not None and args.num_devices != len(train):
-            raise ValueError(f"--num-devices {args.num_devices}: the FEMNIST device index has {len(train)} devices")
-        spec = dataclasses.replace(spec, num_devices=len(train), train_counts=train, test_counts=test)
-    elif args.sha256:
-        raise ValueError(f"--sha256 is for the paper's files (paper sets, FEMNIST's device index), not {args.dataset}")
-    res = Path(args.resources)
-    progress = not args.no_progress
-    paths = [_resource(res, name) for name in DATASET_SOURCES[args.dataset] if not SOURCES[name].mirror]
-    if args.dataset == "femnist":
-        from ..data.femnist import build_femnist
-
-        out = build_femnist(*paths, args.out, seed=args.seed, spec=spec, progress=progress, device_index=index)
-    else:
-        from ..data.sent140 import build_sent140
-
-        out = build_sent140(*paths, args.out, seed=args.seed, spec=spec, progress=progress)
+    entry = DATASETS[args.dataset]
+    request = PrepareRequest(
+        out=Path(args.out), resources=Path(args.resources), progress=not args.no_progress, seed=args.seed,
+        settings=_pairs(args.set, "--set"), num_devices=args.num_devices, checksums=_pairs(args.sha256, "--sha256"),
+        urls=_pairs(args.url, "--url"), name=args.name, path=Path(args.path) if args.path else None)
+    entry.check_request(request)
+    out = entry.build(request)
     meta = json.loads((out / "meta.json").read_text(encoding="utf-8"))
     bad = meta.get("malformed")
     if bad and bad["count"]:
@@ -257,20 +174,26 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    help=f"the most bytes of a download whose length the server does not announce (default {MAX_BYTES})")
     f.set_defaults(func=_guard(cmd_fetch))
 
-    pr = sub.add_parser("prepare", help="build FEMNIST, Sent140 or a paper synthetic set as a LEAF folder")
-    pr.add_argument("dataset", choices=sorted(SPEC_DATASETS) + list(PAPER_SETS))
+    listing = "\n".join(f"  {d.name:24s} {d.summary}" for d in DATASETS.values())
+    pr = sub.add_parser("prepare", help="build a data set as a LEAF folder (FEMNIST, Sent140, a paper set, a LEAF folder)",
+                        description=f"data sets:\n{listing}", formatter_class=argparse.RawDescriptionHelpFormatter)
+    pr.add_argument("dataset", choices=list(DATASETS), metavar="DATASET", help="one of: " + ", ".join(DATASETS))
     pr.add_argument("--out", required=True, help="output data set folder")
     common(pr)
-    pr.add_argument("--seed", type=int, default=0, help="data seed (the 'data' random stream; default 0)")
+    pr.add_argument("--seed", type=int, default=None, help="femnist, sent140: data seed (the 'data' random stream; "
+                                                          "default 0)")
     pr.add_argument("--num-devices", type=int, default=None,
-                    help="devices of the prepared set (default: the data set's spec)")
+                    help="femnist, sent140: devices of the prepared set (default: the data set's spec)")
     pr.add_argument("--set", action="append", metavar="KEY=VALUE",
-                    help="override a spec field (FemnistSpec / Sent140Spec), e.g. train_total=62")
+                    help="femnist, sent140: override a spec field (FemnistSpec / Sent140Spec), e.g. train_total=62")
     pr.add_argument("--sha256", action="append", metavar="NAME=HEX",
-                    help="paper sets: checksum of a file instead of the pinned one (a mirror of other files); repeatable")
+                    help="paper sets, femnist's device index: checksum of a file instead of the pinned one (a mirror "
+                         "of other files); repeatable")
     pr.add_argument("--url", action="append", metavar="NAME=URL",
                     help="paper sets: where the files were fetched from (paper=MIRROR), recorded in meta.json")
-    pr.add_argument("--name", default=None, help="paper sets: the data set's name in meta.json (default: the set)")
+    pr.add_argument("--name", default=None,
+                    help="paper sets, leaf: the data set's name in meta.json (default: the set / the folder's name)")
+    pr.add_argument("--path", default=None, help="leaf: the LEAF-format folder to check and copy (train/, test/)")
     pr.set_defaults(func=_guard(cmd_prepare))
 
     e = sub.add_parser("extract", help="extract members of a zip safely (refuses escaping entries)")

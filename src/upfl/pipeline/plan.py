@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import config as cfgmod
+from ..data.registry import check_dataset_entry
 from ..data.sources import PAPER_SYNTHETIC_SETS
 from ..engine.draws import resolve_straggler_policy
 from ..names import is_upcycled
@@ -295,8 +296,12 @@ def _merge(doc: dict[str, Any], settings: dict[str, Any], where: str) -> None:
 
 
 def _run_doc(config: dict[str, Any], exp: dict[str, Any], entry: dict[str, Any], where: str,
-             protocol: str = "paper") -> dict[str, Any]:
+             protocol: str = "paper", dataset_model: str | None = None) -> dict[str, Any]:
+    """A run's config: ``run_defaults``, the data set's ``model``, the experiment's ``set``, the entry (each
+    over the one before)."""
     doc = copy.deepcopy(config.get("run_defaults", {}))
+    if dataset_model:
+        doc.setdefault("model", {})["name"] = dataset_model
     _merge(doc, exp.get("set"), where)
     doc.setdefault("model", {}).setdefault("name", "logreg")
     doc.setdefault("devices", {}).setdefault("straggler", 0.0)
@@ -367,6 +372,10 @@ def build_plan(config: dict[str, Any]) -> Plan:
     datasets = config.get("datasets", {})
     for name, d in datasets.items():
         check_name("datasets", name)
+        try:
+            check_dataset_entry(name, d)
+        except ValueError as e:
+            raise ExperimentError(str(e)) from None
         if "setting" in d:
             check_name(f"datasets.{name}.setting", d["setting"])
         setting = d.get("setting", name)
@@ -407,7 +416,8 @@ def build_plan(config: dict[str, Any]) -> Plan:
                     where = f"experiments.{name}.groups[{gi}].runs[{ei}]"
                     entries = [varied_entry(e, v) for v in settings for e in expand_entry(raw, where)]
                     for entry in entries:
-                        doc = _run_doc(config, exp, entry, where, group.get("protocol", exp.get("protocol", "paper")))
+                        doc = _run_doc(config, exp, entry, where, group.get("protocol", exp.get("protocol", "paper")),
+                                       datasets[ds].get("model"))
                         _check_run(doc, where)
                         for seed in group_seeds:
                             rid = run_id(ds, doc, seed, solver_defaults)

@@ -225,7 +225,7 @@ def curve_columns(run_dir: str | os.PathLike) -> dict[str, float]:
 
 ORIGIN_COLUMNS = ("data_source", "data_setting", "data_seed", "data_commit")
 """``runs.csv`` columns naming a run's data: its source (``paper``: the authors' released draw; ``synthetic``: our
-generator; ``femnist``, ``sent140``: LEAF), the generator setting, ``data_seed`` and the authors' commit."""
+generator; ``femnist``, ``sent140``: LEAF; ``leaf``: a LEAF-format folder named by config), the generator setting, ``data_seed`` and the authors' commit."""
 
 
 def data_origin(data_path: str | None) -> dict[str, Any]:
@@ -257,6 +257,8 @@ def origin_text(source: Any, setting: Any = None, data_seed: Any = None, commit:
     if source == "synthetic":
         seed = f", data_seed {int(float(data_seed))}" if given(data_seed) else ""
         return f"our generator's draw ({setting}{seed})" if given(setting) else f"our generator's draw{seed}"
+    if source == "leaf":
+        return "a LEAF-format folder named by config"
     return f"LEAF {source}" + (f" (split seed {int(float(data_seed))})" if given(data_seed) else "")
 
 
