@@ -19,7 +19,7 @@ from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 from upfl import config as cfgmod  # noqa: E402
 from upfl.engine import simulation
 from upfl.config import ConfigError  # noqa: E402
-from upfl.data import generate_synthetic  # noqa: E402
+from upfl.data import generate_synthetic, load_leaf  # noqa: E402
 from upfl.flower import CountingGrid, UpcycledFL, make_client_app, make_server_app, run_config_to_upfl  # noqa: E402
 from upfl.flower.apps import RUN_CONFIG_KEYS  # noqa: E402
 
@@ -151,15 +151,71 @@ def upfl_run_models(run_config, tmp_path, monkeypatch):
     return seen
 
 
-def flower_run(run_config, tmp_path, client_app=None):
+class ServerCutOff:
+    """Makes the clients' training files impossible to open in this process (where the ServerApp runs; the
+    ClientApps run in Ray worker processes): ``open``, ``io.open`` and ``os.open`` of any path under the data set's
+    ``train/`` raise PermissionError, and every attempt is recorded."""
+
+    def __init__(self, data_path):
+        import os
+        from pathlib import Path
+
+        self.train = Path(os.path.realpath(Path(data_path) / "train"))
+        self.attempts = []
+
+    def _guard(self, real):
+        import os
+        from pathlib import Path
+
+        def guarded(file, *args, **kwargs):
+            if isinstance(file, (str, bytes, os.PathLike)):
+                path = Path(os.path.realpath(os.fsdecode(file)))
+                if path == self.train or self.train in path.parents:
+                    self.attempts.append(str(path))
+                    raise PermissionError(f"{path}: the server may not read the clients' training files")
+            return real(file, *args, **kwargs)
+
+        return guarded
+
+    def install(self, monkeypatch):
+        import builtins
+        import io
+        import os
+
+        for module, name in ((builtins, "open"), (io, "open"), (os, "open")):
+            monkeypatch.setattr(module, name, self._guard(getattr(module, name)))
+        return self
+
+
+def server_folder(data_path, root):
+    """What the server owns: the data set's meta.json and its test split, no train/ at all."""
+    import shutil
+    from pathlib import Path
+
+    server = Path(root) / "server-data"
+    if not server.exists():
+        server.mkdir(parents=True)
+        shutil.copy(Path(data_path) / "meta.json", server / "meta.json")
+        shutil.copytree(Path(data_path) / "test", server / "test")
+    return str(server)
+
+
+def flower_run(run_config, tmp_path, client_app=None, monkeypatch=None):
+    """Flower's simulation engine (Ray) on ``run_config``, with the server cut off from the clients' training files:
+    its ``data-path`` holds only meta.json and test/, and opening anything under the clients' train/ fails in its
+    process. Returns (global model per round, metrics.csv rows)."""
     from flwr.simulation import run_simulation
 
     run_config = {**run_config, "out-dir": str(tmp_path / "flower")}
+    server_config = {**run_config, "data-path": server_folder(run_config["data-path"], tmp_path)}
     models = {}
-    run_simulation(server_app=make_server_app(run_config, on_round=lambda t, w: models.__setitem__(t, w.clone())),
-                   client_app=client_app or make_client_app(run_config), num_supernodes=NUM_DEVICES,
-                   backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-                                   "init_args": {"num_cpus": 2, "num_gpus": 0}})
+    with pytest.MonkeyPatch.context() as m:
+        cut = ServerCutOff(run_config["data-path"]).install(m)
+        run_simulation(server_app=make_server_app(server_config, on_round=lambda t, w: models.__setitem__(t, w.clone())),
+                       client_app=client_app or make_client_app(run_config), num_supernodes=NUM_DEVICES,
+                       backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+                                       "init_args": {"num_cpus": 2, "num_gpus": 0}})
+    assert cut.attempts == [], cut.attempts
     with open(tmp_path / "flower" / "metrics.csv") as f:
         rows = list(csv.DictReader(f))
     return models, rows
@@ -184,9 +240,31 @@ def test_flower_simulation_equals_upfl_run_and_even_rounds_send_nothing(flower_d
     flower_models, rows = flower_run(run_config, tmp_path)
     assert_same_rounds(flower_models, upfl_run_models(run_config, tmp_path, monkeypatch), rounds)
     messages = {int(r["iteration"]): int(r["messages"]) for r in rows}
-    assert messages == {0: 0, 1: NUM_DEVICES, 2: 0, 3: NUM_DEVICES, 4: 0, 5: NUM_DEVICES, 6: 0}
+    # odd rounds: a training and an evaluation message per node (federated evaluation); even rounds: none
+    assert messages == {0: 0, 1: 2 * NUM_DEVICES, 2: 0, 3: 2 * NUM_DEVICES, 4: 0, 5: 2 * NUM_DEVICES, 6: 0}
     assert [r["kind"] for r in rows] == ["init"] + ["train", "upcycle"] * 3
     assert not torch.equal(flower_models[2], flower_models[1])
+    assert_same_metrics(rows, tmp_path)
+
+
+def assert_same_metrics(rows, tmp_path):
+    """The server's test metrics (its held-out set) every round, and the clients' federated training metrics after
+    every training round, equal ``upfl run``'s pooled metrics; even rounds and iteration 0 have no training
+    metrics (no message was sent)."""
+    import pandas as pd
+
+    upfl = pd.read_csv(tmp_path / "upfl" / "metrics.csv").set_index("iteration")
+    for r in rows:
+        t = int(r["iteration"])
+        for key in ("test_loss", "test_acc"):
+            assert float(r[key]) == pytest.approx(float(upfl.loc[t, key]), abs=1e-5), (t, key)
+        for key in ("train_loss", "train_acc"):
+            if r["kind"] == "train":
+                assert float(r[key]) == pytest.approx(float(upfl.loc[t, key]), abs=1e-5), (t, key)
+            else:
+                assert r[key] == "", (t, key, r[key])
+    print("train_acc per round, Flower (federated) and upfl run:",
+          [(r["iteration"], r["train_acc"], round(float(upfl.loc[int(r["iteration"]), "train_acc"]), 6)) for r in rows])
 
 
 def test_flower_private_stragglers_minibatches_equal_upfl_run(flower_data, tmp_path, monkeypatch):
@@ -200,7 +278,9 @@ def test_flower_private_stragglers_minibatches_equal_upfl_run(flower_data, tmp_p
                   "privacy-noise-source": "seed-keyed-server-can-remove"}
     flower_models, rows = flower_run(run_config, tmp_path)
     assert_same_rounds(flower_models, upfl_run_models(run_config, tmp_path, monkeypatch), rounds)
-    assert [int(r["messages"]) for r in rows] == [0, NUM_DEVICES, 0, NUM_DEVICES, 0]
+    assert [int(r["messages"]) for r in rows] == [0, 2 * NUM_DEVICES, 0, 2 * NUM_DEVICES, 0]
+    assert_same_metrics(rows, tmp_path)
+    assert {r["train_metrics"] for r in rows} == {"outside_privacy_guarantee"}
 
 
 def free_port() -> int:
@@ -370,6 +450,14 @@ def logging_client_app(run_config, log_path):
             f.write(f"{int(context.node_config['partition-id'])},{int(released)}\n")
         return reply
 
+    @app.query()
+    def query(msg, context):
+        return inner(msg, context)
+
+    @app.evaluate()
+    def evaluate(msg, context):
+        return inner(msg, context)
+
     return app
 
 
@@ -383,12 +471,13 @@ def test_flower_release_counts_are_the_replies_received(flower_data, tmp_path):
     run_config = {"num-server-rounds": rounds, "data-path": flower_data, "algorithm": "upcycled_fedavg",
                   "step": 0.5, "fraction-train": 0.5, "straggler": 0.3, "straggler-policy": "drop",
                   "local-epochs": 2, "batch-size": 8, "seed": 3, "privacy-mechanism": "output",
-                  "privacy-tau": 1.0, "privacy-sigma": 0.5}
+                  "privacy-tau": 1.0, "privacy-sigma": 0.5, "privacy-release-train-metrics": False,
+                  "strategy": "FedAvgM", "strategy-args": '{"server_momentum": 0.5}'}
     log_path = tmp_path / "client-log.csv"
     _, rows = flower_run(run_config, tmp_path, logging_client_app(run_config, log_path))
     summary = json.loads((tmp_path / "flower" / "summary.json").read_text())
     messages = [int(r["messages"]) for r in rows]
-    assert messages == [0, 2, 0, 2, 0, 2, 0, 2, 0]
+    assert messages == [0, 2, 0, 2, 0, 2, 0, 2, 0]  # training rounds only: no evaluation without train metrics
     answered = [tuple(map(int, line.split(","))) for line in log_path.read_text().split()]
     assert len(answered) == sum(summary["training_messages"].values()) == 8
     logged = [sum(released for device, released in answered if device == i) for i in range(NUM_DEVICES)]
@@ -402,4 +491,11 @@ def test_flower_release_counts_are_the_replies_received(flower_data, tmp_path):
     assert sum(releases) == 8 - errors == sum(released for _, released in answered)
     assert privacy["releases_source"].startswith("observed")
     assert privacy["noise_source"].startswith("os-entropy")
-    assert {r["train_metrics"] for r in rows} == {"outside_privacy_guarantee"}
+    assert not any("share their noise" in note for note in privacy["notes"])  # OS entropy: no run shares it
+    assert {r["train_metrics"] for r in rows} == {"not_computed"}
+    assert all(r["train_loss"] == r["train_acc"] == "" for r in rows)
+    assert summary["algorithm"] == privacy["algorithm"] == summary["flower_strategy"]["name"] == "UpcycledFL(FedAvgM)"
+    assert summary["flower_strategy"]["args"] == {"server_momentum": 0.5}
+    assert [d["device"] for d in privacy["devices"]] == load_leaf(flower_data).train_users
+    assert [d["n_train"] for d in privacy["devices"]] == [len(load_leaf(flower_data).train_y[u])
+                                                         for u in load_leaf(flower_data).train_users]

@@ -349,7 +349,7 @@ def max_feature_norm(cfg, dataset, model) -> float:
     return top
 
 
-def objective_assumptions(cfg, dataset, model, n_train: Sequence[int]) -> dict[str, Any]:
+def objective_assumptions(cfg, dataset, model, n_train: Sequence[int], max_norm: float | None = None) -> dict[str, Any]:
     """Check Theorem C.2's assumptions; return them stated, with the devices where the condition fails.
 
     GLM with |L'| <= u1, L'' <= u2 (the model's ``glm_constants``); features of norm <= 1 (as the model
@@ -364,7 +364,7 @@ def objective_assumptions(cfg, dataset, model, n_train: Sequence[int]) -> dict[s
         out.update({"holds": False, "reason": f"model {cfg.model.name!r} is not a generalized linear model"})
         return out
     u1, u2 = consts
-    norm = max_feature_norm(cfg, dataset, model)
+    norm = max_feature_norm(cfg, dataset, model) if max_norm is None else float(max_norm)
     failing = [i for i, n in enumerate(n_train) if mu <= 0 or not theorem_c2_condition(n, mu, u2)]
     out.update({"u1": u1, "u2": u2, "max_feature_norm": norm, "features_bounded": norm <= 1 + 1e-6,
                 "min_n_train_for_condition": (u2 / (0.5 * mu)) if mu > 0 else None,
@@ -428,13 +428,14 @@ REPLAYED_RELEASES = ("replayed: the engine's device and straggler draws (upfl.en
 
 
 def privacy_report(cfg, dataset, model, cross_check: Sequence[str] = ("rdp",), releases: Sequence[int] | None = None,
-                   releases_source: str = REPLAYED_RELEASES, noise_source: str = SEED_KEYED_NOISE) -> dict[str, Any]:
+                   releases_source: str = REPLAYED_RELEASES, noise_source: str = SEED_KEYED_NOISE,
+                   max_norm: float | None = None) -> dict[str, Any]:
     """Per-device epsilons and epsilon-bar of a run config, without training (JSON-serialisable).
 
     ``releases`` gives M_i per device where they were observed (a Flower server counts the replies it received;
     ``releases_source`` says so); by default they are :func:`release_counts` of the config. ``noise_source``
     (:data:`SEED_KEYED_NOISE`, :data:`OS_ENTROPY_NOISE`) is recorded, and decides whether the notes say that runs of
-    one seed share their noise (:func:`noise_is_seed_keyed`).
+    one seed share their noise (:func:`noise_is_seed_keyed`). ``max_norm``: see :func:`objective_assumptions`.
 
     ``dataset`` gives the devices (its training users, the engine's order) and |D_i|; ``model`` the
     parameter count d (the noise dimension) and ``glm_constants``. Raises :class:`NoGuaranteeError` when
@@ -498,7 +499,7 @@ def privacy_report(cfg, dataset, model, cross_check: Sequence[str] = ("rdp",), r
         return base
     # objective perturbation
     alphas = per_device(p.alpha, n, "privacy.alpha")
-    assumptions = objective_assumptions(cfg, dataset, model, sizes)
+    assumptions = objective_assumptions(cfg, dataset, model, sizes, max_norm)
     rows = []
     if not assumptions["glm"]:
         rows = [{"device": u, "n_train": size, "releases": m, "alpha": a, "theorem_c2": None,
