@@ -499,3 +499,171 @@ def test_flower_release_counts_are_the_replies_received(flower_data, tmp_path):
     assert [d["device"] for d in privacy["devices"]] == load_leaf(flower_data).train_users
     assert [d["n_train"] for d in privacy["devices"]] == [len(load_leaf(flower_data).train_y[u])
                                                          for u in load_leaf(flower_data).train_users]
+
+
+# ---------------------------------------------------------------------------------------------
+# Upcycled-FL over any Flower strategy
+
+
+WEIGHTS = np.array([1.0, 2.0, 3.0])
+"""ReplyGrid: node j answers 0.5 w + j with num-examples j."""
+
+
+def reference_step(name, args):
+    """The strategy's own server step on ReplyGrid's replies, written out from Flower's update rules (Reddi et al.
+    2021 for the FedOpt family, with Flower's bias correction for FedAdam), starting from whatever w it is given:
+    under UpcycledFL that is w^{2m}, the upcycled model the clients trained from. Returns step(t, w) -> w'."""
+    state = {"m": None, "v": None, "velocity": None}
+    replies = lambda w: np.stack([0.5 * w + j for j in (1.0, 2.0, 3.0)])  # noqa: E731
+    average = lambda w: WEIGHTS @ replies(w) / WEIGHTS.sum()  # noqa: E731
+
+    def opt(t, w, second):
+        beta1, beta2 = args.get("beta_1", 0.9), args.get("beta_2", 0.99)
+        if name == "FedAdagrad":
+            beta1 = 0.0
+        delta = average(w) - w
+        state["m"] = (1 - beta1) * delta if state["m"] is None else beta1 * state["m"] + (1 - beta1) * delta
+        v = np.zeros_like(w) if state["v"] is None else state["v"]
+        state["v"] = second(v, delta, beta2)
+        return state["m"], state["v"], beta1, beta2
+
+    def step(t, w):
+        if name in ("FedAvg", "FedProx"):
+            return average(w)
+        if name in ("FedMedian", "FedTrimmedAvg"):
+            return np.median(replies(w), axis=0) if name == "FedMedian" else replies(w).mean(0)
+        if name == "FedAvgM":
+            g = w - average(w)
+            beta = args.get("server_momentum", 0.0)
+            state["velocity"] = g if state["velocity"] is None else beta * state["velocity"] + g
+            return w - args.get("server_learning_rate", 1.0) * state["velocity"]
+        tau = args.get("tau", 1e-3)
+        if name == "FedAdam":
+            m, v, b1, b2 = opt(t, w, lambda v, d, b2: b2 * v + (1 - b2) * d ** 2)
+            eta = args.get("eta", 0.1) * np.sqrt(1 - b2 ** (t + 1.0)) / (1 - b1 ** (t + 1.0))
+            return w + eta * m / (np.sqrt(v) + tau)
+        if name == "FedYogi":
+            m, v, _, _ = opt(t, w, lambda v, d, b2: v - (1 - b2) * d ** 2 * np.sign(v - d ** 2))
+            return w + args.get("eta", 0.01) * m / (np.sqrt(v) + tau)
+        if name == "FedAdagrad":
+            m, v, _, _ = opt(t, w, lambda v, d, b2: v + d ** 2)
+            return w + args.get("eta", 0.1) * m / (np.sqrt(v) + tau)
+        raise AssertionError(name)
+
+    return step
+
+
+STRATEGY_ARGS = {"FedAvg": {}, "FedProx": {}, "FedAvgM": {"server_momentum": 0.7, "server_learning_rate": 0.8},
+                 "FedAdam": {"eta": 0.05}, "FedYogi": {"eta": 0.05}, "FedAdagrad": {"eta": 0.05}, "FedMedian": {},
+                 "FedTrimmedAvg": {}}
+
+
+@pytest.mark.parametrize("name", sorted(STRATEGY_ARGS))
+def test_upcycled_over_every_flower_strategy(name, tmp_path, task_identity):
+    """Messages per round [n, 0, n, 0, ...] (training and evaluation), the even rounds exactly Eq. (5) on the
+    strategy's parameters, the odd rounds the strategy's own step from the upcycled model, and the releases the
+    server observed (one per node per training round)."""
+    import json
+
+    from upfl.flower import strategy_for
+    from upfl.flower.apps import FLOWER_STRATEGIES, strategy_choice, strategy_record
+
+    assert name in FLOWER_STRATEGIES
+    args = STRATEGY_ARGS[name]
+    run_config = {"data-path": str(tmp_path), "algorithm": "upcycled_fedavg", "step": 0.6, "schedule": "inv_sqrt",
+                  "fraction-train": 1.0, "strategy": name, "strategy-args": json.dumps(args)}
+    cfg = run_config_to_upfl(run_config)
+    strategy = strategy_for(cfg, 3, 1.0, *strategy_choice(run_config))
+    assert isinstance(strategy, UpcycledFL) and type(strategy.base).__name__ == name
+    assert strategy_record(strategy, args)["name"] == f"UpcycledFL({name})"
+    rounds = 6
+    counting = CountingGrid(ReplyGrid())
+    seen = {}
+    w0 = np.array([0.25, -1.0, 2.0], dtype=np.float32)
+    strategy.start(counting, ArrayRecord({"params": Array(w0)}), num_rounds=rounds,
+                   evaluate_fn=lambda t, a: seen.__setitem__(t, a["params"].numpy().astype(np.float64)))
+    per_round = [counting.sent[t] for t in range(1, rounds + 1)]
+    print(f"UpcycledFL({name}): messages per round {per_round} (training {[counting.train_sent[t] for t in range(1, rounds + 1)]})")
+    assert per_round == [6, 0, 6, 0, 6, 0]
+    assert [counting.train_sent[t] for t in range(1, rounds + 1)] == [3, 0, 3, 0, 3, 0]
+    assert dict(counting.released) == {0: 3, 1: 3, 2: 3}
+    step = reference_step(name, args)
+    for t in range(1, rounds + 1):
+        if t % 2 == 0:
+            c = 0.6 / np.sqrt(t // 2)
+            np.testing.assert_allclose(seen[t], seen[t - 1] + c * (seen[t - 1] - seen[t - 2]), rtol=0, atol=1e-6)
+        else:
+            np.testing.assert_allclose(seen[t], step(t, seen[t - 1]), rtol=0, atol=2e-5, err_msg=f"round {t}")
+
+
+def test_upcycled_fedadam_epsilons_follow_the_observed_counts(tmp_path, task_identity):
+    """The privacy block of a wrapped strategy counts the replies the server received: here a grid whose node 3
+    answers its second training message with a straggler's error."""
+    from upfl.flower import strategy_for
+    from upfl.flower.apps import strategy_choice
+    from upfl.privacy.accounting import output_epsilons, privacy_report
+
+    class DroppingGrid(ReplyGrid):
+        def send_and_receive(self, messages, *, timeout=None):
+            replies = super().send_and_receive(messages, timeout=timeout)
+            out = []
+            for m, r in zip(list(messages), replies):
+                if m.metadata.dst_node_id == 3 and int(m.content["config"]["server-round"]) == 3 \
+                        and m.metadata.message_type == "train":
+                    from flwr.app import Error
+                    r = Message(Error(code=0, reason="straggler"), reply_to=m)
+                out.append(r)
+            return out
+
+    run_config = {"data-path": str(tmp_path), "algorithm": "upcycled_fedavg", "step": 0.5, "fraction-train": 1.0,
+                  "strategy": "FedAdam", "privacy-mechanism": "output", "privacy-tau": 1.0, "privacy-sigma": 0.8}
+    cfg = run_config_to_upfl(run_config)
+    strategy = strategy_for(cfg, 3, 0.0, *strategy_choice(run_config))
+    counting = CountingGrid(DroppingGrid())
+    strategy.start(counting, ArrayRecord({"params": Array(np.zeros(2, dtype=np.float32))}), num_rounds=6)
+    releases = [counting.released[i] for i in range(3)]
+    assert releases == [3, 3, 2] and dict(counting.errors) == {3: 1}
+
+    class Sized:
+        train_users = ["a", "b", "c"]
+        train_y = {"a": range(10), "b": range(20), "c": range(30)}
+
+    class Model:
+        num_params = 2
+
+    report = privacy_report(cfg, Sized(), Model(), releases=releases)
+    for device, m, n in zip(report["devices"], releases, (10, 20, 30)):
+        assert device["releases"] == m
+        assert device["sound"] == pytest.approx(output_epsilons(m, 0.8, 1.0, n, cfg.privacy.delta)["sound"], rel=1e-12)
+    assert report["worst_device"]["sound"]["device"] in ("a", "b")
+
+
+def test_strategy_keys_are_checked_by_name(tmp_path):
+    with pytest.raises(ConfigError, match="'strategy': 'FedFancy' is not one of"):
+        run_config_to_upfl({"data-path": str(tmp_path), "algorithm": "fedavg", "strategy": "FedFancy"})
+    with pytest.raises(ConfigError, match="'strategy-args': FedAdam does not take lr_server"):
+        run_config_to_upfl({"data-path": str(tmp_path), "algorithm": "fedavg", "strategy": "FedAdam",
+                            "strategy-args": '{"lr_server": 1}'})
+    with pytest.raises(ConfigError, match="'strategy-args': FedAvgM does not take fraction_train"):
+        run_config_to_upfl({"data-path": str(tmp_path), "algorithm": "fedavg", "strategy": "FedAvgM",
+                            "strategy-args": '{"fraction_train": 0.5}'})
+    with pytest.raises(ConfigError, match="'strategy-args': not JSON"):
+        run_config_to_upfl({"data-path": str(tmp_path), "algorithm": "fedavg", "strategy": "FedAvgM",
+                            "strategy-args": "{server_momentum: 1}"})
+    with pytest.raises(ConfigError, match="given without 'strategy'"):
+        run_config_to_upfl({"data-path": str(tmp_path), "algorithm": "fedavg", "strategy-args": '{"eta": 1}'})
+
+
+def test_train_metrics_release_key_and_vanishing_sigma_are_checked_at_config_time(tmp_path):
+    base = {"data-path": str(tmp_path), "algorithm": "upcycled", "mu": 1.0, "lam": 0.4,
+            "privacy-mechanism": "output", "privacy-tau": 1.0}
+    cfg = run_config_to_upfl({**base, "privacy-sigma": 0.5, "privacy-release-train-metrics": False})
+    assert cfg.privacy.release_train_metrics is False
+    with pytest.raises(ConfigError, match="run config 'privacy-sigma'.*rounds to 0 in float32"):
+        run_config_to_upfl({**base, "privacy-sigma": 1e-50})
+    with pytest.raises(ConfigError, match="privacy.sigma: 1e-50 rounds to 0 in float32"):
+        cfgmod.from_dict({"data": {"path": str(tmp_path)}, "algorithm": {"name": "fedprox", "mu": 0.1},
+                          "privacy": {"mechanism": "output", "tau": 1.0, "sigma": [0.5, 1e-50]}})
+    with pytest.raises(ConfigError, match="privacy.alpha: 1e\\+39 overflows float32"):
+        cfgmod.from_dict({"data": {"path": str(tmp_path)}, "algorithm": {"name": "fedprox", "mu": 0.1},
+                          "privacy": {"mechanism": "objective", "alpha": 1e39}})

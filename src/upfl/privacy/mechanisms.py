@@ -26,6 +26,8 @@ def float32_scale_problem(value: float) -> str | None:
     try:
         rounded = struct.unpack("f", struct.pack("f", float(value)))[0]
     except OverflowError:
+        rounded = math.inf
+    if math.isinf(rounded):
         return f"{value!r} overflows float32 (the noise is drawn in float32)"
     if rounded < FLOAT32_TINY:
         return (f"{value!r} rounds to {'0' if rounded == 0.0 else 'a subnormal number'} in float32 (the noise is "
