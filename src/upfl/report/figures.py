@@ -34,14 +34,20 @@ PRIVACY_KEYS = ("mechanism", "sigma", "tau", "alpha")
 BAND_ALPHA = 0.2
 BAND_NOTE = "Lines: mean over seeds; bands: min-max over seeds."
 PRIVATE_RUNS_NOTE = ("Private runs: training metrics are computed on the devices' private training data, outside the "
-                     "privacy guarantee; runs of one seed share their noise draws, so each run's ε holds on its own, "
-                     "not for the runs together.")
+                     "privacy guarantee.")
+SHARED_NOISE_RUNS_NOTE = (" Runs of one seed share their noise draws (seed-keyed noise), so each run's ε holds on its "
+                          "own, not for the runs together.")
 
 
 def private_runs_note(runs: pd.DataFrame, metrics: Sequence[str]) -> str:
-    """:data:`PRIVATE_RUNS_NOTE` when ``runs`` holds a private run whose training metrics are drawn, else ''."""
+    """:data:`PRIVATE_RUNS_NOTE` when ``runs`` holds a private run whose training metrics are drawn (with
+    :data:`SHARED_NOISE_RUNS_NOTE` where their noise is seed-keyed), else ''."""
+    from .privacy_tradeoff import seed_keyed_runs
+
     marked = runs.get("privacy_train_metrics", pd.Series(dtype=object)).eq("outside_privacy_guarantee").any()
-    return PRIVATE_RUNS_NOTE if marked and any(m.startswith("train_") for m in metrics) else ""
+    if not (marked and any(m.startswith("train_") for m in metrics)):
+        return ""
+    return PRIVATE_RUNS_NOTE + (SHARED_NOISE_RUNS_NOTE if seed_keyed_runs(runs) else "")
 
 
 def parse_metrics(text: str | None) -> list[str]:
