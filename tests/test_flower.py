@@ -667,3 +667,47 @@ def test_train_metrics_release_key_and_vanishing_sigma_are_checked_at_config_tim
     with pytest.raises(ConfigError, match="privacy.alpha: 1e\\+39 overflows float32"):
         cfgmod.from_dict({"data": {"path": str(tmp_path)}, "algorithm": {"name": "fedprox", "mu": 0.1},
                           "privacy": {"mechanism": "objective", "alpha": 1e39}})
+
+
+def call_client(app, run_config, message_type, device_index, content):
+    """A ClientApp's reply to one message, called as Flower calls it."""
+    from flwr.app import Context
+
+    msg = Message(RecordDict(content), dst_node_id=device_index + 1, message_type=message_type)
+    context = Context(run_id=1, node_id=device_index + 1, node_config={"partition-id": device_index},
+                      state=RecordDict(), run_config=dict(run_config))
+    return app(msg, context)
+
+
+def test_client_replies_to_the_servers_query_and_evaluation(flower_data, task_identity):
+    """The query reply: device name, |D_i| and (objective perturbation) the device's largest feature norm; the
+    evaluation reply: sums on the device's own training rows only where the run releases training metrics."""
+    from flwr.app import ConfigRecord
+
+    from upfl.flower.apps import simulation_for
+    from upfl.privacy.accounting import max_feature_norm
+
+    ds = load_leaf(flower_data)
+    base = {"num-server-rounds": 2, "data-path": flower_data, "algorithm": "upcycled", "mu": 0.5, "lam": 0.5,
+            "local-epochs": 1}
+    objective = {**base, "privacy-mechanism": "objective", "privacy-alpha": 50.0}
+    reply = call_client(make_client_app(objective), {}, "query", 2, {"config": ConfigRecord({"server-round": 0})})
+    user = ds.train_users[2]
+    metrics = reply.content["metrics"]
+    assert reply.content["device"]["name"] == user and int(metrics["num-examples"]) == len(ds.train_y[user])
+    sim = simulation_for(objective)
+    one = type(ds)([user], {user: ds.train_x[user]}, {user: ds.train_y[user]}, {}, {})
+    assert metrics["max-feature-norm"] == pytest.approx(max_feature_norm(sim.cfg, one, sim.model), rel=1e-12)
+    assert "max-feature-norm" not in call_client(make_client_app(base), {}, "query", 2,
+                                                 {"config": ConfigRecord({"server-round": 0})}).content["metrics"]
+    w = sim.model.init_params(torch.Generator().manual_seed(0))
+    content = {"arrays": ArrayRecord({"params": Array(w.numpy())}), "config": ConfigRecord({"server-round": 1})}
+    private = {**base, "privacy-mechanism": "output", "privacy-tau": 1.0, "privacy-sigma": 0.5}
+    released = call_client(make_client_app(private), {}, "evaluate", 2, content).content["metrics"]
+    loss, correct = simulation_for(private).evaluate_model(w, sim.xs[2], torch.as_tensor(ds.train_y[user]))
+    assert released["train-loss-sum"] == pytest.approx(loss, rel=1e-6) and released["train-correct"] == correct
+    assert released["train-examples"] == len(ds.train_y[user])
+    withheld = call_client(make_client_app({**private, "privacy-release-train-metrics": False}), {}, "evaluate", 2,
+                           content).content["metrics"]
+    assert not any(k.startswith("train-") for k in withheld)
+    assert withheld["test-examples"] == len(ds.test_y[user])
