@@ -39,11 +39,22 @@ SHARED_NOISE_RUNS_NOTE = (" Runs of one seed share their noise draws (seed-keyed
                           "own, not for the runs together.")
 
 
+def seed_keyed_runs(runs: pd.DataFrame, mechanism: str | None = None) -> bool:
+    """Whether any private run among ``runs`` (of ``mechanism`` when given) drew seed-keyed noise
+    (:func:`upfl.privacy.accounting.noise_is_seed_keyed` of runs.csv's ``privacy_noise_source``), so that the notes
+    on shared noise apply."""
+    from ..privacy.accounting import noise_is_seed_keyed
+
+    mechs = runs["mechanism"].fillna("none").astype(str) if "mechanism" in runs.columns else \
+        pd.Series("none", index=runs.index)
+    private = runs[(mechs != "none") & ((mechs == mechanism) if mechanism else True)]
+    sources = private["privacy_noise_source"] if "privacy_noise_source" in private.columns else [None] * len(private)
+    return any(noise_is_seed_keyed(None if pd.isna(v) else v) for v in sources)
+
+
 def private_runs_note(runs: pd.DataFrame, metrics: Sequence[str]) -> str:
     """:data:`PRIVATE_RUNS_NOTE` when ``runs`` holds a private run whose training metrics are drawn (with
     :data:`SHARED_NOISE_RUNS_NOTE` where their noise is seed-keyed), else ''."""
-    from .privacy_tradeoff import seed_keyed_runs
-
     marked = runs.get("privacy_train_metrics", pd.Series(dtype=object)).eq("outside_privacy_guarantee").any()
     if not (marked and any(m.startswith("train_") for m in metrics)):
         return ""

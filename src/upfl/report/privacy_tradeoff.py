@@ -32,7 +32,7 @@ import pandas as pd
 from ..files import write_text
 from ..privacy.accounting import (MEANINGFUL_EPSILON, NEIGHBOURING_NOTE, NO_GLM, NO_MEANINGFUL, OFF_BY_ONE_NOTE,
                                   OUTPUT_NOTE, SGD_CAVEAT, SHARED_NOISE_NOTE, TRAIN_METRICS_NOTE)
-from ..privacy.accounting import meaningful, noise_is_seed_keyed
+from ..privacy.accounting import meaningful
 from .cells import check_one_config, paired
 from .collect import ReportError, converged, diverged_note, require_converged
 from .paper_numbers import algorithm_label, dataset_label, dataset_order, metric_label, paper_values
@@ -453,6 +453,7 @@ CLAIMS_NOTE = ("Claims (paper_values/privacy.csv, Section 6): privacy loss: (ε�
 
 def write_privacy_table(runs: pd.DataFrame, out_prefix: str, provenance: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Write ``<prefix>.csv`` (variant rows, then claim rows), ``.md`` and ``.tex``; return both frames."""
+    from .figures import seed_keyed_runs
     from .tables import settings_text
 
     frame = privacy_frame(runs)
@@ -504,16 +505,6 @@ TRADEOFF_NOTE = ("Points: noise levels (mean over seeds; error bars: min-max ove
 WORST_LABELS = {"sound": "sound ε", "paper_formula": "paper-formula ε", "theorem_c2": "Thm C.2 ε"}
 SHARED_NOISE_FIGURE_NOTE = (" The noise levels of a seed share their noise draws (seed-keyed noise): each point's ε "
                             "holds for that run alone, the sweep together has no guarantee.")
-
-
-def seed_keyed_runs(runs: pd.DataFrame, mechanism: str | None = None) -> bool:
-    """Whether any private run among ``runs`` (of ``mechanism`` when given) drew seed-keyed noise
-    (:func:`upfl.privacy.accounting.noise_is_seed_keyed` of runs.csv's ``privacy_noise_source``), so that the note on
-    shared noise applies."""
-    mechs = _mechanisms(runs)
-    private = runs[(mechs != "none") & ((mechs == mechanism) if mechanism else True)]
-    sources = private["privacy_noise_source"] if "privacy_noise_source" in private.columns else [None] * len(private)
-    return any(noise_is_seed_keyed(None if _missing(v) else v) for v in sources)
 
 
 def tradeoff_data(runs: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
@@ -630,7 +621,7 @@ def log_axis(ax) -> None:
 def privacy_tradeoff_figure(runs: pd.DataFrame, out_prefix: str, metrics: Sequence[str] = FIGURE_METRICS,
                             title: str | None = None, provenance: str | None = None) -> pd.DataFrame:
     """Final accuracy against epsilon-bar (log x) for every algorithm and noise level; PNG, PDF and CSV."""
-    from .figures import ALGORITHM_COLOURS, OTHER_COLOUR, csv_colour, save_figure
+    from .figures import ALGORITHM_COLOURS, OTHER_COLOUR, csv_colour, save_figure, seed_keyed_runs
 
     runs = require_converged(runs, "privacy_tradeoff")
     data = tradeoff_data(runs, metrics)
