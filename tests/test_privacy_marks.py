@@ -29,6 +29,20 @@ def doc_for(data, sigma, algorithm="fedprox", seed=0):
             "privacy": {"mechanism": "output", "tau": 1.0, "sigma": sigma, "delta": 0.001}}
 
 
+def test_shared_noise_note_only_where_noise_is_seed_keyed(data):
+    from upfl.privacy.accounting import OS_ENTROPY_NOISE, SEED_KEYED_NOISE, SHARED_NOISE_NOTE
+
+    cfg = cfgmod.from_dict(doc_for(data, 0.05))
+    ds = load_leaf(data)
+    model = build_model("binary_logreg", ds, {})
+    engine = privacy_report(cfg, ds, model)
+    assert engine["noise_source"] == SEED_KEYED_NOISE and SHARED_NOISE_NOTE in engine["notes"]
+    flower = privacy_report(cfg, ds, model, noise_source=OS_ENTROPY_NOISE)
+    assert flower["noise_source"] == OS_ENTROPY_NOISE and SHARED_NOISE_NOTE not in flower["notes"]
+    assert {k: v for k, v in flower.items() if k not in ("noise_source", "notes")} == \
+        {k: v for k, v in engine.items() if k not in ("noise_source", "notes")}
+
+
 def test_rule_is_epsilon_above_ten():
     assert MEANINGFUL_EPSILON == 10
     assert meaningful(10.0) is True and meaningful(10.0001) is False and meaningful(None) is None
@@ -76,9 +90,13 @@ def test_privacy_table_marks_values_and_shows_the_worst_device(data, tmp_path):
     assert main(["report", "runs", "--out", str(csv), *specs]) == 0
     runs = pd.read_csv(csv)
     assert "privacy_epsilon_max_sound" in runs.columns
-    from upfl.report.figures import PRIVATE_RUNS_NOTE, private_runs_note
+    from upfl.privacy.accounting import OS_ENTROPY_NOISE
+    from upfl.report.figures import PRIVATE_RUNS_NOTE, SHARED_NOISE_RUNS_NOTE, private_runs_note
     assert set(runs["privacy_train_metrics"]) == {"outside_privacy_guarantee"}
-    assert private_runs_note(runs, ["train_loss", "test_acc"]) == PRIVATE_RUNS_NOTE
+    assert set(runs["privacy_noise_source"].str.split(":").str[0]) == {"seed-keyed"}
+    assert private_runs_note(runs, ["train_loss", "test_acc"]) == PRIVATE_RUNS_NOTE + SHARED_NOISE_RUNS_NOTE
+    # runs whose noise came from OS entropy (Flower clients) share none: the note says nothing of shared noise
+    assert private_runs_note(runs.assign(privacy_noise_source=OS_ENTROPY_NOISE), ["train_loss"]) == PRIVATE_RUNS_NOTE
     assert private_runs_note(runs, ["test_acc"]) == ""
     assert private_runs_note(runs.drop(columns=["privacy_train_metrics"]), ["train_loss"]) == ""
     prefix = tmp_path / "privacy"

@@ -101,3 +101,22 @@ def test_cpu_numpy_path_checks_its_inputs():
         clip_to_norm(W, 0.0)
     with pytest.raises(ValueError, match="noise: shape"):
         gaussian_output_noise(W, 1.0, noise=torch.zeros(3, 2))
+
+
+def test_noise_scales_that_vanish_or_overflow_in_float32_are_refused_at_config_time(tmp_path):
+    """The noise is drawn and scaled in float32: a sigma that rounds to 0 there would release the clipped model with
+    no noise, an alpha that overflows would make the objective noise 0. Both are config errors naming the key."""
+    from upfl import config as cfgmod
+    from upfl.config import ConfigError
+    from upfl.privacy.mechanisms import float32_scale_problem
+
+    assert float32_scale_problem(0.5) is None and float32_scale_problem(1e-30) is None
+    assert "rounds to 0 in float32" in float32_scale_problem(1e-50)
+    assert "rounds to a subnormal number" in float32_scale_problem(1e-40)
+    assert "overflows float32" in float32_scale_problem(1e39)
+    doc = {"data": {"path": str(tmp_path)}, "algorithm": {"name": "fedprox", "mu": 0.1}}
+    with pytest.raises(ConfigError, match="privacy.sigma: 1e-45 rounds to"):
+        cfgmod.from_dict({**doc, "privacy": {"mechanism": "output", "tau": 1.0, "sigma": 1e-45}})
+    with pytest.raises(ConfigError, match="privacy.alpha: 1e\\+39 overflows float32"):
+        cfgmod.from_dict({**doc, "privacy": {"mechanism": "objective", "alpha": 1e39}})
+    cfgmod.from_dict({**doc, "privacy": {"mechanism": "output", "tau": 1.0, "sigma": 1e-30}})

@@ -277,6 +277,46 @@ def test_tradeoff_figure_files_and_data(privset, table, tmp_path):
     assert Path(f"{prefix}.csv").read_text().rstrip().splitlines()[-1].startswith("# provenance: upfl")
 
 
+def test_tradeoff_figure_shows_the_worst_device_beside_the_mean(privset, tmp_path):
+    """Every point's worst-device epsilon (max over devices and seeds) and which device, in the CSV and drawn as a
+    triangle joined to the mean; the caption says that the worst device's epsilon is the guarantee."""
+    from matplotlib.lines import Line2D
+
+    from upfl.report.collect import read_runs as read_runs_csv
+    from upfl.report.privacy_tradeoff import plot_tradeoff, tradeoff_data
+
+    prefix = tmp_path / "tradeoff"
+    assert main(["report", "figure", "privacy_tradeoff", "--runs", str(privset["csv"]), "--experiment", "priv",
+                 "--out-prefix", str(prefix)]) == 0
+    points = read(f"{prefix}.csv").query("panel == 'point'")
+    ratios = []
+    for r in points.to_dict("records"):
+        level = r["sigma"] if r["mechanism"] == "output" else r["alpha"]
+        key = (r["algorithm"], r["mechanism"], level, "binary_logreg")
+        worst = [summary(privset["dirs"][key + (s,)])["privacy"]["worst_device"][r["accountant"]] for s in SEEDS]
+        top = max(worst, key=lambda w: w["epsilon"])
+        assert r["x_worst"] == pytest.approx(top["epsilon"], rel=1e-12)
+        assert r["worst_device"] == top["device"]
+        assert r["x_worst"] >= r["x"] * (1 - 1e-12)
+        ratios.append(r["x_worst"] / r["x"])
+    print("worst device / mean epsilon per point:", [f"{x:.3g}" for x in ratios])
+    assert max(ratios) > 1.05  # devices of unequal size: the worst is visibly apart from the mean
+    runs = read_runs_csv(str(privset["csv"]))
+    runs = runs[runs["mechanism"].fillna("none").isin(["output", "objective", "none"])
+                & (runs["model"] == "binary_logreg")]
+    data = tradeoff_data(runs, ("test_acc",))
+    fig = plot_tradeoff(data, ("test_acc",), None)
+    drawn = sorted(float(x) for ax in fig.axes for line in ax.get_lines() if line.get_marker() == ">"
+                   for x in line.get_xdata())
+    expected = sorted(float(x) for x in data.loc[data["panel"] == "point", "x_worst"])
+    assert drawn == pytest.approx(expected, rel=1e-12)
+    caption = " ".join(t.get_text() for t in fig.texts)
+    assert "worst device's ε (triangle) is the one that holds for every device" in caption
+    assert "share their noise" in caption  # the engine's noise is seed-keyed
+    fig_plain = plot_tradeoff(data, ("test_acc",), None, shared_noise=False)
+    assert "share their noise" not in " ".join(t.get_text() for t in fig_plain.texts)
+
+
 def test_convergence_figure_labels_private_variants(privset, tmp_path):
     prefix = tmp_path / "conv"
     assert main(["report", "figure", "convergence", "--runs", str(privset["csv"]), "--experiment", "priv",

@@ -26,6 +26,7 @@ import yaml
 from .engine.draws import resolve_straggler_policy
 from .errors import ConfigError
 from .names import algorithm_names, check_algorithm_config
+from .privacy.mechanisms import float32_scale_problem
 
 SCHEMA_VERSION = 1
 
@@ -270,6 +271,9 @@ def _check_number_list(value: Any, key: str) -> None:
         square = float(v) * float(v)
         if not (square > 0 and math.isfinite(square) and math.isfinite(1 / square)):
             raise ConfigError(f"{key}: {v!r} is too small or too large (its square must be a finite, non-zero float)")
+        problem = float32_scale_problem(v)
+        if problem:
+            raise ConfigError(f"{key}: {problem}")
 
 
 def validate(cfg: RunConfig) -> RunConfig:

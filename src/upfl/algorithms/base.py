@@ -86,6 +86,10 @@ class Algorithm(ABC):
     extra_metrics: ClassVar[tuple[str, ...]] = ()
     """Metric columns this algorithm adds to metrics.csv (:meth:`evaluate_extra`)."""
     server_lr_default: ClassVar[float] = 1.0
+    device_state: ClassVar[tuple[str, ...]] = ()
+    """The :meth:`state_dict` entries computed from the devices' own, un-noised local models (per-device state and
+    server state made from it): a private run never writes them in its run folder
+    (:mod:`upfl.engine.checkpoints`). State computed from the released (noisy) models only is not listed."""
 
     def __init__(self, cfg, num_devices: int, num_params: int) -> None:
         self.cfg = cfg
@@ -130,6 +134,12 @@ class Algorithm(ABC):
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Per-device and server state as plain CPU tensors (checkpoint key ``algorithm_state``)."""
         return {k: v.detach().cpu().clone() for k, v in self._state().items() if v is not None}
+
+    def split_state(self) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """:meth:`state_dict` as (public state, :attr:`device_state`)."""
+        state = self.state_dict()
+        return ({k: v for k, v in state.items() if k not in self.device_state},
+                {k: v for k, v in state.items() if k in self.device_state})
 
     def load_state_dict(self, state: dict[str, torch.Tensor], device: torch.device) -> None:
         for k, v in state.items():

@@ -56,6 +56,7 @@ class PFedMe(Algorithm):
     keys = names.ALGORITHM_KEYS[name]
     uses_mu = names.uses_mu(name)
     privacy = names.privacy_refusals(name)
+    device_state = ("personal", "trained")
     extra_metrics = ("personal_train_acc", "personal_test_acc")
 
     def __init__(self, cfg, num_devices: int, num_params: int) -> None:

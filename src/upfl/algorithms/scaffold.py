@@ -21,6 +21,7 @@ class Scaffold(Algorithm):
     keys = names.ALGORITHM_KEYS[name]
     uses_mu = names.uses_mu(name)
     privacy = names.privacy_refusals(name)
+    device_state = ("device_controls", "control")
 
     def __init__(self, cfg, num_devices: int, num_params: int) -> None:
         super().__init__(cfg, num_devices, num_params)

@@ -21,6 +21,7 @@ class Upcycled(Algorithm):
         self.cfg = base.cfg
         self.name = names.upcycled_name(base.name)
         self.extra_metrics = base.extra_metrics
+        self.device_state = base.device_state
         self.num_training_rounds = num_training_rounds
         self.c1 = coefficient(base)
 
@@ -50,6 +51,9 @@ class Upcycled(Algorithm):
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return self.base.state_dict()
+
+    def split_state(self) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        return self.base.split_state()
 
     def load_state_dict(self, state, device) -> None:
         self.base.load_state_dict(state, device)

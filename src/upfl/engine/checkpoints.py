@@ -11,6 +11,16 @@ as long as it runs; a second run with the same key (same config, data, code and 
 :class:`CheckpointBusy` instead of resuming a checkpoint that is still being written. Runs with
 different OUT folders have different keys and never share a checkpoint.
 
+Private runs (``privacy.mechanism`` other than ``none``): the run folder (what people share) holds nothing
+beyond what the run releases. The checkpoint there keeps the global models (released: they are the noisy
+aggregates) and the algorithm's public state; the algorithm's *device state*
+(:attr:`upfl.algorithms.base.Algorithm.device_state`: state computed from the devices' own, un-noised local
+models, such as FedDyn's lagged gradients, from which w_prev - h_i / alpha recovers a device's raw local model)
+goes to ``<device state root>/<key>/device_state.pt`` instead (:func:`device_state_root`: ``$UPFL_DEVICE_STATE_DIR``,
+default ``$XDG_STATE_HOME/upfl/device-state`` or ``~/.local/state/upfl/device-state``), a folder outside the run
+folder, mode 0700, the file 0600, removed with the checkpoint when the run ends. A root inside the run folder is
+refused. Without that file a private run cannot resume exactly: it starts over.
+
 Reading: ``torch.load(weights_only=True)``, so a planted pickle cannot run code; every failure
 (unreadable, truncated, wrong shapes, another key) is a :class:`CheckpointError` that names the file
 and says it can be removed.
@@ -24,6 +34,7 @@ import functools
 import hashlib
 import os
 import shutil
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -37,6 +48,8 @@ FORMAT = 1
 DEFAULT_DIRNAME = ".checkpoints"
 STATE_FILE = "state.pt"
 LOCK_FILE = "lock"
+DEVICE_STATE_FILE = "device_state.pt"
+DEVICE_STATE_ENV = "UPFL_DEVICE_STATE_DIR"
 NUMERIC_EXCLUDED = ("report", "commands", "cli.py")
 """Parts of the package that cannot change a run's numbers (left out of :func:`code_fingerprint`)."""
 
@@ -98,13 +111,32 @@ def checkpoint_root(cfg: cfgmod.RunConfig, out: str | os.PathLike) -> Path:
     return Path(cfg.checkpoint.dir) if cfg.checkpoint.dir else Path(out) / DEFAULT_DIRNAME
 
 
-class Checkpoint:
-    """One run's checkpoint slot: lock it, load it, save to it, remove it."""
+def device_state_root() -> Path:
+    """Where private runs keep their device state for resuming: ``$UPFL_DEVICE_STATE_DIR``, else
+    ``$XDG_STATE_HOME/upfl/device-state``, else ``~/.local/state/upfl/device-state`` (never inside a run folder)."""
+    given = os.environ.get(DEVICE_STATE_ENV)
+    if given:
+        return Path(given)
+    state_home = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state_home) / "upfl" / "device-state"
 
-    def __init__(self, root: Path, key: str, owned_root: bool):
+
+def _inside(path: Path, folder: Path) -> bool:
+    path, folder = Path(os.path.realpath(path)), Path(os.path.realpath(folder))
+    return path == folder or folder in path.parents
+
+
+class Checkpoint:
+    """One run's checkpoint slot: lock it, load it, save to it, remove it.
+
+    ``device_root``: where the device state of a private run goes (None: it stays in the checkpoint)."""
+
+    def __init__(self, root: Path, key: str, owned_root: bool, device_root: Path | None = None):
         self.root, self.key, self.owned_root = Path(root), key, owned_root
         self.dir = self.root / key
         self.file = self.dir / STATE_FILE
+        self.device_dir = Path(device_root) / key if device_root is not None else None
+        self.device_file = self.device_dir / DEVICE_STATE_FILE if self.device_dir is not None else None
         self._lock_fd: int | None = None
 
     def acquire(self) -> None:
@@ -146,12 +178,16 @@ class Checkpoint:
                 finally:
                     os.close(fd)
             shutil.rmtree(other, ignore_errors=True)
+            if self.device_dir is not None:
+                shutil.rmtree(self.device_dir.parent / other.name, ignore_errors=True)
             log(f"removed stale checkpoint {other} (made for another config, data set or code version)")
 
     def remove(self) -> None:
-        """Delete this slot (and the OUT-owned root when nothing else is left in it)."""
+        """Delete this slot, its device state, and the OUT-owned root when nothing else is left in it."""
         self.release()
         shutil.rmtree(self.dir, ignore_errors=True)
+        if self.device_dir is not None:
+            shutil.rmtree(self.device_dir, ignore_errors=True)
         if self.owned_root:
             try:
                 self.root.rmdir()
@@ -162,6 +198,40 @@ class Checkpoint:
         """Write ``state`` (plain tensors, lists, dicts, numbers, strings) atomically."""
         with atomic_path(self.file) as tmp:
             torch.save({"format": FORMAT, "key": self.key, **state}, tmp)
+
+    def save_device_state(self, state: dict[str, torch.Tensor], t: int) -> None:
+        """Write a private run's device state to :attr:`device_file`, owner-only (folders 0700, file 0600), atomically."""
+        self.device_dir.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.device_dir.mkdir(mode=0o700, exist_ok=True)
+        for folder in (self.device_dir.parent, self.device_dir):
+            os.chmod(folder, 0o700)
+        fd, tmp = tempfile.mkstemp(prefix=f".{DEVICE_STATE_FILE}.", suffix=".tmp", dir=self.device_dir)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                torch.save({"format": FORMAT, "key": self.key, "t": t, "device_state": state}, f)
+            os.replace(tmp, self.device_file)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+    def load_device_state(self) -> tuple[int, dict[str, torch.Tensor]] | None:
+        """(iteration, device state) saved beside this checkpoint, or None when there is none (another machine,
+        removed)."""
+        if self.device_file is None or not self.device_file.exists():
+            return None
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                saved = torch.load(self.device_file, map_location="cpu", weights_only=True)
+        except Exception as e:
+            raise CheckpointError(f"{self.device_file}: not a readable device state ({type(e).__name__}); remove it "
+                                  f"(rm -r {self.device_dir}) and {self.dir} to start the run over") from None
+        state = saved.get("device_state") if isinstance(saved, dict) else None
+        if saved.get("key") != self.key or not isinstance(state, dict) or not all(
+                isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
+            raise CheckpointError(f"{self.device_file}: not this run's device state; remove it (rm -r "
+                                  f"{self.device_dir}) and {self.dir} to start the run over")
+        return saved.get("t"), state
 
     def load(self, shapes: dict[str, tuple[int, ...]], rounds: int) -> dict[str, Any] | None:
         """The checkpoint's state, or ``None`` when there is none; :class:`CheckpointError` when unusable.
@@ -212,6 +282,13 @@ class Checkpoint:
 
 
 def open_checkpoint(cfg: cfgmod.RunConfig, out: str | os.PathLike, data_path: str | os.PathLike) -> Checkpoint:
-    """The checkpoint slot of a run (not locked, nothing created yet)."""
+    """The checkpoint slot of a run (not locked, nothing created yet); a private run's device state goes to
+    :func:`device_state_root` (a root inside OUT is a :class:`CheckpointError`)."""
     key = checkpoint_key(cfg, out, data_fingerprint(data_path), code_fingerprint())
-    return Checkpoint(checkpoint_root(cfg, out), key, owned_root=not cfg.checkpoint.dir)
+    device_root = None
+    if cfg.privacy.mechanism != "none":
+        device_root = device_state_root()
+        if _inside(device_root, out):
+            raise CheckpointError(f"{DEVICE_STATE_ENV}={device_root}: inside the run folder {out}; a private run's "
+                                  "device state must live outside what is shared")
+    return Checkpoint(checkpoint_root(cfg, out), key, owned_root=not cfg.checkpoint.dir, device_root=device_root)

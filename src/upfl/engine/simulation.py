@@ -351,6 +351,14 @@ def _run_loop(cfg, sim, data, device, out, ckpt, privacy, log, stop_after) -> di
         ckpt.prune_stale(log)
         shape = (sim.model.num_params,)
         state = ckpt.load({"w": shape, "w_prev": shape}, T)
+        if state is not None and ckpt.device_dir is not None and alg.device_state:
+            saved = ckpt.load_device_state()
+            if saved is None or saved[0] != state["t"]:
+                log(f"{ckpt.file}: this private run's device state ({', '.join(alg.device_state)}) is not at "
+                    f"{ckpt.device_file} for iteration {state['t']}; starting over")
+                state = None
+            else:
+                state["algorithm_state"] = {**state.get("algorithm_state", {}), **saved[1]}
     if state is not None:
         t0, w, w_prev, rows, times = state["t"], state["w"].to(device), state["w_prev"].to(device), state["rows"], state["times"]
         alg.load_state_dict(state.get("algorithm_state", {}), device)
@@ -413,8 +421,13 @@ def _run_loop(cfg, sim, data, device, out, ckpt, privacy, log, stop_after) -> di
             break
         if (ckpt is not None and kind == "train" and t < T
                 and checkpoint_due(cfg.checkpoint, round_k, time.perf_counter() - last_checkpoint)):
+            public, device_state = alg.split_state()
+            if ckpt.device_dir is not None and alg.device_state:  # private: device state kept apart (owner-only)
+                ckpt.save_device_state(device_state, t)
+            else:
+                public = {**public, **device_state}
             ckpt.save({"config_hash": cfgmod.config_hash(cfg), "t": t, "w": w.cpu(), "w_prev": w_prev.cpu(),
-                       "rows": rows, "times": times, "algorithm_state": alg.state_dict()})
+                       "rows": rows, "times": times, "algorithm_state": public})
             last_checkpoint = time.perf_counter()
         if stop_after is not None and t >= stop_after:
             raise InjectedStop(f"stopped after iteration {t}")

@@ -6,11 +6,20 @@ Both apps read the flat run config of a Flower app (``[tool.flwr.app.config]`` i
 (``data-path``; its train users in data-set order). The global model travels as one flat float32
 array ``params`` (the parameter layout of :mod:`upfl.models`).
 
+**The server never reads a client's data.** It reads ``data-path``'s ``meta.json`` (the class count) and its
+``test/`` split, a held-out test set it owns (:func:`held_out_test_set`), never ``train/``. It learns each node's
+device and |D_i| (public: the aggregation weights release it) from one query message per node before round 1
+(not counted among the rounds' messages). Training metrics are federated: after each training round the nodes
+that ``fraction-evaluate`` samples evaluate the global model on their own training rows and reply sums, under
+``upfl run``'s ``release_train_metrics`` rule (a private run: computed by the client and marked outside the
+guarantee, or, with ``privacy-release-train-metrics = false``, not computed). Even rounds of Upcycled-FL send no
+message, so their training metrics are empty; test metrics are the server's, every round.
+
 A client's local update is ``upfl run``'s, reusing its code (:class:`upfl.engine.simulation.Simulation`,
 :func:`upfl.solvers.torch_backend.batch_plan` and the selected local solver): SGD with momentum on
-F_i(w) + mu/2 ||w - w_global||^2 (mu is the message's ``proximal-mu``), E epochs of mini-batches,
-stragglers' partial work (``straggler``: a straggler runs 1..E-1 epochs; policy ``drop`` replies an
-error instead, which FedAvg skips), objective or output perturbation before the reply.
+F_i(w) + mu/2 ||w - w_global||^2 (mu: the message's ``proximal-mu``, else the run config's ``mu``), E epochs of
+mini-batches, stragglers' partial work (``straggler``: a straggler runs 1..E-1 epochs; policy ``drop`` replies
+an error instead, which FedAvg skips), objective or output perturbation before the reply.
 
 The privacy noise comes from the operating system's entropy (:func:`entropy_generator`): the server, which
 knows the run config and its ``seed``, cannot regenerate and subtract it. ``privacy-noise-source =
@@ -20,11 +29,16 @@ comes from ``upfl run``'s keyed streams, so with every node sampled (and seed-ke
 Flower run reproduces ``upfl run``. Node sampling is Flower's (``random.sample``): with ``fraction-train`` < 1
 the devices of a round differ from ``upfl run``'s, and the privacy block counts the releases the server
 observed (:class:`upfl.flower.strategy.CountingGrid`), not ``upfl run``'s draws.
+
+``strategy`` picks the Flower strategy of the training rounds (:data:`FLOWER_STRATEGIES`: FedAvgM, FedAdam,
+FedYogi, FedAdagrad, ...; ``strategy-args`` its keyword arguments as JSON); an upcycled ``algorithm`` wraps it in
+:class:`upfl.flower.strategy.UpcycledFL`. The run's record names that Flower strategy.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import math
 import secrets
@@ -37,21 +51,25 @@ import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
+from flwr.serverapp import strategy as flower_strategies
 from flwr.serverapp.strategy import FedAvg, FedProx, Strategy
 from logging import INFO
 
 from flwr.supercore import log
 
 from .. import config as cfgmod
-from ..data import load_leaf
+from ..data import FederatedDataset, load_leaf
+from ..data.leaf import META_FILE, _check_num_classes, _read_split, read_json
 from ..engine.draws import draw_stragglers, resolve_straggler_policy, sample_clients
 from ..files import provenance, write_json, write_text
 from ..names import base_name, is_upcycled
-from ..privacy.accounting import privacy_report
+from ..models import build_model
+from ..privacy.accounting import OS_ENTROPY_NOISE, SEED_KEYED_NOISE, max_feature_norm, privacy_report
 from ..privacy.mechanisms import (objective_noise_draws, output_perturbation, scale_objective_noise,
                                   standard_normal_rows)
 from ..rng import generator
-from ..engine.simulation import TRAIN_METRICS_COLUMN, Simulation, resolve_device, train_metrics_status
+from ..engine.simulation import (TRAIN_METRICS_COLUMN, Simulation, resolve_device, scaled_features,
+                                 train_metrics_status)
 from ..solvers.torch_backend import batch_plan
 from .strategy import DEVICE_KEY, CountingGrid, UpcycledFL, as_flat, is_upcycle_round
 
@@ -83,6 +101,7 @@ RUN_CONFIG_KEYS = {
     "privacy-tau": "privacy.tau",
     "privacy-alpha": "privacy.alpha",
     "privacy-delta": "privacy.delta",
+    "privacy-release-train-metrics": "privacy.release_train_metrics",
 }
 """Flower run-config key -> :class:`upfl.config.RunConfig` key (``docs/run-config.md`` documents the latter)."""
 
@@ -98,10 +117,18 @@ FLOWER_ALGORITHMS = ("fedavg", "fedprox", "upcycled", "upcycled_fedavg")
 or not). Every other algorithm of the engine is refused by name: its server state (momentum, moments, control
 variates, FedNova's normalisation, FedDyn's regulariser) has no counterpart here."""
 
+FLOWER_STRATEGIES = ("FedAvg", "FedProx", "FedAvgM", "FedAdam", "FedYogi", "FedAdagrad", "FedMedian",
+                     "FedTrimmedAvg")
+"""``strategy`` values: Flower's own strategies (``flwr.serverapp.strategy``) of the training rounds."""
+
 APP_KEYS = {"out-dir": "folder for metrics.csv and summary.json (ServerApp; empty: none)",
-            "fraction-evaluate": "fraction of nodes in federated evaluation after each training round (default 0)",
+            "fraction-evaluate": "fraction of nodes in federated evaluation (their training metrics) after each "
+                                 "training round (default 1; 0 when a private run does not release them)",
             "privacy-noise-source": f"{OS_ENTROPY!r} (default) or {SEED_KEYED!r} (reproducible, no privacy "
-                                    "against the server)"}
+                                    "against the server)",
+            "strategy": f"the Flower strategy of the training rounds: {', '.join(FLOWER_STRATEGIES)} (default: "
+                        "FedProx for mu > 0, else FedAvg)",
+            "strategy-args": "keyword arguments of that strategy as a JSON object, e.g. '{\"eta\": 0.1}' (default {})"}
 """Run-config keys of the apps themselves."""
 
 
@@ -143,7 +170,34 @@ def run_config_to_upfl(run_config: dict[str, Any]) -> cfgmod.RunConfig:
         raise
     check_flower_algorithm(cfg.algorithm.name)
     noise_source(run_config)
+    strategy_choice(run_config)
     return cfg
+
+
+def strategy_choice(run_config: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+    """(``strategy``, ``strategy-args``) of a run config; an unknown strategy, arguments that are not a JSON
+    object, or arguments the strategy does not take are errors naming the key."""
+    name = run_config.get("strategy") or None
+    if name is not None and name not in FLOWER_STRATEGIES:
+        raise cfgmod.ConfigError(f"run config 'strategy': {name!r} is not one of {', '.join(FLOWER_STRATEGIES)}")
+    text = run_config.get("strategy-args", "") or "{}"
+    try:
+        args = json.loads(text) if isinstance(text, str) else None
+    except json.JSONDecodeError as e:
+        raise cfgmod.ConfigError(f"run config 'strategy-args': not JSON ({e.msg} at character {e.pos})") from None
+    if not isinstance(args, dict):
+        raise cfgmod.ConfigError(f"run config 'strategy-args': must be a JSON object of keyword arguments, got {text!r}")
+    if args and name is None:
+        raise cfgmod.ConfigError("run config 'strategy-args': given without 'strategy'")
+    if name is not None:
+        taken = set(inspect.signature(getattr(flower_strategies, name)).parameters)
+        reserved = {"fraction_train", "min_train_nodes", "min_available_nodes", "fraction_evaluate",
+                    "min_evaluate_nodes", "proximal_mu"}
+        bad = sorted((set(args) - taken) | (set(args) & reserved))
+        if bad:
+            raise cfgmod.ConfigError(f"run config 'strategy-args': {name} does not take {', '.join(bad)} here "
+                                     "(sampling comes from fraction-train and fraction-evaluate, proximal_mu from mu)")
+    return name, args
 
 
 def check_flower_algorithm(name: str) -> None:
@@ -214,6 +268,30 @@ def _merged(context: Context, run_config: dict[str, Any] | None) -> dict[str, An
     return {**dict(context.run_config), **(run_config or {})}
 
 
+def client_mu(cfg: cfgmod.RunConfig, config: ConfigRecord) -> float:
+    """mu of a client's local objective: the message's ``proximal-mu`` (FedProx), else the run config's ``mu``
+    (0 for FedAvg), so a strategy that sends none (FedAdam, ...) still trains ``algorithm``'s objective."""
+    return float(config["proximal-mu"]) if "proximal-mu" in config else float(cfg.algorithm.mu)
+
+
+def own_metrics(sim: Simulation, w: torch.Tensor, i: int) -> dict[str, float]:
+    """Device i's federated-evaluation reply: summed loss, correct predictions and rows of the global model ``w`` on
+    its own training rows (only where ``upfl run`` computes training metrics: :func:`train_metrics_status`) and on
+    its own test rows. Sums, so that the server's totals over all devices are ``upfl run``'s pooled metrics."""
+    user = sim.devices[i]
+    w = w.to(sim.device)
+    out: dict[str, float] = {DEVICE_KEY: i}
+    if train_metrics_status(sim.cfg.privacy) != "not_computed":
+        loss, correct = sim.evaluate_model(w, sim.xs[i], torch.as_tensor(sim.data.train_y[user]).to(sim.device))
+        out.update({"train-loss-sum": float(loss), "train-correct": float(correct), "train-examples": sim.sizes[i].item()})
+    y = sim.data.test_y[user]
+    if len(y):
+        loss, correct = sim.evaluate_model(w, sim._x(sim.data.test_x[user]), torch.as_tensor(y).to(sim.device))
+        out.update({"test-loss-sum": float(loss), "test-correct": float(correct), "test-examples": float(len(y))})
+    out["num-examples"] = out.get("train-examples", out.get("test-examples", 0.0))
+    return out
+
+
 def make_client_app(run_config: dict[str, Any] | None = None) -> ClientApp:
     """A ClientApp whose node ``partition-id`` i trains (and evaluates on) device i of ``data-path``.
 
@@ -221,6 +299,21 @@ def make_client_app(run_config: dict[str, Any] | None = None) -> ClientApp:
     run-config argument; ``flwr run`` passes the app's).
     """
     app = ClientApp()
+
+    @app.query()
+    def query(msg: Message, context: Context) -> Message:
+        """The node's device and |D_i| (public: the aggregation weights release it); for objective perturbation
+        also the largest feature norm the model sees (Theorem C.2's assumption; released outside the guarantee)."""
+        sim = simulation_for(_merged(context, run_config))
+        i = int(context.node_config["partition-id"])
+        metrics = {DEVICE_KEY: i, "num-examples": int(sim.sizes[i])}
+        if sim.cfg.privacy.mechanism == "objective":
+            user = sim.devices[i]
+            own = FederatedDataset([user], {user: sim.data.train_x[user]}, {user: sim.data.train_y[user]}, {}, {})
+            metrics["max-feature-norm"] = max_feature_norm(sim.cfg, own, sim.model)
+        content = RecordDict({"metrics": MetricRecord(metrics),
+                              "device": ConfigRecord({"name": sim.devices[i]})})
+        return Message(content=content, reply_to=msg)
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:
@@ -230,7 +323,7 @@ def make_client_app(run_config: dict[str, Any] | None = None) -> ClientApp:
         round_k = int(config.get("training-round", config["server-round"]))
         w = as_flat(msg.content["arrays"], PARAMS_KEY)
         noise = None if noise_source(_merged(context, run_config)) == SEED_KEYED else entropy_generator()
-        local, steps = local_update(sim, w, i, round_k, float(config.get("proximal-mu", 0.0)), noise)
+        local, steps = local_update(sim, w, i, round_k, client_mu(sim.cfg, config), noise)
         if local is None:
             return Message(Error(code=0, reason=f"device {i} is a straggler in training round {round_k} "
                                                 "and straggler-policy is drop"), reply_to=msg)
@@ -241,37 +334,133 @@ def make_client_app(run_config: dict[str, Any] | None = None) -> ClientApp:
     def evaluate(msg: Message, context: Context) -> Message:
         sim = simulation_for(_merged(context, run_config))
         i = int(context.node_config["partition-id"])
-        user = sim.devices[i]
-        w = as_flat(msg.content["arrays"], PARAMS_KEY).to(sim.device)
-        x, y = sim.data.test_x[user], sim.data.test_y[user]
-        if len(y) == 0:
-            return _reply(None, {"num-examples": 0, "test-loss": 0.0, "test-acc": 0.0}, msg)
-        loss, correct = sim.model.evaluate(w, sim._x(x), torch.as_tensor(y).to(sim.device))
-        return _reply(None, {"num-examples": len(y), "test-loss": loss / len(y), "test-acc": correct / len(y)}, msg)
+        return _reply(None, own_metrics(sim, as_flat(msg.content["arrays"], PARAMS_KEY), i), msg)
 
     return app
 
 
-def strategy_for(cfg: cfgmod.RunConfig, num_nodes: int, fraction_evaluate: float = 0.0) -> Strategy:
-    """The Flower strategy of a run config: FedAvg, FedProx (``proximal-mu`` to clients; FedAvg when mu = 0), or
-    UpcycledFL on either for ``upcycled`` (FedProx base) and ``upcycled_fedavg``. Any other algorithm is refused by
-    name (:data:`FLOWER_ALGORITHMS`). Each training round samples max(floor(frac N), 1) nodes, ``upfl run``'s count."""
+def held_out_test_set(path: str | Path) -> FederatedDataset:
+    """The server's data: ``meta.json`` and the ``test/`` split of a LEAF folder, never ``train/`` (no training
+    rows, no training users). ``meta.json`` must give ``num_classes``: the server cannot read it off the labels."""
+    root = Path(path)
+    meta_file = root / META_FILE
+    meta = read_json(meta_file) if meta_file.exists() else {}
+    if not isinstance(meta, dict) or "num_classes" not in meta:
+        raise cfgmod.ConfigError(f"run config 'data-path': {meta_file} must give num_classes (the Flower server "
+                                 "reads no training file, so it cannot count the classes from the labels)")
+    _check_num_classes(meta_file, meta)
+    users, xs, ys = _read_split(root / "test", meta.get("x_dtype", "float32"), {})
+    if not users or sum(len(y) for y in ys.values()) == 0:
+        raise cfgmod.ConfigError(f"run config 'data-path': {root / 'test'} holds no test rows for the server")
+    ds = FederatedDataset(users, {}, {}, xs, ys, meta=meta, path=str(root))
+    ds.check_labels()
+    return ds
+
+
+class ServerData:
+    """What the ServerApp holds: the model (from ``meta.json`` and the test rows' shape) and the held-out test set."""
+
+    def __init__(self, cfg: cfgmod.RunConfig) -> None:
+        self.cfg, self.device = cfg, resolve_device(cfg.device)
+        self.data = held_out_test_set(cfg.data.path)
+        self.model = build_model(cfg.model.name, self.data, cfg.model.options, cfg.model.softmax_before_loss)
+        users = [u for u in self.data.users if len(self.data.test_y[u])]
+        self.test_x = torch.cat([scaled_features(self.data.test_x[u], cfg.data.feature_scaling, self.device)
+                                 for u in users])
+        self.test_y = torch.cat([torch.as_tensor(self.data.test_y[u]) for u in users]).to(self.device)
+
+    def evaluate(self, w: torch.Tensor) -> dict[str, float]:
+        """Loss and accuracy of ``w`` on the held-out test set, in chunks of ``evaluation.batch_size``."""
+        bs, n = self.cfg.evaluation.batch_size, len(self.test_y)
+        loss, correct = 0.0, 0
+        for i in range(0, n, bs):
+            l, c = self.model.evaluate(w.to(self.device), self.test_x[i:i + bs], self.test_y[i:i + bs])
+            loss, correct = loss + float(l), correct + int(c)
+        return {"test_loss": loss / n, "test_acc": correct / n}
+
+
+class Devices:
+    """The devices the server learnt from its query (one message per node before round 1): name and |D_i| per
+    ``partition-id``, and the largest feature norm they reported (objective perturbation only)."""
+
+    def __init__(self, grid: Grid, timeout: float = 3600.0) -> None:
+        nodes = list(grid.get_node_ids())
+        messages = [Message(RecordDict({"config": ConfigRecord({"server-round": 0})}), dst_node_id=node,
+                            message_type="query") for node in nodes]
+        self.names: dict[int, str] = {}
+        self.sizes: dict[int, int] = {}
+        norms = []
+        for reply in grid.send_and_receive(messages, timeout=timeout):
+            if reply.has_error():
+                raise RuntimeError(f"node {reply.metadata.src_node_id} did not answer the device query: "
+                                   f"{reply.error.reason}")
+            metrics = reply.content["metrics"]
+            i = int(metrics[DEVICE_KEY])
+            self.names[i], self.sizes[i] = str(reply.content["device"]["name"]), int(metrics["num-examples"])
+            if "max-feature-norm" in metrics:
+                norms.append(float(metrics["max-feature-norm"]))
+        if sorted(self.names) != list(range(len(nodes))):
+            raise RuntimeError(f"the nodes' partition-ids are {sorted(self.names)}, not 0..{len(nodes) - 1}")
+        self.count = len(nodes)
+        self.max_feature_norm = max(norms) if norms else None
+
+    def public_dataset(self) -> FederatedDataset:
+        """The devices as the privacy accounting reads them: names and |D_i| (their rows are not known here)."""
+        names = [self.names[i] for i in range(self.count)]
+        sizes = {self.names[i]: self.sizes[i] for i in range(self.count)}
+        return FederatedDataset(names, {}, {n: range(sizes[n]) for n in names}, {}, {})
+
+
+def flower_strategy(cfg: cfgmod.RunConfig, name: str | None, args: dict[str, Any], common: dict[str, Any]) -> Strategy:
+    """The Flower strategy of the training rounds: ``name`` with ``args`` (FedProx gets ``proximal_mu`` = mu), or by
+    default FedProx for a FedProx ``algorithm`` with mu > 0 and FedAvg otherwise."""
+    a = cfg.algorithm
+    if name is None:
+        name = "FedProx" if base_name(a.name) == "fedprox" and a.mu > 0 else "FedAvg"
+    extra = {"proximal_mu": a.mu} if name == "FedProx" else {}
+    return getattr(flower_strategies, name)(**common, **extra, **args)
+
+
+def strategy_for(cfg: cfgmod.RunConfig, num_nodes: int, fraction_evaluate: float = 0.0,
+                 strategy: str | None = None, strategy_args: dict[str, Any] | None = None) -> Strategy:
+    """The Flower strategy of a run config: ``strategy`` (:data:`FLOWER_STRATEGIES`; default FedProx for mu > 0,
+    else FedAvg), wrapped in UpcycledFL for ``upcycled`` and ``upcycled_fedavg``. Any other algorithm is refused
+    by name (:data:`FLOWER_ALGORITHMS`). Each training round samples max(floor(frac N), 1) nodes, ``upfl run``'s
+    count."""
     a = cfg.algorithm
     check_flower_algorithm(a.name)
     per_round = len(sample_clients(cfg.seed, 1, num_nodes, cfg.devices.frac))
     common = dict(fraction_train=cfg.devices.frac, min_train_nodes=per_round, min_available_nodes=num_nodes,
                   fraction_evaluate=fraction_evaluate, min_evaluate_nodes=1 if fraction_evaluate else 0)
-    proximal = base_name(a.name) == "fedprox" and a.mu > 0
-    base = FedProx(proximal_mu=a.mu, **common) if proximal else FedAvg(**common)
+    base = flower_strategy(cfg, strategy, strategy_args or {}, common)
     if not is_upcycled(a.name):
         return base
-    return UpcycledFL(base, lam=a.lam if a.step is None else None, step=a.step, schedule=a.schedule)
+    return UpcycledFL(base, lam=a.lam if a.step is None else None, step=a.step, schedule=a.schedule,
+                      mu=a.mu if strategy is not None else None)
+
+
+def strategy_record(strategy: Strategy, args: dict[str, Any]) -> dict[str, Any]:
+    """The run record's ``flower_strategy``: the Flower class of the training rounds, its arguments, the wrapper."""
+    upcycled = isinstance(strategy, UpcycledFL)
+    base = strategy.base if upcycled else strategy
+    name = type(base).__name__
+    return {"name": f"UpcycledFL({name})" if upcycled else name, "training_rounds": f"flwr.serverapp.strategy.{name}",
+            "args": args, "upcycled": upcycled,
+            **({"c1": strategy.c1, "schedule": strategy.schedule} if upcycled else {})}
+
+
+def default_fraction_evaluate(cfg: cfgmod.RunConfig) -> float:
+    """Federated evaluation of the training metrics on every node (1), or none (0) where a private run does not
+    compute them (``privacy-release-train-metrics = false``)."""
+    return 0.0 if train_metrics_status(cfg.privacy) == "not_computed" else 1.0
 
 
 def make_server_app(run_config: dict[str, Any] | None = None,
                     on_round: Callable[[int, torch.Tensor], None] | None = None) -> ServerApp:
-    """A ServerApp running :func:`strategy_for` from ``upfl run``'s initial model, evaluating the global model
-    on the pooled train and test sets after every round (``upfl run``'s metrics) and writing ``out-dir``.
+    """A ServerApp running :func:`strategy_for` from ``upfl run``'s initial model. It reads no training file: the
+    model comes from ``meta.json`` and the test rows' shape; after every round it evaluates the global model on
+    its held-out test set and adds the training metrics the clients reported (federated evaluation); it writes
+    ``out-dir``.
 
     ``run_config`` entries override the context's run config. ``on_round(t, w)`` is called with every round's global flat model (t = 0 is the initial model).
     """
@@ -280,21 +469,26 @@ def make_server_app(run_config: dict[str, Any] | None = None,
     @app.main()
     def main(grid: Grid, context: Context) -> None:
         run_config_ = _merged(context, run_config)
-        sim = simulation_for(run_config_)
-        cfg = sim.cfg
-        num_nodes = len(sim.devices)
-        strategy = strategy_for(cfg, num_nodes, float(run_config_.get("fraction-evaluate", 0.0)))
+        cfg = run_config_to_upfl(run_config_)
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        server = ServerData(cfg)
+        devices = Devices(grid)
+        name, args = strategy_choice(run_config_)
+        fraction_evaluate = float(run_config_.get("fraction-evaluate", default_fraction_evaluate(cfg)))
+        strategy = strategy_for(cfg, devices.count, fraction_evaluate, name, args)
         counting = CountingGrid(grid)
-        w0 = sim.model.init_params(generator(cfg.seed, "init"))
+        w0 = server.model.init_params(generator(cfg.seed, "init"))
         rows: list[dict[str, Any]] = []
         clock = {"t": time.perf_counter()}
+        computed = train_metrics_status(cfg.privacy) != "not_computed"
 
         def evaluate(t: int, arrays: ArrayRecord) -> MetricRecord:
             w = as_flat(arrays, PARAMS_KEY)
             wall = time.perf_counter() - clock["t"]
             if on_round is not None:
                 on_round(t, w)
-            metrics = sim.evaluate(w.to(sim.device))
+            metrics = {**federated_train_metrics(counting.evaluated.get(t, []), computed), **server.evaluate(w)}
             kind = "init" if t == 0 else ("upcycle" if isinstance(strategy, UpcycledFL) and is_upcycle_round(t) else "train")
             rows.append({"iteration": t, "kind": kind, **metrics, "messages": counting.sent[t],
                          "wall_s": 0.0 if t == 0 else wall})
@@ -306,10 +500,23 @@ def make_server_app(run_config: dict[str, Any] | None = None,
                                 num_rounds=cfg.rounds, train_config=ConfigRecord(), evaluate_fn=evaluate)
         out = run_config_.get("out-dir", "")
         if out:
-            write_outputs(Path(out), cfg, sim, rows, counting, noise_source(run_config_))
+            write_outputs(Path(out), cfg, server, devices, rows, counting, noise_source(run_config_),
+                          strategy_record(strategy, args))
         del result
 
     return app
+
+
+def federated_train_metrics(replies: list[MetricRecord], computed: bool) -> dict[str, float | None]:
+    """train_loss and train_acc from the sums the clients reported in one round's federated evaluation: their
+    totals over the rows they evaluated (all devices' rows with ``fraction-evaluate = 1``: ``upfl run``'s pooled
+    training metrics). None where not computed (a private run that does not release them) or not evaluated (no
+    evaluation message this round: the even rounds of Upcycled-FL, iteration 0, ``fraction-evaluate = 0``)."""
+    rows = sum(float(r.get("train-examples", 0.0)) for r in replies)
+    if not computed or rows == 0:
+        return {"train_loss": None, "train_acc": None}
+    return {"train_loss": sum(float(r["train-loss-sum"]) for r in replies if "train-loss-sum" in r) / rows,
+            "train_acc": sum(float(r["train-correct"]) for r in replies if "train-correct" in r) / rows}
 
 
 def _cell(value: Any) -> str:
@@ -322,11 +529,12 @@ OBSERVED_RELEASES = ("observed: per device, the training replies carrying a mode
 """``releases_source`` of a Flower run's privacy block."""
 
 
-def write_outputs(out: Path, cfg: cfgmod.RunConfig, sim: Simulation, rows: list[dict[str, Any]],
-                  counting: CountingGrid, noise: str = OS_ENTROPY) -> None:
+def write_outputs(out: Path, cfg: cfgmod.RunConfig, server: ServerData, devices: Devices, rows: list[dict[str, Any]],
+                  counting: CountingGrid, noise: str = OS_ENTROPY, strategy: dict[str, Any] | None = None) -> None:
     """OUT/metrics.csv (one row per round, with the messages sent) and OUT/summary.json, atomically.
 
-    The privacy block counts each device's releases from what ``counting`` saw (:data:`OBSERVED_RELEASES`)."""
+    The privacy block counts each device's releases from what ``counting`` saw (:data:`OBSERVED_RELEASES`), with
+    |D_i| as the devices reported it; the record names the Flower strategy (``strategy``), not an engine algorithm."""
     status = train_metrics_status(cfg.privacy)
     columns = ["iteration", "kind", "train_loss", "train_acc", "test_loss", "test_acc", "messages", "wall_s"]
     marked = columns + ([TRAIN_METRICS_COLUMN] if status else [])
@@ -334,13 +542,22 @@ def write_outputs(out: Path, cfg: cfgmod.RunConfig, sim: Simulation, rows: list[
     lines = [",".join(marked)] + [",".join(_cell(r[c]) for c in marked) for r in rows]
     training = [r for r in rows if r["kind"] == "train"]
     final = rows[-1]
-    releases = [counting.released[i] for i in range(len(sim.devices))]
-    privacy = privacy_report(cfg, sim.data, sim.model, releases=releases, releases_source=OBSERVED_RELEASES)
-    if cfg.privacy.mechanism != "none":
-        privacy["noise_source"] = noise + (": no privacy against the server, which knows the seed" if noise == SEED_KEYED
-                                           else ": operating-system entropy, not reproducible")
+    releases = [counting.released[i] for i in range(devices.count)]
+    source = (SEED_KEYED_NOISE + "; no privacy against the server, which knows the seed" if noise == SEED_KEYED
+              else OS_ENTROPY_NOISE)
+    privacy = privacy_report(cfg, devices.public_dataset(), server.model, releases=releases,
+                             releases_source=OBSERVED_RELEASES, noise_source=source,
+                             max_norm=devices.max_feature_norm)
+    name = (strategy or {}).get("name", cfg.algorithm.name)
+    privacy["algorithm"] = name
     summary = {
-        "engine": "flower", "final": {k: final[k] for k in columns[:6]},
+        "engine": "flower", "algorithm": name, "flower_strategy": strategy,
+        "final": {k: final[k] for k in columns[:6]},
+        "evaluation": {"train_metrics": "federated: the clients' sums on their own training rows, after each "
+                                        "training round (fraction-evaluate of the nodes)",
+                       "test_metrics": "the server's held-out test set (data-path/test)",
+                       "evaluation_messages": {str(t): n for t, n in sorted(counting.evaluate_sent.items())}},
+        "device_queries": devices.count,
         "messages": {"total": sum(r["messages"] for r in rows),
                      "even_rounds": sum(r["messages"] for r in rows if r["iteration"] and r["iteration"] % 2 == 0)},
         "seconds_per_training_round": (sum(r["wall_s"] for r in training) / len(training)) if training else math.nan,

@@ -54,13 +54,20 @@ class UpcycledFL(Strategy):
     schedule : str
         ``const`` (c_m = c_1), ``horizon`` (c_1 / sqrt(M), M = ceil(T/2) training rounds) or
         ``inv_sqrt`` (c_1 / sqrt(m)); see :func:`upfl.algorithms.upcycle_coefficient`.
+    mu : float, optional
+        The clients' proximal mu where the base strategy does not carry it (a FedProx objective on the clients
+        under FedAdam, say); default: the base's ``proximal_mu``, 0 without one.
+
+    The base strategy sees Flower's round numbers (1, 3, 5, ...). A base that keeps its own copy of the global
+    arrays between rounds (FedAvgM's ``current_arrays``, the anchor of its pseudo-gradient) is handed the upcycled
+    arrays before each training round, so that its step starts from w^{2m}, as the clients' training does.
     """
 
     def __init__(self, base: Strategy, *, lam: float | None = None, step: float | None = None,
-                 schedule: str = "const") -> None:
+                 schedule: str = "const", mu: float | None = None) -> None:
         if (lam is None) == (step is None):
             raise ValueError("UpcycledFL: give exactly one of lam (c = mu/(mu+lam)) or step (c directly)")
-        mu = float(getattr(base, "proximal_mu", 0.0))
+        mu = float(getattr(base, "proximal_mu", 0.0)) if mu is None else float(mu)
         if step is not None and step < 0:
             raise ValueError(f"UpcycledFL: step must be >= 0, got {step!r}")
         if step is None and (lam < 0 or mu + lam <= 0):
@@ -106,6 +113,8 @@ class UpcycledFL(Strategy):
             self.messages_sent[server_round] += 0
             return []
         self._before_training = arrays
+        if isinstance(getattr(self.base, "current_arrays", None), ArrayRecord):
+            self.base.current_arrays = arrays
         config["training-round"] = training_round(server_round)
         messages = list(self.base.configure_train(server_round, arrays, config, grid))
         self.messages_sent[server_round] += len(messages)
@@ -136,7 +145,9 @@ class CountingGrid:
     """A Grid proxy that counts what actually goes out and comes back, per ``server-round`` of the messages' config.
 
     Pass it to ``strategy.start(grid=CountingGrid(grid), ...)``. ``sent[t]``: messages (training and evaluation)
-    of round t (a round absent from ``sent`` sent none). ``train_sent[t]``: the training messages of round t.
+    of round t (a round absent from ``sent`` sent none). ``train_sent[t]``, ``evaluate_sent[t]``: the training and
+    the evaluation messages of round t. ``evaluated[t]``: the metrics of round t's evaluation replies (the clients'
+    federated evaluation).
     ``released[i]``: the training replies that carried a model computed on device i's data (``device_key`` of the
     reply's metrics), i.e. device i's releases; a straggler's error reply releases nothing (``errors[t]`` counts
     them). These counts are observed, not replayed from a sampling rule.
@@ -146,6 +157,8 @@ class CountingGrid:
         self.grid, self.key, self.device_key = grid, configrecord_key, device_key
         self.sent: Counter[int] = Counter()
         self.train_sent: Counter[int] = Counter()
+        self.evaluate_sent: Counter[int] = Counter()
+        self.evaluated: dict[int, list[MetricRecord]] = {}
         self.errors: Counter[int] = Counter()
         self.released: Counter[int] = Counter()
 
@@ -155,6 +168,7 @@ class CountingGrid:
             t = int(m.content[self.key]["server-round"])
             self.sent[t] += 1
             self.train_sent[t] += m.metadata.message_type == MessageType.TRAIN
+            self.evaluate_sent[t] += m.metadata.message_type == MessageType.EVALUATE
         return messages
 
     def _observe(self, messages: list[Message], replies: Iterable[Message]) -> list[Message]:
@@ -164,6 +178,9 @@ class CountingGrid:
         only = next(iter(set(rounds.values()))) if len(set(rounds.values())) == 1 else 0
         replies = list(replies)
         for r in replies:
+            if r.metadata.message_type == MessageType.EVALUATE and not r.has_error():
+                t = rounds.get(r.metadata.reply_to_message_id, only)
+                self.evaluated.setdefault(t, []).append(r.content.metric_records.get("metrics", MetricRecord()))
             if r.metadata.message_type != MessageType.TRAIN:
                 continue
             if r.has_error():

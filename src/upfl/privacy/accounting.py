@@ -64,6 +64,21 @@ SHARED_NOISE_NOTE = ("Runs with the same seed share their noise draws on purpose
                      "alone; the runs of a sweep on one seed together have no guarantee (from two of them the "
                      "noise cancels and the clipped models are recovered).")
 
+SEED_KEYED_NOISE = ("seed-keyed: every noise draw comes from the run seed's stream keyed (seed, training round, "
+                    "device); runs of one seed share it, and whoever knows the seed can regenerate it")
+OS_ENTROPY_NOISE = ("os-entropy: each client draws its noise from the operating system's entropy; not reproducible, "
+                    "shared by no other run, and the server cannot regenerate it")
+"""``privacy.noise_source`` of a private run: ``upfl run`` draws seed-keyed noise, a Flower client OS entropy (unless
+its run config names the seed-keyed stream)."""
+
+
+def noise_is_seed_keyed(noise_source: str | None) -> bool:
+    """Whether a run's ``privacy.noise_source`` is the seed-keyed stream, so that runs of one seed share their noise
+    (:data:`SHARED_NOISE_NOTE` applies). A run recorded without one (an older summary.json) was made by ``upfl run``,
+    whose noise has always been seed-keyed."""
+    return noise_source is None or str(noise_source).startswith(SEED_KEYED_NOISE.split(":")[0])
+
+
 TRAIN_METRICS_NOTE = ("Training loss and accuracy are computed on every device's private training data: a release "
                       "that no epsilon covers (metrics.csv marks them 'outside_privacy_guarantee'; "
                       "privacy.release_train_metrics: false leaves them out).")
@@ -334,7 +349,7 @@ def max_feature_norm(cfg, dataset, model) -> float:
     return top
 
 
-def objective_assumptions(cfg, dataset, model, n_train: Sequence[int]) -> dict[str, Any]:
+def objective_assumptions(cfg, dataset, model, n_train: Sequence[int], max_norm: float | None = None) -> dict[str, Any]:
     """Check Theorem C.2's assumptions; return them stated, with the devices where the condition fails.
 
     GLM with |L'| <= u1, L'' <= u2 (the model's ``glm_constants``); features of norm <= 1 (as the model
@@ -349,7 +364,7 @@ def objective_assumptions(cfg, dataset, model, n_train: Sequence[int]) -> dict[s
         out.update({"holds": False, "reason": f"model {cfg.model.name!r} is not a generalized linear model"})
         return out
     u1, u2 = consts
-    norm = max_feature_norm(cfg, dataset, model)
+    norm = max_feature_norm(cfg, dataset, model) if max_norm is None else float(max_norm)
     failing = [i for i, n in enumerate(n_train) if mu <= 0 or not theorem_c2_condition(n, mu, u2)]
     out.update({"u1": u1, "u2": u2, "max_feature_norm": norm, "features_bounded": norm <= 1 + 1e-6,
                 "min_n_train_for_condition": (u2 / (0.5 * mu)) if mu > 0 else None,
@@ -413,11 +428,14 @@ REPLAYED_RELEASES = ("replayed: the engine's device and straggler draws (upfl.en
 
 
 def privacy_report(cfg, dataset, model, cross_check: Sequence[str] = ("rdp",), releases: Sequence[int] | None = None,
-                   releases_source: str = REPLAYED_RELEASES) -> dict[str, Any]:
+                   releases_source: str = REPLAYED_RELEASES, noise_source: str = SEED_KEYED_NOISE,
+                   max_norm: float | None = None) -> dict[str, Any]:
     """Per-device epsilons and epsilon-bar of a run config, without training (JSON-serialisable).
 
     ``releases`` gives M_i per device where they were observed (a Flower server counts the replies it received;
-    ``releases_source`` says so); by default they are :func:`release_counts` of the config.
+    ``releases_source`` says so); by default they are :func:`release_counts` of the config. ``noise_source``
+    (:data:`SEED_KEYED_NOISE`, :data:`OS_ENTROPY_NOISE`) is recorded, and decides whether the notes say that runs of
+    one seed share their noise (:func:`noise_is_seed_keyed`). ``max_norm``: see :func:`objective_assumptions`.
 
     ``dataset`` gives the devices (its training users, the engine's order) and |D_i|; ``model`` the
     parameter count d (the noise dimension) and ``glm_constants``. Raises :class:`NoGuaranteeError` when
@@ -446,7 +464,9 @@ def privacy_report(cfg, dataset, model, cross_check: Sequence[str] = ("rdp",), r
     base.update({"neighbouring_relation": NEIGHBOURING_RELATION,
                  "train_metrics": ("outside_privacy_guarantee" if p.release_train_metrics else "not_computed"),
                  "released_outside_the_guarantee": (["train_loss", "train_acc"] if p.release_train_metrics else [])})
-    shared = [NEIGHBOURING_NOTE, SHARED_NOISE_NOTE] + ([TRAIN_METRICS_NOTE] if p.release_train_metrics else [])
+    base["noise_source"] = noise_source
+    shared = ([NEIGHBOURING_NOTE] + ([SHARED_NOISE_NOTE] if noise_is_seed_keyed(noise_source) else [])
+              + ([TRAIN_METRICS_NOTE] if p.release_train_metrics else []))
     if releases is None:
         releases = release_counts(cfg, n)
     elif len(releases) != n:
@@ -479,7 +499,7 @@ def privacy_report(cfg, dataset, model, cross_check: Sequence[str] = ("rdp",), r
         return base
     # objective perturbation
     alphas = per_device(p.alpha, n, "privacy.alpha")
-    assumptions = objective_assumptions(cfg, dataset, model, sizes)
+    assumptions = objective_assumptions(cfg, dataset, model, sizes, max_norm)
     rows = []
     if not assumptions["glm"]:
         rows = [{"device": u, "n_train": size, "releases": m, "alpha": a, "theorem_c2": None,

@@ -7,10 +7,32 @@ accounting) loads without torch.
 from __future__ import annotations
 
 import math
+import struct
 from typing import TYPE_CHECKING, Sequence
 
 if TYPE_CHECKING:
     import torch
+
+
+FLOAT32_TINY = 2.0 ** -126
+"""The smallest normal float32."""
+
+
+def float32_scale_problem(value: float) -> str | None:
+    """Why a noise scale (sigma, or alpha) cannot be used, or None: the mechanisms draw and scale the noise in
+    float32, so a positive value that rounds to 0 (or below float32's smallest normal number, where the noise
+    vanishes beside any weight) or overflows to inf in float32 would release a model with no noise (sigma 0,
+    alpha inf) or with infinite noise (alpha 0)."""
+    try:
+        rounded = struct.unpack("f", struct.pack("f", float(value)))[0]
+    except OverflowError:
+        rounded = math.inf
+    if math.isinf(rounded):
+        return f"{value!r} overflows float32 (the noise is drawn in float32)"
+    if rounded < FLOAT32_TINY:
+        return (f"{value!r} rounds to {'0' if rounded == 0.0 else 'a subnormal number'} in float32 (the noise is "
+                "drawn in float32, so no noise would be added)")
+    return None
 
 
 def _positive(name: str, value) -> torch.Tensor:

@@ -34,14 +34,31 @@ PRIVACY_KEYS = ("mechanism", "sigma", "tau", "alpha")
 BAND_ALPHA = 0.2
 BAND_NOTE = "Lines: mean over seeds; bands: min-max over seeds."
 PRIVATE_RUNS_NOTE = ("Private runs: training metrics are computed on the devices' private training data, outside the "
-                     "privacy guarantee; runs of one seed share their noise draws, so each run's ε holds on its own, "
-                     "not for the runs together.")
+                     "privacy guarantee.")
+SHARED_NOISE_RUNS_NOTE = (" Runs of one seed share their noise draws (seed-keyed noise), so each run's ε holds on its "
+                          "own, not for the runs together.")
+
+
+def seed_keyed_runs(runs: pd.DataFrame, mechanism: str | None = None) -> bool:
+    """Whether any private run among ``runs`` (of ``mechanism`` when given) drew seed-keyed noise
+    (:func:`upfl.privacy.accounting.noise_is_seed_keyed` of runs.csv's ``privacy_noise_source``), so that the notes
+    on shared noise apply."""
+    from ..privacy.accounting import noise_is_seed_keyed
+
+    mechs = runs["mechanism"].fillna("none").astype(str) if "mechanism" in runs.columns else \
+        pd.Series("none", index=runs.index)
+    private = runs[(mechs != "none") & ((mechs == mechanism) if mechanism else True)]
+    sources = private["privacy_noise_source"] if "privacy_noise_source" in private.columns else [None] * len(private)
+    return any(noise_is_seed_keyed(None if pd.isna(v) else v) for v in sources)
 
 
 def private_runs_note(runs: pd.DataFrame, metrics: Sequence[str]) -> str:
-    """:data:`PRIVATE_RUNS_NOTE` when ``runs`` holds a private run whose training metrics are drawn, else ''."""
+    """:data:`PRIVATE_RUNS_NOTE` when ``runs`` holds a private run whose training metrics are drawn (with
+    :data:`SHARED_NOISE_RUNS_NOTE` where their noise is seed-keyed), else ''."""
     marked = runs.get("privacy_train_metrics", pd.Series(dtype=object)).eq("outside_privacy_guarantee").any()
-    return PRIVATE_RUNS_NOTE if marked and any(m.startswith("train_") for m in metrics) else ""
+    if not (marked and any(m.startswith("train_") for m in metrics)):
+        return ""
+    return PRIVATE_RUNS_NOTE + (SHARED_NOISE_RUNS_NOTE if seed_keyed_runs(runs) else "")
 
 
 def parse_metrics(text: str | None) -> list[str]:

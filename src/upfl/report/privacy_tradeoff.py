@@ -453,6 +453,7 @@ CLAIMS_NOTE = ("Claims (paper_values/privacy.csv, Section 6): privacy loss: (ε�
 
 def write_privacy_table(runs: pd.DataFrame, out_prefix: str, provenance: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Write ``<prefix>.csv`` (variant rows, then claim rows), ``.md`` and ``.tex``; return both frames."""
+    from .figures import seed_keyed_runs
     from .tables import settings_text
 
     frame = privacy_frame(runs)
@@ -468,7 +469,8 @@ def write_privacy_table(runs: pd.DataFrame, out_prefix: str, provenance: str) ->
     for mech in mechs:
         title = MECHANISM_LABELS[mech] + (f" (δ = {', '.join(f'{d:g}' for d in deltas)})" if mech == "output" and deltas
                                           else " (pure ε-DP, δ = 0)" if mech == "objective" else "")
-        notes = [MARK_NOTE, SHARED_NOISE_NOTE, TRAIN_METRICS_NOTE, NEIGHBOURING_NOTE]
+        notes = [MARK_NOTE] + ([SHARED_NOISE_NOTE] if seed_keyed_runs(runs, mech) else []) + [TRAIN_METRICS_NOTE,
+                                                                                            NEIGHBOURING_NOTE]
         notes += [OUTPUT_NOTE] if mech == "output" else [
             "Epsilons assume the exact minimiser: " + SGD_CAVEAT, OFF_BY_ONE_NOTE,
             f"'{NO_GLM}': the model is not a generalized linear model, Theorem C.2 does not apply."]
@@ -492,17 +494,23 @@ def write_privacy_table(runs: pd.DataFrame, out_prefix: str, provenance: str) ->
 FIGURE_ACCOUNTANTS = {"output": ("sound", "paper_formula"), "objective": ("theorem_c2",)}
 """Epsilons drawn per mechanism: the first filled with solid lines, the second hollow and dashed."""
 FIGURE_METRICS = ("test_acc", "train_acc")
-TRADEOFF_NOTE = ("Points: noise levels (mean over seeds; error bars: min-max over seeds). Output perturbation: "
-                 "filled markers, solid lines: sound ε̄ (sensitivity 2τ); hollow, dashed: the paper's formula "
-                 "(Theorem C.1). Objective perturbation: Theorem C.2 (δ = 0, exact minimiser assumed). "
-                 "Dotted: non-private. The noise levels of a seed share their noise draws: each point's ε̄ holds "
-                 "for that run alone, the sweep together has no guarantee. Training accuracy is computed on the "
-                 "private training data, outside the guarantee.")
+TRADEOFF_NOTE = ("Points: noise levels (mean over seeds; error bars: min-max over seeds) at ε̄, the mean over "
+                 "devices; each is joined by a thin line to a triangle at the worst device's ε (max over devices and "
+                 "seeds; which device: the CSV's worst_device). The guarantee is per device: the worst device's ε "
+                 "(triangle) is the one that holds for every device, ε̄ is no device's guarantee. Output "
+                 "perturbation: filled markers, solid lines: the sound accountant (sensitivity 2τ), the guarantee; "
+                 "hollow, dashed: the paper's formula (Theorem C.1), for comparison only. Objective perturbation: "
+                 "Theorem C.2 (δ = 0, exact minimiser assumed). Dotted: non-private. Training accuracy is computed "
+                 "on the private training data, outside the guarantee.")
+WORST_LABELS = {"sound": "sound ε", "paper_formula": "paper-formula ε", "theorem_c2": "Thm C.2 ε"}
+SHARED_NOISE_FIGURE_NOTE = (" The noise levels of a seed share their noise draws (seed-keyed noise): each point's ε "
+                            "holds for that run alone, the sweep together has no guarantee.")
 
 
 def tradeoff_data(runs: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
-    """Rows ``point`` (setting x accountant x metric: x = epsilon-bar, mean/min/max over seeds of the final
-    metric) and ``nonprivate_reference`` (mechanism 'none', x missing)."""
+    """Rows ``point`` (setting x accountant x metric: x = epsilon-bar, x_worst = the worst device's epsilon (max over
+    devices and seeds) and worst_device = which device, mean/min/max over seeds of the final metric) and
+    ``nonprivate_reference`` (mechanism 'none', x missing)."""
     rows = []
     for dataset, mech, alg, noise, cell in iter_settings(runs):
         s = setting_row(dataset, mech, alg, noise, cell)
@@ -517,6 +525,8 @@ def tradeoff_data(runs: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
                              "mechanism": mech, "algorithm": alg, "line": algorithm_label(alg), "noise": noise,
                              "sigma": s["sigma"], "tau": s["tau"], "alpha": s["alpha"], "accountant": acc,
                              "metric": metric, "x": as_number(s.get(f"eps_{acc}")) if acc else math.nan,
+                             "x_worst": as_number(s.get(f"epsmax_{acc}")) if acc else math.nan,
+                             "worst_device": s.get(f"worstdev_{acc}") if acc else None,
                              "mean": float(v.mean()), "min": float(v.min()), "max": float(v.max()),
                              "n_seeds": len(v), "iteration": int(cell["final_iteration"].iloc[0]),
                              "guarantee": s.get("guarantee", "")})
@@ -533,7 +543,7 @@ def _columns(data: pd.DataFrame) -> list[tuple[str, str]]:
     return sorted(pairs, key=lambda p: (MECHANISMS.index(p[0]) if p[0] in MECHANISMS else 9, order.index(p[1])))
 
 
-def plot_tradeoff(data: pd.DataFrame, metrics: Sequence[str], title: str | None):
+def plot_tradeoff(data: pd.DataFrame, metrics: Sequence[str], title: str | None, shared_noise: bool = True):
     """Rows: metrics; columns: mechanism x data set; per algorithm a line through its noise levels."""
     from .figures import ALGORITHM_COLOURS, OTHER_COLOUR, _grid
 
@@ -562,6 +572,14 @@ def plot_tradeoff(data: pd.DataFrame, metrics: Sequence[str], title: str | None)
                                 linestyle="-" if k == 0 else "--", linewidth=1.3, capsize=2,
                                 markerfacecolor=colour if k == 0 else "none", markeredgecolor=colour,
                                 label=f"{algorithm_label(alg)}, {short}" if i == 0 else None)
+                    worst = p[p["x_worst"].notna() & (p["x_worst"] > 0)]
+                    for x, x_worst, y in zip(worst["x"], worst["x_worst"], worst["mean"]):
+                        ax.plot([x, x_worst], [y, y], color=colour, linewidth=0.6,
+                                linestyle="-" if k == 0 else "--", alpha=0.7)
+                    if not worst.empty:
+                        ax.plot(worst["x_worst"], worst["mean"], linestyle="none", marker=">", markersize=6,
+                                color=colour, markerfacecolor=colour if k == 0 else "none", markeredgecolor=colour,
+                                label=f"{algorithm_label(alg)}, worst device's {WORST_LABELS[acc]}" if i == 0 else None)
             for r in d[d["panel"] == "nonprivate_reference"].to_dict("records"):
                 ax.axhline(r["mean"], color=colours.get(r["algorithm"], cb[4]), linestyle=":", linewidth=1.2,
                            label=f"{algorithm_label(r['algorithm'])}, non-private" if i == 0 else None)
@@ -571,12 +589,13 @@ def plot_tradeoff(data: pd.DataFrame, metrics: Sequence[str], title: str | None)
                 guarantee = "; ".join(sorted({g for g in pts["guarantee"] if g})) or "no epsilon"
                 ax.text(0.5, 0.5, guarantee, ha="center", va="center", transform=ax.transAxes, fontsize="small")
             ax.set_ylabel(f"Final {metric_label(metric).lower()}")
-            ax.set_xlabel("ε̄ (average over devices)" if i == len(metrics) - 1 else "")
+            ax.set_xlabel("ε̄ (mean over devices); ▶ worst device"
+                          if i == len(metrics) - 1 else "")
             if i == 0:
                 ax.set_title(f"{dataset_label(dataset)}, {mech} perturbation")
     if title:
         fig.suptitle(title)
-    fig.text(0.5, -0.01, TRADEOFF_NOTE, ha="center", va="top", fontsize="small", wrap=True)
+    fig.text(0.5, -0.01, TRADEOFF_NOTE + (SHARED_NOISE_FIGURE_NOTE if shared_noise else ""), ha="center", va="top", fontsize="small", wrap=True)
     fig.tight_layout()
     legend: dict[str, Any] = {}
     for ax in axes.flat:
@@ -602,10 +621,11 @@ def log_axis(ax) -> None:
 def privacy_tradeoff_figure(runs: pd.DataFrame, out_prefix: str, metrics: Sequence[str] = FIGURE_METRICS,
                             title: str | None = None, provenance: str | None = None) -> pd.DataFrame:
     """Final accuracy against epsilon-bar (log x) for every algorithm and noise level; PNG, PDF and CSV."""
-    from .figures import ALGORITHM_COLOURS, OTHER_COLOUR, csv_colour, save_figure
+    from .figures import ALGORITHM_COLOURS, OTHER_COLOUR, csv_colour, save_figure, seed_keyed_runs
 
-    data = tradeoff_data(require_converged(runs, "privacy_tradeoff"), metrics)
-    fig = plot_tradeoff(data, metrics, title)
+    runs = require_converged(runs, "privacy_tradeoff")
+    data = tradeoff_data(runs, metrics)
+    fig = plot_tradeoff(data, metrics, title, shared_noise=seed_keyed_runs(runs))
     save_figure(fig, out_prefix)
     data["colour"] = [csv_colour(ALGORITHM_COLOURS.get(algorithm_label(a), OTHER_COLOUR)) for a in data["algorithm"]]
     write_csv(f"{out_prefix}.csv", data, provenance)
