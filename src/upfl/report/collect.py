@@ -399,3 +399,10 @@ def load_metrics(run_dir: str | os.PathLike) -> pd.DataFrame:
 def cumulative_rounds(metrics: pd.DataFrame) -> pd.Series:
     """Training rounds completed by each row (count of ``train`` rows so far)."""
     return (metrics["kind"] == "train").cumsum()
+
+
+def implementation(runs: pd.DataFrame) -> pd.Series:
+    """Per run: whether it ran the authors' loss (``softmax_before_loss``; a runs table without it has none)."""
+    if "softmax_before_loss" not in runs.columns:
+        return pd.Series(False, index=runs.index)
+    return runs["softmax_before_loss"].map(lambda v: str(v).strip().lower() in ("true", "1", "1.0"))

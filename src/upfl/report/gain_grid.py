@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from .collect import ReportError, converged
+from .collect import ReportError, converged, implementation
 from .paper_numbers import dataset_label, dataset_order, table1_value
 from .render import as_number, fmt, markdown_table, write_csv, write_markdown
 from .stats import mean_interval
@@ -30,12 +30,6 @@ SHORT = {"mu": "μ", "lr": "lr", "coef": "c", "epochs": "E", "batch_size": "B", 
 PROTOCOLS = {False: "paper's model", True: "authors' protocol"}
 SHARED = ("dataset", "authors", "mu", "lr", "epochs", "batch_size")
 """What a FedProx cell and its Upcycled-FL cells share (besides the rounds, T and 2T)."""
-
-
-def _authors(runs: pd.DataFrame) -> pd.Series:
-    from .protocol_gap import implementation
-
-    return implementation(runs)
 
 
 def _key(value: Any) -> float:
@@ -53,7 +47,7 @@ def paired_gain(up: pd.DataFrame, prox: pd.DataFrame, split: str) -> tuple[float
 
 
 def _cells(runs: pd.DataFrame) -> pd.DataFrame:
-    runs = runs.assign(authors=_authors(runs), fedprox_rounds=runs["rounds"].astype(int))
+    runs = runs.assign(authors=implementation(runs), fedprox_rounds=runs["rounds"].astype(int))
     for col in ("mu", "lr", "coef", "epochs", "batch_size"):
         runs[col] = runs[col].map(_key)
     up = runs["algorithm"] == "upcycled"

@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 
 from .cells import paired
-from .collect import REPORTING_CHOICES, ReportError, converged
+from .collect import REPORTING_CHOICES, ReportError, converged, implementation
 from .paper_numbers import dataset_label, dataset_order, paper_values, table1_value
 from .render import fmt, markdown_table, write_csv, write_markdown
 from .stats import Interval, mean_interval, std_from_interval, welch_interval
@@ -27,13 +27,6 @@ LEVEL = 0.95
 SPLITS = ("train", "test")
 IMPLEMENTATIONS = {False: "upfl, the paper's model", True: "upfl, the authors' protocol"}
 AUTHORS_CODE = "the authors' code (measured)"
-
-
-def implementation(runs: pd.DataFrame) -> pd.Series:
-    """Per run: whether it ran the authors' loss (``softmax_before_loss``; a runs table without it has none)."""
-    if "softmax_before_loss" not in runs.columns:
-        return pd.Series(False, index=runs.index)
-    return runs["softmax_before_loss"].map(lambda v: str(v).strip().lower() in ("true", "1", "1.0"))
 
 
 def gap_row(dataset: str, authors: bool, choice: str, split: str, prox: pd.DataFrame,
