@@ -167,22 +167,8 @@ def run_kernels(wildcards):
     return kernels_input(RUNS[wildcards.run].job)
 
 
-def bundle_benchmark(bundle):
-    """The benchmark file of a bundle's job (`upfl run-many --benchmark`): one of its outputs, written last."""
-    return f"results/benchmarks/bundles/{bundle}.tsv"
-
-
-def runs_done(run_ids):
-    """What a runs table waits for: the job of each bundle holding some of `run_ids` (its benchmark file) and the
-    summary.json of each run trained alone. A bundle's job reruns when any of its outputs is missing, as a run's
-    would; Snakemake matches every input against the rules' outputs (a regular expression per output), so a hundred
-    bundle files cost the DAG a fraction of what two thousand summaries did."""
-    bundles = sorted({BUNDLE_OF[r] for r in run_ids if r in BUNDLE_OF})
-    return [bundle_benchmark(b) for b in bundles] + [f"{run_dir(r)}/summary.json" for r in run_ids if r not in BUNDLE_OF]
-
-
 def experiment_summaries(wildcards):
-    return runs_done(PLAN.experiments[wildcards.experiment])
+    return [f"{run_dir(r)}/summary.json" for r in PLAN.experiments[wildcards.experiment]]
 
 
 # A runs table is rebuilt when one of its runs is absent from disk (upfl.pipeline.store.absent_runs_stamp): Snakemake
