@@ -110,12 +110,13 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def benchmark_seconds(files: list[Path]) -> float:
+def benchmark_seconds(files: list[Path], column: str = "s") -> float:
+    """The sum of a column of Snakemake benchmark files (``s``: wall seconds; ``cpu_time``: CPU-seconds)."""
     total = 0.0
     for f in files:
         with open(f, newline="") as fh:
             rows = list(csv.DictReader(fh, delimiter="\t"))
-        total += sum(float(r["s"]) for r in rows)
+        total += sum(float(r[column]) for r in rows if r.get(column) not in (None, "", "-"))
     return total
 
 
@@ -243,6 +244,7 @@ def measure(part: str, layout: str, cores: int, keep: bool, max_seconds: float |
     bench = wd / "results" / "benchmarks"
     train_files = list((bench / "train").rglob("*.tsv")) + list((bench / "bundles").rglob("*.tsv"))
     train_jobs_s = benchmark_seconds(train_files)
+    train_jobs_cpu_s = benchmark_seconds(train_files, "cpu_time")
     result = {
         "completed": completed, "jobs_done": int(steps[-1][0]) if steps else 0,
         "experiments": sorted(plan.experiments), "jobs": jobs, "training_jobs": len(train_files),
@@ -254,8 +256,12 @@ def measure(part: str, layout: str, cores: int, keep: bool, max_seconds: float |
         "projected_wall_s": None if completed or not summaries else round(wall * len(plan.runs) / len(summaries), 1),
         "snakemake_cpu_s": round(own_cpu, 1), "snakemake_args": snakemake_args,
         # core-seconds of the whole process tree (Snakemake and every job), and the part outside the runs
+        # (time inside runs is wall time: on a loaded machine it exceeds the runs' CPU time, so compare cpu_s and
+        # the part outside the training jobs, which holds Snakemake, data and report jobs)
         "cpu_s": round(cpu, 1), "outside_runs_cpu_s": round(cpu - inside, 1),
         "outside_runs_share": round(1 - inside / cpu, 3) if cpu else None,
+        "training_jobs_cpu_s": round(train_jobs_cpu_s, 1),
+        "outside_training_jobs_cpu_s": round(cpu - train_jobs_cpu_s, 1),
         "commit": git_commit(tree), "tree": str(tree), "measured_at": started_at,
         "numba_cache_before": numba_cache, "cores": cores, "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in load_after],
@@ -307,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
                                                      args.snakemake_args, tree))
             for key, runs in measured.items():
                 figures[key] = min(runs, key=lambda r: r["cpu_s"])  # the least disturbed of the alternating runs
-                figures[key]["repeats"] = [{k: r[k] for k in ("wall_s", "cpu_s", "outside_runs_cpu_s",
+                figures[key]["repeats"] = [{k: r.get(k) for k in ("wall_s", "cpu_s", "outside_runs_cpu_s",
+                                                              "training_jobs_cpu_s", "outside_training_jobs_cpu_s",
                                                               "time_inside_runs_s", "snakemake_cpu_s",
                                                               "load_average_before", "measured_at")} for r in runs]
             both = [figures.get(k) for k in ("bundled", "single")]
