@@ -8,7 +8,7 @@ throughput (2 FLOPs per lane and FMA). The width is chosen when the probe compil
 (``NUMBA_CPU_NAME``/``NUMBA_CPU_FEATURES`` if set, else the host), so the floor is the one the kernels compiled on
 the same machine can reach.
 
-Run: python benchmarks/fma_floor.py     (prints the ISA and the floor in GFLOP/s, one thread, best of 5)
+Run: python benchmarks/fma_floor.py     (prints the ISA and the floor in GFLOP/s, one thread, best of 20 runs)
 """
 
 from __future__ import annotations
@@ -128,8 +128,9 @@ def make_probe(lanes: int, chains: int):
     return probe
 
 
-def measure_floor(repeats: int = 5, seconds: float = 0.2) -> dict:
-    """One thread's float32 FMA peak (best of ``repeats`` timed runs of about ``seconds`` each) and the ISA."""
+def measure_floor(repeats: int = 20, seconds: float = 0.05) -> dict:
+    """One thread's float32 FMA peak (best of ``repeats`` timed runs of about ``seconds`` each: short runs, so that
+    one of them finds the core's sibling idle on a shared machine) and the ISA."""
     import numpy as np
 
     machine = platform.machine()
