@@ -16,13 +16,16 @@ binary with 21 parameters): training (:func:`upfl.solvers.numba_backend.device_s
 pooled rows are, :func:`upfl.solvers.numba_backend.solver_rows`; a tree without it pads in every solve) in ns per
 sample-step and evaluation
 (:func:`upfl.solvers.numba_backend.evaluate_rows`) in ns per row, each the minimum of many repeats, with its FLOPs and the
-ratio to the arithmetic floor (:data:`FLOOR_FLOPS_PER_S`). With ``--baseline TREE`` the same table is measured
+ratio to the arithmetic floor measured on the machine (:func:`fma_floor.measure_floor`: one thread's float32 FMA
+peak in the widest vectors of the CPU numba compiles for, reported with that instruction set as
+``floor_gflops_measured`` and ``isa``). With ``--baseline TREE`` the same table is measured
 for the ``upfl`` of another source tree (e.g. an older commit: ``git worktree add /tmp/base <commit>``), the two
 interleaved in alternating processes, so that before and after see the same machine load.
 
 Run: python benchmarks/engine.py     (writes benchmarks/results/engine.json and prints it)
      python benchmarks/engine.py --backends numba --baseline TREE     (W1 with the numba solver, this tree and TREE)
      python benchmarks/engine.py --kernels [--baseline TREE]     (only the kernel table, into the same file)
+     python benchmarks/engine.py --kernels --cpu-name haswell     (the same compiled for AVX2: section kernels_haswell)
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from fma_floor import measure_floor
 from results_file import publish
 
 import torch
@@ -54,9 +58,6 @@ PRIVATE_RUNS = (("output", {"mechanism": "output", "tau": 10.0, "sigma": 1.0}),
 within 20% of the non-private time per training round. W1's softmax regression is not the GLM of Theorem C.2,
 so the objective row runs with ``allow_no_guarantee`` (the noise and its cost are the same)."""
 
-
-FLOOR_FLOPS_PER_S = 160e9
-"""The arithmetic floor of one thread of the project machine in float32 (its matmul ceiling, AVX-512 with FMA)."""
 
 KERNEL_SHAPES = (("multinomial 2x20", 2, 20, False), ("binary 21", 1, 21, True), ("multinomial 10x61", 10, 60, False))
 """(name, classes, features, binary): the synthetic sets (2 classes x 20 features, logreg and the privacy
@@ -102,7 +103,7 @@ def kernel_timings(repeats: int) -> dict:
     except ImportError:  # a baseline tree from before the solvers/ folder
         from upfl import solver_numba as sn
     hyper = np.array([1.0, 0.05, 0.5], np.float32)
-    out = {"upfl": str(Path(upfl.__file__).parent)}
+    out = {"upfl": str(Path(upfl.__file__).parent), "floor": measure_floor()}
     for name, classes, dim, binary in KERNEL_SHAPES:
         x, y, plan, wg, xt, labels = kernel_problem(classes, dim, binary)
         wt = np.empty_like(wg)
@@ -126,8 +127,10 @@ def best_of(call, repeats: int) -> float:
     return best
 
 
-def kernel_table(baseline: str | None, rounds: int = 3, repeats: int = 20) -> dict:
-    """The kernel table of this tree (and of ``baseline``'s), ``rounds`` alternating processes each, best of all."""
+def kernel_table(baseline: str | None, rounds: int = 3, repeats: int = 20, cpu_name: str | None = None) -> dict:
+    """The kernel table of this tree (and of ``baseline``'s), ``rounds`` alternating processes each, best of all;
+    with ``cpu_name`` the kernels and the floor probe compile for that LLVM CPU (``NUMBA_CPU_NAME``, e.g. ``haswell``
+    for AVX2 code on an AVX-512 machine)."""
     trees = {"current": str(Path(__file__).resolve().parent.parent)}
     if baseline:
         trees["baseline"] = str(Path(baseline).resolve())
@@ -135,11 +138,16 @@ def kernel_table(baseline: str | None, rounds: int = 3, repeats: int = 20) -> di
     load_before = os.getloadavg()
     for _ in range(rounds):
         for label, tree in trees.items():
-            env = {**os.environ, "PYTHONPATH": str(Path(tree) / "src"), "NUMBA_NUM_THREADS": "1"}
+            env = {**os.environ, "PYTHONPATH": str(Path(tree) / "src"), "NUMBA_NUM_THREADS": "1",
+                   **({"NUMBA_CPU_NAME": cpu_name} if cpu_name else {})}
             cmd = [sys.executable, __file__, "--kernel-worker", str(repeats)]
             runs[label].append(json.loads(subprocess.run(cmd, env=env, check=True, capture_output=True,
                                                          text=True).stdout))
-    table = {"floor_flops_per_s": FLOOR_FLOPS_PER_S, "load_average_before": load_before,
+    floors = [m["floor"] for measured in runs.values() for m in measured]
+    floor = max(floors, key=lambda f: f["floor_gflops_measured"])
+    floor_flops = floor["floor_gflops_measured"] * 1e9
+    table = {**floor, "floor_gflops_all": [f["floor_gflops_measured"] for f in floors],
+             "floor_flops_per_s": floor_flops, "load_average_before": load_before,
              "load_average_after": os.getloadavg()}
     for label, measured in runs.items():
         rows = {"upfl": measured[0]["upfl"]}
@@ -148,9 +156,9 @@ def kernel_table(baseline: str | None, rounds: int = 3, repeats: int = 20) -> di
             evaluation = min(m[name]["eval_ns_per_row"] for m in measured)
             tf, ef = training_flops(classes, dim, binary), evaluation_flops(classes, dim, binary)
             rows[name] = {"train_flops_per_sample_step": tf, "train_ns_per_sample_step": train,
-                          "train_over_floor": train * 1e-9 * FLOOR_FLOPS_PER_S / tf,
+                          "train_over_floor": train * 1e-9 * floor_flops / tf,
                           "eval_flops_per_row": ef, "eval_ns_per_row": evaluation,
-                          "eval_over_floor": evaluation * 1e-9 * FLOOR_FLOPS_PER_S / ef}
+                          "eval_over_floor": evaluation * 1e-9 * floor_flops / ef}
         table[label] = rows
     return table
 
@@ -164,8 +172,9 @@ def print_kernel_table(table: dict) -> None:
             print(f"{label:10s} {name:18s} {r['train_flops_per_sample_step']:10d} {r['train_ns_per_sample_step']:7.2f} "
                   f"{r['train_over_floor']:7.1f}   {r['eval_flops_per_row']:9d} {r['eval_ns_per_row']:7.2f} "
                   f"{r['eval_over_floor']:7.1f}")
-    print(f"floor {FLOOR_FLOPS_PER_S / 1e9:.0f} GFLOP/s; load average before {table['load_average_before']}, "
-          f"after {table['load_average_after']}")
+    print(f"floor {table['floor_gflops_measured']:.1f} GFLOP/s measured ({table['isa']}, {table['probe_lanes']}-lane "
+          f"FMA chains, one thread; {table['cpu_model']}, compiled for {table['compile_cpu']}); load average before "
+          f"{table['load_average_before']}, after {table['load_average_after']}")
 
 
 def w1_config(data: str, alg: str, rounds: int, extra: dict, backend: str, privacy: dict | None = None,
@@ -310,6 +319,8 @@ def main() -> None:
     parser.add_argument("--data")
     parser.add_argument("--warm-up-only", action="store_true")
     parser.add_argument("--kernels", action="store_true", help="only the kernel table")
+    parser.add_argument("--cpu-name", help="with --kernels: compile the kernels and the floor probe for this LLVM CPU "
+                                           "(NUMBA_CPU_NAME, e.g. haswell: AVX2) into section kernels_<name>")
     parser.add_argument("--baseline", help="source tree whose kernels (and numba W1 figures) to time too")
     parser.add_argument("--backends", default="torch,numba", choices=("torch,numba", "torch", "numba"),
                         help="local solvers to run W1 with (one of them: its section of the JSON file is replaced)")
@@ -323,10 +334,10 @@ def main() -> None:
         json.dump(kernel_timings(args.kernel_worker), sys.stdout)
         return
     if args.kernels:
-        table = kernel_table(args.baseline)
+        table = kernel_table(args.baseline, cpu_name=args.cpu_name)
         print_kernel_table(table)
         results = json.loads(out.read_text()) if out.exists() else {}
-        results["kernels"] = table
+        results[f"kernels_{args.cpu_name}" if args.cpu_name else "kernels"] = table
         from upfl.files import write_texts
         write_texts({out: json.dumps(results, indent=2) + "\n"})
         return

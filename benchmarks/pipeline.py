@@ -4,6 +4,7 @@ one run per job, measured in one go.
     python benchmarks/pipeline.py                  # quick preset and every synthetic experiment, both layouts
     python benchmarks/pipeline.py --parts quick    # the quick preset only
     python benchmarks/pipeline.py --layouts bundled --cores 2
+    python benchmarks/pipeline.py --parts quick --layouts bundled --baseline TREE --repeats 2   # A/B, alternating
 
 The synthetic part reads the paper's released data (`source: paper`, downloaded through the real code path):
 `--paper-mirror DIR` (default ../shared/upstream beside the repository, when it exists) serves a mirror of the
@@ -36,6 +37,7 @@ import csv
 import json
 import os
 import re
+import resource
 import shlex
 import shutil
 import signal
@@ -95,11 +97,11 @@ def one_run_per_job(config: dict) -> dict:
     return config
 
 
-def workflow_copy(dest: Path, config: dict) -> Path:
+def workflow_copy(dest: Path, config: dict, tree: Path = ROOT) -> Path:
     dest.mkdir(parents=True)
-    shutil.copy(ROOT / "Snakefile", dest)
+    shutil.copy(tree / "Snakefile", dest)
     for folder in ("workflow", "config", "profiles"):
-        shutil.copytree(ROOT / folder, dest / folder)
+        shutil.copytree(tree / folder, dest / folder)
     (dest / "config" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     return dest
 
@@ -113,12 +115,13 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def benchmark_seconds(files: list[Path]) -> float:
+def benchmark_seconds(files: list[Path], column: str = "s") -> float:
+    """The sum of a column of Snakemake benchmark files (``s``: wall seconds; ``cpu_time``: CPU-seconds)."""
     total = 0.0
     for f in files:
         with open(f, newline="") as fh:
             rows = list(csv.DictReader(fh, delimiter="\t"))
-        total += sum(float(r["s"]) for r in rows)
+        total += sum(float(r[column]) for r in rows if r.get(column) not in (None, "", "-"))
     return total
 
 
@@ -186,8 +189,14 @@ def numba_cache_state() -> str:
     return "warm" if folder.is_dir() and any(folder.rglob("numba_backend.*.nbi")) else "cold"
 
 
+def children_cpu_seconds() -> float:
+    """User + system CPU seconds of this process's finished (waited-for) descendants, all generations."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def measure(part: str, layout: str, cores: int, keep: bool, max_seconds: float | None = None,
-            mirror: str | None = None, snakemake_args: str = "") -> dict:
+            mirror: str | None = None, snakemake_args: str = "", tree: Path = ROOT) -> dict:
     config = part_config(part)
     if mirror:
         config["sources"] = {**(config.get("sources") or {}), "paper": {"url": mirror}}
@@ -195,8 +204,9 @@ def measure(part: str, layout: str, cores: int, keep: bool, max_seconds: float |
         config = one_run_per_job(config)
     plan = build_plan(config)
     tmp = Path(tempfile.mkdtemp(prefix=f"upfl-pipeline-{part}-{layout}-"))
-    wd = workflow_copy(tmp / "wf", config)
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    wd = workflow_copy(tmp / "wf", config, tree)
+    env = {**os.environ, "PYTHONPATH": str(tree / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    cpu_before = children_cpu_seconds()
     load_before = os.getloadavg()
     started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     numba_cache = numba_cache_state()
@@ -227,6 +237,7 @@ def measure(part: str, layout: str, cores: int, keep: bool, max_seconds: float |
                 proc.wait()
             completed = False
     wall = time.perf_counter() - start
+    cpu = children_cpu_seconds() - cpu_before
     load_after = os.getloadavg()
     log = log_path.read_text()
     if completed and proc.returncode != 0:
@@ -238,6 +249,7 @@ def measure(part: str, layout: str, cores: int, keep: bool, max_seconds: float |
     bench = wd / "results" / "benchmarks"
     train_files = list((bench / "train").rglob("*.tsv")) + list((bench / "bundles").rglob("*.tsv"))
     train_jobs_s = benchmark_seconds(train_files)
+    train_jobs_cpu_s = benchmark_seconds(train_files, "cpu_time")
     result = {
         "completed": completed, "jobs_done": int(steps[-1][0]) if steps else 0,
         "experiments": sorted(plan.experiments), "jobs": jobs, "training_jobs": len(train_files),
@@ -248,13 +260,21 @@ def measure(part: str, layout: str, cores: int, keep: bool, max_seconds: float |
         # a stopped layout: the wall time at the rate it trained runs (an estimate, not a measurement)
         "projected_wall_s": None if completed or not summaries else round(wall * len(plan.runs) / len(summaries), 1),
         "snakemake_cpu_s": round(own_cpu, 1), "snakemake_args": snakemake_args,
-        "commit": git_commit(ROOT), "measured_at": started_at,
+        # core-seconds of the whole process tree (Snakemake and every job), and the part outside the runs
+        # (time inside runs is wall time: on a loaded machine it exceeds the runs' CPU time, so compare cpu_s and
+        # the part outside the training jobs, which holds Snakemake, data and report jobs)
+        "cpu_s": round(cpu, 1), "outside_runs_cpu_s": round(cpu - inside, 1),
+        "outside_runs_share": round(1 - inside / cpu, 3) if cpu else None,
+        "training_jobs_cpu_s": round(train_jobs_cpu_s, 1),
+        "outside_training_jobs_cpu_s": round(cpu - train_jobs_cpu_s, 1),
+        "commit": git_commit(tree), "tree": str(tree), "measured_at": started_at,
         "numba_cache_before": numba_cache, "cores": cores, "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in load_after],
         "timeline": timeline_figures(job_timeline(log), cores),
     }
     print(f"{part}/{layout}: {'' if completed else 'STOPPED after '}{result['wall_s']:.1f} s wall, {jobs} jobs ({len(train_files)} training), "
-          f"{len(summaries)} runs, {inside:.1f} s inside runs, start-up share {result['startup_share']}, "
+          f"{len(summaries)} runs, {inside:.1f} s inside runs, {cpu:.1f} core-seconds ({result['outside_runs_share']} "
+          f"outside runs), start-up share {result['startup_share']}, "
           f"load average after {load_after[0]:.2f}", flush=True)
     if not keep:
         shutil.rmtree(tmp)
@@ -271,6 +291,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-seconds", type=float, default=None,
                    help="stop a layout after this long (a loaded machine) and record what it finished")
     p.add_argument("--out", default=str(OUT))
+    p.add_argument("--baseline", help="source tree (e.g. `git worktree add /tmp/base <commit>`) whose workflow and "
+                                      "upfl run too, alternating with this tree's; its figures go to <layout>_baseline")
+    p.add_argument("--repeats", type=int, default=1, help="with --baseline: alternating pairs of runs per layout")
     default_mirror = ROOT.parent / "shared" / "upstream"
     p.add_argument("--paper-mirror", default=str(default_mirror) if default_mirror.is_dir() else None,
                    help="folder served on 127.0.0.1 as the mirror of the paper's files (default: ../shared/upstream "
@@ -285,9 +308,20 @@ def main(argv: list[str] | None = None) -> int:
     for part in args.parts.split(","):
         figures = report["parts"].setdefault(part, {})
         for layout in args.layouts.split(","):
-            with serve(mirror_dir if part == "synthetic" else None) as mirror:
-                figures[layout] = measure(part, layout, args.cores, args.keep, args.max_seconds, mirror,
-                                          args.snakemake_args)
+            trees = [(f"{layout}_baseline", Path(args.baseline).resolve())] if args.baseline else []
+            trees.append((layout, ROOT))
+            measured: dict[str, list[dict]] = {key: [] for key, _ in trees}
+            for _ in range(max(1, args.repeats) if args.baseline else 1):
+                for key, tree in trees:
+                    with serve(mirror_dir if part == "synthetic" else None) as mirror:
+                        measured[key].append(measure(part, layout, args.cores, args.keep, args.max_seconds, mirror,
+                                                     args.snakemake_args, tree))
+            for key, runs in measured.items():
+                figures[key] = min(runs, key=lambda r: r["cpu_s"])  # the least disturbed of the alternating runs
+                figures[key]["repeats"] = [{k: r.get(k) for k in ("wall_s", "cpu_s", "outside_runs_cpu_s",
+                                                              "training_jobs_cpu_s", "outside_training_jobs_cpu_s",
+                                                              "time_inside_runs_s", "snakemake_cpu_s",
+                                                              "load_average_before", "measured_at")} for r in runs]
             both = [figures.get(k) for k in ("bundled", "single")]
             if all(f and f["completed"] for f in both):
                 figures["speed_up"] = round(figures["single"]["wall_s"] / figures["bundled"]["wall_s"], 2)

@@ -32,8 +32,9 @@ FEDPROX_REFERENCE_POLICY = {"fedavg": "drop", "default": "partial"}
 
 
 def training_rounds_before(algorithm: str, t: int) -> int:
-    """The number of training rounds among iterations 1..t."""
-    return sum(1 for s in range(1, t + 1) if is_training_iteration(algorithm, s))
+    """The number of training rounds among iterations 1..t (:func:`upfl.names.is_training_iteration`: the odd t of
+    an upcycled algorithm, every t of a base)."""
+    return (t + 1) // 2 if not is_training_iteration(algorithm, 2) else t
 
 
 def sampled_count(num_devices: int, frac: float) -> int:

@@ -153,12 +153,12 @@ def bundle_spec(bundle: Bundle, runs: dict[str, Any], data_dir: Callable[[str], 
 
 def write_spec_if_changed(path: str | os.PathLike, spec: dict[str, Any]) -> str:
     """Write ``spec`` to ``path`` (atomically) unless the file holds it already, so that its modification
-    time changes only with its content; returns ``path``."""
-    text = json.dumps(spec, indent=1, sort_keys=True) + "\n"
+    time changes only with its content; returns ``path``. The file is compared as the JSON it holds (C parser), so
+    an unchanged spec costs no formatting (``json.dumps`` with ``indent`` takes the pure-Python encoder)."""
     try:
-        if Path(path).read_text(encoding="utf-8") == text:
+        if json.loads(Path(path).read_text(encoding="utf-8")) == spec:
             return str(path)
-    except OSError:
+    except (OSError, ValueError):
         pass
-    write_text(path, text)
+    write_text(path, json.dumps(spec, indent=1, sort_keys=True) + "\n")
     return str(path)

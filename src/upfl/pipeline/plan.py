@@ -90,7 +90,7 @@ def check_workflow_config(config: dict[str, Any], schema_path: str) -> None:
     import yaml
 
     with open(schema_path, encoding="utf-8") as f:
-        schema = yaml.safe_load(f)
+        schema = yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a SafeLoader
     errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(config),
                     key=lambda e: (len(list(e.absolute_path)), [str(p) for p in e.absolute_path]))
     if errors:
@@ -290,7 +290,7 @@ def run_id(dataset: str, doc: dict[str, Any], seed: int, solver_defaults: dict[s
 def _merge(doc: dict[str, Any], settings: dict[str, Any], where: str) -> None:
     for key, value in (settings or {}).items():
         try:
-            cfgmod.set_key(doc, key, copy.deepcopy(value))
+            cfgmod.set_key(doc, key, tree_copy(value))
         except cfgmod.ConfigError as e:
             raise ExperimentError(f"{where}.set.{key}: {e}") from None
 
@@ -299,7 +299,7 @@ def _run_doc(config: dict[str, Any], exp: dict[str, Any], entry: dict[str, Any],
              protocol: str = "paper", dataset_model: str | None = None) -> dict[str, Any]:
     """A run's config: ``run_defaults``, the data set's ``model``, the experiment's ``set``, the entry (each
     over the one before)."""
-    doc = copy.deepcopy(config.get("run_defaults", {}))
+    doc = tree_copy(config.get("run_defaults", {}))
     if dataset_model:
         doc.setdefault("model", {})["name"] = dataset_model
     _merge(doc, exp.get("set"), where)
@@ -338,8 +338,18 @@ def apply_protocol(doc: dict[str, Any], algorithm: dict[str, Any], protocol: str
         algorithm["step"] = AUTHORS_STEP
 
 
+def tree_copy(value: Any) -> Any:
+    """A copy of a YAML document's tree (mappings and lists copied, scalars shared): ``copy.deepcopy`` for the
+    plain data a config holds, without its memo (a workflow copies thousands of run documents)."""
+    if isinstance(value, dict):
+        return {k: tree_copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [tree_copy(v) for v in value]
+    return value
+
+
 def _check_run(doc: dict[str, Any], where: str) -> None:
-    probe = copy.deepcopy(doc)
+    probe = tree_copy(doc)
     probe.setdefault("data", {})["path"] = "<dataset>"
     try:
         cfgmod.from_dict(probe)
@@ -398,7 +408,7 @@ def build_plan(config: dict[str, Any]) -> Plan:
         check_name("experiments", name)
         if name in skipped:
             continue
-        ids: list[str] = []
+        ids: dict[str, None] = {}
         exp_seeds = [int(s) for s in exp.get("seeds", seeds)]
         for gi, group in enumerate(exp.get("groups", [])):
             job = {**{"gpus": 0, "threads": 1, "runtime": 60, "mem_mb": 4000, "runs_per_job": 1, "runs_per_gpu": 1},
@@ -421,7 +431,7 @@ def build_plan(config: dict[str, Any]) -> Plan:
                         _check_run(doc, where)
                         for seed in group_seeds:
                             rid = run_id(ds, doc, seed, solver_defaults)
-                            spec = RunSpec(rid, ds, seed, {**copy.deepcopy(doc), "seed": seed})
+                            spec = RunSpec(rid, ds, seed, {**tree_copy(doc), "seed": seed})
                             if rid in runs:
                                 shared = shared_run_doc(runs[rid].doc, spec.doc)
                                 if shared is None:
@@ -434,11 +444,10 @@ def build_plan(config: dict[str, Any]) -> Plan:
                             if name not in spec.experiments:
                                 spec.experiments.append(name)
                             spec.job = {k: max(spec.job.get(k, 0), job[k]) for k in JOB_KEYS}
-                            if rid not in ids:
-                                ids.append(rid)
+                            ids[rid] = None
         if not ids:
             continue
-        experiments[name] = ids
+        experiments[name] = list(ids)
         for oi, out in enumerate(exp.get("outputs", [])):
             if out["kind"] not in OUTPUT_KINDS:
                 raise ExperimentError(f"experiments.{name}.outputs[{oi}].kind: {out['kind']!r}; "
