@@ -1,6 +1,6 @@
 # Training. Runs with `job.runs_per_job: 1` are one job each (rule `train`); the others are trained in
 # bundles (upfl.pipeline.bundles, docs/pipeline.md "Many runs per job"): one rule per bundle, one output set per run,
-# one process (`upfl run-many`) per job, reading the bundle's spec results/bundles/<name>.json (common.smk).
+# one process (`upfl run-many`) per job, reading the bundle's spec results/bundles/<name>-<digest>.json.
 # Identical runs requested by several experiments are one run. A bundle job times itself (`upfl run-many
 # --benchmark`, Snakemake's benchmark format): the `benchmark:` directive's per-second sampling of the process's
 # memory maps cost Snakemake's scheduler more CPU than it measured.
@@ -52,13 +52,29 @@ rule warm_up_kernels:
         "upfl kernels warm-up --threads 1 --out {output:q} > {log:q} 2>&1"
 
 
+# The bundles' specs (common.smk, upfl.pipeline.specs): written here, at job time, named by their content. A bundle
+# job takes its spec as `ancient` input (the file only orders the jobs; a rewrite never dates a bundle) and the
+# spec's digest as a param: it reruns when its spec's content changes, whatever the modification times.
+if BUNDLES:
+
+    rule bundle_specs:
+        output:
+            sorted(BUNDLE_SPECS.values()),
+        log:
+            "results/logs/bundles/specs.log",
+        localrule: True
+        priority: DATA_PRIORITY
+        shell:
+            "upfl bundle-specs {output:q} > {log:q} 2>&1"
+
+
 for _bundle in BUNDLES.values():
 
     rule:
         name:
             f"train_bundle_{_bundle.name}"
         input:
-            spec=BUNDLE_SPECS[_bundle.name],
+            spec=ancient(BUNDLE_SPECS[_bundle.name]),
             data=sorted({dataset_dir(RUNS[r].dataset) for r in _bundle.run_ids}),
             kernels=kernels_input(_bundle.job),
         output:
@@ -67,6 +83,8 @@ for _bundle in BUNDLES.values():
         log:
             bundle=f"results/logs/bundles/{_bundle.name}.log",
             runs=[run_log(r) for r in _bundle.run_ids],
+        params:
+            spec_digest=SPEC_DIGESTS[_bundle.name],
         threads: _bundle.job["threads"]
         priority: BUNDLE_PRIORITY[_bundle.name]
         resources:

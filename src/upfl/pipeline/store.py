@@ -124,19 +124,3 @@ def forget(store: str | os.PathLike, run_dirs: list[str | os.PathLike]) -> list[
                 (run_dir / name).unlink()
                 removed.append(run_dir / name)
     return removed
-
-
-
-def absent_runs_stamp(stamp: str | os.PathLike, run_dirs: list[str]) -> str:
-    """Make ``stamp`` newer than any table built from ``run_dirs`` when one of those runs lacks a result file.
-
-    Snakemake does not rerun a job whose outputs exist because one of its inputs was deleted: a runs table
-    would keep a deleted run's numbers. The workflow gives each runs table this stamp as an input; it is
-    written (and its modification time set to now) whenever a run is absent, so the table is rebuilt and
-    the absent run retrained or restored first. Left alone when every run is on disk. Returns ``stamp``.
-    """
-    absent = [d for d in run_dirs if not all(os.path.isfile(os.path.join(d, n)) for n in RESULT_FILES)]
-    if absent or not os.path.exists(stamp):
-        write_text(stamp, "".join(f"{d}\n" for d in absent))
-        os.utime(stamp)
-    return str(stamp)
