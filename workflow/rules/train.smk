@@ -36,11 +36,13 @@ rule train:
 # numba's kernels are compiled once, before the CPU training jobs: on a fresh clone the compile takes about 20
 # CPU-seconds, which jobs started together would each pay; it runs beside the data jobs. The training jobs take its
 # record as `ancient` input (common.smk's kernels_input), so only its existence orders them: a new warm-up never
-# makes a finished job out of date. A run that finds the kernels missing from numba's cache (a changed source,
-# another CPU) compiles them itself.
+# makes a finished job out of date. The record is `temp`: removed once the jobs that wait for it are done, so that
+# it is made anew whenever training is to be done, never an input stamped in the future (Snakemake refuses a job
+# whose outputs end older than an input). A run that finds the kernels missing from numba's cache (a changed
+# source, another CPU) compiles them itself.
 rule warm_up_kernels:
     output:
-        KERNELS_RECORD,
+        temp(KERNELS_RECORD),
     log:
         "results/logs/kernels/warm_up.log",
     threads: 1
