@@ -10,6 +10,7 @@ checked; any mismatch is reported by file name and the run is retrained (its new
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -18,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 from .. import config as cfgmod
-from ..files import replace_dir, write_bytes, write_text
+from ..files import publish_mode, write_bytes, write_text
 
 RESULT_FILES = ("metrics.csv", "summary.json")
 """A run's result files, in the order they are written (``summary.json`` last: it marks a finished run)."""
@@ -47,10 +48,20 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+SAVE_ATTEMPTS = 1000
+"""How often :func:`save` tries to put its entry in place while other processes replace a damaged one."""
+
+
 def save(entry: Path, run_dir: Path, ident: dict[str, str]) -> None:
-    """Keep ``run_dir``'s result files in ``entry`` with their checksums; the entry appears whole or not at all."""
+    """Keep ``run_dir``'s result files in ``entry`` with their checksums; the entry appears whole or not at all.
+
+    Several processes (or hosts sharing the folder) may save one entry at once: the entry is a folder renamed into
+    place, which fails while another whole entry is there. That one is kept when it passes its checksums for this
+    identity (two trainings of one run differ only in their timings); a damaged one is first moved aside under a
+    name of its own and removed. No process fails because another saved first, and none leaves a folder behind.
+    """
     entry.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=entry.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", suffix=".new", dir=entry.parent))
     try:
         files = {}
         for name in RESULT_FILES:
@@ -58,10 +69,36 @@ def save(entry: Path, run_dir: Path, ident: dict[str, str]) -> None:
             (tmp / name).write_bytes(data)
             files[name] = _sha256(data)
         write_text(tmp / MANIFEST, json.dumps({"identity": ident, "files": files}, indent=1, sort_keys=True) + "\n")
-        replace_dir(tmp, entry)
+        publish_mode(tmp)
+        for _ in range(SAVE_ATTEMPTS):
+            try:
+                os.rename(tmp, entry)
+                return
+            except OSError as e:
+                if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise
+            try:
+                verified_files(entry, ident)
+                return
+            except StoreMismatch:
+                _move_aside(entry)
+        raise StoreMismatch(f"{entry}: could not be saved in {SAVE_ATTEMPTS} attempts (other processes kept "
+                            "replacing it)")
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _move_aside(entry: Path) -> None:
+    """Remove a damaged entry: renamed onto an empty folder of a unique name (an atomic step another process cannot
+    collide with), then deleted; nothing when another process moved it first."""
+    aside = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", suffix=".damaged", dir=entry.parent))
+    try:
+        os.rename(entry, aside)
+    except FileNotFoundError:
+        pass
+    finally:
+        shutil.rmtree(aside, ignore_errors=True)
 
 
 def verified_files(entry: Path, ident: dict[str, str]) -> dict[str, bytes]:
