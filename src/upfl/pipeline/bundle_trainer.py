@@ -144,17 +144,27 @@ def train_bundle(spec: dict[str, Any], store: str | None = DEFAULT_STORE, concur
     return results
 
 
+def _json_kind(value: Any) -> str:
+    """What a JSON value is, in JSON's words (null, an array, a number...)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    return {list: "an array", str: "a string", int: "a number", float: "a number", dict: "an object"}.get(
+        type(value), type(value).__name__)
+
+
 def _check_spec(spec: Any, where: str = "bundle spec") -> None:
     """:class:`SpecError` naming ``where`` (the spec file) unless ``spec`` is a mapping whose ``runs`` is a
     non-empty list of mappings, each with ``id``, ``data``, ``out`` and ``config``, no result folder twice."""
     if not isinstance(spec, dict):
-        raise SpecError(f"{where}: a bundle spec is a JSON object with 'runs', not {type(spec).__name__}")
+        raise SpecError(f"{where}: a bundle spec is a JSON object with 'runs', not {_json_kind(spec)}")
     if not isinstance(spec.get("runs"), list) or not spec["runs"]:
-        raise SpecError(f"{where}: 'runs' must be a non-empty list")
+        raise SpecError(f"{where}: 'runs' must be a non-empty array")
     seen = set()
     for i, e in enumerate(spec["runs"]):
         if not isinstance(e, dict):
-            raise SpecError(f"{where}: runs[{i}] is {type(e).__name__}, not an object with id, data, out, config")
+            raise SpecError(f"{where}: runs[{i}] is {_json_kind(e)}, not an object with id, data, out, config")
         missing = [k for k in ("id", "data", "out", "config") if k not in e]
         if missing:
             raise SpecError(f"{where}: runs[{i}] lacks {', '.join(missing)}")
