@@ -109,3 +109,20 @@ def test_a_changed_setting_reruns_its_runs_whatever_the_modification_times(tmp_p
     assert ",0.5," in table and ",0.05," not in table
     again = snakemake(wd, "-n", "--configfile", "config/small.yaml")
     assert nothing_to_do(again), again.stdout[-3000:]
+
+
+def test_an_edited_run_is_restored_before_any_table_reads_it(tmp_path):
+    wd = mixed_workflow(tmp_path)
+    args = ("--configfile", "config/small.yaml")
+    snakemake(wd, "--cores", "2", *args)
+    victim = sorted((wd / "results" / "runs").rglob("summary.json"))[0]
+    trained = victim.read_bytes()
+    summary = json.loads(trained)
+    summary["final"]["test_acc"] = 0.999  # valid JSON, other numbers
+    victim.write_text(json.dumps(summary, indent=2))
+    snakemake(wd, "--cores", "2", *args)
+    assert victim.read_bytes() == trained
+    log = "".join(p.read_text() for p in (wd / "results" / "logs" / "report").glob("runs*.log"))
+    assert f"{victim.parent.relative_to(wd)}: restored from the store" in log
+    assert "0.999" not in (wd / "results" / "runs.csv").read_text()
+    assert nothing_to_do(snakemake(wd, "-n", *args))

@@ -16,7 +16,7 @@ rule experiment_runs:
     localrule: True
     priority: REPORT_PRIORITY
     shell:
-        "upfl report runs --out {output:q} {params.pairs} > {log:q} 2>&1"
+        "upfl report runs --verify --out {output:q} {params.pairs} > {log:q} 2>&1"
 
 
 rule all_runs:
@@ -31,7 +31,7 @@ rule all_runs:
     localrule: True
     priority: REPORT_PRIORITY
     shell:
-        "upfl report runs --out {output:q} {params.pairs} > {log:q} 2>&1"
+        "upfl report runs --verify --out {output:q} {params.pairs} > {log:q} 2>&1"
 
 
 rule table2:
