@@ -72,7 +72,7 @@ def workflow_specs(config: dict[str, Any], plan=None, bundles=None) -> dict[str,
 
 def encode_config(config: dict[str, Any]) -> str:
     """The workflow config as the value of :data:`CONFIG_ENV`."""
-    data = json.dumps(config, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    data = json.dumps(config, separators=(",", ":")).encode("utf-8")  # key order kept: it orders the plan
     return base64.b64encode(zlib.compress(data, 6)).decode("ascii")
 
 
