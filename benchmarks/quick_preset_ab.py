@@ -4,10 +4,11 @@
 
 Each run is `snakemake --cores N --configfile config/quick.yaml` in a fresh copy of that checkout's workflow
 (Snakefile, workflow/, config/, profiles/; new resources/ and results/) with that checkout's `src` first on
-PYTHONPATH, so data generation, training, reports and Snakemake's own cost all count. One unmeasured run of each
+PYTHONPATH, so data generation, training, reports and Snakemake's own cost all count. `upfl kernels warm-up` of each
 first fills its numba cache (a fresh clone's compile is measured by benchmarks/pipeline.py, not here). Figures per
 run: wall seconds, CPU-seconds of Snakemake and every job (user + system of the waited-for process tree), load
-average before; per checkout the median, and B's CPU-seconds over A's. Writes benchmarks/results/quick_preset_ab.json.
+average before; per checkout the median, and B's CPU-seconds over A's. Writes benchmarks/results/quick_preset_ab.json
+(after every B run, so that an interrupted comparison keeps its pairs).
 """
 
 from __future__ import annotations
@@ -60,18 +61,26 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "quick_preset_ab.json")
     args = p.parse_args()
     checkouts = {"A": args.a.resolve(), "B": args.b.resolve()}
-    for checkout in checkouts.values():
-        one_run(checkout, args.cores)  # numba's cache filled, not measured
+    for checkout in checkouts.values():  # numba's cache filled, not measured
+        subprocess.run([sys.executable, "-m", "upfl.cli", "kernels", "warm-up", "--threads", "1", "--out",
+                        os.devnull], env={**os.environ, "PYTHONPATH": str(checkout / "src")}, check=True,
+                       capture_output=True)
     runs = {"A": [], "B": []}
     for _ in range(args.rounds):
         for name, checkout in checkouts.items():
             runs[name].append(one_run(checkout, args.cores))
             print(name, runs[name][-1], flush=True)
+            if runs["B"]:
+                publish(figures(runs, checkouts, args.cores), args.out)
+
+
+def figures(runs: dict, checkouts: dict, cores: int) -> dict:
+    """The runs so far, their medians and B's over A's."""
     median = {n: {k: statistics.median(r[k] for r in rs) for k in ("wall_s", "cpu_s")} for n, rs in runs.items()}
-    publish({"machine": os.uname().machine, "cpus": os.cpu_count(), "cores": args.cores,
-             "checkouts": {n: str(c) for n, c in checkouts.items()}, "runs": runs, "median": median,
-             "cpu_ratio_b_over_a": round(median["B"]["cpu_s"] / median["A"]["cpu_s"], 4),
-             "wall_ratio_b_over_a": round(median["B"]["wall_s"] / median["A"]["wall_s"], 4)}, args.out)
+    return {"machine": os.uname().machine, "cpus": os.cpu_count(), "cores": cores,
+            "checkouts": {n: str(c) for n, c in checkouts.items()}, "runs": runs, "median": median,
+            "cpu_ratio_b_over_a": round(median["B"]["cpu_s"] / median["A"]["cpu_s"], 4),
+            "wall_ratio_b_over_a": round(median["B"]["wall_s"] / median["A"]["wall_s"], 4)}
 
 
 if __name__ == "__main__":
