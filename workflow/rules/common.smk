@@ -179,9 +179,9 @@ def experiment_results(wildcards):
 
 
 def target_results(names):
-    """The result files of the runs behind the outputs ``names``, inputs of their target rule (and of `all`):
-    Snakemake leaves a job whose outputs are up to date alone when one of its inputs is deleted, unless a target
-    asks for that input, so a deleted run folder is restored or retrained, and its tables rebuilt, because the
+    """The result files of the runs behind the outputs ``names``, inputs of the target that builds them (and of
+    `all`). Snakemake leaves a job whose outputs are up to date alone when one of its inputs is deleted, unless a
+    target asks for that input: a deleted run folder is restored or retrained, and its tables rebuilt, because the
     target asks for its files. Nothing is written to find out."""
     return run_results(sorted({r for n in names for r in PLAN.experiments[OUTPUTS[n]["experiment"]]}))
 
