@@ -50,7 +50,7 @@ def test_defaults_checkpoint_by_time_every_30_seconds():
 def test_a_short_run_with_the_defaults_writes_no_checkpoint(data, tmp_path, saved_iterations):
     run(cfg_for(data), tmp_path / "out", log=lambda m: None)
     assert saved_iterations == []
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["metrics.csv", "summary.json"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["checksums.json", "metrics.csv", "summary.json"]
 
 
 def test_seconds_0_checkpoints_after_every_training_round(data, tmp_path, saved_iterations):

@@ -27,7 +27,7 @@ def test_diverged_run_stops_flags_and_exits_3(world, capsys):
     assert summary["best"] is None and summary["final"]["iteration"] == d["iteration"]
     metrics = pd.read_csv(out / "metrics.csv")
     assert metrics["iteration"].iloc[-1] == d["iteration"] < 6, "the run stops at the first bad iteration"
-    assert sorted(p.name for p in out.iterdir()) == ["metrics.csv", "summary.json"], "no checkpoint left behind"
+    assert sorted(p.name for p in out.iterdir()) == ["checksums.json", "metrics.csv", "summary.json"], "no checkpoint left behind"
     assert snapshot(root, skip=out) == before
 
 
@@ -41,7 +41,7 @@ def test_finite_run_says_not_diverged(world, capsys):
     assert summary["diverged"] is False and summary["best"]["iteration"] >= 0
     assert summary["num_classes"] == 2 and summary["num_classes_source"] == "meta.json"
     assert not (root / "results").exists(), "upfl run leaves no results/checkpoints in the working directory"
-    assert sorted(p.name for p in out.iterdir()) == ["metrics.csv", "summary.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["checksums.json", "metrics.csv", "summary.json"]
     assert snapshot(root, skip=out) == before
 
 
@@ -70,6 +70,7 @@ def _train(data: Path, out: Path, alg: str, seed: int) -> None:
 def _mark_diverged(out: Path, iteration: int = 3) -> None:
     """Rewrite a summary as a diverged run's (what the simulation writes when losses turn NaN)."""
     from upfl.files import write_json
+    from upfl.integrity import RECORD, RESULT_FILES, record_text
 
     summary = strict_json(out / "summary.json")
     summary["diverged"] = {"iteration": iteration, "kind": "train", "what": "train_loss = nan"}
@@ -77,6 +78,9 @@ def _mark_diverged(out: Path, iteration: int = 3) -> None:
                         "test_acc": None}
     summary["best"] = None
     write_json(out / "summary.json", summary)
+    # as the simulation writes it: with the checksums of the files it wrote
+    files = {name: (out / name).read_bytes() for name in RESULT_FILES}
+    (out / RECORD).write_text(record_text(summary["config_hash"], files))
 
 
 def test_report_keeps_diverged_runs_out_of_means_and_marks_cells(world, capsys):
@@ -114,6 +118,7 @@ def test_report_keeps_diverged_runs_out_of_means_and_marks_cells(world, capsys):
 
 def test_json_writer_never_writes_bare_nan(tmp_path):
     from upfl.files import write_json
+    from upfl.integrity import RECORD, RESULT_FILES, record_text
 
     write_json(tmp_path / "x.json", {"a": float("nan"), "b": [float("inf"), 1.5], "c": torch.tensor(float("nan"))})
     assert strict_json(tmp_path / "x.json") == {"a": None, "b": [None, 1.5], "c": None}

@@ -102,6 +102,7 @@ def test_runs_csv_flattens_privacy_epsilons(runset, tmp_path):
     s["privacy"] = {"mechanism": "output", "epsilon": [0.5, 1.5, 1.0], "epsilon_bar": 1.0,
                     "accountant": {"name": "paper", "delta": 0.001}}
     (dst / "summary.json").write_text(json.dumps(s))
+    (dst / "checksums.json").unlink()  # a hand-made summary: no training recorded its checksums
     out = tmp_path / "runs.csv"
     assert main(["report", "runs", "--out", str(out), f"priv:{dst}"]) == 0
     row = pd.read_csv(out).iloc[0]
@@ -117,6 +118,7 @@ def test_runs_csv_of_a_run_made_outside_a_git_checkout(runset, tmp_path):
     s = summary(dst)
     s["git_commit"] = None
     (dst / "summary.json").write_text(json.dumps(s))
+    (dst / "checksums.json").unlink()  # a hand-made summary: no training recorded its checksums
     out = tmp_path / "runs.csv"
     assert main(["report", "runs", "--out", str(out), f"x:{dst}"]) == 0
     row = pd.read_csv(out).iloc[0]

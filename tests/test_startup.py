@@ -90,24 +90,3 @@ def test_floor_probe_returns_the_fma_chains_value():
             x = np.float32(np.float64(x) * np.float64(np.float32(0.999999)) + np.float64(np.float32(1e-7)))
         expected = np.float32(expected + x)
     assert probe(5, np.float32(1.0)) == expected
-
-
-def test_a_bundle_spec_is_rewritten_only_when_its_content_changes(tmp_path):
-    import os
-
-    from upfl.pipeline.bundles import write_spec_if_changed
-
-    path = tmp_path / "bundles" / "b.json"
-    spec = {"bundle": "b", "threads": 1, "runs": [{"id": "r", "config": {"rounds": 3, "lr": 0.05, "x": None}}]}
-    write_spec_if_changed(path, spec)
-    text = path.read_text()
-    assert json.loads(text) == spec and text == json.dumps(spec, indent=1, sort_keys=True) + "\n"
-    os.utime(path, ns=(1_000_000_000, 1_000_000_000))
-    write_spec_if_changed(path, json.loads(json.dumps(spec)))
-    assert path.stat().st_mtime_ns == 1_000_000_000
-    changed = {**spec, "threads": 2}
-    write_spec_if_changed(path, changed)
-    assert path.stat().st_mtime_ns > 1_000_000_000 and json.loads(path.read_text()) == changed
-    path.write_text("{not json")
-    write_spec_if_changed(path, spec)
-    assert json.loads(path.read_text()) == spec

@@ -115,24 +115,6 @@ def test_store_forget_removes_the_entry_and_the_result_files(data, tmp_path, cap
     assert "nowhere/summary.json" in capsys.readouterr().err
 
 
-def test_absent_runs_stamp_is_touched_only_while_a_run_is_absent(tmp_path):
-    run = tmp_path / "runs" / "a"
-    stamp = tmp_path / "absent.txt"
-    store.absent_runs_stamp(stamp, [str(run)])
-    assert stamp.read_text() == f"{run}\n"
-    run.mkdir(parents=True)
-    for name in store.RESULT_FILES:
-        (run / name).write_text("x")
-    import os
-
-    os.utime(stamp, ns=(1, 1))
-    store.absent_runs_stamp(stamp, [str(run)])
-    assert stamp.stat().st_mtime_ns == 1  # every run on disk: left alone (no rebuild)
-    (run / "summary.json").unlink()
-    store.absent_runs_stamp(stamp, [str(run)])
-    assert stamp.stat().st_mtime_ns > 1 and stamp.read_text() == f"{run}\n"
-
-
 STORE_WORKFLOW = """\
 preset: full
 seeds: [0]

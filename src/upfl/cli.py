@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib
+import math
 import os
 import pkgutil
 import sys
@@ -60,8 +61,10 @@ def run_flag_help(flag: str, key: str) -> str:
 
 
 def check_data_first(doc: dict) -> None:
-    """A missing data folder is the first thing to fix: report it before any algorithm key."""
-    path = (doc.get("data") or {}).get("path")
+    """A missing data folder is the first thing to fix: report it before any algorithm key (a ``data`` that is not
+    a mapping, ``--set data=5``, is named by the config's own check)."""
+    data = doc.get("data")
+    path = data.get("path") if isinstance(data, dict) else None
     if path and not os.path.isdir(str(path)):
         raise cfgmod.ConfigError(f"data.path: data set folder {path} not found (make it with 'upfl synth' or "
                                  "'upfl data fetch')")
@@ -107,9 +110,36 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+SYNTH_LIMITS = {"devices": (1, 10_000), "dim": (1, 10_000), "classes": (2, 1_000)}
+"""``upfl synth`` flags' ranges (both ends allowed); :data:`SYNTH_CELLS` bounds devices x dim as well."""
+SYNTH_CELLS = 1_000_000
+"""The largest --devices x --dim: a device holds about 400 samples on average (sizes ~ lognormal(4, 2) + 50), so
+this bounds the draw's memory to a few GiB."""
+
+
+def check_synth_flags(args: argparse.Namespace) -> None:
+    """:class:`ValueError` naming the first ``upfl synth`` flag out of range: --alpha and --beta finite and >= 0,
+    --devices, --dim, --classes within :data:`SYNTH_LIMITS`, --devices x --dim at most :data:`SYNTH_CELLS`,
+    --data-seed >= 0; checked before anything is drawn."""
+    for flag in ("alpha", "beta"):
+        value = getattr(args, flag)
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"--{flag} {value}: must be a finite number >= 0")
+    for flag, (low, high) in SYNTH_LIMITS.items():
+        value = getattr(args, flag)
+        if not low <= value <= high:
+            raise ValueError(f"--{flag} {value}: must be between {low} and {high}")
+    if args.devices * args.dim > SYNTH_CELLS:
+        raise ValueError(f"--devices {args.devices} x --dim {args.dim}: at most {SYNTH_CELLS} (the draw's memory)")
+    if args.data_seed < 0:
+        raise ValueError(f"--data-seed {args.data_seed}: must be >= 0")
+
+
 def cmd_synth(args: argparse.Namespace) -> int:
     from .data import generate_synthetic
     from .data.sources import dataset_folder
+
+    check_synth_flags(args)
 
     out = args.out or dataset_folder(args.resources, "synthetic", args.name)
     path = generate_synthetic(args.name, out, data_seed=args.data_seed, num_devices=args.devices,

@@ -14,6 +14,10 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from .kernel_cache import guard_module, prepare
+
+prepare(__file__)  # a writable cache folder before the kernels are decorated
+
 MT19937_WORDS = 624
 MT19937_SHIFT = 397
 FIRST_OUTPUTS_LIMIT = MT19937_WORDS - MT19937_SHIFT
@@ -311,3 +315,6 @@ def warm_up() -> None:
                 np.empty((1, 2), dtype=np.float32), np.empty((1, 2), dtype=np.int64))
     shuffle_plans(np.zeros(1, dtype=np.uint64), np.full(1, 2, dtype=np.int64), np.ones(1, dtype=np.int64),
                   np.empty((2, 1), dtype=np.int32), np.array([0, 2], dtype=np.int64))
+
+
+guard_module(globals())  # a damaged cache file is removed and its kernel compiled again

@@ -67,15 +67,21 @@ def replace_dir(src: Path, dst: Path) -> None:
     """Move a completed folder ``src`` onto ``dst``, replacing an existing ``dst`` as a whole.
 
     ``src`` (typically from ``mkdtemp``, 0700) is given the umask's folder mode first.
+    The old ``dst`` is first renamed onto an empty folder of a unique name beside it (never a name another
+    process or host could also pick), and removed once ``src`` is in place.
     """
     publish_mode(src)
-    if dst.exists():
-        old = dst.with_name(f".{dst.name}.old-{os.getpid()}")
-        os.replace(dst, old)
+    if not dst.exists():
         os.replace(src, dst)
-        shutil.rmtree(old)
-    else:
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", suffix=".old", dir=dst.parent))
+    os.replace(dst, old)
+    try:
         os.replace(src, dst)
+    except OSError:
+        os.replace(old, dst)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:

@@ -7,8 +7,8 @@ import shlex
 import sys
 
 from upfl.data.sources import DATA_FOLDERS, DATASET_SOURCES, PAPER_SET_SOURCES, SOURCES, dataset_folder
-from upfl.pipeline.bundles import bundle_priorities, bundle_spec, form_bundles, write_spec_if_changed
-from upfl.pipeline.store import absent_runs_stamp
+from upfl.pipeline.bundles import bundle_priorities, form_bundles
+from upfl.pipeline.specs import CONFIG_ENV, encode_config, run_folder, run_log_file, spec_digest, spec_path, workflow_specs
 from upfl.pipeline.plan import ExperimentError, build_plan, output_files, resolve_preset
 
 try:
@@ -128,22 +128,22 @@ def dataset_dir(name):
 
 
 def run_dir(run):
-    return f"results/runs/{run}"
+    return run_folder(run)
 
 
 def run_log(run):
-    return f"results/logs/train/{run}.log"
+    return run_log_file(run)
 
 
-# Each bundle's spec (what `upfl run-many` trains: per run its id, data, result folder, log, config) is
-# written when the workflow is parsed, and only when its content changed: an edit of a run makes its spec
-# newer than the bundle's outputs (Snakemake's mtime trigger), an unchanged bundle is left alone. A rule
-# could not do this cheaply: a `run:` job is a Snakemake subprocess, and a spec is too long for a shell argument.
-BUNDLE_SPECS = {
-    b.name: write_spec_if_changed(f"results/bundles/{b.name}.json",
-                                  bundle_spec(b, RUNS, dataset_dir, run_dir, run_log))
-    for b in BUNDLES.values()
-}
+# Each bundle's spec (what `upfl run-many` trains: per run its id, data, result folder, log, config) is computed
+# here and written by the job `bundle_specs` (upfl.pipeline.specs), never by the parse: a dry run or a report
+# changes no file. A spec's file name carries its digest, and a bundle job takes the digest as a param, so it
+# reruns when its spec's content changes (Snakemake's params trigger), whatever the files' modification times.
+# The job computes the specs again from this config, handed over in the environment (a shell command could not
+# carry the specs).
+SPEC_DIGESTS = {name: spec_digest(text) for name, text in workflow_specs(config, PLAN, BUNDLES).items()}
+BUNDLE_SPECS = {name: spec_path(name, digest) for name, digest in SPEC_DIGESTS.items()}
+os.environ[CONFIG_ENV] = encode_config(config)
 
 
 def run_data(wildcards):
@@ -167,16 +167,23 @@ def run_kernels(wildcards):
     return kernels_input(RUNS[wildcards.run].job)
 
 
-def experiment_summaries(wildcards):
-    return [f"{run_dir(r)}/summary.json" for r in PLAN.experiments[wildcards.experiment]]
+def run_results(run_ids):
+    """The result files of runs (metrics.csv, summary.json)."""
+    return [f"{run_dir(r)}/{f}" for r in run_ids for f in ("metrics.csv", "summary.json")]
 
 
-# A runs table is rebuilt when one of its runs is absent from disk (upfl.pipeline.store.absent_runs_stamp): Snakemake
-# alone would keep a table whose input run folder was deleted. Stamps are written when the workflow is parsed.
-ABSENT_STAMPS = {
-    e: absent_runs_stamp(f"results/experiments/{e}/absent_runs.txt", [run_dir(r) for r in ids])
-    for e, ids in PLAN.experiments.items()
-}
+def experiment_results(wildcards):
+    """The result files of an experiment's runs: an edit of either makes its runs.csv out of date, and the job
+    checks both against the checksums recorded when the run was trained (upfl.pipeline.integrity)."""
+    return run_results(PLAN.experiments[wildcards.experiment])
+
+
+def target_results(names):
+    """The result files of the runs behind the outputs ``names``, inputs of the target that builds them (and of
+    `all`). Snakemake leaves a job whose outputs are up to date alone when one of its inputs is deleted, unless a
+    target asks for that input: a deleted run folder is restored or retrained, and its tables rebuilt, because the
+    target asks for its files. Nothing is written to find out."""
+    return run_results(sorted({r for n in names for r in PLAN.experiments[OUTPUTS[n]["experiment"]]}))
 
 
 def experiment_pairs(experiment):
@@ -197,7 +204,7 @@ def all_outputs():
     files = [f for name in OUTPUTS for f in output_of(name)]
     files += ["results/runs.csv", "results/tables/table2.csv", "results/tables/table2.md", "results/tables/table2.html",
               "results/tables/claims.csv", "results/tables/claims.md", "results/tables/claims.html"]
-    return [f for f in files if os.path.exists(f)] if MAKING_REPORT else files
+    return [f for f in files if os.path.exists(f)] if MAKING_REPORT else files + run_results(RUNS)
 
 
 def config_file_args():
@@ -251,8 +258,9 @@ def names_of(*kinds):
 
 
 def front_page():
-    """What the report's front page shows from the claims page when it exists: its summary line and the headline
-    figure (the first Table 1 convergence figure built), for `workflow/report/workflow.rst`."""
+    """What the report's front page shows from the files that exist: the claims page's summary line, the headline
+    figure (the first Table 1 convergence figure built), the runs in results/runs.csv and the preset the claims page
+    was built for (upfl.report.built), for `workflow/report/workflow.rst`."""
     summary = ""
     if os.path.exists("results/tables/claims.md"):
         with open("results/tables/claims.md", encoding="utf-8") as f:
@@ -265,9 +273,12 @@ def front_page():
             # in lines of 76 characters: docutils refuses longer lines; it joins an image URI's lines
             image = f"data:image/png;base64,\n{base64.encodebytes(f.read()).decode('ascii').rstrip()}"
     return {"claims_summary": summary, "headline_figure": os.path.basename(figures[0]) if figures else "",
-            "headline_image": image, "runs": len(RUNS), "preset": CONFIG.get("preset", "full")}
+            "headline_image": image, "runs": built_runs("results/runs.csv"),
+            "preset": built_preset("results/tables/claims.csv") or CONFIG.get("preset", "full")}
 
 
 # The front page's template reads these as `snakemake.config["front_page"]` (set after the config was checked).
 if MAKING_REPORT:
+    from upfl.report.built import built_preset, built_runs
+
     config["front_page"] = front_page()

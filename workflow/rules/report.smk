@@ -6,8 +6,7 @@
 
 rule experiment_runs:
     input:
-        summaries=experiment_summaries,
-        absent=lambda wc: ABSENT_STAMPS[wc.experiment],
+        experiment_results,
     output:
         "results/experiments/{experiment}/runs.csv",
     params:
@@ -17,13 +16,12 @@ rule experiment_runs:
     localrule: True
     priority: REPORT_PRIORITY
     shell:
-        "upfl report runs --out {output:q} {params.pairs} > {log:q} 2>&1"
+        "upfl report runs --verify --out {output:q} {params.pairs} > {log:q} 2>&1"
 
 
 rule all_runs:
     input:
-        summaries=[f"results/runs/{r}/summary.json" for r in RUNS],
-        absent=list(ABSENT_STAMPS.values()),
+        [f"{run_dir(r)}/{f}" for r in RUNS for f in ("metrics.csv", "summary.json")],
     output:
         "results/runs.csv",
     params:
@@ -33,7 +31,7 @@ rule all_runs:
     localrule: True
     priority: REPORT_PRIORITY
     shell:
-        "upfl report runs --out {output:q} {params.pairs} > {log:q} 2>&1"
+        "upfl report runs --verify --out {output:q} {params.pairs} > {log:q} 2>&1"
 
 
 rule table2:
@@ -254,10 +252,12 @@ for _target, _names in PLAN.targets.items():
             _target
         input:
             [f for n in _names for f in output_of(n)],
+            target_results(_names),
         localrule: True
 
 
 rule runs:
     input:
         "results/runs.csv",
+        run_results(RUNS),
     localrule: True

@@ -1,6 +1,6 @@
 # Training. Runs with `job.runs_per_job: 1` are one job each (rule `train`); the others are trained in
 # bundles (upfl.pipeline.bundles, docs/pipeline.md "Many runs per job"): one rule per bundle, one output set per run,
-# one process (`upfl run-many`) per job, reading the bundle's spec results/bundles/<name>.json (common.smk).
+# one process (`upfl run-many`) per job, reading the bundle's spec results/bundles/<name>-<digest>.json.
 # Identical runs requested by several experiments are one run. A bundle job times itself (`upfl run-many
 # --benchmark`, Snakemake's benchmark format): the `benchmark:` directive's per-second sampling of the process's
 # memory maps cost Snakemake's scheduler more CPU than it measured.
@@ -39,11 +39,13 @@ rule train:
 # numba's kernels are compiled once, before the CPU training jobs: on a fresh clone the compile takes about 20
 # CPU-seconds, which jobs started together would each pay; it runs beside the data jobs. The training jobs take its
 # record as `ancient` input (common.smk's kernels_input), so only its existence orders them: a new warm-up never
-# makes a finished job out of date. A run that finds the kernels missing from numba's cache (a changed source,
-# another CPU) compiles them itself.
+# makes a finished job out of date. The record is `temp`: removed once the jobs that wait for it are done, so that
+# it is made anew whenever training is to be done, never an input stamped in the future (Snakemake refuses a job
+# whose outputs end older than an input). A run that finds the kernels missing from numba's cache (a changed
+# source, another CPU) compiles them itself.
 rule warm_up_kernels:
     output:
-        KERNELS_RECORD,
+        temp(KERNELS_RECORD),
     log:
         "results/logs/kernels/warm_up.log",
     threads: 1
@@ -55,13 +57,29 @@ rule warm_up_kernels:
         "upfl kernels warm-up --threads 1 --out {output:q} > {log:q} 2>&1"
 
 
+# The bundles' specs (common.smk, upfl.pipeline.specs): written here, at job time, named by their content. A bundle
+# job takes its spec as `ancient` input (the file only orders the jobs; a rewrite never dates a bundle) and the
+# spec's digest as a param: it reruns when its spec's content changes, whatever the modification times.
+if BUNDLES:
+
+    rule bundle_specs:
+        output:
+            sorted(BUNDLE_SPECS.values()),
+        log:
+            "results/logs/bundles/specs.log",
+        localrule: True
+        priority: DATA_PRIORITY
+        shell:
+            "upfl bundle-specs {output:q} > {log:q} 2>&1"
+
+
 for _bundle in BUNDLES.values():
 
     rule:
         name:
             f"train_bundle_{_bundle.name}"
         input:
-            spec=BUNDLE_SPECS[_bundle.name],
+            spec=ancient(BUNDLE_SPECS[_bundle.name]),
             data=sorted({dataset_dir(RUNS[r].dataset) for r in _bundle.run_ids}),
             kernels=kernels_input(_bundle.job),
         output:
@@ -70,6 +88,8 @@ for _bundle in BUNDLES.values():
         log:
             bundle=f"results/logs/bundles/{_bundle.name}.log",
             runs=[run_log(r) for r in _bundle.run_ids],
+        params:
+            spec_digest=SPEC_DIGESTS[_bundle.name],
         threads: _bundle.job["threads"]
         priority: BUNDLE_PRIORITY[_bundle.name]
         resources:

@@ -3,7 +3,9 @@
     upfl run-many --spec results/bundles/<name>.json [--concurrent K] [--threads T] [--store DIR | --no-store]
                   [--benchmark results/benchmarks/bundles/<name>.tsv]
 
-The spec (written by the workflow, ``upfl.pipeline.bundles.bundle_spec``) lists runs, each with its id, data set
+    upfl bundle-specs results/bundles/<name>-<digest>.json ...   (the workflow's rule bundle_specs)
+
+The spec (written by the workflow's job ``upfl bundle-specs``, :mod:`upfl.pipeline.specs`) lists runs, each with its id, data set
 folder, result folder, log file and run-config document; every run is :func:`upfl.engine.simulation.run` with
 that config, exactly as ``upfl run`` would train it. Runs that fail do not stop the others; the command
 then exits 1 and names them. ``--benchmark`` writes the job's wall time, peak memory and CPU time in the
@@ -37,11 +39,15 @@ def write_benchmark(path: str, seconds: float) -> None:
 
 
 def cmd_run_many(args: argparse.Namespace) -> int:
-    from ..pipeline.bundle_trainer import BundleError, load_spec, train_bundle
+    from ..pipeline.bundle_trainer import BundleError, SpecError, load_spec, train_bundle
 
     start = time.perf_counter()
     try:
         spec = load_spec(args.spec)
+    except SpecError as e:
+        print(f"upfl run-many: error: {e}", file=sys.stderr)
+        return 2
+    try:
         train_bundle(spec, store=None if args.no_store else args.store, concurrent=args.concurrent,
                      threads=args.threads)
     except BundleError as e:
@@ -49,6 +55,18 @@ def cmd_run_many(args: argparse.Namespace) -> int:
         return 1
     if args.benchmark:
         write_benchmark(args.benchmark, time.perf_counter() - start)
+    return 0
+
+
+def cmd_bundle_specs(args: argparse.Namespace) -> int:
+    from ..pipeline.specs import SpecError, write_specs
+
+    try:
+        written = write_specs(args.files)
+    except SpecError as e:
+        print(f"upfl bundle-specs: error: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {len(written)} bundle specs")
     return 0
 
 
@@ -66,3 +84,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--benchmark", default=None,
                    help="write the job's wall time, peak memory (MB) and CPU time here (Snakemake's benchmark format)")
     p.set_defaults(func=cmd_run_many)
+
+    s = sub.add_parser("bundle-specs", help="write bundle spec files from the workflow's config (rule bundle_specs)")
+    s.add_argument("files", nargs="+", help="spec files results/bundles/<bundle>-<digest>.json to write")
+    s.set_defaults(func=cmd_bundle_specs)

@@ -45,7 +45,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
     specs = list(args.specs)
     for path in args.list or []:
         specs += read_spec_file(path)
-    df = collect_runs(parse_run_specs(specs))
+    df = collect_runs(parse_run_specs(specs), store=None if args.no_store else args.store, verify=args.verify,
+                      echo=print)
     write_csv(args.out, df)
     print(f"wrote {args.out} ({len(df)} runs)")
     return 0
@@ -247,6 +248,13 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     r.add_argument("specs", nargs="*", metavar="EXPERIMENT:RUN_DIR")
     r.add_argument("--list", action="append", metavar="FILE", help="file of EXPERIMENT:RUN_DIR lines; repeatable")
     r.add_argument("--out", required=True, help="CSV to write (e.g. results/runs.csv)")
+    r.add_argument("--verify", action="store_true",
+                   help="every run must match the checksums recorded when it was trained (checksums.json); a run "
+                        "that does not is restored from --store, or moved aside to be retrained, and named "
+                        "(the workflow's mode; without it only runs with a record are checked)")
+    r.add_argument("--store", default="results/finished",
+                   help="finished-run store to restore damaged runs from (default: %(default)s)")
+    r.add_argument("--no-store", action="store_true", help="restore nothing; a damaged run is only named")
     r.set_defaults(func=_guard(cmd_runs))
 
     _table_parser(sub, "table1", "final train (test) accuracy per data set x mu x algorithm, paper beside",

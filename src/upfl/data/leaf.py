@@ -94,11 +94,27 @@ def _fail(file: Path, msg: str) -> None:
     raise DatasetError(f"{file}: {msg}")
 
 
+class _DuplicateKey(ValueError):
+    """A JSON object names one key twice (``json`` would keep the last value silently)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    doc = dict(pairs)
+    if len(doc) != len(pairs):
+        seen: set[str] = set()
+        raise _DuplicateKey(next(k for k, _ in pairs if k in seen or seen.add(k)))
+    return doc
+
+
 def read_json(file: Path) -> Any:
-    """A JSON file's document; :class:`DatasetError` naming the file for bad UTF-8, bad JSON or deep nesting."""
+    """A JSON file's document; :class:`DatasetError` naming the file for bad UTF-8, bad JSON, deep nesting or a key
+    given twice in one object (a user twice in ``user_data``: refused, never the last one kept)."""
     try:
         with open(file, encoding="utf-8") as f:
-            return json.load(f)
+            return json.load(f, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as e:
+        raise DatasetError(f"{file}: key {e.args[0]!r} appears twice in one JSON object (a user twice in "
+                           "user_data?); refused rather than keeping the last one") from None
     except UnicodeDecodeError as e:
         raise DatasetError(f"{file}: not UTF-8 (byte {e.start} is 0x{e.object[e.start]:02x})") from None
     except json.JSONDecodeError as e:

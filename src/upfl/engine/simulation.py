@@ -26,6 +26,7 @@ from ..data import FederatedDataset, load_leaf
 from .divergence import diverged_entry, loss_problem, weights_problem
 from .draws import round_participants, straggler_summary, training_rounds_before
 from ..files import json_text, provenance, write_texts
+from ..integrity import RECORD, record_text
 from ..models import build_model
 from ..privacy.accounting import per_device, privacy_report
 from ..privacy.mechanisms import (objective_noise_draws, output_perturbation, scale_objective_noise,
@@ -449,7 +450,9 @@ def _run_loop(cfg, sim, data, device, out, ckpt, privacy, log, stop_after) -> di
         "privacy": privacy,
     }
     out.mkdir(parents=True, exist_ok=True)
-    write_texts({out / "metrics.csv": _metrics_csv(rows, columns), out / "summary.json": json_text(summary)})
+    texts = {"metrics.csv": _metrics_csv(rows, columns), "summary.json": json_text(summary)}
+    record = record_text(summary["config_hash"], {name: text.encode("utf-8") for name, text in texts.items()})
+    write_texts({out / "metrics.csv": texts["metrics.csv"], out / RECORD: record, out / "summary.json": texts["summary.json"]})
     if ckpt is not None:
         ckpt.remove()
     return summary

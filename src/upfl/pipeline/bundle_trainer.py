@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from .. import config as cfgmod
 from . import store as storemod
-from .bundles import BundleError
+from .bundles import BundleError, SpecError
 from .store import DEFAULT_STORE
 
 
@@ -144,23 +144,51 @@ def train_bundle(spec: dict[str, Any], store: str | None = DEFAULT_STORE, concur
     return results
 
 
-def _check_spec(spec: dict[str, Any]) -> None:
+def _json_kind(value: Any) -> str:
+    """What a JSON value is, in JSON's words (null, an array, a number...)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    return {list: "an array", str: "a string", int: "a number", float: "a number", dict: "an object"}.get(
+        type(value), type(value).__name__)
+
+
+def _check_spec(spec: Any, where: str = "bundle spec") -> None:
+    """:class:`SpecError` naming ``where`` (the spec file) unless ``spec`` is a mapping whose ``runs`` is a
+    non-empty list of mappings, each with ``id``, ``data``, ``out`` and ``config``, no result folder twice."""
+    if not isinstance(spec, dict):
+        raise SpecError(f"{where}: a bundle spec is a JSON object with 'runs', not {_json_kind(spec)}")
     if not isinstance(spec.get("runs"), list) or not spec["runs"]:
-        raise BundleError("bundle spec: 'runs' must be a non-empty list")
+        raise SpecError(f"{where}: 'runs' must be a non-empty array")
     seen = set()
     for i, e in enumerate(spec["runs"]):
+        if not isinstance(e, dict):
+            raise SpecError(f"{where}: runs[{i}] is {_json_kind(e)}, not an object with id, data, out, config")
         missing = [k for k in ("id", "data", "out", "config") if k not in e]
         if missing:
-            raise BundleError(f"bundle spec: runs[{i}] lacks {', '.join(missing)}")
+            raise SpecError(f"{where}: runs[{i}] lacks {', '.join(missing)}")
+        if not isinstance(e["config"], dict):
+            raise SpecError(f"{where}: runs[{i}] ({e['id']}): 'config' must be an object")
         if e["out"] in seen:
-            raise BundleError(f"bundle spec: runs[{i}] ({e['id']}): result folder {e['out']} is used twice")
+            raise SpecError(f"{where}: runs[{i}] ({e['id']}): result folder {e['out']} is used twice")
         seen.add(e["out"])
 
 
 def load_spec(path: str | os.PathLike) -> dict[str, Any]:
+    """A bundle spec file, checked (:func:`_check_spec`; a spec named by its digest must have it): every error
+    is a :class:`SpecError` naming the file."""
+    from .specs import check_spec_file
+
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
+        text = Path(path).read_text(encoding="utf-8")
+        spec = json.loads(text)
     except OSError as e:
-        raise BundleError(f"{path}: cannot read bundle spec ({e.strerror})") from None
+        raise SpecError(f"{path}: cannot read bundle spec ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise SpecError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except json.JSONDecodeError as e:
-        raise BundleError(f"{path}: not valid JSON (line {e.lineno}: {e.msg})") from None
+        raise SpecError(f"{path}: not valid JSON (line {e.lineno}: {e.msg})") from None
+    _check_spec(spec, str(path))
+    check_spec_file(path, text)
+    return spec

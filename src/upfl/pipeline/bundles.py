@@ -18,18 +18,18 @@ The process that trains one bundle is :mod:`upfl.pipeline.bundle_trainer`.
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
 from .. import config as cfgmod
-from ..files import write_text
 
 
 class BundleError(RuntimeError):
     """One or more runs of a bundle failed; the message names each failed run and its error."""
+
+
+class SpecError(ValueError):
+    """A bundle spec (a file, or the workflow config it is made from) is unusable; the message names it."""
 
 
 @dataclass
@@ -149,16 +149,3 @@ def bundle_spec(bundle: Bundle, runs: dict[str, Any], data_dir: Callable[[str], 
         "runs": [{"id": rid, "data": data_dir(runs[rid].dataset), "out": run_dir(rid), "log": log_path(rid),
                   "config": runs[rid].doc} for rid in order],
     }
-
-
-def write_spec_if_changed(path: str | os.PathLike, spec: dict[str, Any]) -> str:
-    """Write ``spec`` to ``path`` (atomically) unless the file holds it already, so that its modification
-    time changes only with its content; returns ``path``. The file is compared as the JSON it holds (C parser), so
-    an unchanged spec costs no formatting (``json.dumps`` with ``indent`` takes the pure-Python encoder)."""
-    try:
-        if json.loads(Path(path).read_text(encoding="utf-8")) == spec:
-            return str(path)
-    except (OSError, ValueError):
-        pass
-    write_text(path, json.dumps(spec, indent=1, sort_keys=True) + "\n")
-    return str(path)

@@ -476,14 +476,16 @@ def output_files(kind: str, name: str) -> list[str]:
 
 RESULTS_LAYOUT = """\
 - `runs/<data set>/<model>/<algorithm>/<mu..._lam...>/s<stragglers>_f<frac>/T<iterations>/seed<seed>/`:
-  `metrics.csv` (one row per iteration) and `summary.json` (final metrics, resolved config, provenance); an
-  unfinished run keeps its checkpoints in `.checkpoints/` inside its folder.
+  `metrics.csv` (one row per iteration), `summary.json` (final metrics, resolved config, provenance) and
+  `checksums.json` (their SHA-256 as trained, checked before they are published); an unfinished run keeps its
+  checkpoints in `.checkpoints/` inside its folder, a run whose files were found changed keeps them in
+  `.damaged-<time>/`.
 - `runs.csv`: one row per run with its config keys, final metrics and data source (load it with pandas).
 - `experiments/<experiment>/runs.csv`: the runs of one experiment.
 - `tables/`: each table as HTML (the formatted page), CSV, Markdown and for Table 1 and privacy LaTeX;
   `tables/claims.*`: the paper's claims, judged. `figures/`: PNG, PDF and the CSV behind each figure.
-- `bundles/`: the spec of each training job that trains many runs; `finished/`: the finished runs of a bundle,
-  restored from there when a bundle job reruns.
+- `bundles/`: the spec of each training job that trains many runs (`<bundle>-<digest>.json`, named by its
+  content); `finished/`: the finished runs of a bundle, restored from there when a bundle job reruns.
 - `logs/`, `benchmarks/`: per-job logs and timings.
 - `report.html`: `snakemake --report results/report.html` (every table and figure that exists, in one page).
 """

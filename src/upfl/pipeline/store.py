@@ -10,7 +10,7 @@ checked; any mismatch is reported by file name and the run is retrained (its new
 
 from __future__ import annotations
 
-import hashlib
+import errno
 import json
 import os
 import shutil
@@ -18,10 +18,10 @@ import tempfile
 from pathlib import Path
 
 from .. import config as cfgmod
-from ..files import replace_dir, write_bytes, write_text
+from ..files import publish_mode, write_bytes, write_text
+from ..integrity import (RECORD, RESULT_FILES, IntegrityError, mismatches, read_record, record_text,
+                         sha256_bytes)
 
-RESULT_FILES = ("metrics.csv", "summary.json")
-"""A run's result files, in the order they are written (``summary.json`` last: it marks a finished run)."""
 MANIFEST = "manifest.json"
 DEFAULT_STORE = os.path.join("results", "finished")
 
@@ -43,25 +43,57 @@ def entry_path(store: str | os.PathLike, ident: dict[str, str]) -> Path:
     return Path(store) / f"{ident['config_hash']}-{ident['data_fingerprint']}-{ident['code_fingerprint']}"
 
 
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+SAVE_ATTEMPTS = 1000
+"""How often :func:`save` tries to put its entry in place while other processes replace a damaged one."""
 
 
 def save(entry: Path, run_dir: Path, ident: dict[str, str]) -> None:
-    """Keep ``run_dir``'s result files in ``entry`` with their checksums; the entry appears whole or not at all."""
+    """Keep ``run_dir``'s result files in ``entry`` with their checksums; the entry appears whole or not at all.
+
+    Several processes (or hosts sharing the folder) may save one entry at once: the entry is a folder renamed into
+    place, which fails while another whole entry is there. That one is kept when it passes its checksums for this
+    identity (two trainings of one run differ only in their timings); a damaged one is first moved aside under a
+    name of its own and removed. No process fails because another saved first, and none leaves a folder behind.
+    """
     entry.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=entry.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", suffix=".new", dir=entry.parent))
     try:
         files = {}
         for name in RESULT_FILES:
             data = (run_dir / name).read_bytes()
             (tmp / name).write_bytes(data)
-            files[name] = _sha256(data)
+            files[name] = sha256_bytes(data)
         write_text(tmp / MANIFEST, json.dumps({"identity": ident, "files": files}, indent=1, sort_keys=True) + "\n")
-        replace_dir(tmp, entry)
+        publish_mode(tmp)
+        for _ in range(SAVE_ATTEMPTS):
+            try:
+                os.rename(tmp, entry)
+                return
+            except OSError as e:
+                if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise
+            try:
+                verified_files(entry, ident)
+                return
+            except StoreMismatch:
+                _move_aside(entry)
+        raise StoreMismatch(f"{entry}: could not be saved in {SAVE_ATTEMPTS} attempts (other processes kept "
+                            "replacing it)")
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _move_aside(entry: Path) -> None:
+    """Remove a damaged entry: renamed onto an empty folder of a unique name (an atomic step another process cannot
+    collide with), then deleted; nothing when another process moved it first."""
+    aside = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", suffix=".damaged", dir=entry.parent))
+    try:
+        os.rename(entry, aside)
+    except FileNotFoundError:
+        pass
+    finally:
+        shutil.rmtree(aside, ignore_errors=True)
 
 
 def verified_files(entry: Path, ident: dict[str, str]) -> dict[str, bytes]:
@@ -85,8 +117,8 @@ def verified_files(entry: Path, ident: dict[str, str]) -> dict[str, bytes]:
             data = (entry / name).read_bytes()
         except OSError as e:
             raise StoreMismatch(f"{entry / name}: unreadable ({e.strerror})") from None
-        if _sha256(data) != checksums[name]:
-            raise StoreMismatch(f"{entry / name}: checksum {_sha256(data)[:16]} does not match the manifest's "
+        if sha256_bytes(data) != checksums[name]:
+            raise StoreMismatch(f"{entry / name}: checksum {sha256_bytes(data)[:16]} does not match the manifest's "
                                 f"{str(checksums[name])[:16]} (the file was changed after the run)")
         out[name] = data
     return out
@@ -97,10 +129,15 @@ def restore(entry: Path, ident: dict[str, str], run_dir: Path) -> bool:
     is no entry, :class:`StoreMismatch` (and nothing written) when it fails its checksums."""
     if not entry.is_dir():
         return False
-    files = verified_files(entry, ident)
-    for name in RESULT_FILES:
-        write_bytes(run_dir / name, files[name])
+    _write_run(run_dir, ident["config_hash"], verified_files(entry, ident))
     return True
+
+
+def _write_run(run_dir: Path, config_hash: str, files: dict[str, bytes]) -> None:
+    """A run's result files and their checksum record, ``summary.json`` last."""
+    write_bytes(run_dir / RESULT_FILES[0], files[RESULT_FILES[0]])
+    write_text(run_dir / RECORD, record_text(config_hash, files))
+    write_bytes(run_dir / RESULT_FILES[1], files[RESULT_FILES[1]])
 
 
 def forget(store: str | os.PathLike, run_dirs: list[str | os.PathLike]) -> list[Path]:
@@ -119,24 +156,91 @@ def forget(store: str | os.PathLike, run_dirs: list[str | os.PathLike]) -> list[
         for entry in sorted(store_dir.glob(f"{config_hash}-*")) if store_dir.is_dir() else []:
             shutil.rmtree(entry)
             removed.append(entry)
-        for name in reversed(RESULT_FILES):
+        for name in (*reversed(RESULT_FILES), RECORD):
             if (run_dir / name).exists():
                 (run_dir / name).unlink()
                 removed.append(run_dir / name)
     return removed
 
 
+def _entries_holding(store: str | os.PathLike | None, config_hash: str, checksums: dict[str, str]) -> list[Path]:
+    """The store entries of ``config_hash`` whose manifest gives exactly ``checksums`` (those of one training)."""
+    store_dir = Path(store) if store else None
+    if store_dir is None or not store_dir.is_dir() or not config_hash.isalnum():
+        return []
+    found = []
+    for entry in sorted(store_dir.glob(f"{config_hash}-*")):
+        try:
+            manifest = json.loads((entry / MANIFEST).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            continue
+        if isinstance(manifest, dict) and manifest.get("files") == checksums:
+            found.append(entry)
+    return found
 
-def absent_runs_stamp(stamp: str | os.PathLike, run_dirs: list[str]) -> str:
-    """Make ``stamp`` newer than any table built from ``run_dirs`` when one of those runs lacks a result file.
 
-    Snakemake does not rerun a job whose outputs exist because one of its inputs was deleted: a runs table
-    would keep a deleted run's numbers. The workflow gives each runs table this stamp as an input; it is
-    written (and its modification time set to now) whenever a run is absent, so the table is rebuilt and
-    the absent run retrained or restored first. Left alone when every run is on disk. Returns ``stamp``.
+def _restore_recorded(run_dir: Path, config_hash: str, checksums: dict[str, str], store: str | os.PathLike | None
+                      ) -> Path | None:
+    """Write back the files of a store entry that holds exactly the recorded ones (checked again); its path."""
+    for entry in _entries_holding(store, config_hash, checksums):
+        try:
+            manifest = json.loads((entry / MANIFEST).read_text(encoding="utf-8"))
+            files = verified_files(entry, manifest["identity"])
+        except (StoreMismatch, OSError, ValueError, KeyError, TypeError):
+            continue
+        _write_run(run_dir, config_hash, files)
+        return entry
+    return None
+
+
+def _set_aside(run_dir: Path) -> Path:
+    """Move a run's result files (not its record) into ``<run>/.damaged-<UTC time>/``: kept, never published."""
+    import datetime as dt
+
+    aside = run_dir / f".damaged-{dt.datetime.now(dt.timezone.utc).strftime('%Y%m%dT%H%M%S%fZ')}"
+    aside.mkdir()
+    for name in RESULT_FILES:
+        if (run_dir / name).exists():
+            os.replace(run_dir / name, aside / name)
+    return aside
+
+
+def check_published(run_dir: str | os.PathLike, store: str | os.PathLike | None = DEFAULT_STORE) -> str:
+    """Make sure a finished run's files are the ones its training wrote before they are published.
+
+    ``verified``: they match the run's ``checksums.json``. ``restored``: they did not, and a store entry holding
+    the recorded files was written back. ``adopted``: the run has no record (trained before records were kept) and a
+    store entry holds exactly its files, which gives the record. Otherwise the files are moved aside
+    (``<run>/.damaged-<time>/``, so the next ``snakemake`` retrains the run) and :class:`IntegrityError` names each
+    file and what was done.
     """
-    absent = [d for d in run_dirs if not all(os.path.isfile(os.path.join(d, n)) for n in RESULT_FILES)]
-    if absent or not os.path.exists(stamp):
-        write_text(stamp, "".join(f"{d}\n" for d in absent))
-        os.utime(stamp)
-    return str(stamp)
+    run_dir = Path(run_dir)
+    record = None
+    try:
+        record = read_record(run_dir)
+    except IntegrityError as e:
+        problems = [str(e)]
+    else:
+        problems = []
+    if record is not None:
+        problems = mismatches(run_dir, record)
+        if not problems:
+            return "verified"
+        if _restore_recorded(run_dir, record["config_hash"], record["files"], store):
+            return "restored"
+    elif not problems:
+        try:
+            files = {name: (run_dir / name).read_bytes() for name in RESULT_FILES}
+            config_hash = json.loads(files["summary.json"].decode("utf-8"))["config_hash"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            problems = [f"{run_dir}: result files unreadable ({e})"]
+        else:
+            checksums = {name: sha256_bytes(data) for name, data in files.items()}
+            if isinstance(config_hash, str) and _entries_holding(store, config_hash, checksums):
+                write_text(run_dir / RECORD, record_text(config_hash, files))
+                return "adopted"
+            problems = [f"{run_dir}: no {RECORD} and no store entry holding these files: its numbers cannot be "
+                        "checked against its training"]
+    aside = _set_aside(run_dir)
+    raise IntegrityError("; ".join(problems) + f"; no store entry holds the trained files: moved to {aside}, "
+                         "the next snakemake retrains the run")

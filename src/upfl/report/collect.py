@@ -10,7 +10,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import pandas as pd
@@ -267,8 +267,40 @@ def is_generated(source: Any) -> bool:
     return str(source) == "synthetic"
 
 
-def collect_runs(pairs: Iterable[tuple[str, str]]) -> pd.DataFrame:
-    """The runs table: one row per distinct run folder, its experiments joined with ``;``.
+def checked_runs(run_dirs: Iterable[str], store: str | os.PathLike | None, verify: bool) -> dict[str, str]:
+    """Each run folder's files checked against the checksums recorded when it was trained (:mod:`upfl.integrity`)
+    before its numbers are read. ``verify`` (the workflow): every run must match its record, or is restored from
+    ``store``, or adopted there when it has no record (:func:`upfl.pipeline.store.check_published`); a run that is
+    none of these is moved aside. Otherwise a run with a record must match it; one without is read as it is.
+    Returns run folder -> status; :class:`ReportError` names every run that fails."""
+    from ..integrity import IntegrityError, mismatches, read_record
+
+    statuses, failures = {}, []
+    for run_dir in run_dirs:
+        if not (Path(run_dir) / "summary.json").is_file():
+            continue  # load_summary names it
+        try:
+            if verify:
+                from ..pipeline.store import check_published
+
+                statuses[run_dir] = check_published(run_dir, store)
+                continue
+            record = read_record(run_dir)
+            problems = mismatches(run_dir, record) if record is not None else []
+            if problems:
+                raise IntegrityError("; ".join(problems))
+            statuses[run_dir] = "verified" if record is not None else "unrecorded"
+        except IntegrityError as e:
+            failures.append(str(e))
+    if failures:
+        raise ReportError(f"{len(failures)} run(s) not published: " + " | ".join(failures))
+    return statuses
+
+
+def collect_runs(pairs: Iterable[tuple[str, str]], store: str | os.PathLike | None = None,
+                 verify: bool = False, echo: Callable[[str], None] | None = None) -> pd.DataFrame:
+    """The runs table: one row per distinct run folder, its experiments joined with ``;``; each run's files are
+    checked first (:func:`checked_runs`).
 
     Folders are the same run when their real paths are equal; the first spelling given is kept.
     """
@@ -284,6 +316,12 @@ def collect_runs(pairs: Iterable[tuple[str, str]]) -> pd.DataFrame:
         experiments[key].add(exp)
     if not order:
         raise ReportError("no runs given")
+    statuses = checked_runs([spelled[key] for key in order], store, verify)
+    for run_dir, status in statuses.items():
+        if echo and status in ("restored", "adopted"):
+            echo(f"{run_dir}: {status} from the store ("
+                 + ("its files did not match the checksums recorded when it was trained)" if status == "restored"
+                    else "no checksum record: the store entry holding exactly these files gave it)"))
     rows = []
     for key in order:
         row = {"experiments": ";".join(sorted(experiments[key]))}
@@ -385,10 +423,17 @@ def apply_where(runs: pd.DataFrame, conditions: Iterable[str] | None) -> pd.Data
 
 
 def load_metrics(run_dir: str | os.PathLike) -> pd.DataFrame:
-    """A run's ``metrics.csv`` (NaN where evaluation was skipped); a missing file names the folder."""
+    """A run's ``metrics.csv`` (NaN where evaluation was skipped); a missing file names the folder, one that does not
+    match the checksum recorded when the run was trained names the file."""
+    from ..integrity import IntegrityError, check_file
+
     path = Path(run_dir) / "metrics.csv"
     if not path.is_file():
         raise ReportError(f"run folder {run_dir}: no metrics.csv")
+    try:
+        check_file(run_dir, "metrics.csv")
+    except IntegrityError as e:
+        raise ReportError(str(e)) from None
     df = pd.read_csv(path)
     missing = [c for c in ("iteration", "kind", "cum_wall_s", *METRIC_NAMES) if c not in df.columns]
     if missing:

@@ -135,8 +135,24 @@ def latex_table(header: Sequence[str], rows: Iterable[Sequence[str]], caption: s
     ])
 
 
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+"""Text that a spreadsheet reads as a formula when a cell starts with it (OWASP's CSV injection list)."""
+
+
+def spreadsheet_text(value: Any) -> Any:
+    """A text cell a spreadsheet shows as text: one starting with :data:`FORMULA_STARTS` gets a leading ``'`` (a
+    data set's metadata, a user's name: never a formula such as ``=HYPERLINK(...)``); numbers stay numbers."""
+    return "'" + value if isinstance(value, str) and value.startswith(FORMULA_STARTS) else value
+
+
 def write_csv(path: str | os.PathLike, df: pd.DataFrame, provenance: str | None = None) -> None:
-    """Write ``df`` as CSV atomically, ending with the provenance comment line when given."""
+    """Write ``df`` as CSV atomically (text cells through :func:`spreadsheet_text`), ending with the provenance
+    comment line when given."""
+    df = df.copy()
+    df.columns = [spreadsheet_text(str(c)) for c in df.columns]
+    for i, dtype in enumerate(df.dtypes):
+        if not pd.api.types.is_numeric_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype):
+            df.isetitem(i, df.iloc[:, i].map(spreadsheet_text))
     text = df.to_csv(index=False, lineterminator="\n")
     if provenance:
         text += PROVENANCE_PREFIX + provenance + "\n"

@@ -69,8 +69,11 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 from ..compiled_draws import RANDPERM_SWAP_LIMIT, shuffle_plans, warm_up as warm_up_draws
+from ..kernel_cache import guard_module, prepare
 from ..models import BIAS_FEATURE_SCALE, BinaryLogisticRegression
 from .caches import BoundedCache
+
+prepare(__file__)  # a writable cache folder before the kernels are decorated
 
 if "NUMBA_THREADING_LAYER" not in os.environ:
     numba.config.THREADING_LAYER = "workqueue"
@@ -1345,3 +1348,6 @@ def warm_up(threads: int = 0) -> None:
     warm_up_draws()
     for binary in (False, True):
         evaluate_rows(np.zeros((1, 2), DTYPE), np.zeros((1, 1), DTYPE), np.zeros(1, np.int64), binary, 1.0, False)
+
+
+guard_module(globals())  # a damaged cache file is removed and its kernel compiled again
