@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from . import plain_help
 from ..errors import EXIT_FAILED, EXIT_INPUT
 from ..data.sources import (DATASET_SOURCES, DEADLINE, MAX_BYTES, PAPER_SET_SOURCES, PAPER_SYNTHETIC_SETS, SOURCES,
                             dataset_folder,
@@ -226,7 +227,7 @@ def _guard(func):
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``data`` with sub-commands ``fetch``, ``prepare`` and ``extract``."""
     p = subparsers.add_parser("data", help="download and prepare data sets (the paper's synthetic sets, FEMNIST, Sent140)",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                              description=plain_help(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="data_command", metavar="{fetch,prepare,extract}")
     sub.required = True
 
