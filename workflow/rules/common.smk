@@ -200,9 +200,14 @@ def all_outputs():
     return [f for f in files if os.path.exists(f)] if MAKING_REPORT else files
 
 
+def workdir_relative(path):
+    """A config file as provenance names it: relative to the workflow folder, never the machine's absolute path."""
+    return os.path.relpath(path) if os.path.isabs(path) else str(path)
+
+
 def config_file_args():
     """`--config-file F ...` (every config file of this invocation) and `--preset NAME` for the provenance line."""
-    files = " ".join(f"--config-file {shlex.quote(str(f))}" for f in workflow.configfiles)
+    files = " ".join(f"--config-file {shlex.quote(workdir_relative(f))}" for f in workflow.configfiles)
     return f"{files} --preset {shlex.quote(CONFIG.get('preset', 'full'))}"
 
 
@@ -264,8 +269,12 @@ def front_page():
         with open(figures[0], "rb") as f:
             # in lines of 76 characters: docutils refuses longer lines; it joins an image URI's lines
             image = f"data:image/png;base64,\n{base64.encodebytes(f.read()).decode('ascii').rstrip()}"
+    from upfl.report.render import built_presets
+
+    tables = [f for f in all_outputs() if f.endswith(".md")]
     return {"claims_summary": summary, "headline_figure": os.path.basename(figures[0]) if figures else "",
-            "headline_image": image, "runs": len(RUNS), "preset": CONFIG.get("preset", "full")}
+            "headline_image": image, "runs": len(RUNS), "preset": CONFIG.get("preset", "full"),
+            "built_presets": built_presets(tables)}
 
 
 # The front page's template reads these as `snakemake.config["front_page"]` (set after the config was checked).

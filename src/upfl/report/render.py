@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -45,6 +46,22 @@ def config_preset(config_files: Sequence[str]) -> str:
         if isinstance(doc, dict) and doc.get("preset"):
             preset = str(doc["preset"])
     return preset
+
+
+def built_presets(markdown_files: Iterable[str | os.PathLike]) -> list[str]:
+    """The presets named by the provenance lines of existing Markdown outputs (``...; preset quick; ...``): what
+    a report of ``results/`` holds, whichever config the report command itself selects."""
+    presets = set()
+    for path in markdown_files:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError:
+            continue
+        for line in text.splitlines():
+            found = re.search(r"; preset ([^;]+);", line) if line.startswith("Provenance: ") else None
+            if found:
+                presets.add(found.group(1).strip())
+    return sorted(presets)
 
 
 def runs_provenance(runs: pd.DataFrame) -> str:

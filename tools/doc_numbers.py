@@ -1,0 +1,25 @@
+"""Write docs/numbers.md and the README's "Requirements and time" section from the plan and benchmarks/results/
+(upfl.pipeline.doc_numbers)."""
+
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from upfl.files import write_text  # noqa: E402
+from upfl.pipeline.doc_numbers import README_SECTION, numbers, numbers_page, readme_section, replace_section  # noqa: E402
+
+
+def main() -> None:
+    n = numbers(yaml.safe_load((ROOT / "config" / "config.yaml").read_text()), ROOT / "benchmarks" / "results")
+    write_text(ROOT / "docs" / "numbers.md", numbers_page(n))
+    readme = ROOT / "README.md"
+    write_text(readme, replace_section(readme.read_text(encoding="utf-8"), README_SECTION, readme_section(n)))
+    print(ROOT / "docs" / "numbers.md", readme)
+
+
+if __name__ == "__main__":
+    main()
