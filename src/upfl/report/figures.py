@@ -423,11 +423,12 @@ def length_note(data: pd.DataFrame, x: str) -> str:
 def figure_title(name: str) -> str:
     """The paper's number for an output named ``fig<N>[_part]`` ('Figure 5', 'Figure 3 (output)'), else a name
     that says the paper has no such figure."""
-    import re
+    from ..pipeline.captions import paper_figure
 
-    match = re.fullmatch(r"fig(\d+)(?:_(\w+))?", name)
-    if match:
-        return f"Figure {match.group(1)}" + (f" ({match.group(2).replace('_', ' ')})" if match.group(2) else "")
+    figure = paper_figure(name)
+    if figure:
+        number, part = figure
+        return f"Figure {number}" + (f" ({part})" if part else "")
     return f"Not in the paper: {name.replace('_', ' ')}"
 
 
