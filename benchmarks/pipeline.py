@@ -9,7 +9,7 @@ The synthetic part reads the paper's released data (`source: paper`, downloaded 
 `--paper-mirror DIR` (default ../shared/upstream beside the repository, when it exists) serves a mirror of the
 authors' files on 127.0.0.1 for the run (`sources.paper.url`); without one the files come from GitHub.
 
-Each (part, layout) runs `snakemake --cores N` in a fresh copy of the workflow (Snakefile, workflow/, config/,
+Each (part, layout) runs `snakemake --cores N` in a fresh copy of the workflow (workflow/, config/,
 profiles/; new resources/ and results/), so data generation, training, reports and Snakemake's own cost are
 all in the wall time. Parts: `quick` (config/quick.yaml's preset) and `synthetic` (config/config.yaml with
 the real-data sources excluded: every synthetic experiment of the config, found from the config, not from a
@@ -92,7 +92,6 @@ def one_run_per_job(config: dict) -> dict:
 
 def workflow_copy(dest: Path, config: dict) -> Path:
     dest.mkdir(parents=True)
-    shutil.copy(ROOT / "Snakefile", dest)
     for folder in ("workflow", "config", "profiles"):
         shutil.copytree(ROOT / folder, dest / folder)
     (dest / "config" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))

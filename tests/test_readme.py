@@ -48,7 +48,7 @@ def fresh_copy(dest: Path) -> Path:
     files = listed.stdout.split() if listed.returncode == 0 else []
     if not files:
         files = [str(p.relative_to(ROOT)) for folder in ("workflow", "config", "profiles", "results")
-                 for p in (ROOT / folder).rglob("*") if p.is_file()] + ["Snakefile", "README.md"]
+                 for p in (ROOT / folder).rglob("*") if p.is_file()] + ["README.md", "Makefile"]
     for name in files:
         if (ROOT / name).is_file():
             (dest / name).parent.mkdir(parents=True, exist_ok=True)

@@ -89,7 +89,6 @@ def cluster():
 def workflow_copy(tmp_path: Path) -> Path:
     wd = tmp_path / "wf"
     wd.mkdir()
-    shutil.copy(ROOT / "Snakefile", wd)
     for folder in ("workflow", "config", "profiles"):
         shutil.copytree(ROOT / folder, wd / folder)
     (wd / "config" / "config.yaml").write_text(CONFIG)
