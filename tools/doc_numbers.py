@@ -11,7 +11,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from upfl.files import write_text  # noqa: E402
 from upfl.pipeline.baselines import baselines_page  # noqa: E402
-from upfl.pipeline.doc_numbers import README_SECTION, numbers, numbers_page, readme_section, replace_section  # noqa: E402
+from upfl.pipeline.doc_numbers import (README_SECTION, TESTING_SECTION, numbers, numbers_page, readme_section,  # noqa: E402
+                                      replace_section, testing_section)
 
 
 def main() -> None:
@@ -21,6 +22,8 @@ def main() -> None:
     write_text(ROOT / "docs" / "baselines.md", baselines_page(config))
     readme = ROOT / "README.md"
     write_text(readme, replace_section(readme.read_text(encoding="utf-8"), README_SECTION, readme_section(n)))
+    testing = ROOT / "docs" / "testing.md"
+    write_text(testing, replace_section(testing.read_text(encoding="utf-8"), TESTING_SECTION, testing_section(n)))
     print(ROOT / "docs" / "numbers.md", ROOT / "docs" / "baselines.md", readme)
 
 

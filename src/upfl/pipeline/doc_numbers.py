@@ -15,6 +15,7 @@ from .plan import build_plan, resolve_preset
 
 REAL_SOURCES = ("femnist", "sent140")
 README_SECTION = "## Requirements and time"
+TESTING_SECTION = "## Duration and needs"
 
 
 def machine_description() -> dict[str, Any]:
@@ -64,10 +65,11 @@ def seconds_range(values: list[float]) -> str:
     return f"{values[0]:.0f} s" if round(values[0]) == round(values[-1]) else f"{values[0]:.0f}-{values[-1]:.0f} s"
 
 
-def quick_start_times(benchmarks: Path) -> list[dict[str, Any]]:
-    """`make quick` per machine and numba cache state: wall and CPU-seconds as ranges, load averages."""
+def quick_start_times(benchmarks: Path, name: str = "quick_start.json") -> list[dict[str, Any]]:
+    """`make quick` (or, from test_suite.json, `make test`) per machine and numba cache state: wall and
+    CPU-seconds as ranges, load averages."""
     groups: dict[tuple, list[dict]] = {}
-    for m in load(benchmarks, "quick_start.json").get("measurements", []):
+    for m in load(benchmarks, name).get("measurements", []):
         groups.setdefault((machine_text(m["machine"]), m["numba_cache"]), []).append(m)
     rows = []
     for (machine, cache), ms in sorted(groups.items()):
@@ -100,6 +102,7 @@ def solver_speedup(benchmarks: Path) -> str:
 
 def numbers(config: dict[str, Any], benchmarks: Path) -> dict[str, Any]:
     return {"plan": plan_counts(config), "quick_start": quick_start_times(benchmarks),
+            "test_suite": quick_start_times(benchmarks, "test_suite.json"),
             "synthetic_half": synthetic_half_times(benchmarks), "solver_speedup": solver_speedup(benchmarks)}
 
 
@@ -120,8 +123,26 @@ def readme_section(n: dict[str, Any]) -> str:
              + (f"{half['wall']} wall, {half['cpu']} of busy cores on {half['cores']} cores, numba cache {half['cache']}"
                 if half else "not measured yet") + " |",
              f"| Real-data half (FEMNIST, Sent140) | internet (2.5 GB of LEAF archives and GloVe), a GPU | "
-             f"{full['real_runs']} ({full['real_jobs']} GPU jobs) | not yet timed on a GPU |", ""]
+             f"{full['real_runs']} ({full['real_jobs']} GPU jobs) | not yet timed on a GPU |",
+             f"| `make test` (the whole suite) | `make install`, 2 cores; see docs/testing.md | | {suite_text(n)} |",
+             ""]
     return "\n".join(lines)
+
+
+def suite_text(n: dict[str, Any]) -> str:
+    return "; ".join(f"{r['wall']} wall, {r['cpu']} CPU on {r['machine']} (load average {r['load']})"
+                     for r in n["test_suite"]) or "not measured yet"
+
+
+def testing_section(n: dict[str, Any]) -> str:
+    """docs/testing.md's "Duration and needs" section."""
+    return "\n".join([TESTING_SECTION,
+                      f"`make test` in a fresh copy (`python benchmarks/quick_start.py --target test --runs cold "
+                      f"--out benchmarks/results/test_suite.json`): {suite_text(n)}. It needs the install of "
+                      "`make install` (Python >= 3.10, CPU torch, the `test` and `flower` extras) and 2 cores; the "
+                      "`install` test makes a second virtual environment (about 2 GB of disk, as `.venv` itself); "
+                      "no GPU and no network beyond pip's package sources for that test. Without SLURM (and root) "
+                      "`tests/test_slurm.py` is skipped with that reason; `.ci/run` installs it.", ""])
 
 
 def numbers_page(n: dict[str, Any]) -> str:
@@ -150,7 +171,8 @@ def numbers_page(n: dict[str, Any]) -> str:
     lines += ["", "## The synthetic half of the paper (benchmarks/pipeline.py)", ""]
     lines.append(f"{half['runs']} runs, bundled, numba's cache {half['cache']}, on {half['cores']} cores: {half['wall']} wall, "
                  f"{half['cpu']} of busy cores (load average {half['load']})." if half else "Not measured yet.")
-    lines += ["", "## The compiled solver (benchmarks/engine.py)", "",
+    lines += ["", "## `make test` (benchmarks/quick_start.py --target test)", "", suite_text(n) + ".",
+              "", "## The compiled solver (benchmarks/engine.py)", "",
               f"The numba solver against the batched torch solver, per training round on W1 (Synthetic(1,1), "
               f"FedProx mu = 1, E = 20): {n['solver_speedup'] or 'not measured yet'} faster.", ""]
     return "\n".join(lines)
