@@ -35,7 +35,7 @@ def quick_start_commands(readme: str) -> list[str]:
     return [line for line in lines if line]
 
 
-def test_command(readme: str) -> str:
+def readme_test_command(readme: str) -> str:
     """The README's test command: the code after 'Tests:' in the quick-start section."""
     found = re.search(r"Tests: `([^`]+)`", readme[readme.index(HEADING):])
     assert found, "README: no 'Tests: `COMMAND`' in the quick-start section"
@@ -130,5 +130,5 @@ def test_readme_set_up_and_test_commands_in_a_fresh_copy(tmp_path):
     assert (wd / ".venv" / "bin" / "snakemake").exists()
     run_line(commands[1], wd, env)
     check_quick_results(wd)
-    proc = run_line(test_command(readme), wd, {**env, "PYTEST_ADDOPTS": "tests/test_cli.py -k help -p no:cacheprovider"})
+    proc = run_line(readme_test_command(readme), wd, {**env, "PYTEST_ADDOPTS": "tests/test_cli.py -k help -p no:cacheprovider"})
     assert re.search(r"\d+ passed", proc.stdout), proc.stdout[-2000:]

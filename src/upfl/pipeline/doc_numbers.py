@@ -51,7 +51,8 @@ def plan_counts(config: dict[str, Any]) -> dict[str, dict[str, int]]:
         counts[preset] = {"runs": len(plan.runs), "real_runs": len(real), "synthetic_runs": len(synthetic),
                           "training_jobs": len(form_bundles(plan.runs)), "real_jobs": len(form_bundles(real)),
                           "synthetic_jobs": len(form_bundles(synthetic)), "experiments": len(plan.experiments),
-                          "outputs": len(plan.outputs)}
+                          "outputs": len(plan.outputs),
+                          "per_experiment": {e: len(ids) for e, ids in plan.experiments.items()}}
     return counts
 
 
@@ -159,6 +160,12 @@ def numbers_page(n: dict[str, Any]) -> str:
         lines.append(f"| `{preset}` | {c['runs']} | {c['synthetic_runs']} ({c['synthetic_jobs']}) | "
                      f"{c['real_runs']} ({c['real_jobs']}) | {c['training_jobs']} | {c['experiments']} | "
                      f"{c['outputs']} |")
+    presets = list(n["plan"])
+    lines += ["", "Runs per experiment (a run shared by experiments is listed under each):", "",
+              "| Experiment | " + " | ".join(f"`{p}`" for p in presets) + " |", "|---" * (len(presets) + 1) + "|"]
+    experiments = dict.fromkeys(e for p in presets for e in n["plan"][p]["per_experiment"])
+    lines += [f"| `{e}` | " + " | ".join(str(n["plan"][p]["per_experiment"].get(e, "")) for p in presets) + " |"
+              for e in experiments]
     lines += ["", "## `make quick` (benchmarks/quick_start.py)", "",
               "A fresh copy of the repository, `make quick` (the quick preset and its report); numba's cache empty "
               "(cold, as on a fresh clone: the kernels compile) or filled by the run before (warm). CPU: the "
