@@ -84,8 +84,21 @@ def run_line(line: str, wd: Path, env: dict | None = None, timeout: float = 900)
     return proc
 
 
+def provenance_with_absolute_paths(results: Path) -> list[str]:
+    """Provenance lines (Markdown 'Provenance: ...', CSV '# provenance: ...', HTML pages) naming an absolute path."""
+    bad = []
+    for path in results.rglob("*"):
+        if path.suffix not in (".md", ".csv", ".html", ".tex") or not path.is_file():
+            continue
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            if re.search(r"provenance", line, re.I) and re.search(r"(?:^|[\s(='\"])/[\w.-]+/", line):
+                bad.append(f"{path.relative_to(results)}: {line[:200]}")
+    return bad
+
+
 def check_quick_results(wd: Path) -> None:
     results = wd / "results"
+    assert not provenance_with_absolute_paths(results), provenance_with_absolute_paths(results)
     for name in ("tables/table1.md", "tables/time.md", "tables/table2.md", "figures/fig5.png", "runs.csv"):
         assert (results / name).stat().st_size > 0, name
     report = (results / "report.html").read_text(encoding="utf-8")

@@ -378,3 +378,14 @@ def test_figure_theme_equals_seaborns(font_scale):
         assert colour_palette("colorblind", n) == list(sns.color_palette("colorblind", n))
         assert colour_palette("viridis", n) == list(sns.color_palette("viridis", n_colors=n))
     assert colour_palette("colorblind")[2] == sns.color_palette("colorblind")[2]
+
+
+def test_provenance_names_config_files_relative_to_the_workflow_folder(tmp_path, monkeypatch):
+    from upfl.report.render import provenance_line
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "quick.yaml").write_text("preset: quick\n")
+    line = provenance_line([str(tmp_path / "config" / "quick.yaml"), "config/config.yaml"])
+    assert "config config/quick.yaml (sha256 " in line and "preset quick" in line
+    assert str(tmp_path) not in line and not re.search(r"(?:^|\s)/\w", line), line

@@ -200,14 +200,9 @@ def all_outputs():
     return [f for f in files if os.path.exists(f)] if MAKING_REPORT else files
 
 
-def workdir_relative(path):
-    """A config file as provenance names it: relative to the workflow folder, never the machine's absolute path."""
-    return os.path.relpath(path) if os.path.isabs(path) else str(path)
-
-
 def config_file_args():
     """`--config-file F ...` (every config file of this invocation) and `--preset NAME` for the provenance line."""
-    files = " ".join(f"--config-file {shlex.quote(workdir_relative(f))}" for f in workflow.configfiles)
+    files = " ".join(f"--config-file {shlex.quote(str(f))}" for f in workflow.configfiles)
     return f"{files} --preset {shlex.quote(CONFIG.get('preset', 'full'))}"
 
 

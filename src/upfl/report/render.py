@@ -93,6 +93,12 @@ def runs_provenance(runs: pd.DataFrame) -> str:
             f"{len(runs)} runs made at git {', '.join(commits) or 'unknown'}")
 
 
+def relative_to_workdir(path: str | os.PathLike) -> str:
+    """A path as a provenance line names it: relative to the folder the workflow runs in (never the building
+    machine's absolute path)."""
+    return os.path.relpath(path) if os.path.isabs(path) else str(path)
+
+
 def provenance_line(config_files: str | Sequence[str] | None = None, runs: pd.DataFrame | None = None,
                     preset: str | None = None) -> str:
     """``upfl <version>; git <commit>; config <file> (sha256 ...); preset <name>; data: ...; seeds ...; <n> runs
@@ -102,7 +108,7 @@ def provenance_line(config_files: str | Sequence[str] | None = None, runs: pd.Da
     parts = [f"upfl {__version__}", f"git {git_commit() or 'unknown'}"]
     for config_file in config_files or []:
         digest = sha256_file(config_file)[:12] if Path(config_file).is_file() else "file not found"
-        parts.append(f"config {config_file} (sha256 {digest})")
+        parts.append(f"config {relative_to_workdir(config_file)} (sha256 {digest})")
     if config_files or preset:
         parts.append(f"preset {preset or config_preset(config_files or [])}")
     else:
