@@ -457,10 +457,20 @@ def figure_title(name: str) -> str:
     return f"Not in the paper: {name.replace('_', ' ')}"
 
 
+def wrapped_note(text: str, width_in: float) -> str:
+    """A figure's note in lines that fit its width (about 14 characters per inch at the note's small font), so a
+    long note never widens the saved figure and squashes its panels."""
+    import textwrap
+
+    width = max(50, int(width_in * 14))
+    return "\n".join(textwrap.fill(line, width) for line in text.splitlines())
+
+
 def _finish(fig, title: str | None, note: str = "") -> None:
     if title:
         fig.suptitle(title)
-    fig.text(0.5, -0.01, BAND_NOTE + (f"\n{note}" if note else ""), ha="center", va="top", fontsize="small")
+    text = wrapped_note(BAND_NOTE + (f"\n{note}" if note else ""), fig.get_figwidth())
+    fig.text(0.5, -0.01, text, ha="center", va="top", fontsize="small")
     fig.tight_layout()
 
 
