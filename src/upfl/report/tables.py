@@ -126,7 +126,7 @@ def table1_rows(frame: pd.DataFrame) -> list[list[str]]:
     for dataset in dict.fromkeys(frame["dataset"]):
         mus = dataset_mus(frame, dataset) or [math.nan]
         for i, mu in enumerate(mus):
-            line = [dataset_label(dataset) if i == 0 else "", "" if math.isnan(mu) else f"μ = {fmt_mu(mu)}"]
+            line = [dataset_label(dataset) if i == 0 else "", "" if math.isnan(mu) else fmt_mu(mu)]
             up: dict = {}
             for alg in ("fedavg", "fedprox", "upcycled"):
                 want = math.nan if alg == "fedavg" else mu
