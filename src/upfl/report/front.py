@@ -33,8 +33,9 @@ def _span(values: list[float]) -> str:
 
 
 def headline_numbers(claims_csv: str | Path) -> list[dict[str, str]]:
-    """One row per headline: what, the paper's value (a range over Table 1's cells), ours (the same cells) and how
-    many of its rows hold / do not hold / have too few seeds. [] when the claims page is not built."""
+    """One row per headline: what, the paper's value (a range over the Table 1 cells measured here, all of them when
+    none is), ours (the same cells) and how many of its rows hold / do not hold / have too few seeds. [] when the
+    claims page is not built."""
     path = Path(claims_csv)
     if not path.exists():
         return []
@@ -48,7 +49,8 @@ def headline_numbers(claims_csv: str | Path) -> list[dict[str, str]]:
         verdicts: dict[str, int] = {}
         for r in hit:
             verdicts[r["verdict"]] = verdicts.get(r["verdict"], 0) + 1
-        headlines.append({"what": label, "paper": _span([_number(r["paper"]) for r in hit]),
+        measured = [r for r in hit if not math.isnan(_number(r["ours"]))]
+        headlines.append({"what": label, "paper": _span([_number(r["paper"]) for r in measured or hit]),
                           "ours": _span([_number(r["ours"]) for r in hit]),
                           "verdicts": ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items()))})
     return headlines
