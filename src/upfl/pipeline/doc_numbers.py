@@ -82,10 +82,11 @@ def quick_start_times(benchmarks: Path, name: str = "quick_start.json") -> list[
     return rows
 
 
-def synthetic_half_times(benchmarks: Path) -> dict[str, str]:
-    """The full config's synthetic half, bundled, from benchmarks/pipeline.py's file (wall and busy core-seconds)."""
+def synthetic_half_times(benchmarks: Path, name: str = "synthetic") -> dict[str, str]:
+    """A part of benchmarks/pipeline.py's file, bundled (the full config's synthetic half, or ``quick``: the
+    workflow without the report): wall and busy core-seconds."""
     doc = load(benchmarks, "pipeline.json")
-    part = doc.get("parts", {}).get("synthetic", {}).get("bundled")
+    part = doc.get("parts", {}).get(name, {}).get("bundled")
     if not part or not part.get("completed"):
         return {}
     return {"wall": seconds_range([part["wall_s"]]), "cpu": seconds_range([part["timeline"]["busy_core_s"]]),
@@ -104,14 +105,19 @@ def solver_speedup(benchmarks: Path) -> str:
 def numbers(config: dict[str, Any], benchmarks: Path) -> dict[str, Any]:
     return {"plan": plan_counts(config), "quick_start": quick_start_times(benchmarks),
             "test_suite": quick_start_times(benchmarks, "test_suite.json"),
-            "synthetic_half": synthetic_half_times(benchmarks), "solver_speedup": solver_speedup(benchmarks)}
+            "synthetic_half": synthetic_half_times(benchmarks), "quick_workflow": synthetic_half_times(benchmarks, "quick"),
+            "solver_speedup": solver_speedup(benchmarks)}
 
 
 def readme_section(n: dict[str, Any]) -> str:
     """The README's "Requirements and time" section."""
     full, quick, half = n["plan"]["full"], n["plan"]["quick"], n["synthetic_half"]
-    quick_times = "; ".join(f"{r['wall']} wall, {r['cpu']} CPU on {r['machine']}, numba cache {r['cache']}"
-                            for r in n["quick_start"]) or "not measured yet"
+    quick_times = "; ".join(f"{r['wall']} wall, {r['cpu']} CPU on {r['machine']}, numba cache {r['cache']}, load "
+                            f"average {r['load']}" for r in n["quick_start"]) or "not measured yet"
+    qw = n.get("quick_workflow")
+    if qw:
+        quick_times += (f"; the workflow alone (no report, `benchmarks/pipeline.py`): {qw['wall']} wall, {qw['cpu']} of "
+                        f"busy cores on {qw['cores']} cores, numba cache {qw['cache']}, load average {qw['load']}")
     lines = [README_SECTION,
              "Measured with `python benchmarks/quick_start.py` and `python benchmarks/pipeline.py` (ranges over the "
              "runs in `benchmarks/results/`; all counts and times: [docs/numbers.md](docs/numbers.md)). A machine "
