@@ -42,13 +42,20 @@ def readme_test_command(readme: str) -> str:
     return found.group(1)
 
 
+BUILT = {".git", ".venv", ".snakemake", "__pycache__", ".pytest_cache", "runs", "data"}
+"""Folders a checkout outside git leaves out of its copy (environments, caches, built data)."""
+
+
 def fresh_copy(dest: Path) -> Path:
-    """The repository's tracked files (a fresh clone without .git), or the workflow files outside git."""
+    """The repository's tracked files (a fresh clone without .git); outside git (a copy such as
+    benchmarks/quick_start.py makes) every file but built folders, results/ and resources/ (their READMEs kept)."""
     listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True)
     files = listed.stdout.split() if listed.returncode == 0 else []
     if not files:
-        files = [str(p.relative_to(ROOT)) for folder in ("workflow", "config", "profiles", "results")
-                 for p in (ROOT / folder).rglob("*") if p.is_file()] + ["README.md", "Makefile"]
+        files = [str(p.relative_to(ROOT)) for p in ROOT.rglob("*") if p.is_file()
+                 and not BUILT & set(p.relative_to(ROOT).parts[:-1])
+                 and (p.relative_to(ROOT).parts[0] not in ("results", "resources", ".test") or p.name == "README.md"
+                      or p.relative_to(ROOT).parts[:2] == (".test", "config"))]
     for name in files:
         if (ROOT / name).is_file():
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
