@@ -42,7 +42,7 @@ def readme_test_command(readme: str) -> str:
     return found.group(1)
 
 
-BUILT = {".git", ".venv", ".snakemake", "__pycache__", ".pytest_cache", "runs", "data"}
+BUILT = {".git", ".venv", ".snakemake", "__pycache__", ".pytest_cache"}
 """Folders a checkout outside git leaves out of its copy (environments, caches, built data)."""
 
 
