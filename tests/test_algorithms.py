@@ -13,6 +13,7 @@ from upfl import config as cfgmod
 from upfl.algorithms import (ALGORITHMS, AlgorithmPrivacyError, ClientRound, algorithm_names, build_algorithm,
                              is_upcycled, weighted_average)
 from upfl.algorithms.fednova import momentum_work
+from upfl.names import DEFAULT_STEP
 from upfl.cli import main
 from upfl.data import generate_synthetic, load_leaf
 from upfl.data.leaf import write_leaf
@@ -112,8 +113,7 @@ def test_registry_names_and_config_errors(small_data, tmp_path):
         make_cfg(small_data, tmp_path, name="fedprox", server_momentum=0.5)
     with pytest.raises(cfgmod.ConfigError, match="algorithm.mu: scaffold has no proximal term"):
         make_cfg(small_data, tmp_path, name="scaffold", mu=0.1)
-    with pytest.raises(cfgmod.ConfigError, match="algorithm.lam: upcycled_fedavg needs"):
-        make_cfg(small_data, tmp_path, name="upcycled_fedavg")
+    assert make_cfg(small_data, tmp_path, name="upcycled_fedavg").algorithm.step == DEFAULT_STEP
     with pytest.raises(cfgmod.ConfigError, match="unknown config key 'algorithm.betaa'"):
         make_cfg(small_data, tmp_path, name="fedadam", betaa=0.1)
     assert make_cfg(small_data, tmp_path, name="upcycled_feddyn", lam=0.1).algorithm.alpha == 0.01

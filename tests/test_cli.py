@@ -1,6 +1,8 @@
 """The command line teaches: help with what each flag sets, its default, choices and unit; a misspelt flag named
 by the sub-command it was given to, with the closest flag; a missing data folder reported before any other key."""
 
+import re
+
 import pytest
 
 from upfl.cli import build_parser, main
@@ -71,3 +73,49 @@ def test_kernels_warm_up_records_what_it_did(tmp_path, monkeypatch, capsys):
     assert main(["kernels", "warm-up", "--out", str(out)]) == 0
     assert json.loads(out.read_text())["numba"] is None
     assert "torch solver" in capsys.readouterr().out
+
+
+def test_misspelt_algorithm_and_model_get_the_closest_one(tmp_path, capsys):
+    from upfl.data import generate_synthetic
+
+    data = generate_synthetic("synthetic_1_1", tmp_path / "d", data_seed=0, num_devices=3)
+    rc = main(["run", "--data", str(data), "--algorithm", "fedporx", "--out", str(tmp_path / "o")])
+    assert rc == 2 and "unknown algorithm 'fedporx'; did you mean 'fedprox'?" in capsys.readouterr().err
+    rc = main(["run", "--data", str(data), "--model", "lgreg", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "model.name: must be one of logreg, binary_logreg, mlp, cnn, lstm" in err
+    assert "did you mean 'logreg'?" in err
+
+
+def test_model_choices_are_the_builders():
+    from upfl.models import BUILDERS
+    from upfl.names import MODEL_NAMES
+
+    assert tuple(BUILDERS) == MODEL_NAMES
+
+
+def test_the_default_algorithm_runs_without_lam_at_table1s_step(tmp_path, capsys):
+    """`upfl run --data D --out O` trains Upcycled-FL at step 0.7 (Table 1's mu/(mu+lambda)); summary says so."""
+    import json
+
+    from upfl.data import generate_synthetic
+    from upfl.names import DEFAULT_STEP, even_step_coefficient
+
+    assert all(abs(even_step_coefficient(mu, lam) - DEFAULT_STEP) < 0.02
+               for mu, lam in ((0.1, 0.04), (0.3, 0.12), (0.5, 0.21), (1, 0.43)))
+    data = generate_synthetic("synthetic_1_1", tmp_path / "d", data_seed=0, num_devices=3)
+    rc = main(["run", "--data", str(data), "--rounds", "2", "--epochs", "2", "--out", str(tmp_path / "o")])
+    assert rc == 0, capsys.readouterr().err
+    algorithm = json.loads((tmp_path / "o" / "summary.json").read_text())["config"]["algorithm"]
+    assert algorithm["name"] == "upcycled" and algorithm["step"] == DEFAULT_STEP and algorithm["lam"] is None
+
+
+@pytest.mark.parametrize("command", [["run"], ["synth"], ["stats"], ["privacy"], ["data"], ["data", "fetch"],
+                                     ["data", "prepare"], ["data", "extract"], ["report"], ["report", "claims"],
+                                     ["report", "figure"], ["kernels"], ["store"], ["run-many"]])
+def test_no_help_prints_restructuredtext(command, capsys):
+    with pytest.raises(SystemExit) as stop:
+        main([*command, "--help"])
+    assert stop.value.code == 0
+    out = capsys.readouterr().out
+    assert "``" not in out and not re.search(r":(func|mod|class|meth):`", out), out

@@ -171,8 +171,9 @@ def test_malformed_dataset_and_bad_flags_write_nothing(tmp_path, capsys, small_d
     (bad / "train" / "d.json").write_text(json.dumps(doc))
     assert main(["run", "--data", str(bad), "--algorithm", "fedavg", "--out", str(out)]) == 2
     assert "labels must be >= 0" in capsys.readouterr().err
-    assert main(["run", "--data", small_data, "--algorithm", "upcycled", "--mu", "1", "--out", str(out)]) == 2
-    assert "algorithm.lam" in capsys.readouterr().err
+    assert main(["run", "--data", small_data, "--algorithm", "upcycled", "--mu", "1", "--lam", "-1", "--out",
+                 str(out)]) == 2
+    assert "algorithm.lam: must be >= 0" in capsys.readouterr().err
     assert not out.exists()
 
 

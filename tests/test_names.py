@@ -117,7 +117,6 @@ def test_snakemake_dry_run_imports_no_torch(tmp_path):
     """``snakemake -n`` on a copy of the workflow (quick preset): ``-X importtime`` lists no torch module."""
     wd = tmp_path / "wf"
     wd.mkdir()
-    shutil.copy(ROOT / "Snakefile", wd)
     for folder in ("workflow", "config", "profiles"):
         shutil.copytree(ROOT / folder, wd / folder)
     proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "snakemake", "--workflow-profile", "none",

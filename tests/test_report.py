@@ -2,6 +2,7 @@
 
 import json
 import math
+import os
 import re
 import shutil
 from pathlib import Path
@@ -168,11 +169,12 @@ def test_table1_numbers_equal_recomputation_from_summaries(runset, tmp_path):
                 holds = row[f"claim_holds_{metric}"]
                 assert (holds in (True, "True")) == (d.mean() - half > 0)
     md = Path(f"{prefix}.md").read_text()
-    assert md.count("| Synthetic(1,1) |") == 1 and "| μ = 0.1 |" in md and "|  | μ = 1 |" in md
+    assert md.count("| Synthetic(1,1) |") == 1 and "| Synthetic(1,1) | 0.1 |" in md and "|  | 1 |" in md
     assert "69.70 (71.12)" in md and "75.69 (76.58)" in md  # the paper's FedAvg and FedProx (mu 1) cells
     for path in (f"{prefix}.md", f"{prefix}.tex", f"{prefix}.csv"):
         last = [ln for ln in Path(path).read_text().splitlines() if ln.strip() and not ln.startswith("\\end")][-1]
-        shown = [tex_escape(str(f)) if path.endswith(".tex") else str(f) for f in (cfg, quick)]
+        named = [os.path.relpath(f) for f in (cfg, quick)]  # relative to the folder the command ran in
+        shown = [tex_escape(f) if path.endswith(".tex") else f for f in named]
         assert "upfl 0.1.0" in last and "git " in last and all(f in last for f in shown)
         # The provenance names the preset, the data the runs were trained on, their seeds and how many runs.
         assert "preset quick" in last and "seeds 0 1" in last
@@ -380,3 +382,14 @@ def test_figure_theme_equals_seaborns(font_scale):
         assert colour_palette("colorblind", n) == list(sns.color_palette("colorblind", n))
         assert colour_palette("viridis", n) == list(sns.color_palette("viridis", n_colors=n))
     assert colour_palette("colorblind")[2] == sns.color_palette("colorblind")[2]
+
+
+def test_provenance_names_config_files_relative_to_the_workflow_folder(tmp_path, monkeypatch):
+    from upfl.report.render import provenance_line
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "quick.yaml").write_text("preset: quick\n")
+    line = provenance_line([str(tmp_path / "config" / "quick.yaml"), "config/config.yaml"])
+    assert "config config/quick.yaml (sha256 " in line and "preset quick" in line
+    assert str(tmp_path) not in line and not re.search(r"(?:^|\s)/\w", line), line

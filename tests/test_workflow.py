@@ -23,10 +23,9 @@ pytestmark = pytest.mark.workflow
 
 
 def workflow_copy(tmp_path: Path) -> Path:
-    """A copy of the workflow (Snakefile, rules, config, profiles) in a temp folder."""
+    """A copy of the workflow (workflow/: Snakefile and rules; config, profiles) in a temp folder."""
     wd = tmp_path / "wf"
     wd.mkdir()
-    shutil.copy(ROOT / "Snakefile", wd)
     for folder in ("workflow", "config", "profiles"):
         shutil.copytree(ROOT / folder, wd / folder)
     return wd

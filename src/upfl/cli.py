@@ -14,6 +14,7 @@ import sys
 from . import __version__
 from . import config as cfgmod
 from .errors import EXIT_BUSY, EXIT_INPUT
+from .names import DEFAULT_STEP
 
 RUN_FLAGS = {
     "data": ("data.path", str), "algorithm": ("algorithm.name", str), "mu": ("algorithm.mu", float),
@@ -33,7 +34,7 @@ RUN_FLAG_HELP = {
     "data": "data set folder (LEAF layout, e.g. resources/data/paper/synthetic_1_1)",
     "algorithm": "algorithm (upcycled_<base> upcycles any base)",
     "mu": "proximal coefficient μ (Eq. 3)", "lam": "Upcycled-FL's λ: the even step is μ/(μ+λ) (Eq. 5)",
-    "step": "even-iteration step, instead of μ/(μ+λ)", "schedule": "step schedule over the iterations",
+    "step": f"even-iteration step, instead of μ/(μ+λ); with neither, {DEFAULT_STEP} (Table 1's μ/(μ+λ))", "schedule": "step schedule over the iterations",
     "rounds": "iterations T, even (upcycling) ones included: FedProx 80 = Upcycled-FL 160",
     "frac": "fraction of devices sampled per iteration (0..1]", "straggler": "fraction of sampled devices that straggle [0..1]",
     "straggler_policy": "what a straggler does", "straggler_draw": "how stragglers are drawn",

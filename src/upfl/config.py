@@ -26,7 +26,7 @@ import yaml
 
 from .engine.draws import resolve_straggler_policy
 from .errors import ConfigError
-from .names import algorithm_names, check_algorithm_config
+from .names import DEFAULT_STEP, MODEL_NAMES, algorithm_names, check_algorithm_config, is_upcycled
 from .privacy.mechanisms import float32_scale_problem
 
 SCHEMA_VERSION = 1
@@ -64,7 +64,8 @@ class AlgorithmConfig:
     lam: float | None = None
     """lambda of Eq. (5): the even-iteration coefficient is mu / (mu + lambda) (upcycled algorithms)."""
     step: float | None = None
-    """The even-iteration coefficient c_1 directly (instead of ``lam``; upcycled algorithms)."""
+    """The even-iteration coefficient c_1 directly (instead of ``lam``; upcycled algorithms). An upcycled run
+    with neither takes step 0.7 (Table 1's mu/(mu+lambda); ``upfl.names.DEFAULT_STEP``)."""
     schedule: str = "const"
     """``const`` (c_m = c_1), ``horizon`` (c_m = c_1 / sqrt(M), M training rounds of the run; Corollary 4.8),
     ``inv_sqrt`` (c_m = c_1 / sqrt(m), an increasing lambda_m)."""
@@ -189,6 +190,7 @@ class RunConfig:
 
 CHOICES = {
     "device": ("auto", "cpu", "cuda"),
+    "model.name": MODEL_NAMES,
     "data.feature_scaling": ("none", "unit_norm"),
     "algorithm.schedule": ("const", "horizon", "inv_sqrt"),
     "devices.straggler_policy": ("partial", "drop"),
@@ -303,7 +305,9 @@ def validate(cfg: RunConfig) -> RunConfig:
     for key, allowed in CHOICES.items():
         value = get_key(cfg, key)
         if value not in allowed:
-            raise ConfigError(f"{key}: must be one of {', '.join(allowed)}; got {value!r}")
+            close = difflib.get_close_matches(str(value), allowed, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"{key}: must be one of {', '.join(allowed)}; got {value!r}{hint}")
     a, d, s = cfg.algorithm, cfg.devices, cfg.solver
     checks = [
         ("rounds", cfg.rounds >= 1, "must be >= 1"),
@@ -341,6 +345,8 @@ def validate(cfg: RunConfig) -> RunConfig:
         raise ConfigError(f"devices.straggler: stragglers run 1..E-1 epochs, so they need solver.epochs >= 2 "
                           f"(got epochs {s.epochs} with straggler probability {d.straggler})")
     check_algorithm_config(cfg)
+    if is_upcycled(a.name) and a.lam is None and a.step is None:
+        cfg = dataclasses.replace(cfg, algorithm=dataclasses.replace(a, step=DEFAULT_STEP))
     p = cfg.privacy
     if not 0 < p.delta < 1:
         raise ConfigError(f"privacy.delta: must be in (0, 1), got {p.delta!r}")

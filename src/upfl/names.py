@@ -8,10 +8,18 @@ odd iterations train the base, even iterations apply Eq. (5) on the server.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 
 from .errors import AlgorithmPrivacyError, ConfigError
 
 PREFIX = "upcycled"
+
+DEFAULT_STEP = 0.7
+"""The even-iteration coefficient c_1 of an upcycled run that gives neither ``algorithm.lam`` nor
+``algorithm.step``: Table 1's four (mu, lambda) pairs all have mu/(mu+lambda) within 0.015 of 0.7 (0.699 to 0.714)."""
+
+MODEL_NAMES = ("logreg", "binary_logreg", "mlp", "cnn", "lstm")
+"""Every ``model.name`` (the builders of :mod:`upfl.models`; here so that ``upfl run --help`` needs no torch)."""
 """``upcycled`` is Upcycled FedProx (the paper's Upcycled-FL); ``upcycled_<base>`` upcycles any other base."""
 
 ALGORITHM_KEYS: dict[str, tuple[str, ...]] = {
@@ -85,7 +93,9 @@ def is_known(name: str) -> bool:
 def check_known(name: str) -> str:
     """The base of a valid ``algorithm.name``; ConfigError naming the choices otherwise."""
     if not is_known(name):
-        raise ConfigError(f"algorithm.name: unknown algorithm {name!r}; choose one of {', '.join(algorithm_names())}")
+        close = difflib.get_close_matches(str(name), algorithm_names(), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"algorithm.name: unknown algorithm {name!r}{hint} (one of {', '.join(algorithm_names())})")
     return base_name(name)
 
 
@@ -136,9 +146,7 @@ def check_algorithm_config(cfg) -> None:
     if upcycled:
         if a.lam is not None and a.step is not None:
             raise ConfigError("algorithm.step: give either algorithm.lam or algorithm.step, not both")
-        if a.step is None:
-            if a.lam is None:
-                raise ConfigError(f"algorithm.lam: {a.name} needs algorithm.lam (or algorithm.step)")
+        if a.step is None and a.lam is not None:
             if extrapolation_mu(base, a.mu, a.alpha) + a.lam == 0:
                 raise ConfigError("algorithm.lam: mu + lambda must be > 0 (with mu = 0, give algorithm.step)")
     elif a.lam is not None or a.step is not None:

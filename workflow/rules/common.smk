@@ -265,20 +265,37 @@ def front_page():
     if os.path.exists("results/tables/claims.md"):
         with open("results/tables/claims.md", encoding="utf-8") as f:
             summary = next((line[len("Summary: "):].strip() for line in f if line.startswith("Summary: ")), "")
-    figures = [f for name, out in OUTPUTS.items() if out["kind"] == "convergence" for f in output_of(name)
-               if f.endswith(".png") and os.path.exists(f)]
+    from upfl.pipeline.captions import paper_figure
+    from upfl.report.front import headline_numbers, headline_table_rst
+
+    # The headline figure: the convergence figure built that comes first in the paper (Figure 2, left, in the
+    # full config), a few panels that stay legible at the page's width.
+    first = sorted((paper_figure(name) or (99, ""), i, name) for i, (name, out) in enumerate(OUTPUTS.items())
+                   if out["kind"] == "convergence")
+    figures = [f for *_, name in first for f in output_of(name) if f.endswith(".png") and os.path.exists(f)]
     image = ""
     if figures:
         with open(figures[0], "rb") as f:
             # in lines of 76 characters: docutils refuses longer lines; it joins an image URI's lines
             image = f"data:image/png;base64,\n{base64.encodebytes(f.read()).decode('ascii').rstrip()}"
-    return {"claims_summary": summary, "headline_figure": os.path.basename(figures[0]) if figures else "",
-            "headline_image": image, "runs": built_runs("results/runs.csv"),
-            "preset": built_preset("results/tables/claims.csv") or CONFIG.get("preset", "full")}
+    tables = [f for f in all_outputs() if f.endswith(".md")]
+    return {"claims_summary": summary, "headlines": headline_table_rst(headline_numbers("results/tables/claims.csv")),
+            "headline_figure": os.path.basename(figures[0]) if figures else "", "headline_image": image,
+            "runs": built_runs("results/runs.csv"), "planned_runs": len(RUNS), "built_presets": built_presets(tables)}
 
 
-# The front page's template reads these as `snakemake.config["front_page"]` (set after the config was checked).
+def figure_labels(wildcards):
+    """A figure's label in the report: its place in the paper's order (Snakemake sorts the labels as text)."""
+    from upfl.pipeline.captions import paper_order_label
+
+    return {"figure": paper_order_label(wildcards.name)}
+
+
+# The front page's and the captions' templates read these as `snakemake.config["front_page"]` and
+# `snakemake.config["captions"]` (set after the config was checked).
 if MAKING_REPORT:
-    from upfl.report.built import built_preset, built_runs
+    from upfl.pipeline.captions import output_captions
+    from upfl.report.built import built_presets, built_runs
 
     config["front_page"] = front_page()
+    config["captions"] = output_captions(CONFIG, PLAN)

@@ -144,7 +144,7 @@ rule draws_report:
         html=report("results/tables/{name}.html", category="Tables", subcategory="{name}", caption="../report/draws.rst"),
         csv=report("results/tables/{name}.csv", category="Tables", subcategory="{name}", caption="../report/draws.rst"),
         md="results/tables/{name}.md",
-        png=report("results/figures/{name}.png", category="Figures", caption="../report/draws.rst"),
+        png=report("results/figures/{name}.png", category="Figures", caption="../report/draws.rst", labels=figure_labels),
         pdf="results/figures/{name}.pdf",
         fig_csv="results/figures/{name}.csv",
     wildcard_constraints:
@@ -227,7 +227,7 @@ rule figure:
     input:
         report_inputs,
     output:
-        png=report("results/figures/{name}.png", category="Figures", caption="../report/figure.rst"),
+        png=report("results/figures/{name}.png", category="Figures", caption="../report/figure.rst", labels=figure_labels),
         pdf="results/figures/{name}.pdf",
         csv="results/figures/{name}.csv",
     wildcard_constraints:

@@ -17,6 +17,7 @@ import json
 import sys
 from pathlib import Path
 
+from . import plain_help
 from ..errors import EXIT_FAILED, EXIT_INPUT
 from ..data.registry import DATASETS
 from ..data.sources import DEADLINE, MAX_BYTES, SOURCES, resolve_sources
@@ -143,7 +144,7 @@ def _guard(func):
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``data`` with sub-commands ``fetch``, ``prepare`` and ``extract``."""
     p = subparsers.add_parser("data", help="download and prepare data sets (the paper's synthetic sets, FEMNIST, Sent140)",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                              description=plain_help(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="data_command", metavar="{fetch,prepare,extract}")
     sub.required = True
 

@@ -16,6 +16,7 @@ import argparse
 from typing import Any
 
 
+from . import plain_help
 from .. import config as cfgmod
 
 OUTPUT_COLUMNS = [("sound", "eps sound (2tau) [guarantee]"), ("paper_formula", "eps paper C.1"),
@@ -153,7 +154,7 @@ def cmd_privacy(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``privacy``."""
     p = subparsers.add_parser("privacy", help="per-device epsilons of a run config (no training)",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                              description=plain_help(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True, help="run config YAML")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a run-config key, dotted (privacy.sigma=0.8); the value is read as YAML")

@@ -30,6 +30,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from . import plain_help
+
 
 def _runs(args: argparse.Namespace):
     """The runs table, restricted to ``--experiment`` and ``--where``."""
@@ -238,7 +240,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``report`` with sub-commands ``runs``, ``table1``, ``table2``, ``time``, ``privacy-table``, ``claims``,
     ``draws``, ``sensitivity``, ``protocol-gap``, ``gain-grid`` and ``figure``."""
     p = subparsers.add_parser("report", help="runs table, the paper's tables and figures",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                              description=plain_help(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="report_command",
                            metavar="{runs,table1,table2,time,privacy-table,ablation-table,claims,draws,sensitivity,"
                                    "protocol-gap,gain-grid,figure}")

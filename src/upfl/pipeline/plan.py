@@ -500,12 +500,13 @@ def results_readme(config: dict[str, Any]) -> str:
     for preset in ["full", *config.get("presets", {})]:
         plan = build_plan({**config, "preset": preset})
         resolved = resolve_preset({**config, "preset": preset})
-        command = "snakemake --cores all" + ("" if preset == "full" else f" --config preset={preset}")
+        selects = "" if preset == "full" else f" --config preset={preset}"  # after any target: --config takes every word
+        command = f"snakemake --cores all{selects}"
         sources = sorted({resolved["datasets"][d]["source"] for d in plan.datasets})
         lines += [f"## Preset `{preset}`: `{command}`", "",
                   f"{len(plan.runs)} runs on {len(plan.datasets)} data sets (sources: {', '.join(sources)}); "
-                  f"{len(plan.outputs)} report outputs. Targets (`snakemake --cores all{'' if preset == 'full' else f' --config preset={preset}'} "
-                  "TARGET`) and their files:", ""]
+                  f"{len(plan.outputs)} report outputs. Targets (`snakemake --cores all TARGET{selects}`) and their "
+                  "files:", ""]
         for target, names in sorted(plan.targets.items()):
             files = [f.removeprefix("results/") for n in names
                      for f in output_files(plan.outputs[n]["kind"], n)]

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import csv
 import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
 
-from .render import PROVENANCE_PREFIX
 
 
 def built_runs(runs_csv: str | os.PathLike) -> int:
@@ -19,14 +21,17 @@ def built_runs(runs_csv: str | os.PathLike) -> int:
         return 0
 
 
-def built_preset(table_csv: str | os.PathLike) -> str | None:
-    """The preset a table was built for, from its provenance line (``...; preset quick; ...``); None without one."""
-    try:
-        with open(table_csv, encoding="utf-8") as f:
-            lines = [line for line in f if line.startswith(PROVENANCE_PREFIX)]
-    except OSError:
-        return None
-    for part in (lines[-1][len(PROVENANCE_PREFIX):].split("; ") if lines else []):
-        if part.startswith("preset "):
-            return part[len("preset "):].strip()
-    return None
+def built_presets(markdown_files: Iterable[str | os.PathLike]) -> list[str]:
+    """The presets named by the provenance lines of existing Markdown outputs (``...; preset quick; ...``): what
+    a report of ``results/`` holds, whichever config the report command itself selects."""
+    presets = set()
+    for path in markdown_files:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError:
+            continue
+        for line in text.splitlines():
+            found = re.search(r"; preset ([^;]+);", line) if line.startswith("Provenance: ") else None
+            if found:
+                presets.add(found.group(1).strip())
+    return sorted(presets)

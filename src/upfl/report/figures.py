@@ -132,9 +132,22 @@ def line_keys(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def line_style(line: str) -> str:
-    """Dashed for the non-private references of a private figure, solid otherwise."""
-    return "--" if "non-private" in line else "-"
+VARIANT_STYLES = (("-", None), ("--", "o"), ("-.", "s"), ((0, (5, 1, 1, 1, 1, 1)), "^"), ((0, (8, 2)), "D"))
+"""Line style and marker of the k-th variant of one algorithm in a figure (beside its shade of the colour), so
+that noise levels or λ values stay apart in grey print and for colour-blind readers."""
+REFERENCE_STYLE = (":", None)
+"""The non-private reference of a private figure: dotted."""
+
+
+def line_styles(lines: Sequence[str]) -> dict[str, tuple[Any, str | None]]:
+    """Each legend entry's (line style, marker): the non-private references dotted; the variants of one algorithm
+    (its noise levels, λ values) each their own dash pattern and marker, in legend order."""
+    styles: dict[str, tuple[Any, str | None]] = {}
+    for algorithm in dict.fromkeys(line_algorithm(ln) for ln in lines):
+        variants = [ln for ln in lines if line_algorithm(ln) == algorithm and "non-private" not in ln]
+        for k, ln in enumerate(variants):
+            styles[ln] = VARIANT_STYLES[k % len(VARIANT_STYLES)]
+    return {ln: styles.get(ln, REFERENCE_STYLE) for ln in lines}
 
 
 def _curve_rows(run: dict, metrics: Sequence[str], x: str) -> pd.DataFrame:
@@ -319,7 +332,7 @@ def outside_legend(ax, fontsize: str = "small") -> None:
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, frameon=False, fontsize=fontsize)
 
 
-def draw_band(ax, d: pd.DataFrame, color, label: str | None = None, style: str = "-", marker: str | None = None) -> None:
+def draw_band(ax, d: pd.DataFrame, color, label: str | None = None, style: Any = "-", marker: str | None = None) -> None:
     """Mean line and the min-max band of one line, sorted by x; points without a value are left out of the line.
 
     The line is ``ax.plot``: what ``seaborn.lineplot`` draws for one line without error bars, at a tenth of its cost
@@ -328,7 +341,7 @@ def draw_band(ax, d: pd.DataFrame, color, label: str | None = None, style: str =
     d = d.sort_values("x")
     line = d.dropna(subset=["x", "mean"])
     ax.plot(line["x"].to_numpy(), line["mean"].to_numpy(), color=color, label=label, linestyle=style, linewidth=1.3,
-            marker=marker)
+            marker=marker, markevery=max(1, len(line) // 8), markersize=4)
     ax.fill_between(d["x"], d["min"], d["max"], color=color, alpha=BAND_ALPHA, linewidth=0)
 
 
@@ -382,7 +395,7 @@ def plot_convergence(data: pd.DataFrame, metrics: Sequence[str], x: str, title: 
     """Metric panels per facet (see :func:`panel_layout`); one band per line; ``note`` below the band note."""
     facets = facet_list(data)
     lines = _line_order(data)
-    pal = palette_for(lines)
+    pal, styles = palette_for(lines), line_styles(lines)
     n_rows, n_cols, pos = panel_layout(facets, len(metrics))
     fig, axes = _grid(n_rows, n_cols)
     used = set()
@@ -395,19 +408,31 @@ def plot_convergence(data: pd.DataFrame, metrics: Sequence[str], x: str, title: 
             used.add((row0 + i, j))
             md = fd[fd["metric"] == metric]
             for line in [ln for ln in lines if ln in set(md["line"])]:
-                draw_band(ax, md[md["line"] == line], pal[line], label=line if i == 0 else None,
-                          style=line_style(line))
+                style, marker = styles[line]
+                draw_band(ax, md[md["line"] == line], pal[line], label=line, style=style, marker=marker)
             ax.set_ylabel(metric_label(metric))
             ax.set_xlabel(X_LABELS[x] if i == len(metrics) - 1 else "")
             if i == 0:
                 ax.set_title(facet_title(dataset, mu, lam))
-                outside_legend(ax)
     for r in range(n_rows):
         for c in range(n_cols):
             if (r, c) not in used:
                 axes[r][c].set_visible(False)
     _finish(fig, title, "\n".join(part for part in (length_note(data, x), note) if part))
+    figure_legend(fig, axes)
     return fig
+
+
+def figure_legend(fig, axes) -> None:
+    """One legend for the whole figure, right of the panels (each line's colour, dash and marker are the same in
+    every panel), instead of one per panel."""
+    entries: dict[str, Any] = {}
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(label, handle)
+    if entries:
+        fig.legend(list(entries.values()), list(entries), loc="center left", bbox_to_anchor=(1.0, 0.5),
+                   frameon=False, fontsize="small")
 
 
 def _single_lambda(fd: pd.DataFrame) -> str:
@@ -440,18 +465,29 @@ def length_note(data: pd.DataFrame, x: str) -> str:
 def figure_title(name: str) -> str:
     """The paper's number for an output named ``fig<N>[_part]`` ('Figure 5', 'Figure 3 (output)'), else a name
     that says the paper has no such figure."""
-    import re
+    from ..pipeline.captions import paper_figure
 
-    match = re.fullmatch(r"fig(\d+)(?:_(\w+))?", name)
-    if match:
-        return f"Figure {match.group(1)}" + (f" ({match.group(2).replace('_', ' ')})" if match.group(2) else "")
+    figure = paper_figure(name)
+    if figure:
+        number, part = figure
+        return f"Figure {number}" + (f" ({part})" if part else "")
     return f"Not in the paper: {name.replace('_', ' ')}"
+
+
+def wrapped_note(text: str, width_in: float) -> str:
+    """A figure's note in lines that fit its width (about 14 characters per inch at the note's small font), so a
+    long note never widens the saved figure and squashes its panels."""
+    import textwrap
+
+    width = max(50, int(width_in * 14))
+    return "\n".join(textwrap.fill(line, width) for line in text.splitlines())
 
 
 def _finish(fig, title: str | None, note: str = "") -> None:
     if title:
         fig.suptitle(title)
-    fig.text(0.5, -0.01, BAND_NOTE + (f"\n{note}" if note else ""), ha="center", va="top", fontsize="small")
+    text = wrapped_note(BAND_NOTE + (f"\n{note}" if note else ""), fig.get_figwidth())
+    fig.text(0.5, -0.01, text, ha="center", va="top", fontsize="small")
     fig.tight_layout()
 
 

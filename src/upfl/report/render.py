@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -47,16 +48,39 @@ def config_preset(config_files: Sequence[str]) -> str:
     return preset
 
 
-def runs_provenance(runs: pd.DataFrame) -> str:
-    """'data: <origins>; seeds 0 1; 350 runs made at git <commits>': what the runs were trained on."""
+def runs_origins_and_seeds(runs: pd.DataFrame) -> tuple[list[str], list[int]]:
+    """What the runs were trained on (each data origin in words) and their seeds."""
     from .collect import ORIGIN_COLUMNS, origin_text
 
     origins = sorted({origin_text(*r) for r in runs.reindex(columns=list(ORIGIN_COLUMNS)).itertuples(index=False)}) \
         if len(runs) else []
-    seeds = sorted({int(as_number(v)) for v in runs.get("seed", []) if not math.isnan(as_number(v))})
+    return origins, sorted({int(as_number(v)) for v in runs.get("seed", []) if not math.isnan(as_number(v))})
+
+
+def data_and_seeds_title(runs: pd.DataFrame) -> str:
+    """A title's tail naming the data and seeds: 'our generator's draws, 2 seeds' ('' without runs)."""
+    origins, seeds = runs_origins_and_seeds(runs)
+    if not origins:
+        return ""
+    generated = [o for o in origins if o.startswith("our generator")]
+    data = ("our generator's draws" if len(generated) == len(origins) else
+            "the authors' released draws" if all(o.startswith("the authors'") for o in origins) else
+            "; ".join(origins) if len(origins) <= 2 else f"{len(origins)} data origins (provenance line)")
+    return f" ({data}; {len(seeds)} seed{'s' if len(seeds) != 1 else ''})"
+
+
+def runs_provenance(runs: pd.DataFrame) -> str:
+    """'data: <origins>; seeds 0 1; 350 runs made at git <commits>': what the runs were trained on."""
+    origins, seeds = runs_origins_and_seeds(runs)
     commits = sorted({str(c) for c in runs["git_commit"].dropna()}) if "git_commit" in runs.columns else []
     return (f"data: {', '.join(origins) or 'none'}; seeds {' '.join(map(str, seeds)) or 'none'}; "
             f"{len(runs)} runs made at git {', '.join(commits) or 'unknown'}")
+
+
+def relative_to_workdir(path: str | os.PathLike) -> str:
+    """A path as a provenance line names it: relative to the folder the workflow runs in (never the building
+    machine's absolute path)."""
+    return os.path.relpath(path) if os.path.isabs(path) else str(path)
 
 
 def provenance_line(config_files: str | Sequence[str] | None = None, runs: pd.DataFrame | None = None,
@@ -68,7 +92,7 @@ def provenance_line(config_files: str | Sequence[str] | None = None, runs: pd.Da
     parts = [f"upfl {__version__}", f"git {git_commit() or 'unknown'}"]
     for config_file in config_files or []:
         digest = sha256_file(config_file)[:12] if Path(config_file).is_file() else "file not found"
-        parts.append(f"config {config_file} (sha256 {digest})")
+        parts.append(f"config {relative_to_workdir(config_file)} (sha256 {digest})")
     if config_files or preset:
         parts.append(f"preset {preset or config_preset(config_files or [])}")
     else:
@@ -121,16 +145,24 @@ def tex_escape(text: str) -> str:
     return "".join(TEX_ESCAPES.get(ch, ch) for ch in str(text))
 
 
+def tex_cell(text: str) -> str:
+    """A table cell: escaped; a cell with ``<br>`` line breaks as a one-column tabular of its lines."""
+    lines = str(text).split("<br>")
+    if len(lines) == 1:
+        return tex_escape(text)
+    return r"\begin{tabular}[t]{@{}l@{}}" + r" \\ ".join(tex_escape(x) for x in lines) + r"\end{tabular}"
+
+
 def latex_table(header: Sequence[str], rows: Iterable[Sequence[str]], caption: str, label: str,
                 footer: str) -> str:
     """A ``table*`` with booktabs rules, scaled to the text width; ``footer`` below the rules."""
     cols = "l" * len(header)
-    body = [" & ".join(tex_escape(c) for c in r) + r" \\" for r in rows]
+    body = [" & ".join(tex_cell(c) for c in r) + r" \\" for r in rows]
     return "\n".join([
         r"% needs \usepackage{booktabs,graphicx}",
         r"\begin{table*}[t]", r"\centering", rf"\caption{{{tex_escape(caption)}}}", rf"\label{{{label}}}",
         r"\resizebox{\textwidth}{!}{%", rf"\begin{{tabular}}{{{cols}}}", r"\toprule",
-        " & ".join(tex_escape(h) for h in header) + r" \\", r"\midrule", *body, r"\bottomrule",
+        " & ".join(tex_cell(h) for h in header) + r" \\", r"\midrule", *body, r"\bottomrule",
         r"\end{tabular}}", "", rf"\footnotesize {tex_escape(footer)}", r"\end{table*}", "",
     ])
 
@@ -169,19 +201,21 @@ def write_markdown(path: str | os.PathLike, title: str, sections: Sequence[str],
 
 HTML_STYLE = (
     "body{font-family:system-ui,sans-serif;margin:1.5em;max-width:100%;color:#222}"
-    "table{border-collapse:collapse;margin:0.8em 0;font-size:0.9em}"
+    "table{border-collapse:collapse;margin:0.8em 0;font-size:0.85em;max-width:100%}"
+    "ul{margin:0.4em 0;padding-left:1.4em}li{margin:0.15em 0}"
     "th,td{border:1px solid #bbb;padding:0.25em 0.5em;vertical-align:top;text-align:left}"
     "th{background:#eee}tr:nth-child(even) td{background:#fafafa}"
     "p.provenance{color:#666;font-size:0.8em}")
 
 
 def _inline_html(text: str) -> str:
-    """Escape ``text`` and render the Markdown the report writes inline: ``**bold**`` and ```code```."""
+    """Escape ``text`` and render the Markdown the report writes inline: ``**bold**``, ```code``` and ``<br>``."""
     import html
     import re
 
     out = html.escape(text.replace("\\|", "|"), quote=False)
     out = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", out)
+    out = out.replace("&lt;br&gt;", "<br>")  # a line break inside a table cell, as GitHub's Markdown writes it
     return re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
 
 
@@ -193,7 +227,7 @@ def _table_cells(line: str) -> list[str]:
 
 
 def markdown_html(text: str, title: str) -> str:
-    """A standalone HTML page of the Markdown the report writes (headings, tables, paragraphs)."""
+    """A standalone HTML page of the Markdown the report writes (headings, tables, lists, paragraphs)."""
     import html
 
     body: list[str] = []
@@ -210,12 +244,19 @@ def markdown_html(text: str, title: str) -> str:
             rows = "".join("<tr>" + "".join(f"<td>{_inline_html(c)}</td>" for c in r) + "</tr>" for r in block[2:])
             body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
             continue
+        if line.startswith("- "):
+            items = []
+            while i < len(lines) and lines[i].startswith("- "):
+                items.append(f"<li>{_inline_html(lines[i][2:].strip())}</li>")
+                i += 1
+            body.append("<ul>" + "".join(items) + "</ul>")
+            continue
         if line.startswith("#"):
             level = min(len(line) - len(line.lstrip("#")), 6)
             body.append(f"<h{level}>{_inline_html(line.lstrip('#').strip())}</h{level}>")
         elif line.strip():
             para = [line]
-            while i + 1 < len(lines) and lines[i + 1].strip() and not lines[i + 1].startswith(("|", "#")):
+            while i + 1 < len(lines) and lines[i + 1].strip() and not lines[i + 1].startswith(("|", "#", "- ")):
                 i += 1
                 para.append(lines[i])
             joined = " ".join(p.strip() for p in para)

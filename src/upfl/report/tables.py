@@ -13,7 +13,7 @@ from ..files import write_text
 from .cells import check_one_config, dataset_mus, iter_cells, paired
 from .collect import ReportError, converged, diverged_note
 from .paper_numbers import algorithm_label, dataset_label, paper_values, table1_value
-from .render import fmt, fmt_mu, latex_table, markdown_table, mean_std, write_csv, write_markdown
+from .render import data_and_seeds_title, fmt, fmt_mu, latex_table, markdown_table, mean_std, write_csv, write_markdown
 from .stats import mean_interval
 
 LEVEL = 0.95
@@ -115,8 +115,8 @@ def _missing(value) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
-TABLE1_HEADER = ["Dataset", "μ", "FedAvg", "paper", "Δ", "FedProx", "paper", "Δ", "Upcycled-FL", "paper", "Δ",
-                 "Upcycled − FedProx train [95% CI]", "test [95% CI]", "claim holds", "paper: Upcycled − FedProx"]
+TABLE1_HEADER = ["Dataset", "μ", "FedAvg<br>paper; Δ", "FedProx<br>paper; Δ", "Upcycled-FL<br>paper; Δ",
+                 "Upcycled − FedProx [95% CI]<br>train; test", "claim holds", "paper: Upcycled − FedProx"]
 
 
 def table1_rows(frame: pd.DataFrame) -> list[list[str]]:
@@ -126,20 +126,21 @@ def table1_rows(frame: pd.DataFrame) -> list[list[str]]:
     for dataset in dict.fromkeys(frame["dataset"]):
         mus = dataset_mus(frame, dataset) or [math.nan]
         for i, mu in enumerate(mus):
-            line = [dataset_label(dataset) if i == 0 else "", "" if math.isnan(mu) else f"μ = {fmt_mu(mu)}"]
+            line = [dataset_label(dataset) if i == 0 else "", "" if math.isnan(mu) else fmt_mu(mu)]
             up: dict = {}
             for alg in ("fedavg", "fedprox", "upcycled"):
                 want = math.nan if alg == "fedavg" else mu
                 hit = [r for r in records if r["dataset"] == dataset and r["algorithm"] == alg
                        and (_missing(r["mu"]) if _missing(want) else (not _missing(r["mu"]) and abs(r["mu"] - want) < 1e-12))]
                 if not hit or (alg == "fedavg" and i > 0):
-                    line += ["", "", ""]
+                    line.append("")
                     continue
                 r = hit[0]
                 up = r if alg == "upcycled" else up
-                line += [_ours(r), _pair_text(r["paper_train_acc"], r["paper_test_acc"]),
-                         _pair_text(r["diff_train_acc"], r["diff_test_acc"], signed=True)]
-            line += [_ci_text(up, "train_acc"), _ci_text(up, "test_acc"), holds_text(up),
+                line.append(f"{_ours(r)}<br>{_pair_text(r['paper_train_acc'], r['paper_test_acc'])}; "
+                            f"{_pair_text(r['diff_train_acc'], r['diff_test_acc'], signed=True)}")
+            gains = [_ci_text(up, "train_acc"), _ci_text(up, "test_acc")]
+            line += ["<br>".join(g for g in gains if g), holds_text(up),
                      _pair_text(up.get("paper_train_acc_gain", math.nan), up.get("paper_test_acc_gain", math.nan),
                                 signed=True)]
             lines.append(line)
@@ -188,8 +189,8 @@ def write_table1(runs: pd.DataFrame, out_prefix: str, provenance: str) -> pd.Dat
     notes = paper_notes(frame)
     if notes:
         sections.append("Notes on the paper's values:\n\n" + "\n".join(notes))
-    write_markdown(f"{out_prefix}.md", "Table 1: training (testing) accuracy of FedAvg, FedProx and Upcycled-FL",
-                   sections, provenance)
+    write_markdown(f"{out_prefix}.md", "Table 1: training (testing) accuracy of FedAvg, FedProx and Upcycled-FL"
+                   + data_and_seeds_title(runs), sections, provenance)
     tex = latex_table(TABLE1_HEADER, rows, TABLE1_CAPTION + f" Settings: {settings}.", "tab:table1",
                       "Provenance: " + provenance)
     write_text(f"{out_prefix}.tex", tex)

@@ -1,0 +1,36 @@
+# upfl in three commands (README.md): `make install`, `make quick`, `make test`.
+#   make install   a virtual environment .venv with CPU torch, upfl (editable), Snakemake 9, pytest and Flower
+#   make quick     the quick preset (every synthetic table and figure) and its report, results/report.html
+#   make paper     the whole paper (config/config.yaml) and its report (downloads the authors' data once)
+#   make test      the test suite (docs/testing.md)
+# Variables: TORCH (the torch requirement), TORCH_INDEX (extra package index searched for it; the CPU wheels by
+# default, e.g. TORCH_INDEX=https://download.pytorch.org/whl/cu126 for a CUDA build, TORCH_INDEX= for none),
+# PYTHON (the interpreter that makes the environment), VENV (its folder), CORES (Snakemake's --cores).
+
+PYTHON ?= python3
+VENV ?= .venv
+TORCH ?= torch==2.13.0
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+CORES ?= all
+
+BIN := $(abspath $(VENV))/bin
+export PATH := $(BIN):$(PATH)
+export VIRTUAL_ENV := $(abspath $(VENV))
+
+.PHONY: install quick paper test
+
+install:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --retries 0 $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) "$(TORCH)"
+	$(BIN)/pip install -e ".[test,flower]"
+
+quick:
+	$(BIN)/snakemake --cores $(CORES) --configfile config/quick.yaml
+	$(BIN)/snakemake --report results/report.html --configfile config/quick.yaml
+
+paper:
+	$(BIN)/snakemake --cores $(CORES)
+	$(BIN)/snakemake --report results/report.html
+
+test:
+	$(BIN)/python -m pytest -q

@@ -1,0 +1,90 @@
+"""The README's quick start as a newcomer meets it: `make quick` (or `make test`) in a fresh copy, timed.
+
+Copies the tracked files (a fresh clone without .git) to a temporary folder and runs `make quick` there with this
+Python environment (`VENV=`), twice: first with numba's cache empty (a fresh clone: the kernels compile), then
+with the cache the first run filled. Records per run the wall time, the CPU-seconds of every process it started
+(getrusage of the children), the kernels' warm-up job from its record, the machine (CPU model, vector units,
+cores) and the load average before and after, and appends them to `benchmarks/results/quick_start.json`, whose
+ranges the README's time table is generated from (`python tools/doc_numbers.py`).
+
+    python benchmarks/quick_start.py [--target quick|test] [--runs cold,warm] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "src"))
+
+from results_file import publish  # noqa: E402
+
+from upfl.pipeline.doc_numbers import machine_description  # noqa: E402
+
+
+def fresh_copy(dest: Path) -> Path:
+    """The repository's tracked files as they are in the working tree."""
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True)
+    for name in filter(None, listed.stdout.split("\0")):
+        if (ROOT / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, dest / name)
+    return dest
+
+
+def children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed_make(target: str, wd: Path, numba_cache: Path, cache_state: str) -> dict:
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(numba_cache), "PYTHONPATH": str(wd / "src")}
+    command = ["make", target, f"VENV={sys.prefix}"]
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    cpu_before, start = children_cpu_s(), time.perf_counter()
+    proc = subprocess.run(command, cwd=wd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        sys.exit(f"make {target} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+    record = wd / "results" / "kernels" / "numba.json"  # the kernels warm-up job's record (KERNELS_RECORD)
+    kernels = json.loads(record.read_text()) if record.exists() else {}
+    return {"command": f"make {target}", "numba_cache": cache_state, "wall_s": round(wall, 1),
+            "cpu_s": round(children_cpu_s() - cpu_before, 1), "kernels_warm_up": kernels,
+            "load_average_before": load_before, "load_average_after": [round(x, 2) for x in os.getloadavg()],
+            "machine": machine_description(),
+            "commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                                     text=True).stdout.strip(),
+            "measured_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--target", default="quick", choices=("quick", "test"),
+                   help="the README's command to time: make quick or make test (default: %(default)s)")
+    p.add_argument("--runs", default="cold,warm", help="cache states to run, in order (default: %(default)s)")
+    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "quick_start.json")
+    args = p.parse_args()
+    previous = json.loads(args.out.read_text())["measurements"] if args.out.exists() else []
+    measured = []
+    with tempfile.TemporaryDirectory(prefix="upfl-quick-start-") as tmp:
+        cache = Path(tmp) / "numba-cache"
+        for state in args.runs.split(","):
+            wd = fresh_copy(Path(tmp) / f"clone-{state}")
+            measured.append(timed_make(args.target, wd, cache, state))
+            print(json.dumps(measured[-1]), file=sys.stderr)
+    publish({"benchmark": "quick_start", "measurements": previous + measured}, args.out)
+
+
+if __name__ == "__main__":
+    main()
