@@ -102,15 +102,16 @@ def kernel_timings(repeats: int) -> dict:
         from upfl.solvers import numba_backend as sn
     except ImportError:  # a baseline tree from before the solvers/ folder
         from upfl import solver_numba as sn
+    sn_layout, sn_training, sn_evaluation = (getattr(sn, part, sn) for part in ("layout", "training", "evaluation"))
     hyper = np.array([1.0, 0.05, 0.5], np.float32)
     out = {"upfl": str(Path(upfl.__file__).parent), "floor": measure_floor()}
     for name, classes, dim, binary in KERNEL_SHAPES:
         x, y, plan, wg, xt, labels = kernel_problem(classes, dim, binary)
         wt = np.empty_like(wg)
-        rows = sn.solver_rows(x, y, binary) if hasattr(sn, "solver_rows") else x  # a run's rows, padded once
-        solve = lambda: sn.device_solve(wt, wg, rows, y, plan, np.zeros((0, 0), np.float32), False, hyper, binary,
+        rows = sn_layout.solver_rows(x, y, binary) if hasattr(sn_layout, "solver_rows") else x  # a run's rows, padded once
+        solve = lambda: sn_training.device_solve(wt, wg, rows, y, plan, np.zeros((0, 0), np.float32), False, hyper, binary,
                                         False)
-        evaluate = lambda: sn.evaluate_rows(wt, xt, labels, binary, 1.0, False)
+        evaluate = lambda: sn_evaluation.evaluate_rows(wt, xt, labels, binary, 1.0, False)
         out[name] = {"train_ns_per_sample_step": best_of(solve, repeats) / plan.size * 1e9,
                      "eval_ns_per_row": best_of(evaluate, repeats) / labels.size * 1e9}
     return out

@@ -91,8 +91,8 @@ def passes(data: str, rounds: int, repeats: int, fresh: bool) -> dict:
 
     totals = {"kernel_s": 0.0, "draws_s": 0.0, "kernel_s_cpu": 0.0, "draws_s_cpu": 0.0}
     for name in ("solve_devices", "solve_devices_serial"):
-        timed(solver_numba, name, totals, "kernel_s")
-    timed(solver_numba, "shuffle_plans", totals, "draws_s")
+        timed(getattr(solver_numba, "solver", solver_numba), name, totals, "kernel_s")
+    timed(getattr(solver_numba, "plans", solver_numba), "shuffle_plans", totals, "draws_s")
     timed(solver, "batch_plan", totals, "draws_s")
     cfg, dataset = w1_config(data, "fedprox", rounds, {}, "numba"), load_leaf(data)
     out = {"total_s": [], "kernel_s": [], "draws_s": [], "rest_s": [], "rest_cpu_s": []}
