@@ -2,7 +2,8 @@
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version, validate
 
-from upfl.config import ConfigError, check_workflow_yaml
+from upfl.errors import ConfigError
+from upfl.yaml_safety import check_workflow_yaml
 from upfl.pipeline.plan import ExperimentError, check_workflow_config, misspelt_targets
 
 min_version("9.0")
@@ -11,7 +12,7 @@ min_version("9.0")
 configfile: "config/config.yaml"
 
 
-# Duplicate keys and alias bombs are refused before anything walks the config (upfl.config.check_workflow_yaml).
+# Duplicate keys and alias bombs are refused before anything walks the config (upfl.yaml_safety.check_workflow_yaml).
 try:
     for _file in workflow.configfiles:
         check_workflow_yaml(_file)
