@@ -225,8 +225,8 @@ def round_profile(data: str, backend: str, rounds: int) -> dict:
     """Mean seconds per FedProx training round in each piece of :meth:`Simulation.training_round`."""
     from upfl.algorithms import weighted_average
     from upfl.data import load_leaf
-    from upfl.rng import generator
-    from upfl.engine.draws import draw_stragglers, sample_clients
+    from upfl.draws.streams import generator
+    from upfl.draws.rounds import draw_stragglers, sample_clients
     from upfl.engine.simulation import Simulation
     from upfl.solvers.torch_backend import batch_plan
     cfg = w1_config(data, "fedprox", rounds, {}, backend)

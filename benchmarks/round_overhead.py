@@ -57,12 +57,17 @@ def upfl_modules():
     """(draws, torch solver, numba solver, simulation) of the ``upfl`` this process imports: a baseline tree from
     before the engine/ and solvers/ folders has them at the top of the package."""
     try:
-        from upfl.engine import draws, simulation
+        from upfl.draws import rounds as draws
+        from upfl.engine import simulation
         from upfl.solvers import numba_backend, torch_backend
-    except ImportError:
-        from upfl import draws, simulation
-        from upfl import solver as torch_backend
-        from upfl import solver_numba as numba_backend
+    except ImportError:  # a tree from before the draws/ folder, or from before engine/ and solvers/
+        try:
+            from upfl.engine import draws, simulation
+            from upfl.solvers import numba_backend, torch_backend
+        except ImportError:
+            from upfl import draws, simulation
+            from upfl import solver as torch_backend
+            from upfl import solver_numba as numba_backend
     return draws, torch_backend, numba_backend, simulation
 
 
@@ -83,7 +88,7 @@ def passes(data: str, rounds: int, repeats: int, fresh: bool) -> dict:
     import torch
 
     from upfl.data import load_leaf
-    from upfl.rng import generator
+    from upfl.draws.streams import generator
     _, solver, solver_numba, simulation = upfl_modules()
     Simulation = simulation.Simulation
     sys.path.insert(0, str(HERE))

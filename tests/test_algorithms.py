@@ -16,9 +16,9 @@ from upfl.algorithms.fednova import momentum_work
 from upfl.cli import main
 from upfl.data import generate_synthetic, load_leaf
 from upfl.data.leaf import write_leaf
-from upfl.engine.draws import round_participants
+from upfl.draws.rounds import round_participants
 from upfl.models import LogisticRegression
-from upfl.rng import generator
+from upfl.draws.streams import generator
 from upfl.engine.simulation import InjectedStop, Simulation, run
 from upfl.solvers.torch_backend import batch_plan, local_solve
 

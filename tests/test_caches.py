@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from upfl import config as cfgmod
-from upfl.engine import draws
+from upfl.draws import rounds as draws
 from upfl.engine import simulation
 from upfl.data import generate_synthetic
-from upfl.rng import derive_seed, generator
+from upfl.draws.streams import derive_seed, generator
 from upfl.solvers.torch_backend import DrawCache, batch_plan
 
 

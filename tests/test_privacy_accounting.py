@@ -7,7 +7,7 @@ import math
 import pytest
 import yaml
 
-import upfl.engine.draws as draws
+import upfl.draws.rounds as draws
 import upfl.engine.simulation as simulation
 from upfl import config as cfgmod
 from upfl.cli import main

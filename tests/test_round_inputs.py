@@ -12,7 +12,7 @@ from upfl import config as cfgmod
 from upfl.solvers import numba_backend as solver_numba
 from upfl.solvers.numba_backend import layout, solver
 from upfl.data import generate_synthetic, load_leaf
-from upfl.rng import derive_seed, derive_seeds, generator
+from upfl.draws.streams import derive_seed, derive_seeds, generator
 from upfl.engine import simulation
 from upfl.algorithms.updates import size_weights
 from upfl.engine.simulation import Simulation, run

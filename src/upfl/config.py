@@ -23,7 +23,7 @@ from typing import Any, get_args, get_origin, get_type_hints
 
 import yaml
 
-from .engine.draws import resolve_straggler_policy
+from .draws.rounds import resolve_straggler_policy
 from .errors import ConfigError
 from .names import algorithm_names, check_algorithm_config
 from .privacy.mechanisms import float32_scale_problem

@@ -60,14 +60,14 @@ from flwr.supercore import log
 from .. import config as cfgmod
 from ..data import FederatedDataset, load_leaf
 from ..data.leaf import META_FILE, _check_num_classes, _read_split, read_json
-from ..engine.draws import draw_stragglers, resolve_straggler_policy, sample_clients
+from ..draws.rounds import draw_stragglers, resolve_straggler_policy, sample_clients
 from ..files import provenance, write_json, write_text
 from ..names import base_name, is_upcycled
 from ..models import build_model
 from ..privacy.accounting import OS_ENTROPY_NOISE, SEED_KEYED_NOISE, max_feature_norm, privacy_report
 from ..privacy.mechanisms import (objective_noise_draws, output_perturbation, scale_objective_noise,
                                   standard_normal_rows)
-from ..rng import generator
+from ..draws.streams import generator
 from ..engine.simulation import (TRAIN_METRICS_COLUMN, Simulation, resolve_device, scaled_features,
                                  train_metrics_status)
 from ..solvers.torch_backend import batch_plan

@@ -107,7 +107,7 @@ def run_work(doc: dict[str, Any]) -> float:
     :data:`SOFTMAX_FIRST_COST` for the authors' loss. Only the order of bundles depends on it
     (:func:`bundle_priorities`), never a result. Reads the run document directly (keys it lacks take
     :class:`upfl.config.RunConfig`'s defaults): resolving 2,000 configs would cost the DAG a second."""
-    from ..engine.draws import training_rounds_before
+    from ..draws.rounds import training_rounds_before
     from ..names import base_name
 
     default = cfgmod.RunConfig()

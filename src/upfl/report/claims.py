@@ -256,7 +256,7 @@ def _not_measured(**kw) -> dict[str, Any]:
 
 
 def _draw_gains(ctx: Context) -> pd.DataFrame | None:
-    from .data_draws import draw_gains
+    from .fresh_data_sets import draw_gains
 
     runs = ctx.of("draws")
     if runs.empty:
@@ -269,7 +269,7 @@ def _draw_gains(ctx: Context) -> pd.DataFrame | None:
 
 def table1_claims(ctx: Context) -> list[dict[str, Any]]:
     """Upcycled-FL minus FedProx per data set x mu x metric (Table 1), ours paired on seed."""
-    from .data_draws import spread
+    from .fresh_data_sets import spread
     from .tables import table1_frame
 
     runs = ctx.of("table1")

@@ -16,7 +16,7 @@ import torch
 from .caches import BoundedCache
 from ..errors import ConfigError
 from ..models import BinaryLogisticRegression, LogisticRegression
-from ..rng import seeded_generator
+from ..draws.streams import seeded_generator
 
 CHUNK_STEPS = 64
 
@@ -38,7 +38,7 @@ def batch_plan(sizes: list[int], epochs: list[int], batch_size: int, generators:
 
 
 def seeded_batch_plan(sizes: list[int], epochs: list[int], batch_size: int, seeds: list[int]) -> list[torch.Tensor]:
-    """:func:`batch_plan` with device i's generator seeded ``seeds[i]`` (a seed of :func:`upfl.rng.derive_seed`)."""
+    """:func:`batch_plan` with device i's generator seeded ``seeds[i]`` (a seed of :func:`upfl.draws.streams.derive_seed`)."""
     return batch_plan(sizes, epochs, batch_size, [seeded_generator(int(s)) for s in seeds])
 
 
@@ -99,7 +99,7 @@ def round_plans(plans: list[torch.Tensor], drawn=None, first: int = 0) -> RoundP
 class DrawCache(BoundedCache):
     """Draws kept across the runs of one process, at most ``max_bytes`` of them (least recently used dropped first).
 
-    Every draw of a run comes from a keyed stream (:mod:`upfl.rng`), so a draw is a function of its key: a
+    Every draw of a run comes from a keyed stream (:mod:`upfl.draws.streams`), so a draw is a function of its key: a
     device's batch plan in training round k depends only on (seed, k, device, its sample count, its epochs, the
     batch size), its privacy noise only on (seed, k, device, the number of parameters). The runs of a bundle
     that share a seed (other algorithms, other mu, other noise scales, the same draws) reuse them instead of

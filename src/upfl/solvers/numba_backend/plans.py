@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ...compiled_draws import RANDPERM_SWAP_LIMIT, shuffle_plans
+from ...draws.compiled import RANDPERM_SWAP_LIMIT, shuffle_plans
 
 
 class PlanViews(list):

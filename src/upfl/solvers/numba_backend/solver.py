@@ -11,7 +11,7 @@ import numba
 import numpy as np
 import torch
 
-from ...compiled_draws import warm_up as warm_up_draws
+from ...draws.compiled import warm_up as warm_up_draws
 from ...models import BIAS_FEATURE_SCALE, BinaryLogisticRegression
 from ..caches import BoundedCache
 from .arithmetic import DTYPE, FLOAT32_MAX
