@@ -228,7 +228,7 @@ def round_profile(data: str, backend: str, rounds: int) -> dict:
     from upfl.draws.streams import generator
     from upfl.draws.rounds import draw_stragglers, sample_clients
     from upfl.engine.simulation import Simulation
-    from upfl.solvers.torch_backend import batch_plan
+    from upfl.draws.batch_plans import batch_plan
     cfg = w1_config(data, "fedprox", rounds, {}, backend)
     sim = Simulation(cfg, load_leaf(data), torch.device("cpu"))
     w = sim.model.init_params(generator(0, "init"))

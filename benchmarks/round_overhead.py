@@ -74,8 +74,12 @@ def upfl_modules():
 def empty_draw_caches() -> None:
     """Forget the draws a previous pass made (a fresh run's rounds draw everything)."""
     draws, solver, _, _ = upfl_modules()
-    solver.DRAW_CACHE.entries.clear()
-    solver.DRAW_CACHE.bytes = 0
+    try:
+        from upfl.draws.batch_plans import DRAW_CACHE
+    except ImportError:  # a tree from before the draws/ folder
+        DRAW_CACHE = solver.DRAW_CACHE
+    DRAW_CACHE.entries.clear()
+    DRAW_CACHE.bytes = 0
     draws._round_draws.cache_clear()
     getattr(draws, "block_draws", draws._round_draws).cache_clear()
 

@@ -10,7 +10,7 @@ from upfl.draws import rounds as draws
 from upfl.engine import simulation
 from upfl.data import generate_synthetic
 from upfl.draws.streams import derive_seed, generator
-from upfl.solvers.torch_backend import DrawCache, batch_plan
+from upfl.draws.batch_plans import DrawCache, batch_plan
 
 
 @pytest.fixture(scope="module")

@@ -16,8 +16,8 @@ from upfl.draws.streams import derive_seed, derive_seeds, generator
 from upfl.engine import simulation
 from upfl.algorithms.updates import size_weights
 from upfl.engine.simulation import Simulation, run
-from upfl.solvers.torch_backend import (DrawCache, PooledRound, batch_plan, joined_plan, round_plans,
-                                        seeded_batch_plan)
+from upfl.draws.batch_plans import DrawCache, batch_plan, joined_plan, round_plans, seeded_batch_plan
+from upfl.solvers.torch_backend import PooledRound
 
 
 @pytest.mark.parametrize("batch_size", [1, 3, 8, 32, 5000])

@@ -14,7 +14,8 @@ from upfl.solvers.numba_backend import arithmetic, evaluation, layout, plans, tr
 from upfl.algorithms.pfedme import personal_solve
 from upfl.models import BinaryLogisticRegression, LogisticRegression
 from upfl.engine.simulation import run
-from upfl.solvers.torch_backend import batch_plan, local_solve, select_local_solver
+from upfl.draws.batch_plans import batch_plan
+from upfl.solvers.torch_backend import local_solve, select_local_solver
 
 
 def reference_local_solve(x, labels, w0, plan, mu, lr, momentum, lin, num_classes):

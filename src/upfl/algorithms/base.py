@@ -34,7 +34,7 @@ class ClientRound:
     ys: list[torch.Tensor]
     """Their features and one-hot labels."""
     plans: list[torch.Tensor]
-    """Their batch plans, (steps_i, B) sample indices (:func:`upfl.solvers.torch_backend.batch_plan`)."""
+    """Their batch plans, (steps_i, B) sample indices (:func:`upfl.draws.batch_plans.batch_plan`)."""
     sizes: torch.Tensor
     """Their numbers of training samples |D_i| (float, on the model's device)."""
     model: Any

@@ -243,7 +243,7 @@ def randperm_into(perm, state, outputs, used, raw, z):
 
 @numba.njit(nogil=True, cache=True)
 def shuffle_plans(seeds, sizes, epochs, plan, offsets):
-    """Fill ``plan[offsets[i]:offsets[i + 1]]`` with device i's batch plan, as :func:`upfl.solvers.torch_backend.batch_plan`
+    """Fill ``plan[offsets[i]:offsets[i + 1]]`` with device i's batch plan, as :func:`upfl.draws.batch_plans.batch_plan`
     with a generator seeded ``seeds[i]``: per epoch torch.randperm's shuffle (:func:`randperm_into`), the epoch's
     ceil(n / B) rows padded with -1."""
     width = plan.shape[1]

@@ -32,7 +32,8 @@ from ..privacy.mechanisms import (objective_noise_draws, output_perturbation, sc
                                  standard_normal_rows)
 from ..draws.streams import derive_seeds, generator
 from .runfolder import check_out
-from ..solvers.torch_backend import DRAW_CACHE, PooledRound, RoundPlans, seeded_batch_plan, select_local_solver
+from ..draws.batch_plans import DRAW_CACHE, RoundPlans, seeded_batch_plan
+from ..solvers.torch_backend import PooledRound, select_local_solver
 
 METRIC_COLUMNS = ["iteration", "kind", "train_loss", "train_acc", "test_loss", "test_acc", "devices",
                   "local_steps", "data_accesses", "wall_s", "cum_wall_s"]
@@ -206,7 +207,7 @@ class Simulation:
         """The :class:`upfl.algorithms.ClientRound` of the training rounds first, first + 1, ... whose batch plans fit
         in :data:`PLAN_BLOCK_BYTES` (at least round ``first``, at most the run's last): their devices
         (:func:`upfl.draws.rounds.round_participants`), their plans (through
-        :data:`upfl.solvers.torch_backend.DRAW_CACHE`, from the devices' ``batches`` seeds: those not kept in one
+        :data:`upfl.draws.batch_plans.DRAW_CACHE`, from the devices' ``batches`` seeds: those not kept in one
         call), sizes and weights."""
         c, n, width = self.cfg, len(self.devices), self.batch_size
         rounds, total = [], 0
@@ -243,7 +244,7 @@ class Simulation:
         device and training round from the ``noise`` stream keyed (seed, round, device); added as <n_i, w>.
 
         The draws do not depend on alpha (:func:`upfl.privacy.mechanisms.objective_noise_draws`): runs of a
-        process that share the seed and the round's devices reuse them (:data:`upfl.solvers.torch_backend.DRAW_CACHE`)."""
+        process that share the seed and the round's devices reuse them (:data:`upfl.draws.batch_plans.DRAW_CACHE`)."""
         c, P = self.cfg, self.model.num_params
 
         def draw():

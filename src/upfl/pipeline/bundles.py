@@ -137,7 +137,7 @@ def bundle_spec(bundle: Bundle, runs: dict[str, Any], data_dir: Callable[[str], 
     """The JSON document ``upfl run-many --spec`` reads: per run its id, data, result folder, log and config.
 
     Runs are listed (and trained) data set by data set and seed by seed, so that runs sharing a data set and
-    seed follow each other: their batch plans and noise draws are reused (:class:`upfl.solvers.torch_backend.DrawCache`).
+    seed follow each other: their batch plans and noise draws are reused (:class:`upfl.draws.batch_plans.DrawCache`).
     """
     job = bundle.job
     concurrent = max(1, int(job.get("runs_per_gpu", 1)))

@@ -21,7 +21,7 @@ class PlanViews(list):
 
 
 def batch_plans(sizes: list[int], epochs: list[int], batch_size: int, seeds: list[int]) -> PlanViews:
-    """:func:`upfl.solvers.torch_backend.seeded_batch_plan` in one compiled call, the same plans bit for bit (device i's
+    """:func:`upfl.draws.batch_plans.seeded_batch_plan` in one compiled call, the same plans bit for bit (device i's
     generator seeded ``seeds[i]``): torch views of one int32 array (a kept plan keeps its round's array), which
     :class:`PlanViews` also hands over as it is."""
     if max(sizes, default=0) >= RANDPERM_SWAP_LIMIT:

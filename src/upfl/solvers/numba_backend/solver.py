@@ -11,9 +11,9 @@ import numba
 import numpy as np
 import torch
 
+from ...draws.bounded_cache import BoundedCache
 from ...draws.compiled import warm_up as warm_up_draws
 from ...models import BIAS_FEATURE_SCALE, BinaryLogisticRegression
-from ..caches import BoundedCache
 from .arithmetic import DTYPE, FLOAT32_MAX
 from .evaluation import evaluate_rows
 from .layout import from_class_major, solver_rows, to_class_major
