@@ -25,9 +25,8 @@ from .collect import ReportError, converged, cumulative_rounds, load_metrics
 from .figures import ALGORITHM_COLOURS, csv_colour, figure_title, palette_for, pyplot, save_figure, set_theme
 from .paper_numbers import algorithm_label, dataset_label, dataset_order
 from .render import fmt, markdown_table, write_csv, write_markdown
-from .stats import mean_interval
+from .stats import LEVEL, mean_interval
 
-LEVEL = 0.95
 SCHEDULES = CHOICES["algorithm.schedule"]
 
 BASE_LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "fedavgm": "FedAvgM", "fednova": "FedNova",

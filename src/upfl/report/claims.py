@@ -27,9 +27,8 @@ from .paper_numbers import algorithm_label, dataset_label, paper_values
 from .gain_grid import claims_section
 from .protocol_gap import headline_section
 from .render import as_number, fmt, fmt_mu, markdown_table, write_csv, write_markdown
-from .stats import mean_interval
+from .stats import LEVEL, mean_interval
 
-LEVEL = 0.95
 ACC = ("train_acc", "test_acc")
 METRIC_TEXT = {"train_acc": "training accuracy", "test_acc": "test accuracy"}
 

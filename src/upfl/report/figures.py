@@ -347,7 +347,7 @@ def save_figure(fig, out_prefix: str) -> None:
     pyplot().close(fig)
 
 
-def _grid(n_rows: int, n_cols: int):
+def grid(n_rows: int, n_cols: int):
     plt = pyplot()
     set_theme(font_scale=1.1)
     fig, axes = plt.subplots(n_rows, n_cols, figsize=(3.6 * n_cols, 2.8 * n_rows), squeeze=False)
@@ -384,7 +384,7 @@ def plot_convergence(data: pd.DataFrame, metrics: Sequence[str], x: str, title: 
     lines = _line_order(data)
     pal = palette_for(lines)
     n_rows, n_cols, pos = panel_layout(facets, len(metrics))
-    fig, axes = _grid(n_rows, n_cols)
+    fig, axes = grid(n_rows, n_cols)
     used = set()
     for dataset, mu in facets:
         row0, j = pos[(dataset, mu)]
@@ -508,7 +508,7 @@ def plot_lambda_sweep(curves: pd.DataFrame, finals: pd.DataFrame, refs: pd.DataF
                       x: str, panels: Sequence[str], title: str | None):
     """Per facet: curves of every lambda against iterations (FedProx dashed), and final value against step."""
     facets = facet_list(pd.concat([finals, curves]) if not curves.empty else finals)
-    fig, axes = _grid(len(metrics), len(facets) * len(panels))
+    fig, axes = grid(len(metrics), len(facets) * len(panels))
     ref_color = ALGORITHM_COLOURS["FedProx"]
     for j, (dataset, mu) in enumerate(facets):
         sel = lambda d: d[(d["dataset"] == dataset) & d["mu"].map(lambda m: _same(m, mu))] if not d.empty else d  # noqa: E731
