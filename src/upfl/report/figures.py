@@ -23,6 +23,7 @@ from .cells import check_one_config, dataset_mus, with_cell_mu
 from .collect import METRIC_NAMES, ReportError, cumulative_rounds, load_metrics, require_converged
 from .paper_numbers import ALGORITHM_ORDER, algorithm_label, dataset_label, dataset_order, metric_label
 from .render import as_number, fmt_mu, write_csv
+from .styles import ALGORITHM_STYLES, PAPER_ALGORITHMS
 
 KINDS = ("convergence", "lambda_sweep")
 X_CHOICES = {"convergence": ("iteration", "round", "time"), "lambda_sweep": ("step", "lam")}
@@ -273,11 +274,8 @@ def colour_palette(name: str, n_colors: int | None = None) -> list[tuple[float, 
     return [to_rgb(tuple(row)) for row in samples]
 
 
-ALGORITHM_COLOURS = {
-    "FedAvg": "#0072B2", "FedProx": "#E69F00", "Upcycled-FL": "#009E73", "fedavgm": "#CC79A7",
-    "fednova": "#56B4E9", "scaffold": "#D55E00", "fedadam": "#8C564B", "fedyogi": "#7F7F7F",
-    "feddyn": "#BCBD22", "pfedme": "#17BECF",
-}
+ALGORITHM_COLOURS = {(label if name in PAPER_ALGORITHMS else name): colour
+                     for name, (label, colour) in ALGORITHM_STYLES.items()}
 """The one colour of each algorithm in every figure (keyed by its legend label; Okabe-Ito colour-blind safe
 for the paper's three). Variants of one algorithm (λ values, privacy settings) get shades of its colour."""
 OTHER_COLOUR = "#444444"
