@@ -102,15 +102,16 @@ def kernel_timings(repeats: int) -> dict:
         from upfl.solvers import numba_backend as sn
     except ImportError:  # a baseline tree from before the solvers/ folder
         from upfl import solver_numba as sn
+    sn_layout, sn_training, sn_evaluation = (getattr(sn, part, sn) for part in ("layout", "training", "evaluation"))
     hyper = np.array([1.0, 0.05, 0.5], np.float32)
     out = {"upfl": str(Path(upfl.__file__).parent), "floor": measure_floor()}
     for name, classes, dim, binary in KERNEL_SHAPES:
         x, y, plan, wg, xt, labels = kernel_problem(classes, dim, binary)
         wt = np.empty_like(wg)
-        rows = sn.solver_rows(x, y, binary) if hasattr(sn, "solver_rows") else x  # a run's rows, padded once
-        solve = lambda: sn.device_solve(wt, wg, rows, y, plan, np.zeros((0, 0), np.float32), False, hyper, binary,
+        rows = sn_layout.solver_rows(x, y, binary) if hasattr(sn_layout, "solver_rows") else x  # a run's rows, padded once
+        solve = lambda: sn_training.device_solve(wt, wg, rows, y, plan, np.zeros((0, 0), np.float32), False, hyper, binary,
                                         False)
-        evaluate = lambda: sn.evaluate_rows(wt, xt, labels, binary, 1.0, False)
+        evaluate = lambda: sn_evaluation.evaluate_rows(wt, xt, labels, binary, 1.0, False)
         out[name] = {"train_ns_per_sample_step": best_of(solve, repeats) / plan.size * 1e9,
                      "eval_ns_per_row": best_of(evaluate, repeats) / labels.size * 1e9}
     return out
@@ -224,10 +225,10 @@ def round_profile(data: str, backend: str, rounds: int) -> dict:
     """Mean seconds per FedProx training round in each piece of :meth:`Simulation.training_round`."""
     from upfl.algorithms import weighted_average
     from upfl.data import load_leaf
-    from upfl.rng import generator
-    from upfl.engine.draws import draw_stragglers, sample_clients
+    from upfl.draws.streams import generator
+    from upfl.draws.rounds import draw_stragglers, sample_clients
     from upfl.engine.simulation import Simulation
-    from upfl.solvers.torch_backend import batch_plan
+    from upfl.draws.batch_plans import batch_plan
     cfg = w1_config(data, "fedprox", rounds, {}, backend)
     sim = Simulation(cfg, load_leaf(data), torch.device("cpu"))
     w = sim.model.init_params(generator(0, "init"))

@@ -182,12 +182,12 @@ def serve(folder: Path | None):
 
 
 def numba_cache_state() -> str:
-    """``warm`` when numba's cache (``NUMBA_CACHE_DIR``, else beside ``upfl/solvers/numba_backend.py``) holds the
-    compiled solver's kernels, ``cold`` when the first jobs compile them (a fresh clone, an edit of the solver, or
+    """``warm`` when numba's cache (``NUMBA_CACHE_DIR``, else beside ``upfl/solvers/numba_backend/``) holds the
+    compiled solver's training kernels, ``cold`` when the first jobs compile them (a fresh clone, an edit of the solver, or
     an empty ``NUMBA_CACHE_DIR``: ``NUMBA_CACHE_DIR=$(mktemp -d) python benchmarks/pipeline.py`` measures a cold
     start without touching the tree's cache)."""
-    folder = Path(os.environ.get("NUMBA_CACHE_DIR") or ROOT / "src" / "upfl" / "solvers" / "__pycache__")
-    return "warm" if folder.is_dir() and any(folder.rglob("numba_backend.*.nbi")) else "cold"
+    folder = Path(os.environ.get("NUMBA_CACHE_DIR") or ROOT / "src" / "upfl" / "solvers" / "numba_backend" / "__pycache__")
+    return "warm" if folder.is_dir() and any(folder.rglob("training.*.nbi")) else "cold"
 
 
 def children_cpu_seconds() -> float:

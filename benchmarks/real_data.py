@@ -39,7 +39,8 @@ from upfl.data.glove import embedding_matrix, save_npy, save_vocab
 from upfl.data.publish import write_dataset
 from upfl.models import build_model
 from upfl.engine.simulation import run
-from upfl.solvers.torch_backend import batch_plan, local_solve
+from upfl.draws.batch_plans import batch_plan
+from upfl.solvers.torch_backend import local_solve
 
 K, BATCH, SEQ, EMB_DIM, VOCAB = 15, 32, 25, 300, 5000
 

@@ -57,20 +57,29 @@ def upfl_modules():
     """(draws, torch solver, numba solver, simulation) of the ``upfl`` this process imports: a baseline tree from
     before the engine/ and solvers/ folders has them at the top of the package."""
     try:
-        from upfl.engine import draws, simulation
+        from upfl.draws import rounds as draws
+        from upfl.engine import simulation
         from upfl.solvers import numba_backend, torch_backend
-    except ImportError:
-        from upfl import draws, simulation
-        from upfl import solver as torch_backend
-        from upfl import solver_numba as numba_backend
+    except ImportError:  # a tree from before the draws/ folder, or from before engine/ and solvers/
+        try:
+            from upfl.engine import draws, simulation
+            from upfl.solvers import numba_backend, torch_backend
+        except ImportError:
+            from upfl import draws, simulation
+            from upfl import solver as torch_backend
+            from upfl import solver_numba as numba_backend
     return draws, torch_backend, numba_backend, simulation
 
 
 def empty_draw_caches() -> None:
     """Forget the draws a previous pass made (a fresh run's rounds draw everything)."""
     draws, solver, _, _ = upfl_modules()
-    solver.DRAW_CACHE.entries.clear()
-    solver.DRAW_CACHE.bytes = 0
+    try:
+        from upfl.draws.batch_plans import DRAW_CACHE
+    except ImportError:  # a tree from before the draws/ folder
+        DRAW_CACHE = solver.DRAW_CACHE
+    DRAW_CACHE.entries.clear()
+    DRAW_CACHE.bytes = 0
     draws._round_draws.cache_clear()
     getattr(draws, "block_draws", draws._round_draws).cache_clear()
 
@@ -83,7 +92,7 @@ def passes(data: str, rounds: int, repeats: int, fresh: bool) -> dict:
     import torch
 
     from upfl.data import load_leaf
-    from upfl.rng import generator
+    from upfl.draws.streams import generator
     _, solver, solver_numba, simulation = upfl_modules()
     Simulation = simulation.Simulation
     sys.path.insert(0, str(HERE))
@@ -91,8 +100,8 @@ def passes(data: str, rounds: int, repeats: int, fresh: bool) -> dict:
 
     totals = {"kernel_s": 0.0, "draws_s": 0.0, "kernel_s_cpu": 0.0, "draws_s_cpu": 0.0}
     for name in ("solve_devices", "solve_devices_serial"):
-        timed(solver_numba, name, totals, "kernel_s")
-    timed(solver_numba, "shuffle_plans", totals, "draws_s")
+        timed(getattr(solver_numba, "solver", solver_numba), name, totals, "kernel_s")
+    timed(getattr(solver_numba, "plans", solver_numba), "shuffle_plans", totals, "draws_s")
     timed(solver, "batch_plan", totals, "draws_s")
     cfg, dataset = w1_config(data, "fedprox", rounds, {}, "numba"), load_leaf(data)
     out = {"total_s": [], "kernel_s": [], "draws_s": [], "rest_s": [], "rest_cpu_s": []}

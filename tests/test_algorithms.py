@@ -17,11 +17,12 @@ from upfl.names import DEFAULT_STEP
 from upfl.cli import main
 from upfl.data import generate_synthetic, load_leaf
 from upfl.data.leaf import write_leaf
-from upfl.engine.draws import round_participants
+from upfl.draws.rounds import round_participants
 from upfl.models import LogisticRegression
-from upfl.rng import generator
+from upfl.draws.streams import generator
 from upfl.engine.simulation import InjectedStop, Simulation, run
-from upfl.solvers.torch_backend import batch_plan, local_solve
+from upfl.draws.batch_plans import batch_plan
+from upfl.solvers.torch_backend import local_solve
 
 QUIET = {"log": lambda s: None}
 BASE_OPTIONS = {"fedavg": {}, "fedprox": {"mu": 0.5}, "fedavgm": {"mu": 0.5, "server_momentum": 0.5},

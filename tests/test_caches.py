@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from upfl import config as cfgmod
-from upfl.engine import draws
+from upfl.draws import rounds as draws
 from upfl.engine import simulation
 from upfl.data import generate_synthetic
-from upfl.rng import derive_seed, generator
-from upfl.solvers.torch_backend import DrawCache, batch_plan
+from upfl.draws.streams import derive_seed, generator
+from upfl.draws.batch_plans import DrawCache, batch_plan
 
 
 @pytest.fixture(scope="module")

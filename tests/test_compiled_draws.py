@@ -1,4 +1,4 @@
-"""The compiled draws (upfl.compiled_draws) give torch's and upfl.rng's numbers bit for bit: seeds derived many at a
+"""The compiled draws (upfl.draws.compiled) give torch's and upfl.draws.streams's numbers bit for bit: seeds derived many at a
 time, torch.randperm's shuffle, and the device and straggler draws of training rounds."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from upfl import compiled_draws
-from upfl.engine import draws
-from upfl.rng import derive_seed, derive_seeds, generator
+from upfl.draws import compiled as compiled_draws
+from upfl.draws import rounds as draws
+from upfl.draws.streams import derive_seed, derive_seeds, generator
 
 
 @pytest.mark.parametrize("seed,stream", [(0, "batches"), (7, "sampling"), (-3, "stragglers"), (2**40 + 5, "noise")])
@@ -33,7 +33,7 @@ def test_derived_seeds_refuse_an_unknown_stream():
 def test_derived_seeds_without_numba_are_the_same(monkeypatch):
     keys = [[k, i] for k in range(1, 4) for i in range(5)]
     compiled = derive_seeds(11, "batches", keys)
-    monkeypatch.setitem(sys.modules, "upfl.compiled_draws", None)  # the import fails: one by one in Python
+    monkeypatch.setitem(sys.modules, "upfl.draws.compiled", None)  # the import fails: one by one in Python
     assert derive_seeds(11, "batches", keys).tolist() == compiled.tolist()
 
 
@@ -84,7 +84,7 @@ def test_block_draws_are_torchs_draws(draw, n, frac, prob, epochs):
 def test_round_draws_without_numba_are_the_same(monkeypatch):
     compiled = draws.block_draws(5, 1, 30, 0.3, 0.9, 20, "exact")
     draws.block_draws.cache_clear()
-    monkeypatch.setitem(sys.modules, "upfl.compiled_draws", None)
+    monkeypatch.setitem(sys.modules, "upfl.draws.compiled", None)
     try:
         assert draws.block_draws(5, 1, 30, 0.3, 0.9, 20, "exact") == compiled
     finally:

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from upfl import config as cfgmod
-from upfl.engine import draws
+from upfl.draws import rounds as draws
 from upfl.data import generate_synthetic
 from upfl.pipeline.plan import ExperimentError, build_plan
 from upfl.engine.simulation import run

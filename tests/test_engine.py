@@ -10,9 +10,10 @@ from upfl.algorithms import upcycle_coefficient, upcycle_step, weighted_average
 from upfl.cli import main
 from upfl.data import generate_synthetic, load_leaf
 from upfl.models import LogisticRegression
-from upfl.engine.draws import draw_stragglers, sample_clients
+from upfl.draws.rounds import draw_stragglers, sample_clients
 from upfl.engine.simulation import InjectedStop, run
-from upfl.solvers.torch_backend import batch_plan, local_solve
+from upfl.draws.batch_plans import batch_plan
+from upfl.solvers.torch_backend import local_solve
 
 
 @pytest.fixture(scope="module")

@@ -367,7 +367,7 @@ def regeneration_attack_residuals(run_config, device_index=1, training_round=1):
     it from the released model; the L2 distance to the client's clipped model is what the noise still hides."""
     from upfl.flower.apps import simulation_for
     from upfl.privacy.mechanisms import clip_to_norm, standard_normal_rows
-    from upfl.rng import generator
+    from upfl.draws.streams import generator
 
     sim = simulation_for(run_config)
     w = sim.model.init_params(generator(sim.cfg.seed, "init"))

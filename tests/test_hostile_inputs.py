@@ -206,7 +206,8 @@ def test_run_configs_are_data_and_every_value_is_checked(tmp_path, capsys, text,
 
 
 def test_workflow_config_refuses_duplicates_and_alias_bombs_but_takes_plain_anchors(tmp_path):
-    from upfl.config import ConfigError, check_workflow_yaml
+    from upfl.errors import ConfigError
+    from upfl.yaml_safety import check_workflow_yaml
 
     plain = tmp_path / "plain.yaml"
     plain.write_text("grid: &g [{algorithm: fedavg, rounds: 2}]\nexperiments: {e: {groups: [{runs: *g}]}}\n")

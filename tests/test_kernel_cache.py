@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("numba")
 
 ROOT = Path(__file__).resolve().parents[1]
-WARM_UP = "from upfl.compiled_draws import warm_up; warm_up(); print('kernels ran')"
+WARM_UP = "from upfl.draws.compiled import warm_up; warm_up(); print('kernels ran')"
 
 
 def run(env_changes: dict, pythonpath: Path) -> subprocess.CompletedProcess:

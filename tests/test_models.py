@@ -17,7 +17,8 @@ from upfl.data.glove import embedding_matrix, save_npy, save_vocab
 from upfl.data.publish import write_dataset
 from upfl.models import BinaryLogisticRegression, build_model, dropout_masks
 from upfl.engine.simulation import run
-from upfl.solvers.torch_backend import batch_plan, local_solve
+from upfl.draws.batch_plans import batch_plan
+from upfl.solvers.torch_backend import local_solve
 
 SIZES = [3, 11, 7, 20]
 VMAP_LSTM_FALLBACK = pytest.mark.filterwarnings("ignore:There is a performance drop:UserWarning")

@@ -7,7 +7,7 @@ import math
 import pytest
 import yaml
 
-import upfl.engine.draws as draws
+import upfl.draws.rounds as draws
 import upfl.engine.simulation as simulation
 from upfl import config as cfgmod
 from upfl.cli import main
@@ -18,7 +18,7 @@ from upfl.privacy import (NO_GLM, NO_GUARANTEE, SGD_CAVEAT, NoGuaranteeError, Pr
                           rdp_epsilon, release_counts, theorem_c1_epsilon, theorem_c2_condition,
                           theorem_c2_epsilon, training_rounds)
 from upfl.privacy.accounting import pld_tractable
-from upfl.solvers.torch_backend import DrawCache
+from upfl.draws.batch_plans import DrawCache
 
 
 @pytest.fixture(scope="module")

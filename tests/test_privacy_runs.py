@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from upfl import config as cfgmod
-from upfl.engine import draws, simulation
+from upfl.draws import rounds as draws
+from upfl.engine import simulation
 from upfl.data import generate_synthetic, load_leaf
 from upfl.privacy import NoGuaranteeError, clip_to_norm, release_counts
 

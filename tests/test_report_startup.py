@@ -105,7 +105,7 @@ def test_every_report_module_imports_without_torch_or_plotting(tmp_path):
     code = (
         "import sys\n"
         "import upfl.commands.report, upfl.report, upfl.privacy\n"
-        "from upfl.report import ablations, claims, collect, data_draws, figures, privacy_tradeoff, protocol_gap, sensitivity\n"
+        "from upfl.report import ablations, claims, collect, fresh_data_sets, figures, privacy_tradeoff, protocol_gap, sensitivity\n"
         "from upfl.report import tables, timing\n"
         "from upfl.report import convergence_figure, privacy_tradeoff_figure, write_privacy_table\n"
         "from upfl.privacy import clip_to_norm, output_epsilons, privacy_report\n"

@@ -10,13 +10,14 @@ import torch
 
 from upfl import config as cfgmod
 from upfl.solvers import numba_backend as solver_numba
+from upfl.solvers.numba_backend import layout, solver
 from upfl.data import generate_synthetic, load_leaf
-from upfl.rng import derive_seed, derive_seeds, generator
+from upfl.draws.streams import derive_seed, derive_seeds, generator
 from upfl.engine import simulation
 from upfl.algorithms.updates import size_weights
 from upfl.engine.simulation import Simulation, run
-from upfl.solvers.torch_backend import (DrawCache, PooledRound, batch_plan, joined_plan, round_plans,
-                                        seeded_batch_plan)
+from upfl.draws.batch_plans import DrawCache, batch_plan, joined_plan, round_plans, seeded_batch_plan
+from upfl.solvers.torch_backend import PooledRound
 
 
 @pytest.mark.parametrize("batch_size", [1, 3, 8, 32, 5000])
@@ -84,7 +85,7 @@ def test_joined_plans_equal_their_concatenation():
     plain = seeded_batch_plan(sizes, epochs, 8, seeds)
     for plans in (compiled, compiled[1:3], [compiled[2], compiled[0]], plain, plain[:1], [compiled[0], plain[1]]):
         assert torch.equal(joined_plan(plans), torch.cat(plans))
-        assert np.array_equal(solver_numba.joined_plans(plans), torch.cat(plans).numpy())
+        assert np.array_equal(solver.joined_plans(plans), torch.cat(plans).numpy())
         assert np.array_equal(round_plans(plans).joined, torch.cat(plans).numpy())
     assert np.shares_memory(joined_plan(compiled).numpy(), compiled[0].numpy()), "back-to-back views are read in place"
 
@@ -92,13 +93,13 @@ def test_joined_plans_equal_their_concatenation():
 def test_row_blocks_find_pooled_rows_and_refuse_other_tensors():
     pooled_x, pooled_y = torch.arange(40.0).reshape(10, 4).clone(), torch.eye(2)[torch.arange(10) % 2]
     xs, ys = list(torch.split(pooled_x, [3, 0, 5, 2])), list(torch.split(pooled_y, [3, 0, 5, 2]))
-    x, y, rows = solver_numba.row_blocks([xs[2], xs[0], xs[3]], [ys[2], ys[0], ys[3]])
+    x, y, rows = solver.row_blocks([xs[2], xs[0], xs[3]], [ys[2], ys[0], ys[3]])
     assert x is pooled_x and y is pooled_y and rows.tolist() == [[3, 8], [0, 3], [8, 10]]
-    assert solver_numba.row_blocks([xs[0].clone()], [ys[0]]) is None
-    assert solver_numba.row_blocks([xs[0]], [ys[2]]) is None, "labels of other rows"
-    assert solver_numba.row_blocks([pooled_x[:, :2]], [pooled_y]) is None
+    assert solver.row_blocks([xs[0].clone()], [ys[0]]) is None
+    assert solver.row_blocks([xs[0]], [ys[2]]) is None, "labels of other rows"
+    assert solver.row_blocks([pooled_x[:, :2]], [pooled_y]) is None
     flat = torch.arange(40.0)
-    assert solver_numba.row_blocks([flat.view(10, 4)[:3]], [ys[0]]) is None, "rows of a view of another shape"
+    assert solver.row_blocks([flat.view(10, 4)[:3]], [ys[0]]) is None, "rows of a view of another shape"
 
 
 @pytest.fixture(scope="module")
@@ -192,11 +193,11 @@ def test_the_rounds_inputs_are_the_plain_ones(data):
 def test_class_major_layout_is_a_permutation_and_its_inverse():
     dim, classes = 3, 4
     flat = np.arange(2 * (dim + 1) * classes, dtype=np.float32).reshape(2, -1)
-    major = solver_numba.to_class_major(flat, dim)
+    major = layout.to_class_major(flat, dim)
     weights = flat[:, :dim * classes].reshape(2, dim, classes)
     assert np.array_equal(major[:, :, :dim], weights.transpose(0, 2, 1))
     assert np.array_equal(major[:, :, dim], flat[:, dim * classes:])
-    assert major.flags.c_contiguous and np.array_equal(solver_numba.from_class_major(major), flat)
+    assert major.flags.c_contiguous and np.array_equal(layout.from_class_major(major), flat)
 
 
 def test_runs_on_one_data_set_object_share_its_pooled_rows(data):

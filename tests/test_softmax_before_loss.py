@@ -11,7 +11,8 @@ from upfl.config import ConfigError
 from upfl.data import generate_synthetic, load_leaf
 from upfl.models import LogisticRegression, build_model
 from upfl.engine.simulation import run
-from upfl.solvers.torch_backend import batch_plan, local_solve
+from upfl.draws.batch_plans import batch_plan
+from upfl.solvers.torch_backend import local_solve
 
 
 def authors_loss(params, model, x, y_onehot, weights):

@@ -10,10 +10,12 @@ import torch
 from upfl import config as cfgmod
 from upfl.data import generate_synthetic
 from upfl.solvers import numba_backend as solver_numba
+from upfl.solvers.numba_backend import arithmetic, evaluation, layout, plans, training, vectors
 from upfl.algorithms.pfedme import personal_solve
 from upfl.models import BinaryLogisticRegression, LogisticRegression
 from upfl.engine.simulation import run
-from upfl.solvers.torch_backend import batch_plan, local_solve, select_local_solver
+from upfl.draws.batch_plans import batch_plan
+from upfl.solvers.torch_backend import local_solve, select_local_solver
 
 
 def reference_local_solve(x, labels, w0, plan, mu, lr, momentum, lin, num_classes):
@@ -103,7 +105,7 @@ def test_numba_result_does_not_depend_on_thread_count(monkeypatch):
     model, w0, xs, _, ys, plans, lin = small_problem(3)
     many, _ = solver_numba.local_solve(model, w0, xs, ys, plans, 0.3, 0.05, 0.5, linear_term=lin, threads=2)
     for name in ("solve_devices", "personal_devices"):
-        monkeypatch.setattr(solver_numba, name, None)
+        monkeypatch.setattr(solver_numba.solver, name, None)
     one, _ = solver_numba.local_solve(model, w0, xs, ys, plans, 0.3, 0.05, 0.5, linear_term=lin, threads=1)
     assert torch.equal(one, many)
     solver_numba.personal_solve(model, w0, xs, ys, plans, 0.05, 5.0, 0.02, 3, threads=1)
@@ -138,7 +140,7 @@ def test_kept_device_rows_give_the_same_solve_and_an_in_place_change_is_seen(mon
     device in a new order each round), and data changed in place is never read from the old entry."""
     model, w0, xs, _, ys, plans, lin = small_problem(3)
     rows = solver_numba.KeptArrays(size=2)
-    monkeypatch.setattr(solver_numba, "DEVICE_ROWS", rows)
+    monkeypatch.setattr(solver_numba.solver, "DEVICE_ROWS", rows)
 
     def solve(order, **kw):
         return solver_numba.local_solve(model, w0, [xs[i] for i in order], [ys[i] for i in order],
@@ -152,17 +154,17 @@ def test_kept_device_rows_give_the_same_solve_and_an_in_place_change_is_seen(mon
     assert torch.equal(shuffled, first[[3, 0, 4, 2, 1]])
     xs[1].mul_(-2.0)
     changed = solve([0, 1, 2, 3, 4])
-    monkeypatch.setattr(solver_numba, "DEVICE_ROWS", solver_numba.KeptArrays(max_bytes=0))  # nothing kept
+    monkeypatch.setattr(solver_numba.solver, "DEVICE_ROWS", solver_numba.KeptArrays(max_bytes=0))  # nothing kept
     fresh = solve([0, 1, 2, 3, 4])
     assert torch.equal(changed, fresh) and not torch.equal(changed, first)
-    monkeypatch.setattr(solver_numba, "DEVICE_ROWS", rows)
+    monkeypatch.setattr(solver_numba.solver, "DEVICE_ROWS", rows)
     for subset in ([0, 1], [2, 3], [1, 4]):  # more sets than it keeps: the oldest goes
         solve(subset)
     assert len(rows.entries) == 2 and all(len(key) == 1 + 2 for key in rows.entries)
 
 
 def test_balance_covers_every_device_once():
-    order, offsets = solver_numba.balance([5, 9, 1, 9, 3], 2)
+    order, offsets = plans.balance([5, 9, 1, 9, 3], 2)
     assert sorted(order.tolist()) == [0, 1, 2, 3, 4]
     assert offsets.tolist()[0] == 0 and offsets.tolist()[-1] == 5
     loads = [sum([5, 9, 1, 9, 3][i] for i in order[offsets[t]:offsets[t + 1]]) for t in range(2)]
@@ -321,17 +323,17 @@ def test_padded_layout_gradients_equal_a_float64_row_by_row_reference(binary):
         wt = rng.standard_normal((classes, d if binary else d + 1)).astype(np.float32)
         if rng.integers(0, 2):
             rows = np.abs(rows)  # a full batch: its rows and weights 1 / B are read as they are
-        xp = solver_numba.signed_rows(x, y) if binary else solver_numba.padded_rows(x, True)
+        xp = layout.signed_rows(x, y) if binary else layout.padded_rows(x, True)
         assert xp.shape[1] % 16 == 0 and xp.shape[1] >= wt.shape[1]
-        wp = solver_numba.padded(wt, xp.shape[1])
+        wp = layout.padded(wt, xp.shape[1])
         gp = np.full_like(wp, np.nan)
-        buffers = solver_numba.batch_buffers(classes, batch)
-        safe, weight = solver_numba.batch_reads(rows, buffers)
+        buffers = training.batch_buffers(classes, batch)
+        safe, weight = training.batch_reads(rows, buffers)
         assert weight.sum() == pytest.approx(1.0, rel=1e-5) and (weight[rows < 0] == 0).all()
         if binary:
-            solver_numba.binary_batch_gradient(wp, xp, safe, weight, gp, buffers)
+            training.binary_batch_gradient(wp, xp, safe, weight, gp, buffers)
         else:
-            solver_numba.batch_gradient(wp, xp, y, safe, weight, gp, buffers, False)
+            training.batch_gradient(wp, xp, y, safe, weight, gp, buffers, False)
         np.testing.assert_allclose(gp[:, :wt.shape[1]], reference_gradient(wt, x, y, rows, binary),
                                    rtol=1e-4, atol=2e-6)
         assert not gp[:, wt.shape[1]:].any()
@@ -366,7 +368,7 @@ def test_compiled_evaluation_of_exact_logits_equals_a_row_by_row_reference(class
     x = g.integers(-3, 4, (rows, 6)).astype(np.float32)
     wt = g.integers(-2, 3, (classes, 7)).astype(np.float32)
     labels = g.integers(0, 2 if binary else classes, rows).astype(np.int64)
-    loss, correct = solver_numba.evaluate_rows(wt, np.ascontiguousarray(x.T), labels, binary, 1.0, False)
+    loss, correct = evaluation.evaluate_rows(wt, np.ascontiguousarray(x.T), labels, binary, 1.0, False)
     ref_loss, ref_correct = reference_rows(wt, x, labels, binary, 1.0)
     assert correct == ref_correct
     assert loss == pytest.approx(ref_loss, rel=1e-6, abs=1e-7)
@@ -375,7 +377,7 @@ def test_compiled_evaluation_of_exact_logits_equals_a_row_by_row_reference(class
 def test_compiled_evaluation_of_overflowing_logits_is_not_finite():
     x = np.full((5, 2), 3e38, dtype=np.float32)
     wt = np.array([[10.0, 10.0, 0.0], [1.0, 1.0, 0.0]], dtype=np.float32)  # logits inf, finite
-    loss, _ = solver_numba.evaluate_rows(wt, np.ascontiguousarray(x.T), np.array([0, 1, 0, 1, 1]), False, 1.0, False)
+    loss, _ = evaluation.evaluate_rows(wt, np.ascontiguousarray(x.T), np.array([0, 1, 0, 1, 1]), False, 1.0, False)
     assert not math.isfinite(loss)
 
 
@@ -383,7 +385,7 @@ def test_compiled_evaluation_of_overflowing_logits_is_not_finite():
 def test_compiled_evaluation_equals_a_row_by_row_float32_loop_bit_for_bit(classes):
     """Logits of 64 rows at a time (rows the vector lanes; classes in pairs, an odd last one alone) are the
     row-by-row feature-order sums of fused multiply-adds exactly (here each one as a float64 multiply-add, whose
-    product is exact, rounded to float32), the losses use the same float32 exp and log (:func:`solver_numba.exp32`, :func:`solver_numba.log32`) and row r's
+    product is exact, rounded to float32), the losses use the same float32 exp and log (:func:`arithmetic.exp32`, :func:`arithmetic.log32`) and row r's
     loss goes to partial sum r mod 64, so loss and accuracy equal a row loop's to the last bit (random weights and
     features: every rounding counts)."""
     import numba
@@ -405,14 +407,14 @@ def test_compiled_evaluation_equals_a_row_by_row_float32_loop_bit_for_bit(classe
                 z[c] = v
             if binary:
                 s = z[0] if labels[r] == 0 else -z[0]
-                partial[r % 64] += np.float64(max(s, f32(0)) + solver_numba.log1p32(solver_numba.exp32(-abs(s))))
+                partial[r % 64] += np.float64(max(s, f32(0)) + arithmetic.log1p32(arithmetic.exp32(-abs(s))))
                 correct += (z[0] > 0) == (labels[r] == 1)
             else:
                 best = np.argmax(z)
                 total = f32(0)
                 for c in range(z.shape[0]):
-                    total += solver_numba.exp32(z[c] - z[best])
-                partial[r % 64] += np.float64((z[best] - z[labels[r]]) + solver_numba.log32(total))
+                    total += arithmetic.exp32(z[c] - z[best])
+                partial[r % 64] += np.float64((z[best] - z[labels[r]]) + arithmetic.log32(total))
                 correct += best == labels[r]
         loss = 0.0
         for k in range(64):
@@ -426,12 +428,12 @@ def test_compiled_evaluation_equals_a_row_by_row_float32_loop_bit_for_bit(classe
         wt = g.standard_normal((classes, 21)).astype(np.float32)
         labels = g.integers(0, 2 if binary else classes, n).astype(np.int64)
         scale = 0.7071 if binary else 1.0
-        fast = solver_numba.evaluate_rows(wt, np.ascontiguousarray(x.T), labels, binary, scale, False)
+        fast = evaluation.evaluate_rows(wt, np.ascontiguousarray(x.T), labels, binary, scale, False)
         assert fast == row_by_row(wt, x, labels, binary, scale)
 
 
 def test_vectorisable_exp_is_within_two_units_in_the_last_place_of_float32_exp():
-    """:func:`solver_numba.exp32` (the multinomial kernel's softmax) against float64 exp rounded to float32, over the
+    """:func:`arithmetic.exp32` (the multinomial kernel's softmax) against float64 exp rounded to float32, over the
     softmax's range (z - max <= 0) and beyond, with its edges: 0 below -87, inf above 88, NaN kept."""
     import numba
 
@@ -439,7 +441,7 @@ def test_vectorisable_exp_is_within_two_units_in_the_last_place_of_float32_exp()
     def exp_all(v):
         out = np.empty_like(v)
         for i in range(v.shape[0]):
-            out[i] = solver_numba.exp32(v[i])
+            out[i] = arithmetic.exp32(v[i])
         return out
 
     v = np.concatenate([np.linspace(-87.0, 88.0, 200_001), np.random.default_rng(0).uniform(-20, 0, 100_000)])
@@ -454,7 +456,7 @@ def test_vectorisable_exp_is_within_two_units_in_the_last_place_of_float32_exp()
 
 
 def test_vectorisable_float32_log_and_log1p_are_within_one_unit_in_the_last_place():
-    """The evaluation's :func:`solver_numba.log32` and :func:`solver_numba.log1p32` against float64 log and log1p
+    """The evaluation's :func:`arithmetic.log32` and :func:`arithmetic.log1p32` against float64 log and log1p
     rounded to float32, over float32's normal range and the losses' ranges, with their edges (inf and NaN kept,
     log 1 = 0, log1p 0 = 0, log1p of a tiny u = u)."""
     import numba
@@ -463,7 +465,7 @@ def test_vectorisable_float32_log_and_log1p_are_within_one_unit_in_the_last_plac
     def apply(v, which):
         out = np.empty_like(v)
         for i in range(v.shape[0]):
-            out[i] = solver_numba.log32(v[i]) if which == 0 else solver_numba.log1p32(v[i])
+            out[i] = arithmetic.log32(v[i]) if which == 0 else arithmetic.log1p32(v[i])
         return out
 
     rng = np.random.default_rng(3)
@@ -480,8 +482,8 @@ def test_vectorisable_float32_log_and_log1p_are_within_one_unit_in_the_last_plac
 
 
 def test_logits_of_a_block_of_samples_equal_the_logits_one_sample_at_a_time_bit_for_bit():
-    """:func:`solver_numba.block_dots` (16 samples' dot products halved together) against
-    :func:`solver_numba.row_dot` (one sample): the same additions in the same order, so the same bits."""
+    """:func:`vectors.block_dots` (16 samples' dot products halved together) against
+    :func:`vectors.row_dot` (one sample): the same additions in the same order, so the same bits."""
     import numba
 
     @numba.njit
@@ -489,9 +491,9 @@ def test_logits_of_a_block_of_samples_equal_the_logits_one_sample_at_a_time_bit_
         one = np.empty_like(z)
         for c in range(w.shape[0]):
             for q in range(0, rows.shape[0] - rows.shape[0] % 16, 16):
-                solver_numba.block_dots(w, c, x, rows, q, z)
+                vectors.block_dots(w, c, x, rows, q, z)
             for b in range(rows.shape[0]):
-                one[c, b] = solver_numba.row_dot(w, c, x, rows[b])
+                one[c, b] = vectors.row_dot(w, c, x, rows[b])
         return one
 
     rng = np.random.default_rng(8)
@@ -504,14 +506,14 @@ def test_logits_of_a_block_of_samples_equal_the_logits_one_sample_at_a_time_bit_
 
 
 def test_momentum_step_rounds_each_operation_as_torch_even_inside_a_fused_kernel():
-    """:func:`solver_numba.momentum_step` called from a kernel that allows fused multiply-adds still rounds every
+    """:func:`training.momentum_step` called from a kernel that allows fused multiply-adds still rounds every
     multiply and add on its own (torch.optim.SGD's order), bit for bit against float32 numpy, with and without the
     proximal and linear terms, over 16 entries at a time and the entries past the last multiple of 16."""
     import numba
 
     @numba.njit(fastmath={"contract"})
     def fused_caller(w, buf, g, wg, lin, has_lin, mu, lr, momentum):
-        solver_numba.momentum_step(w, buf, g, wg, lin, has_lin, mu, lr, momentum)
+        training.momentum_step(w, buf, g, wg, lin, has_lin, mu, lr, momentum)
 
     rng = np.random.default_rng(9)
     for mu, has_lin in ((0.7, True), (0.7, False), (0.0, True), (0.0, False)):
@@ -526,7 +528,7 @@ def test_momentum_step_rounds_each_operation_as_torch_even_inside_a_fused_kernel
 
 
 def test_block_log1p_exp_equals_the_compiled_scalar_expression_bit_for_bit():
-    """:func:`solver_numba.block_log1p_exp` (the binary loss of 64 rows, written as vector code) against the scalar
+    """:func:`vectors.block_log1p_exp` (the binary loss of 64 rows, written as vector code) against the scalar
     ``base + log1p32(exp32(t))`` compiled under the kernels' fast-math flags, over the losses' range and its edges
     (below exp32's range, 0, -inf, NaN); a model with non-finite logits gets a non-finite binary loss."""
     import numba
@@ -535,14 +537,14 @@ def test_block_log1p_exp_equals_the_compiled_scalar_expression_bit_for_bit():
     def scalar(t, base):
         out = np.empty_like(t)
         for k in range(t.shape[0]):
-            out[k] = base[k] + solver_numba.log1p32(solver_numba.exp32(t[k]))
+            out[k] = base[k] + arithmetic.log1p32(arithmetic.exp32(t[k]))
         return out
 
     @numba.njit
     def blocks(t, base):
         out = np.empty_like(t)
         for b in range(0, t.shape[0], 64):
-            solver_numba.block_log1p_exp(t[b:b + 64], base[b:b + 64], out[b:b + 64])
+            vectors.block_log1p_exp(t[b:b + 64], base[b:b + 64], out[b:b + 64])
         return out
 
     rng = np.random.default_rng(9)
@@ -556,6 +558,6 @@ def test_block_log1p_exp_equals_the_compiled_scalar_expression_bit_for_bit():
     assert np.isnan(fast[4])
     x = np.ones((3, 2), np.float32)
     for bad in (np.nan, np.inf):
-        loss, _ = solver_numba.evaluate_rows(np.array([[bad, 1.0]], np.float32), np.ascontiguousarray(x.T),
+        loss, _ = evaluation.evaluate_rows(np.array([[bad, 1.0]], np.float32), np.ascontiguousarray(x.T),
                                              np.array([0, 1, 1]), True, 1.0, False)
         assert not math.isfinite(loss)

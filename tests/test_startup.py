@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from upfl.engine.draws import training_rounds_before
+from upfl.draws.rounds import training_rounds_before
 from upfl.names import algorithm_names, is_training_iteration
 from upfl.pipeline.plan import build_plan, tree_copy
 

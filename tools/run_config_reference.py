@@ -1,9 +1,9 @@
-"""Write docs/run-config.md from upfl.config (upfl.config.reference_markdown)."""
+"""Write docs/run-config.md from upfl.config_reference (upfl.config_reference.reference_markdown)."""
 
 import sys
 from pathlib import Path
 
-from upfl.config import reference_markdown
+from upfl.config_reference import reference_markdown
 from upfl.files import write_text
 
 ROOT = Path(__file__).resolve().parents[1]

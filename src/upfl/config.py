@@ -17,17 +17,17 @@ import functools
 import hashlib
 import json
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 
 import yaml
 
-from .engine.draws import resolve_straggler_policy
+from .draws.rounds import resolve_straggler_policy
 from .errors import ConfigError
 from .names import DEFAULT_STEP, MODEL_NAMES, algorithm_names, check_algorithm_config, is_upcycled
 from .privacy.mechanisms import float32_scale_problem
+from .yaml_safety import read_yaml
 
 SCHEMA_VERSION = 1
 
@@ -371,86 +371,6 @@ def from_dict(doc: dict[str, Any] | None) -> RunConfig:
     return validate(_from_dict(RunConfig, doc or {}, ""))
 
 
-class UniqueKeys:
-    """A YAML loader's mapping constructor that refuses a key given twice (naming the line of the first)."""
-
-    def construct_mapping(self, node, deep=False):
-        seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            try:
-                duplicate = key in seen
-            except TypeError:
-                continue  # an unhashable key: SafeLoader names it
-            if duplicate:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r} (first given on line {seen[key] + 1})", key_node.start_mark)
-            seen[key] = key_node.start_mark.line
-        return super().construct_mapping(node, deep)
-
-
-class DataLoader(UniqueKeys, yaml.SafeLoader):
-    """YAML read as data: anchors, aliases (and so merge keys) and duplicate keys are refused, so a config
-    cannot expand into more than it spells out, and no value is silently replaced by a later one."""
-
-    def compose_node(self, parent, index):
-        event = self.peek_event()
-        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
-            raise yaml.composer.ComposerError(
-                None, None, f"anchor or alias {event.anchor!r}: refused (configs are data; write the value out)",
-                event.start_mark)
-        return super().compose_node(parent, index)
-
-
-class WorkflowLoader(UniqueKeys, getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
-    """The workflow config's loader: anchors and aliases allowed (its grids share run lists), duplicate keys
-    refused (:class:`UniqueKeys`), and the document as expanded (every alias written out) bounded
-    by :data:`MAX_EXPANDED_NODES`. It parses with libyaml where PyYAML has it (a tenth of the pure-Python parser's
-    time; the same nodes and marks)."""
-
-
-MAX_EXPANDED_NODES = 1_000_000
-"""The most YAML nodes a workflow config may expand to (the paper's config expands to about 10,000)."""
-
-
-def read_yaml(text: str) -> Any:
-    """A YAML document read with :class:`DataLoader`."""
-    return yaml.load(text, Loader=DataLoader)  # noqa: S506 - DataLoader is a SafeLoader
-
-
-def _expanded_nodes(node: yaml.Node, sizes: dict[int, int]) -> int:
-    """Nodes of ``node`` with every alias written out (each shared node counted once per use, computed once)."""
-    if id(node) not in sizes:
-        sizes[id(node)] = 0  # a recursive alias counts as nothing more (SafeLoader builds it as a cycle)
-        children = node.value if isinstance(node.value, list) else []
-        flat = [n for item in children for n in (item if isinstance(item, tuple) else (item,))]
-        sizes[id(node)] = 1 + sum(_expanded_nodes(n, sizes) for n in flat)
-    return sizes[id(node)]
-
-
-def check_workflow_yaml(path: str | Path) -> None:
-    """:class:`ConfigError` naming ``path`` when a workflow config has a duplicate key, or expands (aliases written
-    out) to more than :data:`MAX_EXPANDED_NODES` nodes: checked before anything walks the config."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-        loader = WorkflowLoader(text)
-        try:
-            root = loader.get_single_node()
-            if root is not None:
-                size = _expanded_nodes(root, {})
-                if size > MAX_EXPANDED_NODES:
-                    raise ConfigError(f"{path}: expands to {size:,} YAML nodes once its aliases are written out "
-                                      f"(at most {MAX_EXPANDED_NODES:,}): an alias bomb?")
-                loader.construct_document(root)  # duplicate keys
-        finally:
-            loader.dispose()
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: cannot read the config ({e})") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {e}") from None
-
-
 def load_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     try:
@@ -533,55 +453,3 @@ def config_hash(cfg: RunConfig) -> str:
     """SHA-256 (16 hex digits) of the result-determining part of the config (:func:`hashed_document`)."""
     text = json.dumps(hashed_document(cfg), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-
-
-def attribute_docs(cls: type) -> dict[str, str]:
-    """The docstring under each field of a config dataclass (the string literal that follows its annotation)."""
-    import ast
-    import inspect
-
-    body = ast.parse(inspect.getsource(cls)).body[0].body
-    docs = {}
-    for node, after in zip(body, body[1:]):
-        if (isinstance(node, ast.AnnAssign) and isinstance(after, ast.Expr)
-                and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)):
-            docs[node.target.id] = " ".join(after.value.value.split())
-    return docs
-
-
-def reference_markdown() -> str:
-    """docs/run-config.md: every run-config key with its default, allowed values and meaning, from this module."""
-    default = RunConfig()
-    lines = ["# Run config reference", "",
-             "The keys of `upfl run --config run.yaml` and `--set KEY=VALUE`, of `run_defaults` and `set` in the",
-             "workflow config, and of the Flower apps' run config. Generated from `src/upfl/config.py` by",
-             "`python tools/run_config_reference.py` (a test checks it is current). Unknown keys are errors naming",
-             "the key; `algorithm.*` keys an algorithm does not read are refused ([algorithms.md](algorithms.md)).",
-             "Keys marked *not hashed* do not change a run's results and are left out of its config hash.", "",
-             "| key | default | meaning |", "|---|---|---|"]
-
-    def cell(value: Any) -> str:
-        if value is None or value == "":
-            return "none"
-        return f"`{value}`" if isinstance(value, str) else f"`{json.dumps(value)}`"
-
-    def markdown(text: str) -> str:
-        text = re.sub(r":(?:mod|func|class|data):`([^`]+)`", r"`\1`", text)
-        return re.sub(r"``([^`]+)``", r"`\1`", text)
-
-    def rows(cls: type, obj: Any, prefix: str) -> None:
-        docs = attribute_docs(cls)
-        for f in dataclasses.fields(cls):
-            key, value = prefix + f.name, getattr(obj, f.name)
-            if dataclasses.is_dataclass(value):
-                rows(type(value), value, key + ".")
-                continue
-            meaning = docs.get(f.name, "")
-            if key in CHOICES:
-                meaning += f" One of {', '.join(f'`{c}`' for c in CHOICES[key])}."
-            if key in HASH_EXCLUDED or key.split(".")[0] in HASH_EXCLUDED:
-                meaning += " *Not hashed.*"
-            lines.append(f"| `{key}` | {cell(value)} | {markdown(meaning.strip())} |")
-
-    rows(RunConfig, default, "")
-    return "\n".join(lines) + "\n"

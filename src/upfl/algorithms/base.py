@@ -34,7 +34,7 @@ class ClientRound:
     ys: list[torch.Tensor]
     """Their features and one-hot labels."""
     plans: list[torch.Tensor]
-    """Their batch plans, (steps_i, B) sample indices (:func:`upfl.solvers.torch_backend.batch_plan`)."""
+    """Their batch plans, (steps_i, B) sample indices (:func:`upfl.draws.batch_plans.batch_plan`)."""
     sizes: torch.Tensor
     """Their numbers of training samples |D_i| (float, on the model's device)."""
     model: Any
@@ -68,7 +68,8 @@ class ClientRound:
 
 
 class Algorithm(ABC):
-    """A base algorithm. Subclasses set :attr:`name`, :attr:`keys` and override the hooks they change.
+    """A base algorithm. Subclasses set :attr:`name` and override the hooks they change; :attr:`keys`,
+    :attr:`uses_mu` and :attr:`privacy` are filled from :mod:`upfl.names` for that name (:meth:`__init_subclass__`).
 
     ``cfg`` is the run's :class:`upfl.config.AlgorithmConfig`; ``num_devices`` and ``num_params`` size the
     per-device state (allocated lazily, on the device of the first global model seen).
@@ -90,6 +91,16 @@ class Algorithm(ABC):
     """The :meth:`state_dict` entries computed from the devices' own, un-noised local models (per-device state and
     server state made from it): a private run never writes them in its run folder
     (:mod:`upfl.engine.checkpoints`). State computed from the released (noisy) models only is not listed."""
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        """A class naming a base algorithm of :data:`upfl.names.BASE_ALGORITHMS` reads its keys, whether it uses mu
+        and its privacy refusals from :mod:`upfl.names`, the one place they are decided."""
+        super().__init_subclass__(**kwargs)
+        name = cls.__dict__.get("name")
+        if name in names.BASE_ALGORITHMS:
+            cls.keys = names.ALGORITHM_KEYS[name]
+            cls.uses_mu = names.uses_mu(name)
+            cls.privacy = names.privacy_refusals(name)
 
     def __init__(self, cfg, num_devices: int, num_params: int) -> None:
         self.cfg = cfg

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import torch
 
-from .. import names
 from .base import Algorithm
 from .updates import average
 
@@ -14,9 +13,6 @@ class FedAdam(Algorithm):
     w^{t+1} = w^t + eta_s m / (sqrt(v) + tau). m starts at 0, v at tau^2; no bias correction (as the paper)."""
 
     name = "fedadam"
-    keys = names.ALGORITHM_KEYS[name]
-    uses_mu = names.uses_mu(name)
-    privacy = names.privacy_refusals(name)
     server_lr_default = 0.03
 
     def __init__(self, cfg, num_devices: int, num_params: int) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from .. import names
 from .base import Algorithm
 
 
@@ -10,6 +9,3 @@ class FedAvg(Algorithm):
     """w^{t+1} = sum_i p_i w_i^{t+1}, w_i^{t+1} = local SGD on F_i from w^t (Algorithm 1 with mu = 0)."""
 
     name = "fedavg"
-    keys = names.ALGORITHM_KEYS[name]
-    uses_mu = names.uses_mu(name)
-    privacy = names.privacy_refusals(name)

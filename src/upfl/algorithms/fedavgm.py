@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import torch
 
-from .. import names
 from .base import Algorithm
 from .updates import average
 
@@ -18,9 +17,6 @@ class FedAvgM(Algorithm):
     w^t - eta_s (g + beta v) (Nesterov, torch.optim.SGD's form). beta = 0, eta_s = 1 is the base algorithm."""
 
     name = "fedavgm"
-    keys = names.ALGORITHM_KEYS[name]
-    uses_mu = names.uses_mu(name)
-    privacy = names.privacy_refusals(name)
 
     def __init__(self, cfg, num_devices: int, num_params: int) -> None:
         super().__init__(cfg, num_devices, num_params)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import torch
 
-from .. import names
 from .base import Algorithm
 from .updates import average
 
@@ -18,9 +17,6 @@ class FedDyn(Algorithm):
     w^{t+1} = sum_i p_i w_i - h / alpha. Upcycled, mu/(mu+lambda) reads alpha/(alpha+lambda)."""
 
     name = "feddyn"
-    keys = names.ALGORITHM_KEYS[name]
-    uses_mu = names.uses_mu(name)
-    privacy = names.privacy_refusals(name)
     device_state = ("device_gradients",)
 
     def __init__(self, cfg, num_devices: int, num_params: int) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import torch
 
-from .. import names
 from .base import Algorithm
 
 
@@ -26,9 +25,6 @@ class FedNova(Algorithm):
     With equal work on every device this is FedAvg's average."""
 
     name = "fednova"
-    keys = names.ALGORITHM_KEYS[name]
-    uses_mu = names.uses_mu(name)
-    privacy = names.privacy_refusals(name)
 
     def server_update(self, w, released, rnd):
         p = rnd.weights

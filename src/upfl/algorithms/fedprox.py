@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from .. import names
 from .base import Algorithm
 
 
@@ -10,6 +9,3 @@ class FedProx(Algorithm):
     """Algorithm 1: w_i^{t+1} ~ argmin F_i(w) + mu/2 ||w - w^t||^2; w^{t+1} = sum_i p_i w_i^{t+1}."""
 
     name = "fedprox"
-    keys = names.ALGORITHM_KEYS[name]
-    uses_mu = names.uses_mu(name)
-    privacy = names.privacy_refusals(name)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import torch
 
-from .. import names
 from ..solvers.torch_backend import pad_devices
 from .base import Algorithm
 from .updates import average
@@ -53,9 +52,6 @@ class PFedMe(Algorithm):
     so ``solver.momentum`` is not used."""
 
     name = "pfedme"
-    keys = names.ALGORITHM_KEYS[name]
-    uses_mu = names.uses_mu(name)
-    privacy = names.privacy_refusals(name)
     device_state = ("personal", "trained")
     extra_metrics = ("personal_train_acc", "personal_test_acc")
 

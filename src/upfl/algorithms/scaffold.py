@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import torch
 
-from .. import names
 from .base import Algorithm
 from .updates import average
 
@@ -18,9 +17,6 @@ class Scaffold(Algorithm):
     the paper's formula at rho = 0). Server: w^{t+1} = w^t + eta_s (sum_i p_i w_i - w^t); c += sum_i (c_i+ - c_i) / N."""
 
     name = "scaffold"
-    keys = names.ALGORITHM_KEYS[name]
-    uses_mu = names.uses_mu(name)
-    privacy = names.privacy_refusals(name)
     device_state = ("device_controls", "control")
 
     def __init__(self, cfg, num_devices: int, num_params: int) -> None:

@@ -118,7 +118,7 @@ def cmd_claims(args: argparse.Namespace) -> int:
 
 def cmd_draws(args: argparse.Namespace) -> int:
     from ..report.collect import read_runs, select_experiment
-    from ..report.data_draws import write_draws
+    from ..report.fresh_data_sets import write_draws
     from ..report.render import provenance_line
 
     runs = _runs(args)

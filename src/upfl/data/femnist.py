@@ -36,7 +36,7 @@ from PIL import Image
 from tqdm import tqdm
 
 from .. import __version__
-from ..rng import derive_seed, numpy_generator
+from ..draws.streams import derive_seed, numpy_generator
 from .archive import iter_members, member_parts, open_zip
 from .download import read_recorded_sha256
 from .leaf import DatasetError

@@ -28,7 +28,7 @@ import numpy as np
 from tqdm import tqdm
 
 from .. import __version__
-from ..rng import derive_seed, numpy_generator
+from ..draws.streams import derive_seed, numpy_generator
 from .archive import find_member, open_zip
 from .download import read_recorded_sha256
 from .glove import GLOVE_DIM, GLOVE_MEMBER, embedding_matrix, glove_subset, save_npy, save_vocab

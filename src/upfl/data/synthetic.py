@@ -21,7 +21,7 @@ import zlib
 import numpy as np
 
 from .. import __version__
-from ..rng import derive_seed, numpy_generator
+from ..draws.streams import derive_seed, numpy_generator
 from .leaf import write_leaf
 
 SYNTHETIC_PRESETS: dict[str, dict[str, Any]] = {

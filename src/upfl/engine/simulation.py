@@ -2,7 +2,7 @@
 
 Iterations t = 1..T. A base algorithm trains at every t; an upcycled one trains at odd t and applies Eq. (5)
 at even t. What a device minimises and how the server aggregates are the algorithm's hooks; this loop
-never branches on algorithm names. The draws of training round k (devices, stragglers) live in :mod:`upfl.engine.draws`.
+never branches on algorithm names. The draws of training round k (devices, stragglers) live in :mod:`upfl.draws.rounds`.
 """
 
 from __future__ import annotations
@@ -24,16 +24,17 @@ from ..algorithms import ClientRound, build_algorithm
 from .checkpoints import open_checkpoint
 from ..data import FederatedDataset, load_leaf
 from .divergence import diverged_entry, loss_problem, weights_problem
-from .draws import round_participants, straggler_summary, training_rounds_before
+from ..draws.rounds import round_participants, straggler_summary, training_rounds_before
 from ..files import json_text, provenance, write_texts
 from ..integrity import RECORD, record_text
 from ..models import build_model
 from ..privacy.accounting import per_device, privacy_report
 from ..privacy.mechanisms import (objective_noise_draws, output_perturbation, scale_objective_noise,
                                  standard_normal_rows)
-from ..rng import derive_seeds, generator
+from ..draws.streams import derive_seeds, generator
 from .runfolder import check_out
-from ..solvers.torch_backend import DRAW_CACHE, PooledRound, RoundPlans, seeded_batch_plan, select_local_solver
+from ..draws.batch_plans import DRAW_CACHE, RoundPlans, seeded_batch_plan
+from ..solvers.torch_backend import PooledRound, select_local_solver
 
 METRIC_COLUMNS = ["iteration", "kind", "train_loss", "train_acc", "test_loss", "test_acc", "devices",
                   "local_steps", "data_accesses", "wall_s", "cum_wall_s"]
@@ -206,8 +207,8 @@ class Simulation:
     def draw_block(self, first: int) -> dict[int, ClientRound | None]:
         """The :class:`upfl.algorithms.ClientRound` of the training rounds first, first + 1, ... whose batch plans fit
         in :data:`PLAN_BLOCK_BYTES` (at least round ``first``, at most the run's last): their devices
-        (:func:`upfl.engine.draws.round_participants`), their plans (through
-        :data:`upfl.solvers.torch_backend.DRAW_CACHE`, from the devices' ``batches`` seeds: those not kept in one
+        (:func:`upfl.draws.rounds.round_participants`), their plans (through
+        :data:`upfl.draws.batch_plans.DRAW_CACHE`, from the devices' ``batches`` seeds: those not kept in one
         call), sizes and weights."""
         c, n, width = self.cfg, len(self.devices), self.batch_size
         rounds, total = [], 0
@@ -244,7 +245,7 @@ class Simulation:
         device and training round from the ``noise`` stream keyed (seed, round, device); added as <n_i, w>.
 
         The draws do not depend on alpha (:func:`upfl.privacy.mechanisms.objective_noise_draws`): runs of a
-        process that share the seed and the round's devices reuse them (:data:`upfl.solvers.torch_backend.DRAW_CACHE`)."""
+        process that share the seed and the round's devices reuse them (:data:`upfl.draws.batch_plans.DRAW_CACHE`)."""
         c, P = self.cfg, self.model.num_params
 
         def draw():

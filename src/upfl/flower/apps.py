@@ -16,7 +16,7 @@ guarantee, or, with ``privacy-release-train-metrics = false``, not computed). Ev
 message, so their training metrics are empty; test metrics are the server's, every round.
 
 A client's local update is ``upfl run``'s, reusing its code (:class:`upfl.engine.simulation.Simulation`,
-:func:`upfl.solvers.torch_backend.batch_plan` and the selected local solver): SGD with momentum on
+:func:`upfl.draws.batch_plans.batch_plan` and the selected local solver): SGD with momentum on
 F_i(w) + mu/2 ||w - w_global||^2 (mu: the message's ``proximal-mu``, else the run config's ``mu``), E epochs of
 mini-batches, stragglers' partial work (``straggler``: a straggler runs 1..E-1 epochs; policy ``drop`` replies
 an error instead, which FedAvg skips), objective or output perturbation before the reply.
@@ -60,17 +60,17 @@ from flwr.supercore import log
 from .. import config as cfgmod
 from ..data import FederatedDataset, load_leaf
 from ..data.leaf import META_FILE, _check_num_classes, _read_split, read_json
-from ..engine.draws import draw_stragglers, resolve_straggler_policy, sample_clients
+from ..draws.rounds import draw_stragglers, resolve_straggler_policy, sample_clients
 from ..files import provenance, write_json, write_text
 from ..names import base_name, is_upcycled
 from ..models import build_model
 from ..privacy.accounting import OS_ENTROPY_NOISE, SEED_KEYED_NOISE, max_feature_norm, privacy_report
 from ..privacy.mechanisms import (objective_noise_draws, output_perturbation, scale_objective_noise,
                                   standard_normal_rows)
-from ..rng import generator
+from ..draws.streams import generator
 from ..engine.simulation import (TRAIN_METRICS_COLUMN, Simulation, resolve_device, scaled_features,
                                  train_metrics_status)
-from ..solvers.torch_backend import batch_plan
+from ..draws.batch_plans import batch_plan
 from .strategy import DEVICE_KEY, CountingGrid, UpcycledFL, as_flat, is_upcycle_round
 
 PARAMS_KEY = "params"

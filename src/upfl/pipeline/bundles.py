@@ -107,7 +107,7 @@ def run_work(doc: dict[str, Any]) -> float:
     :data:`SOFTMAX_FIRST_COST` for the authors' loss. Only the order of bundles depends on it
     (:func:`bundle_priorities`), never a result. Reads the run document directly (keys it lacks take
     :class:`upfl.config.RunConfig`'s defaults): resolving 2,000 configs would cost the DAG a second."""
-    from ..engine.draws import training_rounds_before
+    from ..draws.rounds import training_rounds_before
     from ..names import base_name
 
     default = cfgmod.RunConfig()
@@ -137,7 +137,7 @@ def bundle_spec(bundle: Bundle, runs: dict[str, Any], data_dir: Callable[[str], 
     """The JSON document ``upfl run-many --spec`` reads: per run its id, data, result folder, log and config.
 
     Runs are listed (and trained) data set by data set and seed by seed, so that runs sharing a data set and
-    seed follow each other: their batch plans and noise draws are reused (:class:`upfl.solvers.torch_backend.DrawCache`).
+    seed follow each other: their batch plans and noise draws are reused (:class:`upfl.draws.batch_plans.DrawCache`).
     """
     job = bundle.job
     concurrent = max(1, int(job.get("runs_per_gpu", 1)))

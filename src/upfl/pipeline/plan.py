@@ -22,7 +22,7 @@ from typing import Any
 from .. import config as cfgmod
 from ..data.registry import check_dataset_entry
 from ..data.sources import PAPER_SYNTHETIC_SETS
-from ..engine.draws import resolve_straggler_policy
+from ..draws.rounds import resolve_straggler_policy
 from ..names import is_upcycled
 
 OUTPUT_KINDS = ("table1", "time", "convergence", "lambda_sweep", "privacy_table", "privacy_tradeoff", "momentum_table",

@@ -144,7 +144,7 @@ def per_device(value: Any, num_devices: int, key: str) -> list[float]:
 
 def training_rounds(cfg) -> int:
     """Training rounds of a run of ``cfg.rounds`` iterations: ceil(T/2) for Upcycled-FL (odd t), else T."""
-    from ..engine.draws import training_rounds_before
+    from ..draws.rounds import training_rounds_before
 
     return training_rounds_before(cfg.algorithm.name, cfg.rounds)
 
@@ -152,13 +152,13 @@ def training_rounds(cfg) -> int:
 def participation(cfg, num_devices: int) -> list[list[int]]:
     """The devices that train (and so release a noisy model) in each training round k = 1..K.
 
-    Exactly the engine's draws (:mod:`upfl.engine.draws`): iterations t = 1..T, training round k is the
+    Exactly the engine's draws (:mod:`upfl.draws.rounds`): iterations t = 1..T, training round k is the
     k-th t with ``is_training_iteration`` (odd t for Upcycled-FL, every t otherwise);
     ``sample_clients(seed, k, N, frac)``; under ``straggler_policy: drop`` the stragglers of
     ``draw_stragglers(seed, k, N, p, E, straggler_draw, chosen)`` are removed (they release nothing); under ``partial`` they
     train fewer epochs and do release.
     """
-    from ..engine.draws import round_participants
+    from ..draws.rounds import round_participants
 
     return [round_participants(cfg, k, num_devices)[0] for k in range(1, training_rounds(cfg) + 1)]
 
@@ -422,7 +422,7 @@ def _mean(values: Sequence[float | None]) -> float | None:
     return float(sum(values) / len(values))
 
 
-REPLAYED_RELEASES = ("replayed: the engine's device and straggler draws (upfl.engine.draws) for the run config, the "
+REPLAYED_RELEASES = ("replayed: the engine's device and straggler draws (upfl.draws.rounds) for the run config, the "
                      "draws the simulation trains with")
 """``releases_source`` of :func:`privacy_report` when the counts come from :func:`release_counts`."""
 

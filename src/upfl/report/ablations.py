@@ -19,20 +19,18 @@ from typing import Any
 import pandas as pd
 
 from ..config import CHOICES
-from ..names import is_upcycled
+from ..names import BASE_ALGORITHMS, is_upcycled
 from .cells import paired
 from .collect import ReportError, converged, cumulative_rounds, load_metrics
 from .figures import ALGORITHM_COLOURS, csv_colour, figure_title, palette_for, pyplot, save_figure, set_theme
 from .paper_numbers import algorithm_label, dataset_label, dataset_order
 from .render import fmt, markdown_table, write_csv, write_markdown
-from .stats import mean_interval
+from .stats import LEVEL, mean_interval
+from .styles import ALGORITHM_STYLES
 
-LEVEL = 0.95
 SCHEDULES = CHOICES["algorithm.schedule"]
 
-BASE_LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "fedavgm": "FedAvgM", "fednova": "FedNova",
-               "scaffold": "SCAFFOLD", "fedadam": "FedAdam", "fedyogi": "FedYogi", "feddyn": "FedDyn",
-               "pfedme": "pFedMe"}
+BASE_LABELS = {name: label for name, (label, _) in ALGORITHM_STYLES.items() if name in BASE_ALGORITHMS}
 OPTION_SYMBOLS = {"server_momentum": "β", "nesterov": "nesterov", "server_lr": "η_s", "alpha": "α"}
 
 

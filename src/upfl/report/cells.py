@@ -32,6 +32,11 @@ def check_one_config(group: pd.DataFrame, what: str, ignore: tuple[str, ...] = (
                               f"keep one with --where {col}=VALUE or split the experiment")
 
 
+def missing(value) -> bool:
+    """Whether a cell's value is absent: None or NaN (what pandas reads from an empty CSV field)."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
 def _same(a: float, b: float) -> bool:
     return (math.isnan(a) and math.isnan(b)) or (not math.isnan(a) and not math.isnan(b) and abs(a - b) < 1e-12)
 

@@ -27,9 +27,8 @@ from .paper_numbers import algorithm_label, dataset_label, paper_values
 from .gain_grid import claims_section
 from .protocol_gap import headline_section
 from .render import as_number, fmt, fmt_mu, markdown_table, write_csv, write_markdown
-from .stats import mean_interval
+from .stats import LEVEL, mean_interval
 
-LEVEL = 0.95
 ACC = ("train_acc", "test_acc")
 METRIC_TEXT = {"train_acc": "training accuracy", "test_acc": "test accuracy"}
 
@@ -256,7 +255,7 @@ def _not_measured(**kw) -> dict[str, Any]:
 
 
 def _draw_gains(ctx: Context) -> pd.DataFrame | None:
-    from .data_draws import draw_gains
+    from .fresh_data_sets import draw_gains
 
     runs = ctx.of("draws")
     if runs.empty:
@@ -269,7 +268,7 @@ def _draw_gains(ctx: Context) -> pd.DataFrame | None:
 
 def table1_claims(ctx: Context) -> list[dict[str, Any]]:
     """Upcycled-FL minus FedProx per data set x mu x metric (Table 1), ours paired on seed."""
-    from .data_draws import spread
+    from .fresh_data_sets import spread
     from .tables import table1_frame
 
     runs = ctx.of("table1")

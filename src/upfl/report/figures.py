@@ -23,6 +23,7 @@ from .cells import check_one_config, dataset_mus, with_cell_mu
 from .collect import METRIC_NAMES, ReportError, cumulative_rounds, load_metrics, require_converged
 from .paper_numbers import ALGORITHM_ORDER, algorithm_label, dataset_label, dataset_order, metric_label
 from .render import as_number, fmt_mu, write_csv
+from .styles import ALGORITHM_STYLES, PAPER_ALGORITHMS
 
 KINDS = ("convergence", "lambda_sweep")
 X_CHOICES = {"convergence": ("iteration", "round", "time"), "lambda_sweep": ("step", "lam")}
@@ -286,11 +287,8 @@ def colour_palette(name: str, n_colors: int | None = None) -> list[tuple[float, 
     return [to_rgb(tuple(row)) for row in samples]
 
 
-ALGORITHM_COLOURS = {
-    "FedAvg": "#0072B2", "FedProx": "#E69F00", "Upcycled-FL": "#009E73", "fedavgm": "#CC79A7",
-    "fednova": "#56B4E9", "scaffold": "#D55E00", "fedadam": "#8C564B", "fedyogi": "#7F7F7F",
-    "feddyn": "#BCBD22", "pfedme": "#17BECF",
-}
+ALGORITHM_COLOURS = {(label if name in PAPER_ALGORITHMS else name): colour
+                     for name, (label, colour) in ALGORITHM_STYLES.items()}
 """The one colour of each algorithm in every figure (keyed by its legend label; Okabe-Ito colour-blind safe
 for the paper's three). Variants of one algorithm (λ values, privacy settings) get shades of its colour."""
 OTHER_COLOUR = "#444444"
@@ -360,7 +358,7 @@ def save_figure(fig, out_prefix: str) -> None:
     pyplot().close(fig)
 
 
-def _grid(n_rows: int, n_cols: int):
+def grid(n_rows: int, n_cols: int):
     plt = pyplot()
     set_theme(font_scale=1.1)
     fig, axes = plt.subplots(n_rows, n_cols, figsize=(3.6 * n_cols, 2.8 * n_rows), squeeze=False)
@@ -397,7 +395,7 @@ def plot_convergence(data: pd.DataFrame, metrics: Sequence[str], x: str, title: 
     lines = _line_order(data)
     pal, styles = palette_for(lines), line_styles(lines)
     n_rows, n_cols, pos = panel_layout(facets, len(metrics))
-    fig, axes = _grid(n_rows, n_cols)
+    fig, axes = grid(n_rows, n_cols)
     used = set()
     for dataset, mu in facets:
         row0, j = pos[(dataset, mu)]
@@ -544,7 +542,7 @@ def plot_lambda_sweep(curves: pd.DataFrame, finals: pd.DataFrame, refs: pd.DataF
                       x: str, panels: Sequence[str], title: str | None):
     """Per facet: curves of every lambda against iterations (FedProx dashed), and final value against step."""
     facets = facet_list(pd.concat([finals, curves]) if not curves.empty else finals)
-    fig, axes = _grid(len(metrics), len(facets) * len(panels))
+    fig, axes = grid(len(metrics), len(facets) * len(panels))
     ref_color = ALGORITHM_COLOURS["FedProx"]
     for j, (dataset, mu) in enumerate(facets):
         sel = lambda d: d[(d["dataset"] == dataset) & d["mu"].map(lambda m: _same(m, mu))] if not d.empty else d  # noqa: E731

@@ -19,9 +19,8 @@ import pandas as pd
 from .collect import ReportError, converged, implementation
 from .paper_numbers import dataset_label, dataset_order, table1_value
 from .render import as_number, fmt, markdown_table, write_csv, write_markdown
-from .stats import mean_interval
+from .stats import LEVEL, mean_interval
 
-LEVEL = 0.95
 SPLITS = ("train", "test")
 KNOBS = {"mu": "μ (Table 1's λ with it)", "lr": "learning rate", "coef": "even-iteration coefficient μ/(μ+λ)",
          "epochs": "local epochs E", "batch_size": "batch size", "fedprox_rounds": "iterations T (Upcycled-FL 2T)"}
@@ -199,13 +198,13 @@ def section(frame: pd.DataFrame) -> list[str]:
 def plot_gain_grid(frame: pd.DataFrame):
     """One panel per knob: the gain in final training accuracy (95% interval) against the knob's value, over the
     base and the settings that vary that knob alone; colour = data set, line style = protocol."""
-    from .figures import _grid, colour_palette
+    from .figures import grid, colour_palette
 
     knobs = [k for k in KNOBS if (frame["varied"] == k).any()]
     if not knobs:
         raise ReportError("sensitivity: no setting varies a single knob")
     cols = min(3, len(knobs))
-    fig, axes = _grid(math.ceil(len(knobs) / cols), cols)
+    fig, axes = grid(math.ceil(len(knobs) / cols), cols)
     datasets = list(dict.fromkeys(frame["dataset"]))
     colours = dict(zip(datasets, colour_palette("colorblind", len(datasets))))
     styles = {PROTOCOLS[False]: ("-", "o"), PROTOCOLS[True]: ("--", "s")}

@@ -33,13 +33,12 @@ from ..files import write_text
 from ..privacy.accounting import (MEANINGFUL_EPSILON, NEIGHBOURING_NOTE, NO_GLM, NO_MEANINGFUL, OFF_BY_ONE_NOTE,
                                   OUTPUT_NOTE, SGD_CAVEAT, SHARED_NOISE_NOTE, TRAIN_METRICS_NOTE)
 from ..privacy.accounting import meaningful
-from .cells import check_one_config, paired
+from .cells import check_one_config, missing, paired
 from .collect import ReportError, converged, diverged_note, require_converged
 from .paper_numbers import algorithm_label, dataset_label, dataset_order, metric_label, paper_values
 from .render import as_number, fmt, latex_table, markdown_table, write_csv, write_markdown
-from .stats import mean_interval
+from .stats import LEVEL, mean_interval
 
-LEVEL = 0.95
 ACC = ("train_acc", "test_acc")
 MECHANISMS = ("objective", "output")
 """In the paper's order (Figure 3: (a)(b) objective, (c)(d) output perturbation)."""
@@ -73,16 +72,12 @@ VARIANT_LABELS = {"fedprox_private": "FedProx, private", "upcycled_equal_noise":
 PROTOCOL_VARIANT = {"equal noise": "upcycled_equal_noise", "equal epsilon": "upcycled_equal_epsilon"}
 
 
-def _missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
-
-
 def _text(value: Any) -> str:
     """A noise parameter as printed: ``1``, ``0.7071``; a per-device list (JSON text) as given."""
     number = as_number(value)
     if not math.isnan(number):
         return f"{number:g}"
-    return "" if _missing(value) else str(value)
+    return "" if missing(value) else str(value)
 
 
 def noise_text(mechanism: str, row: dict) -> str:
@@ -229,7 +224,7 @@ def privacy_frame(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def _holds_text(holds: Any) -> str:
-    if holds is None or _missing(holds):
+    if holds is None or missing(holds):
         return "n/a (under 2 paired seeds)"
     return "holds" if holds else "does not hold"
 
@@ -355,7 +350,7 @@ def privacy_claims_frame(runs: pd.DataFrame, paper: pd.DataFrame | None = None) 
 def _acc_text(row: dict, key: str) -> str:
     note = row.get("diverged") or ""
     mean = row.get(f"{key}_mean")
-    if _missing(mean):
+    if missing(mean):
         return note if isinstance(note, str) else ""
     text = fmt(mean) if row["n_seeds"] < 2 else f"{fmt(mean)} [{fmt(row[f'{key}_min'])}, {fmt(row[f'{key}_max'])}]"
     return f"{text}; {note}" if isinstance(note, str) and note else text
@@ -365,21 +360,21 @@ def _eps_text(row: dict, acc: str) -> str:
     if row["mechanism"] == "none":
         return "∞ (no noise)"
     value = row.get(f"eps_{acc}")
-    if _missing(value):
+    if missing(value):
         return row.get("guarantee") or "no guarantee"
     worst, device = row.get(f"epsmax_{acc}"), row.get(f"worstdev_{acc}")
-    at = "" if _missing(device) else f", {device}"
-    text = fmt(value, 3) + ("" if _missing(worst) else f" [{fmt(worst, 3)}{at}]")
+    at = "" if missing(device) else f", {device}"
+    text = fmt(value, 3) + ("" if missing(worst) else f" [{fmt(worst, 3)}{at}]")
     return text + (" †" if row.get(f"meaningful_{acc}") is False else "")
 
 
 def _iterations_text(row: dict) -> str:
     tr = row.get("training_rounds")
-    return f"{row['rounds']} ({'' if _missing(tr) else int(tr)})"
+    return f"{row['rounds']} ({'' if missing(tr) else int(tr)})"
 
 
 def _ratio_text(row: dict) -> str:
-    if row["variant"] == "fedprox_private" or _missing(row.get("eps_ratio_to_fedprox")):
+    if row["variant"] == "fedprox_private" or missing(row.get("eps_ratio_to_fedprox")):
         return ""
     return fmt(row["eps_ratio_to_fedprox"], 3)
 
@@ -417,8 +412,8 @@ def privacy_claims_rows(claims: pd.DataFrame) -> list[list[str]]:
     lines = []
     for r in claims.to_dict("records"):
         unit = {"% less ε̄": "%", "percentage points": " pp", "% less training time": "%"}[r["unit"]]
-        ours = "" if _missing(r["ours"]) else f"{fmt(r['ours'], 1, signed=r['unit'] == 'percentage points')}{unit}"
-        ci = "" if _missing(r["ci_low"]) else f"[{fmt(r['ci_low'], 1, signed=True)}, {fmt(r['ci_high'], 1, signed=True)}]"
+        ours = "" if missing(r["ours"]) else f"{fmt(r['ours'], 1, signed=r['unit'] == 'percentage points')}{unit}"
+        ci = "" if missing(r["ci_low"]) else f"[{fmt(r['ci_low'], 1, signed=True)}, {fmt(r['ci_high'], 1, signed=True)}]"
         versus = (f"{r['upcycled_noise']} vs {r['reference_noise']}" if r["upcycled_noise"]
                   else f"FedProx {r['reference_noise']}")
         if r["dataset"] == "all":
@@ -428,7 +423,7 @@ def privacy_claims_rows(claims: pd.DataFrame) -> list[list[str]]:
         lines.append([MECHANISM_LABELS[r["mechanism"]].split()[0], CLAIM_NAMES[r["claim"]], r["protocol"],
                       r["label"] + ("" if r.get("paper_dataset", True) else " (not in the paper)"), versus,
                       ACCOUNTANT_LABELS.get(r["accountant"], "") if r["accountant"] else "", ours, ci,
-                      "" if _missing(r["n_pairs"]) else str(int(r["n_pairs"])), r["holds_text"], paper])
+                      "" if missing(r["n_pairs"]) else str(int(r["n_pairs"])), r["holds_text"], paper])
     return lines
 
 
@@ -545,10 +540,10 @@ def _columns(data: pd.DataFrame) -> list[tuple[str, str]]:
 
 def plot_tradeoff(data: pd.DataFrame, metrics: Sequence[str], title: str | None, shared_noise: bool = True):
     """Rows: metrics; columns: mechanism x data set; per algorithm a line through its noise levels."""
-    from .figures import ALGORITHM_COLOURS, OTHER_COLOUR, _grid
+    from .figures import ALGORITHM_COLOURS, OTHER_COLOUR, grid
 
     cols = _columns(data)
-    fig, axes = _grid(len(metrics), len(cols))
+    fig, axes = grid(len(metrics), len(cols))
     cb = [OTHER_COLOUR] * 5
     colours = {a: ALGORITHM_COLOURS[algorithm_label(a)] for a in ("fedavg", "fedprox", "upcycled")}
     for j, (mech, dataset) in enumerate(cols):

@@ -21,9 +21,8 @@ from .cells import paired
 from .collect import REPORTING_CHOICES, ReportError, converged, implementation
 from .paper_numbers import dataset_label, dataset_order, paper_values, table1_value
 from .render import fmt, markdown_table, write_csv, write_markdown
-from .stats import Interval, mean_interval, std_from_interval, welch_interval
+from .stats import LEVEL, Interval, mean_interval, std_from_interval, welch_interval
 
-LEVEL = 0.95
 SPLITS = ("train", "test")
 IMPLEMENTATIONS = {False: "upfl, the paper's model", True: "upfl, the authors' protocol"}
 AUTHORS_CODE = "the authors' code (measured)"

@@ -12,6 +12,9 @@ from typing import Sequence
 
 import numpy as np
 
+LEVEL = 0.95
+"""The report's confidence level: every interval it prints is a two-sided 95% t interval."""
+
 
 def t_quantile(level: float, df: int) -> float:
     """The two-sided critical value t* with P(|T| <= t*) = ``level`` (t_{(1+level)/2, df})."""
@@ -42,7 +45,7 @@ class Interval:
         return self.low > 0
 
 
-def mean_interval(values: Sequence[float], level: float = 0.95) -> Interval:
+def mean_interval(values: Sequence[float], level: float = LEVEL) -> Interval:
     """Mean, sample std (ddof 1) and t interval mean +- t* s / sqrt(n) of ``values`` (NaNs dropped)."""
     arr = np.asarray(values, dtype=float)
     arr = arr[~np.isnan(arr)]
@@ -57,14 +60,14 @@ def mean_interval(values: Sequence[float], level: float = 0.95) -> Interval:
     return Interval(n, mean, std, mean - half, mean + half)
 
 
-def std_from_interval(low: float, high: float, n: int, level: float = 0.95) -> float:
+def std_from_interval(low: float, high: float, n: int, level: float = LEVEL) -> float:
     """The sample std behind a t interval ``mean +- t* s / sqrt(n)`` of ``n`` values (NaN when n < 2)."""
     if n < 2:
         return math.nan
     return (high - low) / 2 / t_quantile(level, n - 1) * math.sqrt(n)
 
 
-def welch_interval(a: Interval, b: Interval, level: float = 0.95) -> tuple[float, float, float]:
+def welch_interval(a: Interval, b: Interval, level: float = LEVEL) -> tuple[float, float, float]:
     """Difference of two means ``a.mean - b.mean`` of independent samples with Welch's t interval (unequal
     variances, Welch-Satterthwaite degrees of freedom): (difference, low, high); NaN bounds when either has n < 2."""
     diff = a.mean - b.mean

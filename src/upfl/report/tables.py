@@ -10,13 +10,12 @@ from typing import Any, Sequence
 import pandas as pd
 
 from ..files import write_text
-from .cells import check_one_config, dataset_mus, iter_cells, paired
+from .cells import check_one_config, dataset_mus, iter_cells, missing, paired
 from .collect import ReportError, converged, diverged_note
 from .paper_numbers import algorithm_label, dataset_label, paper_values, table1_value
 from .render import data_and_seeds_title, fmt, fmt_mu, latex_table, markdown_table, mean_std, write_csv, write_markdown
-from .stats import mean_interval
+from .stats import LEVEL, mean_interval
 
-LEVEL = 0.95
 ACC = ("train_acc", "test_acc")
 
 
@@ -106,13 +105,9 @@ def holds_text(row: dict) -> str:
     train, test = row.get("claim_holds_train_acc"), row.get("claim_holds_test_acc")
     if train is None and test is None and "n_pairs" not in row:
         return ""
-    if _missing(train) or _missing(test):
+    if missing(train) or missing(test):
         return "n/a (under 2 paired seeds)"
     return {(True, True): "yes", (True, False): "train only", (False, True): "test only"}.get((train, test), "no")
-
-
-def _missing(value) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 TABLE1_HEADER = ["Dataset", "μ", "FedAvg<br>paper; Δ", "FedProx<br>paper; Δ", "Upcycled-FL<br>paper; Δ",
@@ -131,7 +126,7 @@ def table1_rows(frame: pd.DataFrame) -> list[list[str]]:
             for alg in ("fedavg", "fedprox", "upcycled"):
                 want = math.nan if alg == "fedavg" else mu
                 hit = [r for r in records if r["dataset"] == dataset and r["algorithm"] == alg
-                       and (_missing(r["mu"]) if _missing(want) else (not _missing(r["mu"]) and abs(r["mu"] - want) < 1e-12))]
+                       and (missing(r["mu"]) if missing(want) else (not missing(r["mu"]) and abs(r["mu"] - want) < 1e-12))]
                 if not hit or (alg == "fedavg" and i > 0):
                     line.append("")
                     continue
@@ -166,7 +161,7 @@ def paper_notes(frame: pd.DataFrame) -> list[str]:
     for r in pv[pv["note"].notna()].to_dict("records"):
         if r["dataset"] in set(frame["dataset"]):
             notes.append(f"- {r['label']}, {algorithm_label(r['algorithm'])}"
-                         f"{'' if _missing(r['mu']) else ', μ = ' + fmt_mu(r['mu'])}: {r['note']}")
+                         f"{'' if missing(r['mu']) else ', μ = ' + fmt_mu(r['mu'])}: {r['note']}")
     return notes
 
 
@@ -238,11 +233,11 @@ def table2_rows(frame: pd.DataFrame) -> list[list[str]]:
 
     lines = []
     for r in frame.to_dict("records"):
-        paper = "" if _missing(r["paper_samples"]) else f"{int(r['paper_samples'])} ({int(r['paper_test'])})"
+        paper = "" if missing(r["paper_samples"]) else f"{int(r['paper_samples'])} ({int(r['paper_test'])})"
         data = r["data_origin"] + (" — preview, not the paper's data" if is_generated(r["data_source"]) else "")
         lines.append([r["label"], data, str(r["samples_total"]), str(r["samples_train"]), str(r["samples_test"]),
                       str(r["devices"]), fmt(r["mean"], 1), fmt(r["std"], 1), paper,
-                      "" if _missing(r["paper_devices"]) else str(int(r["paper_devices"])),
+                      "" if missing(r["paper_devices"]) else str(int(r["paper_devices"])),
                       fmt(r["paper_mean"], 0), fmt(r["paper_std"], 0),
                       "" if not paper else ("train + test" if r["reading"] == "total" else "train")])
     return lines

@@ -16,13 +16,12 @@ from typing import Any
 
 import pandas as pd
 
-from .cells import check_one_config, iter_cells
+from .cells import check_one_config, iter_cells, missing
 from .collect import ReportError, cumulative_rounds, is_diverged, load_metrics, require_converged
 from .paper_numbers import algorithm_label, dataset_label, paper_values
 from .render import fmt, fmt_mu, markdown_table, mean_std, write_csv, write_markdown
-from .stats import mean_interval
+from .stats import LEVEL, mean_interval
 
-LEVEL = 0.95
 COMPARISONS = ("equal_iterations", "equal_rounds")
 
 
@@ -126,16 +125,12 @@ def time_frame(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _missing(value) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
-
-
 def _ratio_text(row: dict, comp: str) -> str:
     mean = row.get(f"ratio_{comp}_mean")
-    if _missing(mean):
+    if missing(mean):
         return ""
     low, high = row[f"ratio_{comp}_ci_low"], row[f"ratio_{comp}_ci_high"]
-    ci = "" if _missing(low) else f" [{fmt(low, 3)}, {fmt(high, 3)}]"
+    ci = "" if missing(low) else f" [{fmt(low, 3)}, {fmt(high, 3)}]"
     return f"{fmt(mean, 3)}{ci}"
 
 
@@ -165,10 +160,10 @@ def ratio_rows(frame: pd.DataFrame) -> list[list[str]]:
     for r in frame[frame["n_pairs"].notna()].to_dict("records"):
         less = r["less_time_equal_iterations_pct"]
         out.append([r["label"], fmt_mu(r["mu"]), str(int(r["n_pairs"])), _ratio_text(r, "equal_iterations"),
-                    "" if _missing(less) else f"{fmt(less, 1)}%",
-                    "" if _missing(r.get("ratio_at_iteration")) else str(int(r["ratio_at_iteration"])),
+                    "" if missing(less) else f"{fmt(less, 1)}%",
+                    "" if missing(r.get("ratio_at_iteration")) else str(int(r["ratio_at_iteration"])),
                     _ratio_text(r, "equal_rounds"),
-                    "" if _missing(r.get("ratio_at_rounds")) else str(int(r["ratio_at_rounds"])),
+                    "" if missing(r.get("ratio_at_rounds")) else str(int(r["ratio_at_rounds"])),
                     f"{fmt(r['paper_ratio_equal_iterations'], 2)} (48% less)", fmt(r["paper_ratio_equal_rounds"], 2)])
     return out
 

@@ -1,7 +1,7 @@
-"""The random draws of a run, compiled: the same numbers as :mod:`upfl.rng` and torch, bit for bit, many at a time.
+"""The random draws of a run, compiled: the same numbers as :mod:`upfl.draws.streams` and torch, bit for bit, many at a time.
 
-- :func:`keyed_seeds`: :func:`upfl.rng.derive_seed` of many key tuples in one call (SHA-256 of the same text;
-  :func:`upfl.rng.derive_seeds` calls it).
+- :func:`keyed_seeds`: :func:`upfl.draws.streams.derive_seed` of many key tuples in one call (SHA-256 of the same text;
+  :func:`upfl.draws.streams.derive_seeds` calls it).
 - The Mersenne Twister (mt19937) a CPU ``torch.Generator`` runs, seeded as ``manual_seed`` seeds it, and the draws
   the runs make from it: ``torch.randperm``'s shuffle (:func:`shuffle_plans`, the batch plans), ``torch.rand`` of
   float32 and ``torch.randint`` (:func:`round_draws`, the devices and stragglers of training rounds).
@@ -14,7 +14,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .kernel_cache import guard_module, prepare
+from ..kernel_cache import guard_module, prepare
 
 prepare(__file__)  # a writable cache folder before the kernels are decorated
 
@@ -101,7 +101,7 @@ def write_decimal(text, at, value):
 @numba.njit(nogil=True, cache=True)
 def seeds_of(prefix, keys, k_table, initial, out):
     """out[r] = the first 8 bytes (little-endian) of SHA-256(prefix + "/".join(str(key) for key in keys[r])), its
-    top bit cleared: :func:`upfl.rng.derive_seed` when ``prefix`` is ``"<seed>/<stream>/"``."""
+    top bit cleared: :func:`upfl.draws.streams.derive_seed` when ``prefix`` is ``"<seed>/<stream>/"``."""
     text = np.zeros(prefix.shape[0] + keys.shape[1] * 21 + 72, dtype=np.uint8)
     text[:prefix.shape[0]] = prefix
     h = np.empty(8, dtype=np.uint64)
@@ -247,7 +247,7 @@ def randperm_into(perm, state, outputs, used, raw, z):
 
 @numba.njit(nogil=True, cache=True)
 def shuffle_plans(seeds, sizes, epochs, plan, offsets):
-    """Fill ``plan[offsets[i]:offsets[i + 1]]`` with device i's batch plan, as :func:`upfl.solvers.torch_backend.batch_plan`
+    """Fill ``plan[offsets[i]:offsets[i + 1]]`` with device i's batch plan, as :func:`upfl.draws.batch_plans.batch_plan`
     with a generator seeded ``seeds[i]``: per epoch torch.randperm's shuffle (:func:`randperm_into`), the epoch's
     ceil(n / B) rows padded with -1."""
     width = plan.shape[1]
@@ -271,7 +271,7 @@ def shuffle_plans(seeds, sizes, epochs, plan, offsets):
 
 @numba.njit(nogil=True, cache=True)
 def round_draws(sampling_seeds, straggler_seeds, high, chosen, uniform, short):
-    """The device and straggler draws of training rounds r = 0, 1, ... (:mod:`upfl.engine.draws`), N devices:
+    """The device and straggler draws of training rounds r = 0, 1, ... (:mod:`upfl.draws.rounds`), N devices:
     ``chosen[r]`` = torch.randperm(N)[:m] (m = chosen.shape[1]) from a generator seeded ``sampling_seeds[r]``;
     ``uniform[r]`` = torch.rand(N) (float32: the output's low 24 bits times 2^-24) and then ``short[r]`` =
     torch.randint(1, high, (N,)) (1 + output % (high - 1)) from one generator seeded ``straggler_seeds[r]``. Both

@@ -36,13 +36,13 @@ def derive_seed(seed: int, stream: str, *keys: int) -> int:
 
 def derive_seeds(seed: int, stream: str, keys) -> "np.ndarray":
     """:func:`derive_seed` ``(seed, stream, *row)`` of every row of ``keys`` (a sequence of equally long integer
-    tuples, at least one key each), as uint64: compiled, in one call (:func:`upfl.compiled_draws.keyed_seeds`), or
+    tuples, at least one key each), as uint64: compiled, in one call (:func:`upfl.draws.compiled.keyed_seeds`), or
     one by one where numba does not import."""
     import numpy as np
 
     check_stream(stream)
     try:
-        from .compiled_draws import keyed_seeds
+        from .compiled import keyed_seeds
     except ImportError:
         return np.array([derive_seed(seed, stream, *row) for row in keys], dtype=np.uint64)
     rows = np.asarray(keys, dtype=np.int64)

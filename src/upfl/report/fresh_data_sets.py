@@ -163,11 +163,11 @@ def draws_rows(frame: pd.DataFrame) -> list[list[str]]:
 def plot_draws(frame: pd.DataFrame, title: str | None = None):
     """One panel per setting (columns) and metric (rows): x = mu; the paper's gain (star), ours on the paper's
     draw (black, 95% interval), each fresh draw (coloured, 95% interval, side by side)."""
-    from .figures import _grid, colour_palette
+    from .figures import grid, colour_palette
 
     settings = list(dict.fromkeys(frame["setting"]))
     metrics = [m for m in ACC if m in set(frame["metric"])]
-    fig, axes = _grid(len(metrics), len(settings))
+    fig, axes = grid(len(metrics), len(settings))
     draws = sorted({int(d) for d in frame["draw"].dropna()})
     colours = dict(zip(draws, colour_palette("colorblind", max(len(draws), 1))))
     width = 0.6 / max(len(draws) + 1, 1)

@@ -23,7 +23,7 @@ import math
 from typing import Any
 
 from ..names import is_training_iteration
-from ..rng import derive_seeds, generator
+from .streams import derive_seeds, generator
 
 STRAGGLER_DRAWS = ("bernoulli", "exact")
 STRAGGLER_POLICIES = ("partial", "drop")
@@ -131,7 +131,7 @@ def block_draws(seed: int, first: int, num_devices: int, frac: float, prob: floa
                 draw: str) -> tuple[tuple[tuple[int, ...], tuple[bool, ...], tuple[int, ...]], ...]:
     """(chosen, flags, epochs) of training rounds first .. first + :data:`DRAW_BLOCK_ROUNDS` - 1: the numbers of
     :func:`sample_clients` and :func:`draw_stragglers`, made in one compiled call
-    (:func:`upfl.compiled_draws.round_draws`, seeds by :func:`upfl.rng.derive_seeds`), or round by round with torch
+    (:func:`upfl.draws.compiled.round_draws`, seeds by :func:`upfl.draws.streams.derive_seeds`), or round by round with torch
     where numba does not import."""
     import numpy as np
 
@@ -139,7 +139,7 @@ def block_draws(seed: int, first: int, num_devices: int, frac: float, prob: floa
         raise ValueError(f"devices.straggler_draw: must be one of {', '.join(STRAGGLER_DRAWS)}; got {draw!r}")
     rounds = range(first, first + DRAW_BLOCK_ROUNDS)
     try:
-        from ..compiled_draws import RANDPERM_SWAP_LIMIT, round_draws
+        from .compiled import RANDPERM_SWAP_LIMIT, round_draws
     except ImportError:
         round_draws = None
     if round_draws is None or num_devices >= RANDPERM_SWAP_LIMIT:
