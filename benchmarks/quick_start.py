@@ -57,7 +57,7 @@ def timed_make(target: str, wd: Path, numba_cache: Path, cache_state: str) -> di
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         sys.exit(f"make {target} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
-    record = wd / "results" / "kernels" / "numba.json"  # the kernels warm-up job's record (KERNELS_RECORD)
+    record = wd / "resources" / "kernels" / "numba.json"  # the kernels warm-up job's record (KERNELS_RECORD)
     kernels = json.loads(record.read_text()) if record.exists() else {}
     return {"command": f"make {target}", "numba_cache": cache_state, "wall_s": round(wall, 1),
             "cpu_s": round(children_cpu_s() - cpu_before, 1), "kernels_warm_up": kernels,

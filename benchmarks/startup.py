@@ -81,7 +81,7 @@ def main() -> None:
             "w1": ([sys.executable, "-m", "upfl.cli", "run", "--data", str(data), *W1_FLAGS, "--force",
                     "--out", str(tmp / f"w1_{label}")], tmp),
             "dry_run": ([sys.executable, "-m", "snakemake", "-n", "--quiet"], wd),
-            "job_parse": ([sys.executable, "-m", "snakemake", "results/kernels/numba.json", "-n", "--quiet"], wd),
+            "job_parse": ([sys.executable, "-m", "snakemake", "resources/kernels/numba.json", "-n", "--quiet"], wd),
         }
         for part in parts:  # untimed: numba's cache loaded once, the bundles' specs written once
             cpu_seconds(*commands[label][part], envs[label])

@@ -207,7 +207,6 @@ def workflow_with(tmp_path: Path, path: Path) -> Path:
     """A copy of the workflow whose config.yaml is :data:`TINY` with data set `mine` at ``path``."""
     wd = tmp_path / "wf"
     wd.mkdir()
-    shutil.copy(ROOT / "Snakefile", wd)
     for folder in ("workflow", "config", "profiles"):
         shutil.copytree(ROOT / folder, wd / folder)
     (wd / "config" / "config.yaml").write_text(TINY.replace("PATH", json.dumps(str(path))))

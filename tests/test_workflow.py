@@ -198,7 +198,7 @@ def test_report_jobs_come_before_any_waiting_bundle(tmp_path):
         assert priorities[rule] and min(priorities[rule]) > max(bundle), rule
     # The kernels' warm-up runs with the data jobs, and the CPU bundles wait for it.
     assert min(priorities["warm_up_kernels"]) > max(bundle)
-    assert re.search(r"rule train_bundle_\S+:\n    input: [^\n]*results/kernels/numba\.json", proc.stdout)
+    assert re.search(r"rule train_bundle_\S+:\n    input: [^\n]*resources/kernels/numba\.json", proc.stdout)
 
 
 def test_single_target_builds_only_what_it_needs(tmp_path):

@@ -33,7 +33,7 @@ DATA_PRIORITY = len(BUNDLE_PRIORITY) + 1
 # ready job waiting behind the bundles has its inputs stat'ed again at every scheduling step (Snakemake's cost).
 REPORT_PRIORITY = DATA_PRIORITY
 # The record of the numba kernels' warm-up (rule warm_up_kernels), which the CPU training jobs wait for.
-KERNELS_RECORD = "results/kernels/numba.json"
+KERNELS_RECORD = "resources/kernels/numba.json"
 SINGLE_RUNS = [r for r in RUNS if r not in BUNDLE_OF]
 
 
@@ -198,6 +198,22 @@ def output_of(name):
 # `snakemake --report FILE` reports the outputs that exist (after any preset or single target); only a plain
 # run (or --report-after-run, which reports after building) asks for every output of the config.
 MAKING_REPORT = any(a == "--report" or a.startswith("--report=") for a in sys.argv[1:])
+
+
+def leaf_folder_path(wildcards):
+    """`datasets.<name>.path` of a `source: leaf` data set (relative paths: to the workflow's directory)."""
+    return os.path.expanduser(CONFIG["datasets"][wildcards.dataset]["path"])
+
+
+def leaf_folder_inputs(wildcards):
+    """The files the copy of a `source: leaf` folder holds (upfl.data.leaf_folder.folder_files; imported here, as
+    it imports numpy, which parsing the workflow does not need)."""
+    from upfl.data.leaf_folder import folder_files
+
+    try:
+        return [str(f) for f in folder_files(leaf_folder_path(wildcards))]
+    except ValueError as e:
+        raise WorkflowError(f"config: datasets.{wildcards.dataset}.path: {e}") from None
 
 
 def all_outputs():

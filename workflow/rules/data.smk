@@ -87,22 +87,6 @@ rule leaf_dataset:
         "--no-progress {params.options} {params.checksums} > {log:q} 2>&1"
 
 
-def leaf_folder_path(wildcards):
-    """`datasets.<name>.path` of a `source: leaf` data set (relative paths: to the workflow's directory)."""
-    return os.path.expanduser(CONFIG["datasets"][wildcards.dataset]["path"])
-
-
-def leaf_folder_inputs(wildcards):
-    """The files the copy of a `source: leaf` folder holds (upfl.data.leaf_folder.folder_files; imported here, as
-    it imports numpy, which parsing the workflow does not need)."""
-    from upfl.data.leaf_folder import folder_files
-
-    try:
-        return [str(f) for f in folder_files(leaf_folder_path(wildcards))]
-    except ValueError as e:
-        raise WorkflowError(f"config: datasets.{wildcards.dataset}.path: {e}") from None
-
-
 rule leaf_folder_dataset:
     input:
         leaf_folder_inputs,

@@ -45,7 +45,7 @@ rule train:
 # source, another CPU) compiles them itself.
 rule warm_up_kernels:
     output:
-        temp(KERNELS_RECORD),
+        KERNELS_RECORD,
     log:
         "results/logs/kernels/warm_up.log",
     threads: 1
