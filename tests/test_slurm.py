@@ -154,11 +154,14 @@ def test_slurm_profile_runs_bundled_training_jobs_on_slurm_with_a_gpu(cluster, t
     for jobid, path in slurm_logs.items():
         text = path.read_text()
         assert "1 of 1 steps (100%) done" in text, text[-3000:]
-        gpus_seen = "'CUDA_VISIBLE_DEVICES': '0'" in text and "'SLURM_JOB_GPUS': '0'" in text
+        # SLURM_GPUS_ON_NODE is SLURM's own record of the GPUs it gave the job; CUDA_VISIBLE_DEVICES and
+        # SLURM_JOB_GPUS are set only where the node's gres.conf names a device file.
+        gpus_seen = "'SLURM_GPUS_ON_NODE': '1'" in text or (
+            "'CUDA_VISIBLE_DEVICES': '0'" in text and "'SLURM_JOB_GPUS': '0'" in text)
         assert gpus_seen == (jobid in gpu_jobs), (jobid, text[-3000:])
     print(f"\nsnakemake through profiles/slurm: {elapsed:.1f} s")
     print("\n".join(re.sub(r" --wrap=.*", " --wrap=...", c) for c in calls))
     print("\n".join(line.strip() for line in log.splitlines() if "has been submitted with SLURM jobid" in line))
     for name, text in bundle_logs.items():
         print(f"results/logs/bundles/{name}.log:\n{text}")
-    print(f"GPU job {gpu_jobs[0]}: TresPerJob={jobs[gpu_jobs[0]]['TresPerJob']}, CUDA_VISIBLE_DEVICES=0 in its log")
+    print(f"GPU job {gpu_jobs[0]}: TresPerJob={jobs[gpu_jobs[0]]['TresPerJob']}, a GPU in its environment")
