@@ -59,6 +59,14 @@ def test_a_target_after_config_or_configfile_is_caught():
     assert misparsed("snakemake --cores all --config preset=quick fig5") == ["--config fig5"]
     assert misparsed("snakemake --cores all --configfile config/quick.yaml fig55") == ["--configfile fig55"]
     assert misparsed("snakemake --cores all fig5 --config preset=quick") == []
+    assert misparsed("snakemake --cores all --configfile config/quick.yaml -- fig5") == []
+
+
+def test_the_docs_print_both_orders_that_work():
+    """Target first, and target after `--` (docs/running.md), as Snakemake's grammar allows."""
+    commands = documented_commands()
+    assert "snakemake --cores all fig5 --configfile config/quick.yaml" in commands, commands
+    assert "snakemake --cores all --configfile config/quick.yaml -- fig5" in commands, commands
 
 
 def test_every_printed_command_parses_as_meant():
@@ -83,7 +91,7 @@ def grouped_by_options(commands: dict[str, list[str]]) -> dict[tuple[str, ...], 
     for command in commands:
         words = runnable(command)
         targets = set(get_argument_parser().parse_args(words[1:]).targets or [])
-        options = tuple(w for w in words if w not in targets)
+        options = tuple(w for w in words if w not in targets and w != "--")  # targets go first when run
         default = [] if {"--report", "--unlock"} & set(words) or targets else ["all"]  # the default target
         groups.setdefault(options, [])
         groups[options] += [t for t in [*dict.fromkeys(words), *default]
