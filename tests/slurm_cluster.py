@@ -31,7 +31,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 PACKAGES = "slurmctld slurmd slurm-client munge"
 BINARIES = ("munged", "munge", "unmunge", "slurmctld", "slurmd", "sinfo", "sbatch", "srun", "squeue", "scontrol",

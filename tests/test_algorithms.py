@@ -11,7 +11,7 @@ import torch
 
 from upfl import config as cfgmod
 from upfl.algorithms import (ALGORITHMS, AlgorithmPrivacyError, ClientRound, algorithm_names, build_algorithm,
-                             is_upcycled, weighted_average)
+                             is_upcycled)
 from upfl.algorithms.fednova import momentum_work
 from upfl.names import DEFAULT_STEP
 from upfl.cli import main

@@ -92,9 +92,8 @@ def test_wrong_checksum_is_named_error_and_nothing_complete(tmp_path):
     data = _payload(5000)
     res = tmp_path / "res"
     wrong = "0" * 64
-    with ArchiveServer({"/a.bin": data}) as srv:
-        with pytest.raises(DownloadError) as err:
-            download(srv.url("/a.bin"), res / "a.bin", sha256=wrong, progress=False)
+    with ArchiveServer({"/a.bin": data}) as srv, pytest.raises(DownloadError) as err:
+        download(srv.url("/a.bin"), res / "a.bin", sha256=wrong, progress=False)
     msg = str(err.value)
     assert "sha256 mismatch" in msg and wrong in msg and hashlib.sha256(data).hexdigest() in msg
     assert _looks_complete(res) == []

@@ -405,7 +405,7 @@ def test_seed_keyed_noise_is_reproducible_and_removable_by_the_server(flower_dat
 
 
 def test_unknown_noise_source_and_unsupported_algorithms_are_refused_by_name(tmp_path):
-    from upfl.algorithms.registry import algorithm_names
+    from upfl.names import algorithm_names
     from upfl.flower.apps import FLOWER_ALGORITHMS
 
     with pytest.raises(ConfigError, match="'privacy-noise-source'.*'seeded'"):

@@ -1,7 +1,6 @@
 """Hostile names and values in configs: refused with a named error before any shell command runs."""
 
 import os
-import sys
 from pathlib import Path
 
 import pytest

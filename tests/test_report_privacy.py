@@ -280,7 +280,6 @@ def test_tradeoff_figure_files_and_data(privset, table, tmp_path):
 def test_tradeoff_figure_shows_the_worst_device_beside_the_mean(privset, tmp_path):
     """Every point's worst-device epsilon (max over devices and seeds) and which device, in the CSV and drawn as a
     triangle joined to the mean; the caption says that the worst device's epsilon is the guarantee."""
-    from matplotlib.lines import Line2D
 
     from upfl.report.collect import read_runs as read_runs_csv
     from upfl.report.privacy_tradeoff import plot_tradeoff, tradeoff_data

@@ -276,7 +276,6 @@ def tiny_workflow(tmp_path: Path, rounds: int) -> Path:
 def embedded_files(report: str) -> dict[str, str]:
     """The files a Snakemake report embeds (its ``results`` entries' base64 data URIs), by file name, as text."""
     import base64
-    import json
 
     found = re.search(r"var results = (\{.*?\});\n", report, re.S)
     assert found, "report.html: no embedded results"

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F

@@ -256,7 +256,7 @@ def paper_subset(refs: list[ImageRef], spec: FemnistSpec, seed: int) -> dict[str
     test: tuple[dict[str, np.ndarray], dict[str, np.ndarray]] = ({}, {})
     images: dict[str, dict[str, list[str]]] = {}
     devices: dict[str, dict[str, Any]] = {}
-    taken = {c: 0 for c in pools}
+    taken = dict.fromkeys(pools, 0)
     for d, (chosen, counts) in enumerate(plan):
         user = f"f_{d:05d}"
         picked: list[tuple[ImageRef, int]] = []

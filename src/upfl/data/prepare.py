@@ -10,7 +10,8 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from .sources import (DATASET_SOURCES, PAPER_SET_SOURCES, PAPER_SYNTHETIC_SETS, SOURCES, Source, dataset_folder,
                       resolve_sources)

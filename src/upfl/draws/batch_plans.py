@@ -4,7 +4,8 @@ draws (:class:`DrawCache`): a draw is a function of its key, so runs that share 
 from __future__ import annotations
 
 import math
-from typing import Callable, NamedTuple, Sequence
+from typing import NamedTuple
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch

@@ -6,7 +6,7 @@ Torch-free: it only reads the ``nbytes`` of what it keeps.
 from __future__ import annotations
 
 import collections
-from typing import Callable
+from collections.abc import Callable
 
 
 def nbytes(value) -> int:

@@ -52,7 +52,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, 
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp import strategy as flower_strategies
-from flwr.serverapp.strategy import FedAvg, FedProx, Strategy
+from flwr.serverapp.strategy import Strategy
 from logging import INFO
 
 from flwr.supercore import log

@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 from ..errors import ConfigError
 from ..names import is_upcycled

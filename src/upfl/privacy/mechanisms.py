@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 import struct
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
 if TYPE_CHECKING:
     import torch
@@ -48,7 +49,7 @@ def _positive(name: str, value) -> torch.Tensor:
     return torch.from_numpy(_positive_array(name, value))
 
 
-def _positive_array(name: str, value) -> "np.ndarray":
+def _positive_array(name: str, value) -> np.ndarray:
     """:func:`_positive` on the CPU, as a float32 numpy array (a number as a 0-d array)."""
     import numpy as np
 

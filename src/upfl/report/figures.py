@@ -12,7 +12,8 @@ rcParams (:func:`set_theme`) without importing seaborn.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd

@@ -25,7 +25,8 @@ draws make it differ between seeds (not with every device in every round).
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import pandas as pd
 

@@ -7,7 +7,8 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
+from collections.abc import Iterable, Sequence
 
 import pandas as pd
 
@@ -211,7 +212,6 @@ HTML_STYLE = (
 def _inline_html(text: str) -> str:
     """Escape ``text`` and render the Markdown the report writes inline: ``**bold**``, ```code``` and ``<br>``."""
     import html
-    import re
 
     out = html.escape(text.replace("\\|", "|"), quote=False)
     out = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", out)
@@ -221,8 +221,6 @@ def _inline_html(text: str) -> str:
 
 def _table_cells(line: str) -> list[str]:
     """The cells of a Markdown table line (pipes escaped as ``\\|`` stay in their cell)."""
-    import re
-
     return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import pandas as pd
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numba
 import numpy as np
@@ -220,7 +220,7 @@ local_solve.reads_pooled_rows = True
 """... and it reads a round's devices as blocks of the pooled rows (``pooled``, :func:`pack`) where the caller has them."""
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def warm_up(threads: int = 0) -> None:
     """Compile the kernels, or load them from numba's cache, on a small problem (once per process and ``threads``:
     a bundle's runs share it).

@@ -297,12 +297,11 @@ def momentum_vectors(typingctx, w, buf, g, wg, lin, has_lin, mu, lr, momentum):
         with builder.if_else(builder.fcmp_unordered("!=", args[6], ir.Constant(args[6].type, 0.0))) as (
                 nonzero, zero):
             for with_mu, branch in ((True, nonzero), (False, zero)):
-                with branch:
-                    with builder.if_else(has_lin) as (linear, plain):
-                        with linear:
-                            update(with_mu, True)
-                        with plain:
-                            update(with_mu, False)
+                with branch, builder.if_else(has_lin) as (linear, plain):
+                    with linear:
+                        update(with_mu, True)
+                    with plain:
+                        update(with_mu, False)
         return context.get_dummy_value()
 
     return signature, codegen
