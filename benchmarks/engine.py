@@ -247,7 +247,7 @@ def round_profile(data: str, backend: str, rounds: int) -> dict:
         t3 = time.perf_counter()
         w = weighted_average(local, sim.sizes[chosen])
         t4 = time.perf_counter()
-        for key, dt in zip(parts, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+        for key, dt in zip(parts, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
             parts[key] += dt
     e0 = time.perf_counter()
     for _ in range(20):

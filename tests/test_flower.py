@@ -607,7 +607,7 @@ def test_upcycled_fedadam_epsilons_follow_the_observed_counts(tmp_path, task_ide
         def send_and_receive(self, messages, *, timeout=None):
             replies = super().send_and_receive(messages, timeout=timeout)
             out = []
-            for m, r in zip(list(messages), replies):
+            for m, r in zip(list(messages), replies, strict=True):
                 if m.metadata.dst_node_id == 3 and int(m.content["config"]["server-round"]) == 3 \
                         and m.metadata.message_type == "train":
                     from flwr.app import Error
@@ -632,7 +632,7 @@ def test_upcycled_fedadam_epsilons_follow_the_observed_counts(tmp_path, task_ide
         num_params = 2
 
     report = privacy_report(cfg, Sized(), Model(), releases=releases)
-    for device, m, n in zip(report["devices"], releases, (10, 20, 30)):
+    for device, m, n in zip(report["devices"], releases, (10, 20, 30), strict=True):
         assert device["releases"] == m
         assert device["sound"] == pytest.approx(output_epsilons(m, 0.8, 1.0, n, cfg.privacy.delta)["sound"], rel=1e-12)
     assert report["worst_device"]["sound"]["device"] in ("a", "b")

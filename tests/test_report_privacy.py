@@ -116,7 +116,7 @@ def test_table_rows_variants_and_accuracies(privset, table):
     for mech, rows in expected.items():
         block = v[v["block_mechanism"] == mech]
         assert list(block["variant"]) == [r[0] for r in rows]
-        for (variant, key), row in zip(rows, block.to_dict("records")):
+        for (variant, key), row in zip(rows, block.to_dict("records"), strict=True):
             key = key + ("binary_logreg",)
             assert row["dataset"] == DATASET and row["n_seeds"] == len(SEEDS) and row["seeds"] == "0 1 2"
             assert row["rounds"] == T and row["training_rounds"] == (T if key[0] == "fedprox" else T // 2)
@@ -208,7 +208,7 @@ def test_claims_known_answer(privset, table, tmp_path):
     prox = (runs["algorithm"] == "fedprox") & (mech == "output") & np.isclose(runs["sigma"], 1.0)
     up_eps = (runs["algorithm"] == "upcycled") & (mech == "output") & np.isclose(runs["sigma"], 0.7071)
     up_noise = (runs["algorithm"] == "upcycled") & (mech == "output") & np.isclose(runs["sigma"], 1.0)
-    for s, gain_train, gain_test in zip(SEEDS, (0.05, 0.06, 0.07), (-0.02, 0.01, 0.03)):
+    for s, gain_train, gain_test in zip(SEEDS, (0.05, 0.06, 0.07), (-0.02, 0.01, 0.03), strict=True):
         p = prox & (runs["seed"] == s)
         runs.loc[p, ["final_train_acc", "final_test_acc"]] = [0.6, 0.6]
         runs.loc[up_eps & (runs["seed"] == s), ["final_train_acc", "final_test_acc"]] = [0.6 + gain_train, 0.6 + gain_test]

@@ -4,6 +4,7 @@ and the docstring under its field (:func:`reference_markdown`)."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import re
 from typing import Any
@@ -18,7 +19,7 @@ def attribute_docs(cls: type) -> dict[str, str]:
 
     body = ast.parse(inspect.getsource(cls)).body[0].body
     docs = {}
-    for node, after in zip(body, body[1:]):
+    for node, after in itertools.pairwise(body):
         if (isinstance(node, ast.AnnAssign) and isinstance(after, ast.Expr)
                 and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)):
             docs[node.target.id] = " ".join(after.value.value.split())

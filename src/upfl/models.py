@@ -20,6 +20,7 @@ softmax of the logits, as the authors' released models compute it (``forward`` e
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 from typing import Any
 from collections.abc import Callable
@@ -240,13 +241,13 @@ class TorchModel:
     def init_params(self, generator: torch.Generator) -> torch.Tensor:
         """The ``init`` scheme (:func:`init_tensor`) for every parameter in flat order, from ``generator`` only."""
         return torch.cat([init_tensor(self.module, n, s, self.init, generator).flatten()
-                          for n, s in zip(self.names, self.shapes)])
+                          for n, s in zip(self.names, self.shapes, strict=True)])
 
     def unflatten(self, params: torch.Tensor) -> dict[str, torch.Tensor]:
         """Views of ``params`` (``(..., P)``) shaped like each parameter (with the leading dims)."""
         lead = params.shape[:-1]
         parts = torch.split(params, self.sizes, dim=-1)
-        return {n: p.view(*lead, *s) for n, p, s in zip(self.names, parts, self.shapes)}
+        return {n: p.view(*lead, *s) for n, p, s in zip(self.names, parts, self.shapes, strict=True)}
 
     def buffers_on(self, device: torch.device) -> dict[str, torch.Tensor]:
         if device not in self._device_buffers:
@@ -364,7 +365,7 @@ class CNNNet(nn.Module):
         self.side = side
         self.conv = nn.Conv2d(1, channels, kernel_size=3, padding=1)
         widths = (channels * side * side,) + tuple(hidden)
-        self.fcs = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:]))
+        self.fcs = nn.ModuleList(nn.Linear(a, b) for a, b in itertools.pairwise(widths))
         self.out = nn.Linear(widths[-1], num_classes)
         self.mask_shapes = tuple((h,) for h in hidden)
 

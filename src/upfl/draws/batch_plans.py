@@ -22,7 +22,7 @@ def batch_plan(sizes: list[int], epochs: list[int], batch_size: int, generators:
     int32 halves the plans a process keeps (:class:`DrawCache`); the solvers index with them as they are.
     """
     plans = []
-    for n, e, g in zip(sizes, epochs, generators):
+    for n, e, g in zip(sizes, epochs, generators, strict=True):
         nb = math.ceil(n / batch_size)
         padded = torch.full((e, nb * batch_size), -1, dtype=torch.int32)
         padded[:, :n] = torch.stack([torch.randperm(n, generator=g) for _ in range(e)])
@@ -98,14 +98,14 @@ class DrawCache(BoundedCache):
         keys = [("plan", seed, k, i, n, e, batch_size) for k, i, n, e in wanted]
         kept = [self.entries.get(key) for key in keys]
         missing = [j for j, entry in enumerate(kept) if entry is None]
-        for key, entry in zip(keys, kept):
+        for key, entry in zip(keys, kept, strict=True):
             if entry is not None:
                 self.entries.move_to_end(key)
         if not missing:
             return [entry[0] for entry in kept]
         seeds = seeds_of([wanted[j][:2] for j in missing])
         drawn = draw([wanted[j][2] for j in missing], [wanted[j][3] for j in missing], batch_size, seeds)
-        for j, value in zip(missing, drawn):
+        for j, value in zip(missing, drawn, strict=True):
             self.put(keys[j], value, value.nbytes)
             kept[j] = (value,)
         return drawn if len(missing) == len(wanted) else [entry[0] for entry in kept]
@@ -120,7 +120,7 @@ class DrawCache(BoundedCache):
         keys = [("round_plans", seed, k, tuple(d), tuple(n), tuple(e), batch_size) for k, d, n, e in rounds]
         found = [self.entries.get(key) for key in keys]
         todo = [j for j, entry in enumerate(found) if entry is None]
-        wanted = [(rounds[j][0], i, n, e) for j in todo for i, n, e in zip(*rounds[j][1:])]
+        wanted = [(rounds[j][0], i, n, e) for j in todo for i, n, e in zip(*rounds[j][1:], strict=True)]
         plans = self.plans(seed, wanted, batch_size, seeds_of, draw) if wanted else []
         drawn = plans if hasattr(plans, "starts") else None
         made, at = {}, 0

@@ -164,7 +164,7 @@ def block_draws(seed: int, first: int, num_devices: int, frac: float, prob: floa
             flags[r, devices[np.argsort(uniform[r, devices], kind="stable")[:count]]] = True
     per_device = np.where(flags, short, epochs)
     return tuple((tuple(c), tuple(f), tuple(e)) for c, f, e in zip(chosen.tolist(), flags.tolist(),
-                                                                    per_device.tolist()))
+                                                                    per_device.tolist(), strict=True))
 
 
 def round_participants(cfg, round_k: int, num_devices: int) -> tuple[list[int], list[int]]:

@@ -166,7 +166,7 @@ class Simulation:
         train = None if train_metrics_status(self.cfg.privacy) == "not_computed" else float("nan")
         out: dict[str, float | None] = {"train_loss": train, "train_acc": train,
                                         "test_loss": float("nan"), "test_acc": float("nan")}
-        for (name, _, _, n), (loss, correct) in zip(self.evaluated, self.evaluate_sets(w)):
+        for (name, _, _, n), (loss, correct) in zip(self.evaluated, self.evaluate_sets(w), strict=True):
             out[f"{name}_loss"], out[f"{name}_acc"] = loss / n, correct / n
         return out
 
@@ -215,7 +215,7 @@ class Simulation:
         for k in range(first, max(first, self.num_training_rounds) + 1):
             chosen, epochs = round_participants(c, k, n)
             sizes, chosen_epochs = [self.device_sizes[i] for i in chosen], [epochs[i] for i in chosen]
-            total += sum(-(-m // width) * e for m, e in zip(sizes, chosen_epochs)) * width * 4
+            total += sum(-(-m // width) * e for m, e in zip(sizes, chosen_epochs, strict=True)) * width * 4
             if rounds and total > PLAN_BLOCK_BYTES:
                 break
             rounds.append((k, chosen, sizes, chosen_epochs))
@@ -223,7 +223,7 @@ class Simulation:
         plans = DRAW_CACHE.round_plans(c.seed, drawn, width, lambda keys: derive_seeds(c.seed, "batches", keys),
                                        self.batch_plan)
         block: dict[int, ClientRound | None] = {k: None for k, *_ in rounds}
-        block.update({k: self.round_inputs(k, chosen, p) for (k, chosen, _, _), p in zip(drawn, plans)})
+        block.update({k: self.round_inputs(k, chosen, p) for (k, chosen, _, _), p in zip(drawn, plans, strict=True)})
         return block
 
     def round_inputs(self, round_k: int, chosen: list[int], plans: RoundPlans) -> ClientRound:

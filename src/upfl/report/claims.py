@@ -201,7 +201,7 @@ def without_diverged(runs: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     text = (f"{len(bad)} of {len(runs)} runs are flagged 'diverged' in their summary.json and are left out of "
             "every figure")
     if len(bad):
-        where = sorted({f"{d} / {algorithm_label(a)}" for d, a in zip(bad["dataset"], bad["algorithm"])})
+        where = sorted({f"{d} / {algorithm_label(a)}" for d, a in zip(bad["dataset"], bad["algorithm"], strict=True)})
         text += f" ({'; '.join(where[:8])}{' ...' if len(where) > 8 else ''})"
     return out, text + "."
 
@@ -629,7 +629,7 @@ def momentum_information(ctx: Context) -> list[list[str]]:
         return []
     rows = []
     mu = runs["mu"].map(as_number)
-    for dataset, m in sorted({(d, v) for d, v in zip(runs["dataset"], mu) if v > 0}):
+    for dataset, m in sorted({(d, v) for d, v in zip(runs["dataset"], mu, strict=True) if v > 0}):
         sub = runs[(runs["dataset"] == dataset) & (mu == m)]
         up = sub[sub["algorithm"] == "upcycled"]
         mom = sub[sub["algorithm"] == "fedavgm"]

@@ -239,7 +239,7 @@ def data_origin(data_path: str | None) -> dict[str, Any]:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
     except json.JSONDecodeError:
         return out
-    for column, key in zip(ORIGIN_COLUMNS, ("source", "setting", "data_seed", "commit")):
+    for column, key in zip(ORIGIN_COLUMNS, ("source", "setting", "data_seed", "commit"), strict=True):
         if meta.get(key) is not None:
             out[column] = meta[key]
     return out

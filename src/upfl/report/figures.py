@@ -200,7 +200,7 @@ def curve_data(facets: pd.DataFrame, metrics: Sequence[str], x: str) -> pd.DataF
 
 def facet_list(data: pd.DataFrame) -> list[tuple[str, float]]:
     """(data set, mu) facets in the paper's order."""
-    pairs = {(d, float(m)) for d, m in zip(data["dataset"], data["mu"])}
+    pairs = {(d, float(m)) for d, m in zip(data["dataset"], data["mu"], strict=True)}
     order = dataset_order([d for d, _ in pairs])
     return sorted(pairs, key=lambda p: (order.index(p[0]), -math.inf if math.isnan(p[1]) else p[1]))
 
@@ -427,7 +427,7 @@ def figure_legend(fig, axes) -> None:
     every panel), instead of one per panel."""
     entries: dict[str, Any] = {}
     for ax in axes.flat:
-        for handle, label in zip(*ax.get_legend_handles_labels()):
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             entries.setdefault(label, handle)
     if entries:
         fig.legend(list(entries.values()), list(entries), loc="center left", bbox_to_anchor=(1.0, 0.5),
@@ -549,7 +549,7 @@ def plot_lambda_sweep(curves: pd.DataFrame, finals: pd.DataFrame, refs: pd.DataF
         sel = lambda d: d[(d["dataset"] == dataset) & d["mu"].map(lambda m: _same(m, mu))] if not d.empty else d  # noqa: E731
         fc, ff, fr = sel(curves), sel(finals), sel(refs)
         sweep = ff.drop_duplicates("line").sort_values("coef")["line"].tolist()
-        ramp = dict(zip(sweep, colour_palette("viridis", n_colors=max(len(sweep), 1))))
+        ramp = dict(zip(sweep, colour_palette("viridis", n_colors=max(len(sweep), 1)), strict=False))
         for i, metric in enumerate(metrics):
             for k, panel in enumerate(panels):
                 ax = axes[i][j * len(panels) + k]
@@ -604,8 +604,8 @@ def lambda_sweep_figure(runs: pd.DataFrame, out_prefix: str, metrics: Sequence[s
     if x == "lam" and ups["lam"].isna().any():
         raise ReportError("lambda_sweep --x lam: some Upcycled-FL runs give step instead of lambda; use --x step")
     ups = _sweep_lines(ups)
-    keys = set(zip(ups["dataset"], ups["facet_mu"]))
-    in_sweep = pd.Series([k in keys for k in zip(facets["dataset"], facets["facet_mu"])], index=facets.index)
+    keys = set(zip(ups["dataset"], ups["facet_mu"], strict=True))
+    in_sweep = pd.Series([k in keys for k in zip(facets["dataset"], facets["facet_mu"], strict=True)], index=facets.index)
     refs = facets[(facets["algorithm"] == "fedprox") & in_sweep].copy()
     refs["line"] = "FedProx"
     finals = final_data(ups, metrics, x)

@@ -169,7 +169,7 @@ def plot_draws(frame: pd.DataFrame, title: str | None = None):
     metrics = [m for m in ACC if m in set(frame["metric"])]
     fig, axes = grid(len(metrics), len(settings))
     draws = sorted({int(d) for d in frame["draw"].dropna()})
-    colours = dict(zip(draws, colour_palette("colorblind", max(len(draws), 1))))
+    colours = dict(zip(draws, colour_palette("colorblind", max(len(draws), 1)), strict=False))
     width = 0.6 / max(len(draws) + 1, 1)
     for j, setting in enumerate(settings):
         for i, metric in enumerate(metrics):

@@ -83,13 +83,13 @@ def gain_grid_frame(runs: pd.DataFrame) -> pd.DataFrame:
         prox = prox_cells.get(key[:-1])
         if prox is None:
             continue
-        row = dict(zip([*SHARED, "fedprox_rounds", "coef"], key))
+        row = dict(zip([*SHARED, "fedprox_rounds", "coef"], key, strict=True))
         row["protocol"] = PROTOCOLS[bool(row.pop("authors"))]
         row["upcycled_rounds"] = int(up["rounds"].iloc[0])
         for split in SPLITS:
             values = paired_gain(up, prox, split)
             row.update(dict(zip([f"fedprox_{split}", f"upcycled_{split}", f"gain_{split}", f"gain_{split}_low",
-                                 f"gain_{split}_high", "pairs"], values)))
+                                 f"gain_{split}_high", "pairs"], values, strict=True)))
         rows.append(row)
     if not rows:
         raise ReportError("sensitivity: no Upcycled-FL cell has a FedProx cell at half its iterations with the same "
@@ -206,7 +206,7 @@ def plot_gain_grid(frame: pd.DataFrame):
     cols = min(3, len(knobs))
     fig, axes = grid(math.ceil(len(knobs) / cols), cols)
     datasets = list(dict.fromkeys(frame["dataset"]))
-    colours = dict(zip(datasets, colour_palette("colorblind", len(datasets))))
+    colours = dict(zip(datasets, colour_palette("colorblind", len(datasets)), strict=True))
     styles = {PROTOCOLS[False]: ("-", "o"), PROTOCOLS[True]: ("--", "s")}
     points = []
     labelled: set[tuple[str, str]] = set()
@@ -245,7 +245,7 @@ def plot_gain_grid(frame: pd.DataFrame):
         axes[j // cols][j % cols].set_visible(False)
     fig.tight_layout()
     found = {label: handle for ax in (a for row in axes for a in row)
-             for handle, label in zip(*ax.get_legend_handles_labels())}
+             for handle, label in zip(*ax.get_legend_handles_labels(), strict=True)}
     labels = [f"{dataset_label(d)}, {p}" for (d, p), _ in lines if f"{dataset_label(d)}, {p}" in found]
     fig.legend([found[label] for label in labels], labels, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=True, fontsize="small")
     return fig, pd.DataFrame(points)

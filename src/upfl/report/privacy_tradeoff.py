@@ -112,7 +112,7 @@ def iter_settings(runs: pd.DataFrame):
     """(dataset, mechanism, algorithm, noise text, runs) per setting, in the paper's data set order."""
     runs = runs.copy()
     runs["_mech"] = _mechanisms(runs)
-    runs["_noise"] = [noise_text(m, r) for m, r in zip(runs["_mech"], runs.to_dict("records"))]
+    runs["_noise"] = [noise_text(m, r) for m, r in zip(runs["_mech"], runs.to_dict("records"), strict=True)]
     for dataset in dataset_order(runs["dataset"]):
         sub = runs[runs["dataset"] == dataset]
         for (mech, alg, noise), grp in sub.groupby(["_mech", "algorithm", "_noise"], sort=True):
@@ -340,7 +340,7 @@ def privacy_claims_frame(runs: pd.DataFrame, paper: pd.DataFrame | None = None) 
     order = {m: i for i, m in enumerate(MECHANISMS)}
     claim_order = {c: i for i, c in enumerate(("privacy_loss", "train_acc", "test_acc", "time"))}
     frame["_o"] = [(order.get(m, 9), claim_order.get(c, 9), d == "all") for m, c, d in
-                   zip(frame["mechanism"], frame["claim"], frame["dataset"])]
+                   zip(frame["mechanism"], frame["claim"], frame["dataset"], strict=True)]
     return frame.sort_values("_o", kind="stable").drop(columns="_o").reset_index(drop=True)
 
 
@@ -535,7 +535,7 @@ def tradeoff_data(runs: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
 def _columns(data: pd.DataFrame) -> list[tuple[str, str]]:
     points = data[data["panel"] == "point"]
     order = dataset_order(points["dataset"])
-    pairs = {(m, d) for m, d in zip(points["mechanism"], points["dataset"])}
+    pairs = {(m, d) for m, d in zip(points["mechanism"], points["dataset"], strict=True)}
     return sorted(pairs, key=lambda p: (MECHANISMS.index(p[0]) if p[0] in MECHANISMS else 9, order.index(p[1])))
 
 
@@ -569,7 +569,7 @@ def plot_tradeoff(data: pd.DataFrame, metrics: Sequence[str], title: str | None,
                                 markerfacecolor=colour if k == 0 else "none", markeredgecolor=colour,
                                 label=f"{algorithm_label(alg)}, {short}" if i == 0 else None)
                     worst = p[p["x_worst"].notna() & (p["x_worst"] > 0)]
-                    for x, x_worst, y in zip(worst["x"], worst["x_worst"], worst["mean"]):
+                    for x, x_worst, y in zip(worst["x"], worst["x_worst"], worst["mean"], strict=True):
                         ax.plot([x, x_worst], [y, y], color=colour, linewidth=0.6,
                                 linestyle="-" if k == 0 else "--", alpha=0.7)
                     if not worst.empty:
@@ -595,7 +595,7 @@ def plot_tradeoff(data: pd.DataFrame, metrics: Sequence[str], title: str | None,
     fig.tight_layout()
     legend: dict[str, Any] = {}
     for ax in axes.flat:
-        for handle, label in zip(*ax.get_legend_handles_labels()):
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             legend.setdefault(label, handle)
     fig.legend(list(legend.values()), list(legend), loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=True,
                fontsize="small")

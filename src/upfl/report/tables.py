@@ -67,7 +67,7 @@ def table1_frame(runs: pd.DataFrame) -> pd.DataFrame:
     if not cells:
         raise ReportError("table1: no runs")
     rows = [table1_cell(*c) for c in cells]
-    index = {(r["dataset"], r["algorithm"], r["mu"]): (r, converged(c[3])) for r, c in zip(rows, cells)}
+    index = {(r["dataset"], r["algorithm"], r["mu"]): (r, converged(c[3])) for r, c in zip(rows, cells, strict=True)}
     for (dataset, alg, mu), (row, cell) in index.items():
         if alg != "upcycled" or (dataset, "fedprox", mu) not in index:
             continue

@@ -57,7 +57,7 @@ def device_rows(model, xs, ys, binary) -> tuple[np.ndarray, np.ndarray, dict[int
     x = torch.cat(xs)
     x = (model.features(x) if binary else x).numpy().astype(DTYPE, copy=False)
     ends = np.cumsum([int(t.shape[0]) for t in xs]).tolist()
-    rows = {id(t): (end - int(t.shape[0]), end) for t, end in zip(xs, ends)}
+    rows = {id(t): (end - int(t.shape[0]), end) for t, end in zip(xs, ends, strict=True)}
     return x, torch.cat(ys).numpy().astype(DTYPE, copy=False), rows
 
 
@@ -77,7 +77,7 @@ def row_blocks(xs, ys) -> tuple[torch.Tensor, torch.Tensor, np.ndarray] | None:
         return None
     stride_x, stride_y, start_x, start_y = x.stride(0), y.stride(0), x.storage_offset(), y.storage_offset()
     rows = []
-    for xi, yi in zip(xs, ys):
+    for xi, yi in zip(xs, ys, strict=True):
         if xi._base is not x or yi._base is not y or xi.shape[0] != yi.shape[0]:
             return None
         first, rest = divmod(xi.storage_offset() - start_x, stride_x)
@@ -113,7 +113,7 @@ def pack(model, w_global, xs, ys, plans, threads, pooled=None):
         made = lambda: with_solver_rows(device_rows(model, [source_x], [source_y], binary), binary)
         x, y, _, xp = DEVICE_ROWS.get([(source_x, source_y)], tag, made)
     else:
-        x, y, rows, xp = DEVICE_ROWS.get(list(zip(xs, ys)), tag,
+        x, y, rows, xp = DEVICE_ROWS.get(list(zip(xs, ys, strict=True)), tag,
                                          lambda: with_solver_rows(device_rows(model, xs, ys, binary), binary),
                                          any_order=True)
         x_rows = np.array([rows[id(t)] for t in xs], dtype=np.int64).reshape(len(xs), 2)
