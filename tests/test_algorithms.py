@@ -333,7 +333,9 @@ def test_checkpoint_resume_of_a_stateful_base_equals_an_uninterrupted_run(small_
     resumed = run(cfg, tmp_path / "cut", **QUIET)
     full = run(make_cfg(small_data, tmp_path / "other", name, rounds=6, **options), tmp_path / "full", **QUIET)
     assert resumed["final"] == full["final"]
-    strip = lambda p: [line.split(",")[:9] for line in (p / "metrics.csv").read_text().splitlines()]
+    def strip(p):
+        return [line.split(",")[:9] for line in (p / "metrics.csv").read_text().splitlines()]
+
     assert strip(tmp_path / "cut") == strip(tmp_path / "full")
 
 

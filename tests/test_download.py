@@ -357,8 +357,7 @@ def test_a_full_disk_is_named_and_publishes_nothing(tmp_path, monkeypatch):
 
     monkeypatch.setattr(download_module, "open", filling_open, raising=False)
     dest = tmp_path / "a.bin"
-    with ArchiveServer({"/a.bin": _payload()}) as srv:
-        with pytest.raises(DownloadError, match=r"a\.bin\.part: cannot write the download \(No space left on device\); "
-                                                r"nothing published"):
-            download(srv.url("/a.bin"), dest, cache_dir=tmp_path / "cache", retries=0, backoff=0, progress=False)
+    message = r"a\.bin\.part: cannot write the download \(No space left on device\); nothing published"
+    with ArchiveServer({"/a.bin": _payload()}) as srv, pytest.raises(DownloadError, match=message):
+        download(srv.url("/a.bin"), dest, cache_dir=tmp_path / "cache", retries=0, backoff=0, progress=False)
     assert not dest.exists()

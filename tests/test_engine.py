@@ -113,7 +113,9 @@ def test_same_seed_same_metrics_and_shared_device_draws(small_data, tmp_path):
     cfg = make_cfg(small_data, tmp_path)
     run(cfg, tmp_path / "r1", log=lambda s: None)
     run(cfg, tmp_path / "r2", log=lambda s: None)
-    strip = lambda p: [line.rsplit(",", 2)[0] for line in (p / "metrics.csv").read_text().splitlines()]
+    def strip(p):
+        return [line.rsplit(",", 2)[0] for line in (p / "metrics.csv").read_text().splitlines()]
+
     assert strip(tmp_path / "r1") == strip(tmp_path / "r2")
     assert sample_clients(0, 3, 30, 0.3) == sample_clients(0, 3, 30, 0.3)
     assert sample_clients(0, 3, 30, 0.3) != sample_clients(0, 4, 30, 0.3)
@@ -144,7 +146,9 @@ def test_resume_after_interruption_gives_same_metrics(small_data, tmp_path):
     resumed = run(cfg, tmp_path / "cut", log=lambda s: None)
     full = run(make_cfg(small_data, tmp_path / "other", rounds=9), tmp_path / "full", log=lambda s: None)
     assert resumed["final"] == full["final"]
-    strip = lambda p: [line.split(",")[:9] for line in (p / "metrics.csv").read_text().splitlines()]
+    def strip(p):
+        return [line.split(",")[:9] for line in (p / "metrics.csv").read_text().splitlines()]
+
     assert strip(tmp_path / "cut") == strip(tmp_path / "full")
 
 
@@ -186,7 +190,9 @@ def test_synthetic_generator_statistics(tmp_path):
         for u in ds.users:
             n_tr, n_te = len(ds.train_y[u]), len(ds.test_y[u])
             assert n_tr + n_te >= 50 and n_tr == int(0.9 * (n_tr + n_te))
-    spread = lambda ds: float(torch.tensor([ds.train_y[u].mean() for u in ds.users]).std())
+    def spread(ds):
+        return float(torch.tensor([ds.train_y[u].mean() for u in ds.users]).std())
+
     assert spread(het) > spread(hom) > spread(iid)
     assert iid.meta["parameters"]["num_classes"] == 2 and iid.feature_shape == (20,)
 

@@ -115,7 +115,9 @@ def test_seeded_and_reproducible(nist, built, tmp_path):
     out, _ = built
     again = build_femnist(nist.by_class, tmp_path / "again", seed=0, spec=SMALL, progress=False)
     other = build_femnist(nist.by_class, tmp_path / "other", seed=1, spec=SMALL, progress=False)
-    sha = lambda p: json.loads((p / "meta.json").read_text())["sha256"]
+    def sha(p):
+        return json.loads((p / "meta.json").read_text())["sha256"]
+
     assert sha(again) == sha(out)
     assert sha(other) != sha(out)
 

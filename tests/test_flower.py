@@ -17,7 +17,7 @@ from flwr.serverapp.strategy import FedAvg, FedProx  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 from upfl import config as cfgmod  # noqa: E402
-from upfl.engine import simulation
+from upfl.engine import simulation  # noqa: E402
 from upfl.config import ConfigError  # noqa: E402
 from upfl.data import generate_synthetic, load_leaf  # noqa: E402
 from upfl.flower import CountingGrid, UpcycledFL, make_client_app, make_server_app, run_config_to_upfl  # noqa: E402
@@ -225,7 +225,7 @@ def assert_same_rounds(flower_models, upfl_models, rounds):
     assert sorted(flower_models) == list(range(rounds + 1))
     assert len(upfl_models) == rounds + 1
     diffs = [float((flower_models[t] - upfl_models[t]).abs().max()) for t in range(rounds + 1)]
-    print("max |flower - upfl run| per round:", ["%.2e" % d for d in diffs])
+    print("max |flower - upfl run| per round:", [f"{d:.2e}" for d in diffs])
     assert max(diffs) <= 1e-5, diffs
     return max(diffs)
 

@@ -116,7 +116,7 @@ def test_table_rows_variants_and_accuracies(privset, table):
     for mech, rows in expected.items():
         block = v[v["block_mechanism"] == mech]
         assert list(block["variant"]) == [r[0] for r in rows]
-        for (variant, key), row in zip(rows, block.to_dict("records"), strict=True):
+        for (_, key), row in zip(rows, block.to_dict("records"), strict=True):
             key = key + ("binary_logreg",)
             assert row["dataset"] == DATASET and row["n_seeds"] == len(SEEDS) and row["seeds"] == "0 1 2"
             assert row["rounds"] == T and row["training_rounds"] == (T if key[0] == "fedprox" else T // 2)

@@ -16,6 +16,7 @@ import os
 import sys
 import tempfile
 from typing import Any
+import contextlib
 
 
 def _probe() -> None:
@@ -97,10 +98,8 @@ def checked_cache_class() -> type:
         def remove_files(self) -> None:
             index = self._cache_file._index_path
             for path in [index, *glob.glob(glob.escape(index[:-len(".nbi")]) + ".*.nbc")]:
-                try:
+                with contextlib.suppress(OSError):
                     os.remove(path)
-                except OSError:
-                    pass
 
     return CheckedCache
 

@@ -132,7 +132,9 @@ class Algorithm(ABC):
         return rnd.solve(rnd.model, w, rnd.xs, rnd.ys, rnd.plans, self.proximal_mu, rnd.lr, rnd.momentum,
                          linear_term=linear, generator=rnd.generator, **rnd.solver_inputs())
 
-    def client_update(self, w: torch.Tensor, local: torch.Tensor, rnd: ClientRound) -> None:
+    def client_update(  # noqa: B027 - a hook that keeps no state unless a base algorithm overrides it
+        self, w: torch.Tensor, local: torch.Tensor, rnd: ClientRound
+    ) -> None:
         """Update per-device state from the devices' own (not yet released) local models."""
 
     def server_update(self, w: torch.Tensor, released: torch.Tensor, rnd: ClientRound) -> torch.Tensor:

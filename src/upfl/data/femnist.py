@@ -214,7 +214,7 @@ def select_devices(pool_sizes: dict[int, int], totals: np.ndarray, classes_per_d
                                f"but only {len(able)} classes have that many left: {dict(sorted(left.items()))}")
         chosen = sorted(int(c) for c in rng.choice(able, size=classes_per_device, replace=False))
         base, extra = divmod(total, classes_per_device)
-        bonus = set(int(c) for c in rng.choice(chosen, size=extra, replace=False))
+        bonus = {int(c) for c in rng.choice(chosen, size=extra, replace=False)}
         counts = {c: base + (1 if c in bonus else 0) for c in chosen}
         for c, n in counts.items():
             left[c] -= n

@@ -43,6 +43,7 @@ import torch
 
 from .. import config as cfgmod
 from ..files import atomic_path, sha256_file
+import contextlib
 
 FORMAT = 1
 DEFAULT_DIRNAME = ".checkpoints"
@@ -189,10 +190,8 @@ class Checkpoint:
         if self.device_dir is not None:
             shutil.rmtree(self.device_dir, ignore_errors=True)
         if self.owned_root:
-            try:
+            with contextlib.suppress(OSError):
                 self.root.rmdir()
-            except OSError:
-                pass
 
     def save(self, state: dict[str, Any]) -> None:
         """Write ``state`` (plain tensors, lists, dicts, numbers, strings) atomically."""

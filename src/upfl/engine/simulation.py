@@ -91,8 +91,9 @@ def pooled_rows(ds: FederatedDataset, feature_scaling: str, device: torch.device
     (:data:`upfl.solvers.numba_backend.DEVICE_ROWS`, ``EVALUATION_ROWS``)."""
     ref, made = POOLED.get(id(ds), (None, None))
     if ref is None or ref() is not ds:
-        ref, made = weakref.ref(ds, lambda _, key=id(ds): POOLED.pop(key, None)), {}
-        POOLED[id(ds)] = (ref, made)
+        ds_id = id(ds)
+        ref, made = weakref.ref(ds, lambda _: POOLED.pop(ds_id, None)), {}
+        POOLED[ds_id] = (ref, made)
     key = (feature_scaling, str(device))
     if key not in made:
         users, sizes = ds.train_users, [len(ds.train_y[u]) for u in ds.train_users]
@@ -179,8 +180,8 @@ class Simulation:
         bs = self.cfg.evaluation.batch_size
         loss, correct = 0.0, 0
         for i in range(0, len(y), bs):
-            l, c = self.model.evaluate(w, x[i:i + bs], y[i:i + bs])
-            loss, correct = loss + l, correct + c
+            batch_loss, batch_correct = self.model.evaluate(w, x[i:i + bs], y[i:i + bs])
+            loss, correct = loss + batch_loss, correct + batch_correct
         return loss, correct
 
     def training_round(self, w: torch.Tensor, round_k: int) -> tuple[torch.Tensor, int, int]:

@@ -374,8 +374,9 @@ class ServerData:
         bs, n = self.cfg.evaluation.batch_size, len(self.test_y)
         loss, correct = 0.0, 0
         for i in range(0, n, bs):
-            l, c = self.model.evaluate(w.to(self.device), self.test_x[i:i + bs], self.test_y[i:i + bs])
-            loss, correct = loss + float(l), correct + int(c)
+            batch = (self.test_x[i:i + bs], self.test_y[i:i + bs])
+            batch_loss, batch_correct = self.model.evaluate(w.to(self.device), *batch)
+            loss, correct = loss + float(batch_loss), correct + int(batch_correct)
         return {"test_loss": loss / n, "test_acc": correct / n}
 
 
@@ -430,8 +431,8 @@ def strategy_for(cfg: cfgmod.RunConfig, num_nodes: int, fraction_evaluate: float
     a = cfg.algorithm
     check_flower_algorithm(a.name)
     per_round = len(sample_clients(cfg.seed, 1, num_nodes, cfg.devices.frac))
-    common = dict(fraction_train=cfg.devices.frac, min_train_nodes=per_round, min_available_nodes=num_nodes,
-                  fraction_evaluate=fraction_evaluate, min_evaluate_nodes=1 if fraction_evaluate else 0)
+    common = {"fraction_train": cfg.devices.frac, "min_train_nodes": per_round, "min_available_nodes": num_nodes,
+                  "fraction_evaluate": fraction_evaluate, "min_evaluate_nodes": 1 if fraction_evaluate else 0}
     base = flower_strategy(cfg, strategy, strategy_args or {}, common)
     if not is_upcycled(a.name):
         return base

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from collections.abc import Sequence
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
 

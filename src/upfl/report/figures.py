@@ -400,7 +400,7 @@ def plot_convergence(data: pd.DataFrame, metrics: Sequence[str], x: str, title: 
     used = set()
     for dataset, mu in facets:
         row0, j = pos[(dataset, mu)]
-        fd = data[(data["dataset"] == dataset) & data["mu"].map(lambda m: _same(m, mu))]
+        fd = data[(data["dataset"] == dataset) & data["mu"].map(lambda m, mu=mu: _same(m, mu))]
         lam = _single_lambda(fd)
         for i, metric in enumerate(metrics):
             ax = axes[row0 + i][j]
@@ -546,7 +546,9 @@ def plot_lambda_sweep(curves: pd.DataFrame, finals: pd.DataFrame, refs: pd.DataF
     fig, axes = grid(len(metrics), len(facets) * len(panels))
     ref_color = ALGORITHM_COLOURS["FedProx"]
     for j, (dataset, mu) in enumerate(facets):
-        sel = lambda d: d[(d["dataset"] == dataset) & d["mu"].map(lambda m: _same(m, mu))] if not d.empty else d  # noqa: E731
+        def sel(d, dataset=dataset, mu=mu):
+            return d[(d["dataset"] == dataset) & d["mu"].map(lambda m: _same(m, mu))] if not d.empty else d
+
         fc, ff, fr = sel(curves), sel(finals), sel(refs)
         sweep = ff.drop_duplicates("line").sort_values("coef")["line"].tolist()
         ramp = dict(zip(sweep, colour_palette("viridis", n_colors=max(len(sweep), 1)), strict=False))

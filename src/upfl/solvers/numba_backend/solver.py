@@ -110,7 +110,9 @@ def pack(model, w_global, xs, ys, plans, threads, pooled=None):
         plan, offsets = joined_plans(plans), offsets_of(steps)
         source_x, source_y, x_rows = row_blocks(xs, ys) or (None, None, None)
     if source_x is not None:
-        made = lambda: with_solver_rows(device_rows(model, [source_x], [source_y], binary), binary)
+        def made():
+            return with_solver_rows(device_rows(model, [source_x], [source_y], binary), binary)
+
         x, y, _, xp = DEVICE_ROWS.get([(source_x, source_y)], tag, made)
     else:
         x, y, rows, xp = DEVICE_ROWS.get(list(zip(xs, ys, strict=True)), tag,

@@ -249,7 +249,10 @@ def vector_exp32(builder, v):
     """:func:`exp32` of each lane of ``v``: the same operations in the same order (a fused multiply-add where
     :func:`exp32` has a multiply followed by an add)."""
     low, high = splat_constant(EXP_LOW), splat_constant(EXP_HIGH)
-    fma = lambda a, b, c: vector_function(builder, "fma", [a, b, c])
+
+    def fma(a, b, c):
+        return vector_function(builder, "fma", [a, b, c])
+
     c = builder.select(builder.fcmp_ordered(">", v, low), v, low)
     c = builder.select(builder.fcmp_ordered("<", c, high), c, high)
     n = vector_function(builder, "floor", [fma(c, splat_constant(LOG2E), splat_constant(0.5))])
