@@ -22,7 +22,7 @@ from __future__ import annotations
 import copy
 import itertools
 import math
-from typing import Any
+from typing import Any, ClassVar
 from collections.abc import Callable
 
 import torch
@@ -225,7 +225,7 @@ class TorchModel:
 
     glm_constants = None
 
-    def __init__(self, module: nn.Module, buffers: dict[str, torch.Tensor] | None = None,
+    def __init__(self, module: DeviceNet, buffers: dict[str, torch.Tensor] | None = None,
                  dropout: float = 0.0, init: str = "torch", batching: str = "auto",
                  softmax_before_loss: bool = False):
         self.module, self.dropout, self.init, self.batching = module, dropout, init, batching
@@ -324,7 +324,14 @@ class TorchModel:
         return net
 
 
-class MLPNet(nn.Module):
+class DeviceNet(nn.Module):
+    """A network :class:`TorchModel` trains: its batching per device type and the per-sample dropout mask shapes."""
+
+    batching: ClassVar[dict[str, str]]
+    mask_shapes: tuple[tuple[int, ...], ...]
+
+
+class MLPNet(DeviceNet):
     """FEMNIST MLP (Appendix H.2): "a two layer network with hidden dimension 14*14".
 
     784 -> ``hidden`` (196) -> ReLU -> dropout -> classes, as the authors' released ``Twolayer``
@@ -347,7 +354,7 @@ class MLPNet(nn.Module):
         return self.fc2(h)
 
 
-class CNNNet(nn.Module):
+class CNNNet(DeviceNet):
     """FEMNIST CNN (Appendix H.2): "a 3*3 convolutional layer with 3 channels ... following by two
     linear layers (followed by activation and dropout) with dimension 1000 and 100".
 
@@ -378,7 +385,7 @@ class CNNNet(nn.Module):
         return self.out(h)
 
 
-class StackedLSTMNet(nn.Module):
+class StackedLSTMNet(DeviceNet):
     """Sent140 stacked LSTM (Appendix H.2): "2 layers with 128 dimension", 300d word embeddings.
 
     Token ids (B, T) -> frozen GloVe rows (the buffer ``embedding``, row ``len(vocab)`` is the zero
@@ -388,6 +395,7 @@ class StackedLSTMNet(nn.Module):
     """
 
     batching = {"cpu": "loop", "cuda": "loop"}
+    embedding: torch.Tensor
 
     def __init__(self, rows: int, dim: int, hidden: int, layers: int, num_classes: int):
         super().__init__()
@@ -450,7 +458,7 @@ INIT_SCHEMES = ("torch", "normal")
 BATCHING = ("auto", "vmap", "loop")
 
 
-def on_meta(factory: Callable[[], nn.Module]) -> nn.Module:
+def on_meta(factory: Callable[[], DeviceNet]) -> DeviceNet:
     """Build a module on the meta device (no memory, no draw from the global RNG)."""
     with torch.device("meta"):
         return factory()

@@ -120,6 +120,8 @@ def even_step_coefficient(mu: float, lam: float | None, step: float | None = Non
     """c_1 of Eq. (5): ``step`` when given, else mu / (mu + lambda)."""
     if step is not None:
         return float(step)
+    if lam is None:
+        raise ValueError("even_step_coefficient: give lam or step")
     return mu / (mu + lam)
 
 

@@ -191,7 +191,9 @@ def _attempt(url: str, part: Path, timeout: float, progress: bool, label: str,
     req = urllib.request.Request(url, headers={"User-Agent": "upfl-data/1", "Accept-Encoding": "identity"})
     if have:
         req.add_header("Range", f"bytes={have}-")
-        req.add_header("If-Range", _strong_validator(state.get("etag"), state.get("last_modified")))
+        validator = _strong_validator(state.get("etag"), state.get("last_modified"))
+        assert validator is not None  # _resume_point resumes only against a strong validator
+        req.add_header("If-Range", validator)
     try:
         resp = urllib.request.urlopen(req, timeout=timeout)
     except urllib.error.HTTPError as e:

@@ -91,7 +91,7 @@ def image_vector(data: bytes, source: str = "image") -> np.ndarray:
             grey = img.convert("L")
     except (OSError, ValueError) as e:
         raise DatasetError(f"{source}: not a readable image: {e}") from None
-    grey.thumbnail(IMAGE_SIZE, Image.LANCZOS, reducing_gap=None)
+    grey.thumbnail(IMAGE_SIZE, Image.Resampling.LANCZOS, reducing_gap=None)
     if grey.size != IMAGE_SIZE:
         raise DatasetError(f"{source}: image thumbnails to {grey.size}, not {IMAGE_SIZE} (not square?)")
     return (np.asarray(grey, dtype=np.float32) / 255.0).reshape(-1)
@@ -123,7 +123,9 @@ def class_images(zf: zipfile.ZipFile, classes: set[str] | None = None,
     refs: list[ImageRef] = []
     counts = {"by_class_images": 0, "by_class_conflicts": 0}
     for info, data in tqdm(iter_members(zf, select), desc="by_class", unit="img", disable=not progress):
-        cls = parse_by_class(info.filename)[0]
+        parsed = parse_by_class(info.filename)
+        assert parsed is not None  # select kept only the names it parses
+        cls = parsed[0]
         digest = hashlib.md5(data).hexdigest()
         counts["by_class_images"] += 1
         if first_class.setdefault(digest, cls) != cls:

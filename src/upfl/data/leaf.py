@@ -102,7 +102,10 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     doc = dict(pairs)
     if len(doc) != len(pairs):
         seen: set[str] = set()
-        raise _DuplicateKey(next(k for k, _ in pairs if k in seen or seen.add(k)))
+        for k, _ in pairs:
+            if k in seen:
+                raise _DuplicateKey(k)
+            seen.add(k)
     return doc
 
 

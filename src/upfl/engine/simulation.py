@@ -89,11 +89,11 @@ def pooled_rows(ds: FederatedDataset, feature_scaling: str, device: torch.device
     Made once per data set object, scaling and device: the runs of a bundle share its data set, so they share
     these tensors (never written), and the solver's and the evaluation's arrays made from them
     (:data:`upfl.solvers.numba_backend.DEVICE_ROWS`, ``EVALUATION_ROWS``)."""
-    ref, made = POOLED.get(id(ds), (None, None))
-    if ref is None or ref() is not ds:
+    pooled = POOLED.get(id(ds))
+    if pooled is None or pooled[0]() is not ds:
         ds_id = id(ds)
-        ref, made = weakref.ref(ds, lambda _: POOLED.pop(ds_id, None)), {}
-        POOLED[ds_id] = (ref, made)
+        pooled = POOLED[ds_id] = (weakref.ref(ds, lambda _: POOLED.pop(ds_id, None)), {})
+    made = pooled[1]
     key = (feature_scaling, str(device))
     if key not in made:
         users, sizes = ds.train_users, [len(ds.train_y[u]) for u in ds.train_users]
@@ -212,7 +212,8 @@ class Simulation:
         :data:`upfl.draws.batch_plans.DRAW_CACHE`, from the devices' ``batches`` seeds: those not kept in one
         call), sizes and weights."""
         c, n, width = self.cfg, len(self.devices), self.batch_size
-        rounds, total = [], 0
+        rounds: list[tuple[int, list[int], list[int], list[int]]] = []
+        total = 0
         for k in range(first, max(first, self.num_training_rounds) + 1):
             chosen, epochs = round_participants(c, k, n)
             sizes, chosen_epochs = [self.device_sizes[i] for i in chosen], [epochs[i] for i in chosen]

@@ -418,9 +418,10 @@ def _epsilon_summary(rows: list[dict], kinds: Sequence[str]) -> dict[str, Any]:
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
-    if not values or any(v is None for v in values):
+    known = [v for v in values if v is not None]
+    if not values or len(known) != len(values):
         return None
-    return float(sum(values) / len(values))
+    return float(sum(known) / len(known))
 
 
 REPLAYED_RELEASES = ("replayed: the engine's device and straggler draws (upfl.draws.rounds) for the run config, the "

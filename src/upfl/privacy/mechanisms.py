@@ -113,14 +113,16 @@ def gaussian_output_noise(W: torch.Tensor, sigma, generator: torch.Generator | S
     if noise is not None and noise.shape != W.shape:
         raise ValueError(f"noise: shape {tuple(noise.shape)} given for a {tuple(W.shape)} release")
     if noise is not None and _numpy_view_ok(W) and _numpy_view_ok(noise):
-        s = _positive_array("sigma", sigma)
-        s = s.reshape(-1, 1) if s.ndim else s
-        return torch.from_numpy(W.numpy() + s.astype(W.numpy().dtype, copy=False) * noise.numpy())
+        s_rows = _positive_array("sigma", sigma)
+        s_rows = s_rows.reshape(-1, 1) if s_rows.ndim else s_rows
+        return torch.from_numpy(W.numpy() + s_rows.astype(W.numpy().dtype, copy=False) * noise.numpy())
     s = _positive("sigma", sigma).to(W.device)
     s = s.view(-1, 1) if s.dim() else s
     if noise is None:
         if isinstance(generator, torch.Generator):
             noise = torch.randn(W.shape, generator=generator, dtype=W.dtype, device=W.device)
+        elif generator is None:
+            raise ValueError("gaussian_output_noise: give a generator (or one per row) or the noise")
         else:
             if len(generator) != W.shape[0]:
                 raise ValueError(f"generator: one per row needed, got {len(generator)} for {W.shape[0]} rows")

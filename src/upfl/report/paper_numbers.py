@@ -21,7 +21,7 @@ METRIC_LABELS = {"train_loss": "Training loss", "test_loss": "Test loss",
 @cache
 def paper_values(name: str) -> pd.DataFrame:
     """``paper_values/<name>.csv`` as a data frame (packaged with upfl)."""
-    text = resources.files("upfl.report").joinpath("paper_values", f"{name}.csv").read_text(encoding="utf-8")
+    text = resources.files("upfl.report").joinpath("paper_values").joinpath(f"{name}.csv").read_text(encoding="utf-8")
     return pd.read_csv(io.StringIO(text), dtype={"dataset": str})
 
 

@@ -54,8 +54,8 @@ def device_rows(model, xs, ys, binary) -> tuple[np.ndarray, np.ndarray, dict[int
     """(x, y, rows of each device: id(x_i) -> (first, end)), x holding x~ for the binary model, float32; a device
     set seen again in another order (full participation samples every device, in a new order each round) reads
     its rows from the same arrays."""
-    x = torch.cat(xs)
-    x = (model.features(x) if binary else x).numpy().astype(DTYPE, copy=False)
+    joined = torch.cat(xs)
+    x = (model.features(joined) if binary else joined).numpy().astype(DTYPE, copy=False)
     ends = np.cumsum([int(t.shape[0]) for t in xs]).tolist()
     rows = {id(t): (end - int(t.shape[0]), end) for t, end in zip(xs, ends, strict=True)}
     return x, torch.cat(ys).numpy().astype(DTYPE, copy=False), rows
@@ -233,7 +233,8 @@ def warm_up(threads: int = 0) -> None:
     single-threaded kernels, more the parallel ones (a round with a single device still uses the former, compiled
     then if needed).
     """
-    k = max(1, min(2, threads or numba.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
+    most = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]  # an option numba sets at run time
+    k = max(1, min(2, threads or numba.get_num_threads(), most))
     problem = (None, torch.zeros(4), [torch.zeros(1, 1)] * k, [torch.tensor([[1.0, 0.0]])] * k,
                [torch.zeros(1, 1, dtype=torch.int32)] * k)
     local_solve(*problem, 1.0, 0.1, 0.5, threads=threads)
