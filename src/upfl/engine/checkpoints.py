@@ -289,7 +289,7 @@ def open_checkpoint(cfg: cfgmod.RunConfig, out: str | os.PathLike, data_path: st
     device_root = None
     if cfg.privacy.mechanism != "none":
         device_root = device_state_root()
-        if _inside(device_root, out):
+        if _inside(device_root, Path(out)):
             raise CheckpointError(f"{DEVICE_STATE_ENV}={device_root}: inside the run folder {out}; a private run's "
                                   "device state must live outside what is shared")
     return Checkpoint(checkpoint_root(cfg, out), key, owned_root=not cfg.checkpoint.dir, device_root=device_root)

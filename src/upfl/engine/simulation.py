@@ -265,6 +265,8 @@ class Simulation:
         noise = DRAW_CACHE.get(("output_noise", c.seed, round_k, tuple(chosen), tuple(W.shape[1:]), W.dtype),
                                lambda: standard_normal_rows(W.shape[1:], [generator(c.seed, "noise", round_k, i)
                                                                           for i in chosen], W.dtype))
+        if c.privacy.tau is None:
+            raise cfgmod.ConfigError("privacy.tau: output perturbation clips each released model to tau; give it")
         return output_perturbation(W, c.privacy.tau, self.noise_scales[chosen], noise=noise).to(local.device)
 
 
