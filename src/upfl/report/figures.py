@@ -12,7 +12,7 @@ rcParams (:func:`set_theme`) without importing seaborn.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 from collections.abc import Sequence
 
 import numpy as np
@@ -184,7 +184,7 @@ def curve_data(facets: pd.DataFrame, metrics: Sequence[str], x: str) -> pd.DataF
     parts = []
     cache: dict[str, pd.DataFrame] = {}
     for (dataset, mu, line), grp in facets.groupby(["dataset", "facet_mu", "line"], dropna=False, sort=False):
-        check_one_config(grp, f"figure line {line} on {facet_title(dataset, mu)}", ignore=("seed", "mu"))
+        check_one_config(grp, f"figure line {line} on {facet_title(str(dataset), cast(float, mu))}", ignore=("seed", "mu"))
         for run in grp.to_dict("records"):
             if run["run_dir"] not in cache:
                 cache[run["run_dir"]] = _curve_rows(run, metrics, x)
@@ -284,7 +284,7 @@ def colour_palette(name: str, n_colors: int | None = None) -> list[tuple[float, 
         return [to_rgb(COLOURBLIND_COLOURS[i % len(COLOURBLIND_COLOURS)]) for i in range(n)]
     import matplotlib
 
-    samples = matplotlib.colormaps[name](np.linspace(0, 1, int(n_colors) + 2)[1:-1])[:, :3]
+    samples = matplotlib.colormaps[name](np.linspace(0, 1, (n_colors or 0) + 2)[1:-1])[:, :3]
     return [to_rgb(tuple(row)) for row in samples]
 
 
@@ -322,7 +322,7 @@ def palette_for(lines: Sequence[str]) -> dict[str, str]:
         rgb = to_rgb(colour)
         for i, ln in enumerate(variants):
             t = 0.55 * i / (len(variants) - 1)  # blend toward white: 0 (the colour itself) .. 0.55
-            pal[ln] = to_hex(tuple(c + (1 - c) * t for c in rgb))
+            pal[ln] = to_hex((rgb[0] + (1 - rgb[0]) * t, rgb[1] + (1 - rgb[1]) * t, rgb[2] + (1 - rgb[2]) * t))
     return pal
 
 
@@ -453,7 +453,7 @@ def length_note(data: pd.DataFrame, x: str) -> str:
         return ""
     groups: dict[float, list[str]] = {}
     for line, end in ends.items():
-        groups.setdefault(float(end), []).append(line)
+        groups.setdefault(float(end), []).append(str(line))
     unit = {"iteration": "iteration", "round": "training round", "time": "second"}[x]
     parts = [f"{', '.join(lines)} at {unit} {end:g}" for end, lines in sorted(groups.items())]
     why = (" (equal training rounds: Upcycled-FL's even iterations train no device)" if x == "iteration"
@@ -509,13 +509,13 @@ def final_data(ups: pd.DataFrame, metrics: Sequence[str], x: str) -> pd.DataFram
     """Per facet and lambda: mean, min and max over seeds of the final metrics (from runs.csv)."""
     rows = []
     for (dataset, mu, coef), grp in ups.groupby(["dataset", "facet_mu", "coef"], dropna=False, sort=True):
-        check_one_config(grp, f"lambda sweep point {facet_title(dataset, mu)}, step {coef:g}", ignore=("seed",))
+        check_one_config(grp, f"lambda sweep point {facet_title(str(dataset), cast(float, mu))}, step {coef:g}", ignore=("seed",))
         for metric in metrics:
             v = grp[f"final_{metric}"].astype(float)
             rows.append({"dataset": dataset, "mu": mu, "line": grp["line"].iloc[0], "algorithm": "upcycled",
                          "lam": grp["lam"].iloc[0], "coef": coef, "metric": metric,
                          "iteration": int(grp["final_iteration"].iloc[0]),
-                         "x": float(coef if x == "step" else grp["lam"].iloc[0]),
+                         "x": float(cast(float, coef) if x == "step" else grp["lam"].iloc[0]),
                          "mean": v.mean(), "min": v.min(), "max": v.max(), "n_seeds": len(v)})
     return pd.DataFrame(rows)
 
@@ -524,7 +524,7 @@ def reference_final(refs: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
     """FedProx's final metrics per facet (mean, min, max over seeds): the sweep's reference line."""
     rows = []
     for (dataset, mu), grp in refs.groupby(["dataset", "facet_mu"], dropna=False, sort=True):
-        check_one_config(grp, f"FedProx reference on {facet_title(dataset, mu)}", ignore=("seed",))
+        check_one_config(grp, f"FedProx reference on {facet_title(str(dataset), cast(float, mu))}", ignore=("seed",))
         for metric in metrics:
             v = grp[f"final_{metric}"].astype(float)
             rows.append({"dataset": dataset, "mu": mu, "line": "FedProx", "algorithm": "fedprox", "metric": metric,

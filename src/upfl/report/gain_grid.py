@@ -12,7 +12,7 @@ exceeds X" are computed from the same frame.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 
@@ -218,7 +218,8 @@ def plot_gain_grid(frame: pd.DataFrame):
         values = sorted({round(float(v), 2) if knob == "coef" else float(v)
                          for v in frame.loc[(frame["varied"] == knob) | frame["base"], knob]})
         span = (values[-1] - values[0]) or 1.0
-        for k, ((dataset, protocol), cell) in enumerate(lines):
+        for k, (key, cell) in enumerate(lines):
+            dataset, protocol = cast(tuple[str, str], key)
             line = cell[(cell["varied"] == knob) | cell["base"]].sort_values(knob)
             if len(line) < 2:
                 continue
@@ -246,7 +247,7 @@ def plot_gain_grid(frame: pd.DataFrame):
     fig.tight_layout()
     found = {label: handle for ax in (a for row in axes for a in row)
              for handle, label in zip(*ax.get_legend_handles_labels(), strict=True)}
-    labels = [f"{dataset_label(d)}, {p}" for (d, p), _ in lines if f"{dataset_label(d)}, {p}" in found]
+    labels = [f"{dataset_label(str(d))}, {p}" for (d, p), _ in lines if f"{dataset_label(str(d))}, {p}" in found]
     fig.legend([found[label] for label in labels], labels, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=True, fontsize="small")
     return fig, pd.DataFrame(points)
 

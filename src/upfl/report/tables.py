@@ -150,7 +150,7 @@ def settings_text(runs: pd.DataFrame) -> str:
                       ("policy", "straggler policy"), ("straggler_draw", "straggler draw")):
         if col in runs.columns:
             parts.append(f"{name} {', '.join(sorted({fmt_mu(v) if not isinstance(v, str) else v for v in runs[col]}))}")
-    iters = [f"{algorithm_label(a)} {', '.join(str(int(r)) for r in sorted(set(g['rounds'])))}"
+    iters = [f"{algorithm_label(str(a))} {', '.join(str(int(r)) for r in sorted(set(g['rounds'])))}"
              for a, g in runs.groupby("algorithm", sort=False)]
     return "; ".join(parts + ["iterations: " + ", ".join(iters)])
 
