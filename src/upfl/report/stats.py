@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from collections.abc import Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike
