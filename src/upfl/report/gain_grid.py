@@ -56,7 +56,7 @@ def _cells(runs: pd.DataFrame) -> pd.DataFrame:
 
 def base_setting(frame: pd.DataFrame) -> dict[str, float]:
     """The value each knob takes in most settings of ``frame`` (one data set and protocol)."""
-    return {k: frame[k].value_counts().idxmax() for k in KNOBS}
+    return {k: cast(float, frame[k].value_counts().idxmax()) for k in KNOBS}
 
 
 def varied_knobs(row: dict[str, Any], base: dict[str, float]) -> list[str]:
@@ -131,7 +131,7 @@ HEADER = ["Data set", "Protocol", "Setting", "μ", "lr", "c", "E", "B", "T / 2T"
 
 def grid_rows(frame: pd.DataFrame) -> list[list[str]]:
     rows = []
-    for r in frame.to_dict("records"):
+    for r in cast(list[dict[str, Any]], frame.to_dict("records")):
         rows.append([dataset_label(r["dataset"]), r["protocol"], setting_text(r), f"{r['mu']:g}", f"{r['lr']:g}",
                      f"{r['coef']:.3g}", f"{r['epochs']:g}", f"{r['batch_size']:g}",
                      f"{int(r['fedprox_rounds'])} / {int(r['upcycled_rounds'])}", str(int(r["pairs"])),
@@ -155,8 +155,8 @@ def largest_gains(frame: pd.DataFrame) -> list[str]:
     """The statements of the claims page: the largest mean gain in final training accuracy over all settings
     ("in N settings no gain exceeds X"), the largest upper interval end, and per data set its largest gain beside
     the paper's Table 1 gain."""
-    top = frame.loc[frame["gain_train"].idxmax()].to_dict()
-    reach = frame.loc[frame["gain_train_high"].idxmax()].to_dict()
+    top = cast(dict[str, Any], frame.loc[cast(int, frame["gain_train"].idxmax())].to_dict())
+    reach = cast(dict[str, Any], frame.loc[cast(int, frame["gain_train_high"].idxmax())].to_dict())
     seeds = sorted({int(p) for p in frame["pairs"]})
     lines = [f"- In {len(frame)} settings ({frame['dataset'].nunique()} data sets x {frame['protocol'].nunique()} "
              f"protocols x the grid; {'-'.join(map(str, seeds[::max(len(seeds) - 1, 1)]))} seed pairs each) no mean "

@@ -25,7 +25,7 @@ draws make it differ between seeds (not with every device in every round).
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 from collections.abc import Sequence
 
 import pandas as pd
@@ -163,7 +163,7 @@ def worst_device(cell: pd.DataFrame, accountant: str) -> str | None:
     eps, name = f"privacy_worst_device_{accountant}_epsilon", f"privacy_worst_device_{accountant}_device"
     if eps not in cell.columns or name not in cell.columns or cell[eps].astype(float).isna().all():
         return None
-    return str(cell.loc[cell[eps].astype(float).idxmax(), name])
+    return str(cell.loc[cast(int, cell[eps].astype(float).idxmax()), name])
 
 
 def _primary_eps(row: dict) -> float:
@@ -230,7 +230,7 @@ def _holds_text(holds: Any) -> str:
     return "holds" if holds else "does not hold"
 
 
-def _claim_base(claim: dict, dataset: str, block: dict, up: dict) -> dict[str, Any]:
+def _claim_base(claim: dict, dataset: str, block: dict | None, up: dict | None) -> dict[str, Any]:
     return {"mechanism": claim["mechanism"], "claim": claim["claim"], "protocol": claim["protocol"],
             "dataset": dataset, "label": dataset_label(dataset) if dataset != "all" else "all (pooled)",
             "reference_noise": block["reference"] if block else "", "upcycled_noise": up["noise"] if up else "",
@@ -324,9 +324,9 @@ def privacy_claims_frame(runs: pd.DataFrame, paper: pd.DataFrame | None = None) 
             continue
         claim, b = entry["claim"], entry["block"]
         if "rows" in entry:
-            values = [r["ours"] for r in entry["rows"]]
-            mean = sum(values) / len(values)
-            holds = all(v > 0 for v in values)
+            gains = [r["ours"] for r in entry["rows"]]
+            mean = sum(gains) / len(gains)
+            holds = all(v > 0 for v in gains)
             rows.append({**_claim_base(claim, "all", b, None), "accountant": key[3], "unit": "% less ε̄",
                          "ours": mean, "ci_low": math.nan, "ci_high": math.nan, "n_pairs": math.nan,
                          "holds": holds, "holds_text": _holds_text(holds), "paper_dataset": True,
@@ -371,7 +371,7 @@ def _eps_text(row: dict, acc: str) -> str:
 
 def _iterations_text(row: dict) -> str:
     tr = row.get("training_rounds")
-    return f"{row['rounds']} ({'' if missing(tr) else int(tr)})"
+    return f"{row['rounds']} ({'' if missing(tr) else int(cast(float, tr))})"
 
 
 def _ratio_text(row: dict) -> str:

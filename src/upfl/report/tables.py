@@ -108,7 +108,8 @@ def holds_text(row: dict) -> str:
         return ""
     if missing(train) or missing(test):
         return "n/a (under 2 paired seeds)"
-    return {(True, True): "yes", (True, False): "train only", (False, True): "test only"}.get((train, test), "no")
+    verdicts: dict[tuple[Any, Any], str] = {(True, True): "yes", (True, False): "train only", (False, True): "test only"}
+    return verdicts.get((train, test), "no")
 
 
 TABLE1_HEADER = ["Dataset", "μ", "FedAvg<br>paper; Δ", "FedProx<br>paper; Δ", "Upcycled-FL<br>paper; Δ",
