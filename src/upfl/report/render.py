@@ -185,7 +185,8 @@ def write_csv(path: str | os.PathLike, df: pd.DataFrame, provenance: str | None 
     df.columns = [spreadsheet_text(str(c)) for c in df.columns]
     for i, dtype in enumerate(df.dtypes):
         if not pd.api.types.is_numeric_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype):
-            df.isetitem(i, df.iloc[:, i].map(spreadsheet_text))  # type: ignore[arg-type]  # pandas-stubs omit array-likes
+            # pandas takes a column of values here; pandas-stubs type the value as one scalar
+            df.isetitem(i, df.iloc[:, i].map(spreadsheet_text))  # type: ignore[arg-type]
     text = df.to_csv(index=False, lineterminator="\n")
     if provenance:
         text += PROVENANCE_PREFIX + provenance + "\n"
