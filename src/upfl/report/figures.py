@@ -284,7 +284,9 @@ def colour_palette(name: str, n_colors: int | None = None) -> list[tuple[float, 
         return [to_rgb(COLOURBLIND_COLOURS[i % len(COLOURBLIND_COLOURS)]) for i in range(n)]
     import matplotlib
 
-    samples = matplotlib.colormaps[name](np.linspace(0, 1, (n_colors or 0) + 2)[1:-1])[:, :3]
+    if n_colors is None:
+        raise ValueError(f"colour_palette: the colormap {name!r} needs n_colors")
+    samples = matplotlib.colormaps[name](np.linspace(0, 1, n_colors + 2)[1:-1])[:, :3]
     return [to_rgb(tuple(row)) for row in samples]
 
 
