@@ -3,6 +3,7 @@
 #   make quick     the quick preset (every synthetic table and figure) and its report, results/report.html
 #   make paper     the whole paper (config/config.yaml) and its report (downloads the authors' data once)
 #   make test      the test suite (docs/testing.md)
+#   make lint      ruff (lint and format check), mypy on src/upfl, Snakemake's lint and snakefmt on the workflow
 # Variables: TORCH (the torch requirement), TORCH_INDEX (extra package index searched for it; the CPU wheels by
 # default, e.g. TORCH_INDEX=https://download.pytorch.org/whl/cu126 for a CUDA build, TORCH_INDEX= for none),
 # PYTHON (the interpreter that makes the environment), VENV (its folder), CORES (Snakemake's --cores).
@@ -17,7 +18,7 @@ BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 export VIRTUAL_ENV := $(abspath $(VENV))
 
-.PHONY: install quick paper test
+.PHONY: install quick paper test lint
 
 install:
 	$(PYTHON) -m venv $(VENV)
@@ -34,3 +35,11 @@ paper:
 
 test:
 	$(BIN)/python -m pytest -q
+
+lint:
+	$(BIN)/pip install --retries 0 -e ".[lint]"
+	$(BIN)/ruff check src tests benchmarks tools
+	$(BIN)/ruff format --check src tests benchmarks tools
+	$(BIN)/mypy
+	$(BIN)/snakemake --lint --snakefile workflow/Snakefile
+	$(BIN)/snakefmt --check workflow

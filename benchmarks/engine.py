@@ -31,6 +31,7 @@ Run: python benchmarks/engine.py     (writes benchmarks/results/engine.json and 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import resource
@@ -109,9 +110,9 @@ def kernel_timings(repeats: int) -> dict:
         x, y, plan, wg, xt, labels = kernel_problem(classes, dim, binary)
         wt = np.empty_like(wg)
         rows = sn_layout.solver_rows(x, y, binary) if hasattr(sn_layout, "solver_rows") else x  # a run's rows, padded once
-        solve = lambda: sn_training.device_solve(wt, wg, rows, y, plan, np.zeros((0, 0), np.float32), False, hyper, binary,
-                                        False)
-        evaluate = lambda: sn_evaluation.evaluate_rows(wt, xt, labels, binary, 1.0, False)
+        solve = functools.partial(sn_training.device_solve, wt, wg, rows, y, plan, np.zeros((0, 0), np.float32), False,
+                                  hyper, binary, False)
+        evaluate = functools.partial(sn_evaluation.evaluate_rows, wt, xt, labels, binary, 1.0, False)
         out[name] = {"train_ns_per_sample_step": best_of(solve, repeats) / plan.size * 1e9,
                      "eval_ns_per_row": best_of(evaluate, repeats) / labels.size * 1e9}
     return out
@@ -247,7 +248,7 @@ def round_profile(data: str, backend: str, rounds: int) -> dict:
         t3 = time.perf_counter()
         w = weighted_average(local, sim.sizes[chosen])
         t4 = time.perf_counter()
-        for key, dt in zip(parts, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+        for key, dt in zip(parts, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
             parts[key] += dt
     e0 = time.perf_counter()
     for _ in range(20):

@@ -27,6 +27,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+import contextlib
 
 RESULTS = Path(__file__).resolve().parent / "results" / "flower.json"
 
@@ -45,10 +46,8 @@ def tree_rss(pid: int) -> int:
         return 0
     total = 0
     for p in procs:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             total += p.memory_info().rss
-        except psutil.NoSuchProcess:
-            pass
     return total
 
 

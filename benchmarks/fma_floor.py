@@ -112,7 +112,7 @@ def make_probe(lanes: int, chains: int):
                 slots.append(slot)
             with cgutils.for_range(builder, count):
                 values = [builder.load(slot) for slot in slots]
-                for slot, value in zip(slots, values):
+                for slot, value in zip(slots, values, strict=True):
                     builder.store(builder.call(fma, [value, scale, step]), slot)
             total = builder.load(slots[0])
             for slot in slots[1:]:

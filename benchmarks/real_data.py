@@ -55,7 +55,7 @@ def femnist_shaped(root: Path, seed: int = 0, devices: int = 50, sizes: list[int
     templates = rng.random((10, 784)) < 0.2
     users = [f"f_{i:05d}" for i in range(devices)]
     train, test = ({}, {}), ({}, {})
-    for u, n in zip(users, sizes or device_sizes(rng, devices)):
+    for u, n in zip(users, sizes or device_sizes(rng, devices), strict=True):
         classes = rng.choice(10, 5, replace=False)
         for (xs, ys), m in ((train, n), (test, max(1, n // 9))):
             y = rng.choice(classes, m)
@@ -71,7 +71,7 @@ def sent140_shaped(root: Path, seed: int = 0, devices: int = 52, sizes: list[int
     vectors = rng.standard_normal((VOCAB, EMB_DIM)).astype(np.float32) * 0.4
     users = [f"s_{i:05d}" for i in range(devices)]
     train, test = ({}, {}), ({}, {})
-    for u, n in zip(users, sizes or device_sizes(rng, devices)):
+    for u, n in zip(users, sizes or device_sizes(rng, devices), strict=True):
         for (xs, ys), m in ((train, n), (test, max(1, n // 4))):
             lengths = rng.integers(5, SEQ + 1, m)
             x = np.full((m, SEQ), VOCAB, dtype=np.int64)

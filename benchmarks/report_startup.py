@@ -14,7 +14,6 @@ Run: python benchmarks/report_startup.py [--repeat 3] [--out benchmarks/results/
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics

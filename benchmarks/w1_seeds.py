@@ -73,7 +73,7 @@ def compare(current: dict, baseline: dict | None) -> dict:
                             "mean_difference_in_standard_errors": abs(mean - base_mean) / base_error
                             if base_error else None,
                             "largest_per_seed_difference": max(abs(a - b) for a, b in
-                                                               zip(current[name][m], baseline[name][m]))})
+                                                               zip(current[name][m], baseline[name][m], strict=True))})
             rows[m] = row
         table[name] = rows
     return table

@@ -17,7 +17,7 @@ import zipfile
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 from PIL import Image
@@ -264,7 +264,7 @@ class ArchiveServer:
 
         return Handler
 
-    def __enter__(self) -> "ArchiveServer":
+    def __enter__(self) -> ArchiveServer:
         self._httpd = ThreadingHTTPServer(("127.0.0.1", self.port), self._handler())
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02},

@@ -31,7 +31,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 PACKAGES = "slurmctld slurmd slurm-client munge"
 BINARIES = ("munged", "munge", "unmunge", "slurmctld", "slurmd", "sinfo", "sbatch", "srun", "squeue", "scontrol",
@@ -293,7 +293,7 @@ def slurm_cluster(start_timeout: float = 60, def_mem_per_cpu: int = 500) -> Iter
                                env=env, processes=processes)
 
         def start(name: str, cmd: list[str], **kwargs) -> None:
-            out = open(root / f"{name}.stdout.log", "wb")
+            out = open(root / f"{name}.stdout.log", "wb")  # noqa: SIM115 - open while the daemon runs; closed in stop()
             outputs.append(out)
             processes[name] = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=out,
                                                stderr=subprocess.STDOUT, start_new_session=True, **kwargs)

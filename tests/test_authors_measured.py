@@ -32,7 +32,7 @@ def test_every_row_becomes_a_reporting_choice_and_split(tmp_path):
     assert proc.returncode == 0, proc.stderr
     table = pd.read_csv(out)
     assert len(table) == len(rows)
-    assert set(zip(table["reporting"], table["split"])) == {("final", "train"), ("max", "test"), ("last10", "train")}
+    assert set(zip(table["reporting"], table["split"], strict=True)) == {("final", "train"), ("max", "test"), ("last10", "train")}
     variants = table.drop_duplicates("variant").set_index("variant")
     assert variants.loc["as released", ["lr", "step", "epochs"]].tolist() == [0.05, 0.7, 20]
     assert variants.loc["tuning comment", ["lr", "step", "epochs"]].tolist() == [0.005, 0.9, 20]

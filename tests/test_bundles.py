@@ -79,7 +79,7 @@ def test_run_many_writes_its_own_benchmark_file_and_none_when_a_run_fails(data, 
     path.write_text(json.dumps(spec))
     assert main(["run-many", "--spec", str(path), "--no-store", "--benchmark", str(bench)]) == 0
     header, row, *rest = bench.read_text().splitlines()
-    values = dict(zip(header.split("\t"), row.split("\t")))
+    values = dict(zip(header.split("\t"), row.split("\t"), strict=True))
     assert header.split("\t") == ["s", "h:m:s", "max_rss", "cpu_time"] and not rest
     assert float(values["s"]) > 0 and float(values["max_rss"]) > 50 and float(values["cpu_time"]) > 0
     assert values["h:m:s"] == "0:00:{:02d}".format(int(float(values["s"])))

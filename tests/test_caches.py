@@ -30,11 +30,11 @@ def test_plan_cache_gives_the_plans_batch_plan_draws_and_keeps_to_its_budget():
         made.extend(i for _, i in keys)
         return [derive_seed(7, "batches", k, i) for k, i in keys]
 
-    got = cache.plans(7, [(3, i, n, e) for i, n, e in zip(range(4), sizes, epochs)], 8, seeds_of)
-    assert all(torch.equal(a, b) for a, b in zip(got, fresh)) and made == [0, 1, 2, 3]
+    got = cache.plans(7, [(3, i, n, e) for i, n, e in zip(range(4), sizes, epochs, strict=True)], 8, seeds_of)
+    assert all(torch.equal(a, b) for a, b in zip(got, fresh, strict=True)) and made == [0, 1, 2, 3]
     assert cache.bytes <= cache.max_bytes and len(cache.entries) < 4  # the oldest plans were dropped
     again = cache.plans(7, [(3, 2, 25, 4), (3, 3, 9, 2)], 8, seeds_of)
-    assert all(a is b for a, b in zip(again, got[2:])) and made == [0, 1, 2, 3]  # reused: no seed derived
+    assert all(a is b for a, b in zip(again, got[2:], strict=True)) and made == [0, 1, 2, 3]  # reused: no seed derived
     other = cache.plans(7, [(4, 3, 9, 2)], 8, seeds_of)[0]
     assert torch.equal(other, batch_plan([9], [2], 8, [generator(7, "batches", 4, 3)])[0])
 

@@ -196,7 +196,7 @@ def test_interrupted_private_run_folder_reveals_no_unnoised_local_model(world, m
         assert oct(ckpt.device_file.stat().st_mode & 0o777) == oct(0o600)
         assert oct(ckpt.device_dir.stat().st_mode & 0o777) == oct(0o700) == oct(secret.stat().st_mode & 0o777)
         # the positive control: what the run folder no longer holds recovers every raw local model
-        both = list(stored.values()) + [v for v in _vectors_in(secret, width).values()]
+        both = list(stored.values()) + list(_vectors_in(secret, width).values())
         assert max(_span_residual(r, both) for r in raw) < 1e-6
     else:
         assert device_state == [] and not secret.exists()

@@ -5,7 +5,6 @@ import json
 import math
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 
@@ -110,7 +109,7 @@ def page(tmp_path_factory):
                 "epsilon_max": {"paper_formula": eps_max / 2, "sound": eps_max, "paper_sensitivity": eps_max / 3}}
     for ds in ("synthetic_iid", "synthetic_0_0"):
         for seed in SEEDS:
-            common = dict(mu=0.1)
+            common = {"mu": 0.1}
             specs.append("privacy_output:" + make_run(root, f"p_{ds}_prox_{seed}", ds, "fedprox", seed, (0.7, 0.7), 8,
                                                       privacy=private(5000.0, 14000.0, 1.0), **common))
             specs.append("privacy_output:" + make_run(root, f"p_{ds}_upn_{seed}", ds, "upcycled", seed, (0.72, 0.72),

@@ -52,7 +52,7 @@ def test_compiled_randperm_is_torchs(n):
             perm = np.empty(n, dtype=np.int64)
             used = compiled_draws.randperm_into(perm, state, outputs, used, raw, z)
             got.append(perm)
-        assert all(np.array_equal(a, b) for a, b in zip(want, got))
+        assert all(np.array_equal(a, b) for a, b in zip(want, got, strict=True))
 
 
 def test_float64_remainders_are_integer_remainders():

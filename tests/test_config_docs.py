@@ -93,7 +93,7 @@ def test_run_config_reference_is_current_and_lists_every_key():
     text = (ROOT / "docs" / "run-config.md").read_text(encoding="utf-8")
     assert text == reference_markdown(), "docs/run-config.md is stale: run python tools/run_config_reference.py"
     listed = set(re.findall(r"^\| `([a-z_.0-9]+)` \|", text, re.M))
-    flat = {k for k in _flat_keys(cfgmod.to_dict(cfgmod.RunConfig()))}
+    flat = set(_flat_keys(cfgmod.to_dict(cfgmod.RunConfig())))
     assert listed == flat
     assert all(line.rstrip(" |").split("|")[-1].strip() for line in text.splitlines() if line.startswith("| `")), \
         "a run-config key without a meaning: give its field a docstring in src/upfl/config.py"

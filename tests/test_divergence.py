@@ -118,7 +118,6 @@ def test_report_keeps_diverged_runs_out_of_means_and_marks_cells(world, capsys):
 
 def test_json_writer_never_writes_bare_nan(tmp_path):
     from upfl.files import write_json
-    from upfl.integrity import RECORD, RESULT_FILES, record_text
 
     write_json(tmp_path / "x.json", {"a": float("nan"), "b": [float("inf"), 1.5], "c": torch.tensor(float("nan"))})
     assert strict_json(tmp_path / "x.json") == {"a": None, "b": [None, 1.5], "c": None}

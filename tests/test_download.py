@@ -92,9 +92,8 @@ def test_wrong_checksum_is_named_error_and_nothing_complete(tmp_path):
     data = _payload(5000)
     res = tmp_path / "res"
     wrong = "0" * 64
-    with ArchiveServer({"/a.bin": data}) as srv:
-        with pytest.raises(DownloadError) as err:
-            download(srv.url("/a.bin"), res / "a.bin", sha256=wrong, progress=False)
+    with ArchiveServer({"/a.bin": data}) as srv, pytest.raises(DownloadError) as err:
+        download(srv.url("/a.bin"), res / "a.bin", sha256=wrong, progress=False)
     msg = str(err.value)
     assert "sha256 mismatch" in msg and wrong in msg and hashlib.sha256(data).hexdigest() in msg
     assert _looks_complete(res) == []
@@ -358,8 +357,7 @@ def test_a_full_disk_is_named_and_publishes_nothing(tmp_path, monkeypatch):
 
     monkeypatch.setattr(download_module, "open", filling_open, raising=False)
     dest = tmp_path / "a.bin"
-    with ArchiveServer({"/a.bin": _payload()}) as srv:
-        with pytest.raises(DownloadError, match=r"a\.bin\.part: cannot write the download \(No space left on device\); "
-                                                r"nothing published"):
-            download(srv.url("/a.bin"), dest, cache_dir=tmp_path / "cache", retries=0, backoff=0, progress=False)
+    message = r"a\.bin\.part: cannot write the download \(No space left on device\); nothing published"
+    with ArchiveServer({"/a.bin": _payload()}) as srv, pytest.raises(DownloadError, match=message):
+        download(srv.url("/a.bin"), dest, cache_dir=tmp_path / "cache", retries=0, backoff=0, progress=False)
     assert not dest.exists()

@@ -68,7 +68,7 @@ def test_paper_shape_of_device_sizes():
     assert train.sum() == 16421 and len(train) == 50
     assert (train.min(), np.median(train), train.max()) == (79, 277.5, 1950)
     assert 250 < train.std() < 280
-    assert all(leaf_train_count(int(a + b), 0.9) == a for a, b in zip(train, test))
+    assert all(leaf_train_count(int(a + b), 0.9) == a for a, b in zip(train, test, strict=True))
     _, test2 = device_sizes(FemnistSpec(sizes="table2_shape", test_total=1924))
     assert test2.sum() == 1924
 
@@ -115,7 +115,9 @@ def test_seeded_and_reproducible(nist, built, tmp_path):
     out, _ = built
     again = build_femnist(nist.by_class, tmp_path / "again", seed=0, spec=SMALL, progress=False)
     other = build_femnist(nist.by_class, tmp_path / "other", seed=1, spec=SMALL, progress=False)
-    sha = lambda p: json.loads((p / "meta.json").read_text())["sha256"]
+    def sha(p):
+        return json.loads((p / "meta.json").read_text())["sha256"]
+
     assert sha(again) == sha(out)
     assert sha(other) != sha(out)
 

@@ -17,7 +17,7 @@ from flwr.serverapp.strategy import FedAvg, FedProx  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 from upfl import config as cfgmod  # noqa: E402
-from upfl.engine import simulation
+from upfl.engine import simulation  # noqa: E402
 from upfl.config import ConfigError  # noqa: E402
 from upfl.data import generate_synthetic, load_leaf  # noqa: E402
 from upfl.flower import CountingGrid, UpcycledFL, make_client_app, make_server_app, run_config_to_upfl  # noqa: E402
@@ -225,7 +225,7 @@ def assert_same_rounds(flower_models, upfl_models, rounds):
     assert sorted(flower_models) == list(range(rounds + 1))
     assert len(upfl_models) == rounds + 1
     diffs = [float((flower_models[t] - upfl_models[t]).abs().max()) for t in range(rounds + 1)]
-    print("max |flower - upfl run| per round:", ["%.2e" % d for d in diffs])
+    print("max |flower - upfl run| per round:", [f"{d:.2e}" for d in diffs])
     assert max(diffs) <= 1e-5, diffs
     return max(diffs)
 
@@ -405,7 +405,7 @@ def test_seed_keyed_noise_is_reproducible_and_removable_by_the_server(flower_dat
 
 
 def test_unknown_noise_source_and_unsupported_algorithms_are_refused_by_name(tmp_path):
-    from upfl.algorithms.registry import algorithm_names
+    from upfl.names import algorithm_names
     from upfl.flower.apps import FLOWER_ALGORITHMS
 
     with pytest.raises(ConfigError, match="'privacy-noise-source'.*'seeded'"):
@@ -607,7 +607,7 @@ def test_upcycled_fedadam_epsilons_follow_the_observed_counts(tmp_path, task_ide
         def send_and_receive(self, messages, *, timeout=None):
             replies = super().send_and_receive(messages, timeout=timeout)
             out = []
-            for m, r in zip(list(messages), replies):
+            for m, r in zip(list(messages), replies, strict=True):
                 if m.metadata.dst_node_id == 3 and int(m.content["config"]["server-round"]) == 3 \
                         and m.metadata.message_type == "train":
                     from flwr.app import Error
@@ -632,7 +632,7 @@ def test_upcycled_fedadam_epsilons_follow_the_observed_counts(tmp_path, task_ide
         num_params = 2
 
     report = privacy_report(cfg, Sized(), Model(), releases=releases)
-    for device, m, n in zip(report["devices"], releases, (10, 20, 30)):
+    for device, m, n in zip(report["devices"], releases, (10, 20, 30), strict=True):
         assert device["releases"] == m
         assert device["sound"] == pytest.approx(output_epsilons(m, 0.8, 1.0, n, cfg.privacy.delta)["sound"], rel=1e-12)
     assert report["worst_device"]["sound"]["device"] in ("a", "b")

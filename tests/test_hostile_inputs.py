@@ -1,7 +1,6 @@
 """Hostile names and values in configs: refused with a named error before any shell command runs."""
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -60,12 +59,12 @@ def test_workflow_runs_no_command_and_writes_nothing_outside_for_a_hostile_name(
     outer.mkdir()
     wd = workflow_copy(outer)
     (wd / "config" / "config.yaml").write_text(HOSTILE_CONFIG.format(name=name))
-    before = {p for p in tmp_path.rglob("*")}
+    before = set(tmp_path.rglob("*"))
     proc = snakemake(wd, "--cores", "1", check=False)
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
     assert "is not a safe name" in out or "does not match" in out or "config: " in out
-    created = {p for p in tmp_path.rglob("*")} - before
+    created = set(tmp_path.rglob("*")) - before
     assert not [p for p in created if wd not in p.parents]  # nothing outside the workflow folder
     assert not list(tmp_path.rglob("PWNED")) and not Path("PWNED").exists()
     assert not (wd / "resources" / "data").exists()  # no data rule ran

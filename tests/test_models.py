@@ -97,7 +97,7 @@ def reference_local_solve(model, w0, x, labels, plan, mu, lr, momentum):
         idx = batch[batch >= 0]
         opt.zero_grad()
         loss = torch.nn.functional.cross_entropy(net(x[idx]), labels[idx])
-        loss = loss + mu / 2 * sum((p - s).pow(2).sum() for p, s in zip(net.parameters(), start))
+        loss = loss + mu / 2 * sum((p - s).pow(2).sum() for p, s in zip(net.parameters(), start, strict=True))
         loss.backward()
         opt.step()
     return torch.cat([p.detach().flatten() for p in net.parameters()])
@@ -150,12 +150,12 @@ def test_solver_with_dropout_matches_plain_loop_with_the_same_masks(image_data):
         net = model.module_from(w0)
         opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.5)
         start = [p.detach().clone() for p in net.parameters()]
-        for batch, m in zip(plans[i], masks[i]):
+        for batch, m in zip(plans[i], masks[i], strict=True):
             keep = batch >= 0
             opt.zero_grad()
             z = net(xs[i][batch[keep]], tuple(mm[keep] for mm in m))
             loss = torch.nn.functional.cross_entropy(z, labels[i][batch[keep]])
-            (loss + 0.05 * sum((p - s).pow(2).sum() for p, s in zip(net.parameters(), start))).backward()
+            (loss + 0.05 * sum((p - s).pow(2).sum() for p, s in zip(net.parameters(), start, strict=True))).backward()
             opt.step()
         ref = torch.cat([p.detach().flatten() for p in net.parameters()])
         torch.testing.assert_close(local[i], ref, rtol=0, atol=1e-5)

@@ -251,7 +251,7 @@ def test_every_synthetic_experiment_defaults_to_the_papers_data_and_table1_has_f
     from upfl.pipeline.plan import build_plan
 
     config = _config()
-    synthetic = [n for n in ("synthetic_iid", "synthetic_0_0", "synthetic_0.5_0.5", "synthetic_1_1")]
+    synthetic = ["synthetic_iid", "synthetic_0_0", "synthetic_0.5_0.5", "synthetic_1_1"]
     assert all(config["datasets"][n]["source"] == "paper" for n in synthetic)
     plan = build_plan(config)
     for name in ("table1", "fig2_convergence", "fig2_lambda", "fig5", "fig8", "privacy_output",

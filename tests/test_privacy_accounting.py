@@ -1,6 +1,7 @@
 """Privacy accounting: Theorem C.1/C.2 closed forms, dp-accounting's exact Gaussian composition, release
 counts against a real run's draws, the named refusals, and ``upfl privacy`` on a tiny data set."""
 
+import itertools
 import json
 import math
 
@@ -77,12 +78,12 @@ def test_epsilons_monotone_in_noise_and_releases():
     zs = [0.3, 0.5, 1.0, 2.0, 5.0]
     for M in (1, 10, 80):
         eps = [gaussian_epsilon(z, M, 1e-3) for z in zs]
-        assert all(a > b for a, b in zip(eps, eps[1:]))
+        assert all(a > b for a, b in itertools.pairwise(eps))
     for z in (0.5, 1.0, 4.0):
         eps = [gaussian_epsilon(z, M, 1e-3) for M in (1, 2, 5, 20, 100)]
-        assert all(a < b for a, b in zip(eps, eps[1:]))
+        assert all(a < b for a, b in itertools.pairwise(eps))
         r = [rdp_epsilon(z, M, 1e-3) for M in (1, 5, 100)]
-        assert all(a < b for a, b in zip(r, r[1:]))
+        assert all(a < b for a, b in itertools.pairwise(r))
     assert gaussian_epsilon(1.0, 0, 1e-3) == 0.0
 
 
@@ -271,7 +272,7 @@ def test_output_report_per_device_sigma_and_epsilon_bar(tiny_data):
     cfg = make_cfg(tiny_data, **{"privacy.sigma": sigmas, "privacy.tau": 1.0, "privacy.delta": 1e-5})
     rep = report_for(cfg)
     assert [d["sigma"] for d in rep["devices"]] == sigmas
-    for d, n, s in zip(rep["devices"], sizes, sigmas):
+    for d, n, s in zip(rep["devices"], sizes, sigmas, strict=True):
         assert d["n_train"] == n and d["releases"] == 4
         assert d["sound"] == pytest.approx(gaussian_epsilon(s / 2.0, 4, 1e-5), rel=1e-12)
         assert d["paper_sensitivity"] == pytest.approx(gaussian_epsilon(s * n, 4, 1e-5), rel=1e-12)

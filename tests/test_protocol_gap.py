@@ -81,7 +81,7 @@ def test_gap_rows_pair_on_seed_under_each_reporting_choice_with_the_reference_be
     assert set(ref["dataset"]) == {"synthetic_1_1"} and len(ref) == len(measured) == 4 * 3 * 2
     for implementation in ref["implementation"].unique():
         rows = ref[ref["implementation"] == implementation]
-        assert sorted(zip(rows["reporting"], rows["split"])) == sorted(
+        assert sorted(zip(rows["reporting"], rows["split"], strict=True)) == sorted(
             (c, s) for c in ("final", "max", "last10") for s in ("train", "test"))
     released = ref[(ref["implementation"] == "the authors' code (measured)") & (ref["reporting"] == "final")
                    & (ref["split"] == "train")].iloc[0]

@@ -116,7 +116,7 @@ def test_table_rows_variants_and_accuracies(privset, table):
     for mech, rows in expected.items():
         block = v[v["block_mechanism"] == mech]
         assert list(block["variant"]) == [r[0] for r in rows]
-        for (variant, key), row in zip(rows, block.to_dict("records")):
+        for (_, key), row in zip(rows, block.to_dict("records"), strict=True):
             key = key + ("binary_logreg",)
             assert row["dataset"] == DATASET and row["n_seeds"] == len(SEEDS) and row["seeds"] == "0 1 2"
             assert row["rounds"] == T and row["training_rounds"] == (T if key[0] == "fedprox" else T // 2)
@@ -208,7 +208,7 @@ def test_claims_known_answer(privset, table, tmp_path):
     prox = (runs["algorithm"] == "fedprox") & (mech == "output") & np.isclose(runs["sigma"], 1.0)
     up_eps = (runs["algorithm"] == "upcycled") & (mech == "output") & np.isclose(runs["sigma"], 0.7071)
     up_noise = (runs["algorithm"] == "upcycled") & (mech == "output") & np.isclose(runs["sigma"], 1.0)
-    for s, gain_train, gain_test in zip(SEEDS, (0.05, 0.06, 0.07), (-0.02, 0.01, 0.03)):
+    for s, gain_train, gain_test in zip(SEEDS, (0.05, 0.06, 0.07), (-0.02, 0.01, 0.03), strict=True):
         p = prox & (runs["seed"] == s)
         runs.loc[p, ["final_train_acc", "final_test_acc"]] = [0.6, 0.6]
         runs.loc[up_eps & (runs["seed"] == s), ["final_train_acc", "final_test_acc"]] = [0.6 + gain_train, 0.6 + gain_test]
@@ -280,7 +280,6 @@ def test_tradeoff_figure_files_and_data(privset, table, tmp_path):
 def test_tradeoff_figure_shows_the_worst_device_beside_the_mean(privset, tmp_path):
     """Every point's worst-device epsilon (max over devices and seeds) and which device, in the CSV and drawn as a
     triangle joined to the mean; the caption says that the worst device's epsilon is the guarantee."""
-    from matplotlib.lines import Line2D
 
     from upfl.report.collect import read_runs as read_runs_csv
     from upfl.report.privacy_tradeoff import plot_tradeoff, tradeoff_data

@@ -129,4 +129,4 @@ def test_torch_free_algorithm_keys_equal_the_registry():
     from upfl.names import ALGORITHM_KEYS
     from upfl.algorithms import ALGORITHMS
 
-    assert ALGORITHM_KEYS == {name: cls.keys for name, cls in ALGORITHMS.items()}
+    assert {name: cls.keys for name, cls in ALGORITHMS.items()} == ALGORITHM_KEYS

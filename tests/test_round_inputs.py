@@ -29,8 +29,8 @@ def test_compiled_batch_plans_are_torchs_plans(batch_size):
     want = batch_plan(sizes, epochs, batch_size, [generator(10 + i, "batches", 4, i) for i in range(len(sizes))])
     got = solver_numba.batch_plans(sizes, epochs, batch_size, seeds)
     assert [p.dtype for p in got] == [torch.int32] * len(sizes)
-    assert all(torch.equal(a, b) for a, b in zip(want, got))
-    assert all(torch.equal(a, b) for a, b in zip(want, seeded_batch_plan(sizes, epochs, batch_size, seeds)))
+    assert all(torch.equal(a, b) for a, b in zip(want, got, strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(want, seeded_batch_plan(sizes, epochs, batch_size, seeds), strict=True))
     assert torch.equal(want[3], batch_plan([8], [2], batch_size, [generator(13, "batches", 4, 3)])[0])
 
 
@@ -48,11 +48,11 @@ def test_draw_cache_draws_the_plans_it_does_not_keep_together():
         return solver_numba.batch_plans(*args)
 
     first = cache.plans(7, [(3, 1, 17, 5), (3, 3, 9, 2)], 8, seeds_of, draw)
-    both = cache.plans(7, [(3, i, n, e) for i, n, e in zip(range(4), sizes, epochs)], 8, seeds_of, draw)
+    both = cache.plans(7, [(3, i, n, e) for i, n, e in zip(range(4), sizes, epochs, strict=True)], 8, seeds_of, draw)
     assert calls == [2, 2], "only the plans of devices 0 and 2 are drawn the second time"
     assert both[1] is first[0] and both[3] is first[1]
     want = batch_plan(sizes, epochs, 8, [generator(7, "batches", 3, i) for i in range(4)])
-    assert all(torch.equal(a, b) for a, b in zip(want, both))
+    assert all(torch.equal(a, b) for a, b in zip(want, both, strict=True))
 
 
 def test_round_plans_of_several_rounds_are_drawn_in_one_call_and_kept_per_round():
@@ -69,13 +69,13 @@ def test_round_plans_of_several_rounds_are_drawn_in_one_call_and_kept_per_round(
     again = cache.round_plans(7, rounds[1:], 8, seeds_of, draw)
     assert calls == [1, 5], "the five plans not kept, of both rounds, in one call"
     assert again[0] is got[1] and got[0].plans[2] is kept_first[0]
-    for (k, devices, sizes, epochs), plans in zip(rounds, got):
+    for (k, devices, sizes, epochs), plans in zip(rounds, got, strict=True):
         want = batch_plan(sizes, epochs, 8, [generator(7, "batches", k, i) for i in devices])
         assert np.array_equal(plans.joined, torch.cat(want).numpy())
         assert plans.offsets.tolist() == np.cumsum([0] + [p.shape[0] for p in want]).tolist()
-        assert all(torch.equal(a, b) for a, b in zip(plans.plans, want))
+        assert all(torch.equal(a, b) for a, b in zip(plans.plans, want, strict=True))
     nothing_kept = DrawCache(max_bytes=0).round_plans(7, rounds, 8, seeds_of, draw)
-    assert all(np.array_equal(a.joined, b.joined) for a, b in zip(nothing_kept, got))
+    assert all(np.array_equal(a.joined, b.joined) for a, b in zip(nothing_kept, got, strict=True))
 
 
 def test_joined_plans_equal_their_concatenation():
@@ -118,7 +118,7 @@ def test_a_round_on_pooled_rows_equals_a_round_on_separate_tensors(data, model):
     plans = batch_plan([sim.device_sizes[i] for i in chosen], [3, 1, 2, 3], sim.batch_size,
                        [generator(3, "batches", 1, i) for i in chosen])
     rows = PooledRound(sim.train_x, sim.train_onehot, sim.row_ranges[chosen], round_plans(plans))
-    assert all(torch.equal(sim.train_x[a:b], sim.xs[i]) for (a, b), i in zip(rows.rows, chosen))
+    assert all(torch.equal(sim.train_x[a:b], sim.xs[i]) for (a, b), i in zip(rows.rows, chosen, strict=True))
     pooled, _ = sim.local_solve(sim.model, w, [sim.xs[i] for i in chosen], [sim.ys[i] for i in chosen], plans,
                                 0.5, 0.05, 0.5, pooled=rows)
     separate, _ = sim.local_solve(sim.model, w, [sim.xs[i].clone() for i in chosen],
@@ -128,7 +128,7 @@ def test_a_round_on_pooled_rows_equals_a_round_on_separate_tensors(data, model):
                                               plans, 0.05, 15.0, 0.01, 2, pooled=rows)
     plain = sim.local_solve.personal_solve(sim.model, w, [sim.xs[i] for i in chosen], [sim.ys[i] for i in chosen],
                                            plans, 0.05, 15.0, 0.01, 2)
-    assert all(torch.equal(a, b) for a, b in zip(personal[:2], plain[:2])) and personal[2] == plain[2]
+    assert all(torch.equal(a, b) for a, b in zip(personal[:2], plain[:2], strict=True)) and personal[2] == plain[2]
 
 
 def test_a_run_with_the_compiled_inputs_gives_the_plain_inputs_bytes(data, tmp_path, monkeypatch):
@@ -185,7 +185,7 @@ def test_the_rounds_inputs_are_the_plain_ones(data):
         rnd = sim.client_round(k)
         assert torch.equal(rnd.weights, size_weights(torch.tensor([sim.device_sizes[i] for i in rnd.chosen],
                                                                   dtype=torch.float32)))
-        assert all(torch.equal(sim.train_x[a:b], x) for (a, b), x in zip(rnd.pooled.rows, rnd.xs))
+        assert all(torch.equal(sim.train_x[a:b], x) for (a, b), x in zip(rnd.pooled.rows, rnd.xs, strict=True))
         assert np.array_equal(rnd.pooled.plans.joined, torch.cat(rnd.plans).numpy())
         assert rnd.pooled.plans.steps == rnd.steps
 
@@ -209,20 +209,20 @@ def test_runs_on_one_data_set_object_share_its_pooled_rows(data):
                         torch.device("cpu"))
     other = Simulation(cfgmod.from_dict(doc), load_leaf(data), torch.device("cpu"))
     assert first.train_x is second.train_x and first.test_x is second.test_x
-    assert all(a is b for a, b in zip(first.xs, second.xs))
+    assert all(a is b for a, b in zip(first.xs, second.xs, strict=True))
     assert first.xs is not second.xs, "each run has its own lists"
     assert scaled.train_x is not first.train_x and not torch.equal(scaled.train_x, first.train_x)
     assert other.train_x is not first.train_x and torch.equal(other.train_x, first.train_x)
     assert torch.equal(other.train_onehot, first.train_onehot) and torch.equal(other.test_y, first.test_y)
-    assert all(torch.equal(x, torch.as_tensor(ds.train_x[u])) for x, u in zip(first.xs, ds.train_users))
+    assert all(torch.equal(x, torch.as_tensor(ds.train_x[u])) for x, u in zip(first.xs, ds.train_users, strict=True))
 
 
 def test_round_plans_of_one_draw_are_slices_of_its_array():
     rounds = [(3, [0, 1, 2, 3], [30, 17, 25, 9], [4, 5, 4, 2]), (4, [2, 0], [25, 30], [1, 3]), (5, [1], [17], [2])]
     got = DrawCache().round_plans(7, rounds, 8, seeds_of, solver_numba.batch_plans)
-    for (k, devices, sizes, epochs), plans in zip(rounds, got):
+    for (k, devices, sizes, epochs), plans in zip(rounds, got, strict=True):
         want = round_plans(seeded_batch_plan(sizes, epochs, 8, derive_seeds(7, "batches", [[k, i] for i in devices])))
         assert np.array_equal(plans.joined, want.joined) and plans.joined.dtype == np.int32
         assert plans.offsets.tolist() == want.offsets.tolist() and plans.steps == want.steps
-        assert all(torch.equal(a, b) for a, b in zip(plans.plans, want.plans))
+        assert all(torch.equal(a, b) for a, b in zip(plans.plans, want.plans, strict=True))
     assert got[0].joined.base is got[2].joined.base is not None, "the rounds' joined plans are slices of one array"

@@ -120,7 +120,9 @@ def test_seeded_and_reproducible(archives, built, tmp_path):
     out, _ = built
     again = build_sent140(sent.path, glove, tmp_path / "a", seed=0, spec=SMALL, progress=False)
     other = build_sent140(sent.path, glove, tmp_path / "b", seed=3, spec=SMALL, progress=False)
-    sha = lambda p: json.loads((p / "meta.json").read_text())["sha256"]
+    def sha(p):
+        return json.loads((p / "meta.json").read_text())["sha256"]
+
     assert sha(again) == sha(out) and sha(other) != sha(out)
 
 

@@ -129,7 +129,7 @@ def test_slurm_profile_runs_bundled_training_jobs_on_slurm_with_a_gpu(cluster, t
         bundle_logs[b.name] = text
         assert f"{len(b.run_ids)} trained, 0 restored, 0 failed" in text, text
         assert all(f"trained {rid} " in text for rid in b.run_ids), text
-    assert f"2 runs, 2 at a time" in bundle_logs[gpu_bundle.name]
+    assert "2 runs, 2 at a time" in bundle_logs[gpu_bundle.name]
 
     # One sbatch per bundle and one for the kernels' warm-up, which compiles for the nodes' CPU before the CPU
     # bundle (none ran locally), all on the profile's partition; only the GPU bundle asked for the GPU.

@@ -121,7 +121,9 @@ def run_cfg(data, backend, **settings):
 
 
 def test_runs_record_the_switch_and_agree_across_solvers(small_data, tmp_path):
-    quiet = lambda m: None
+    def quiet(m):
+        return None
+
     on = {b: run(run_cfg(small_data, b, **{"model.softmax_before_loss": True}), tmp_path / b, log=quiet)
           for b in ("numba", "torch")}
     off = run(run_cfg(small_data, "numba"), tmp_path / "off", log=quiet)

@@ -192,7 +192,9 @@ def metric_rows(path):
 
 
 def test_full_run_numba_matches_torch_and_repeats_bit_identically(small_data, tmp_path):
-    quiet = lambda m: None
+    def quiet(m):
+        return None
+
     a = run(make_cfg(small_data, "numba"), tmp_path / "a", log=quiet)
     run(make_cfg(small_data, "numba"), tmp_path / "b", log=quiet)
     run(make_cfg(small_data, "numba", threads=1), tmp_path / "c", log=quiet)
@@ -204,7 +206,9 @@ def test_full_run_numba_matches_torch_and_repeats_bit_identically(small_data, tm
 
 def test_private_binary_runs_numba_match_torch(small_data, tmp_path):
     """The privacy experiments' model (binary_logreg on unit-norm features) with both mechanisms."""
-    quiet = lambda m: None
+    def quiet(m):
+        return None
+
     for mechanism in ({"mechanism": "objective", "alpha": 10.0}, {"mechanism": "output", "tau": 1.0, "sigma": 0.1}):
         over = {"model.name": "binary_logreg", "data.feature_scaling": "unit_norm", "algorithm.mu": 1.0,
                 "privacy": mechanism}
@@ -217,7 +221,9 @@ def test_private_binary_runs_numba_match_torch(small_data, tmp_path):
 
 
 def test_full_pfedme_run_numba_matches_torch_at_any_thread_count(small_data, tmp_path):
-    quiet = lambda m: None
+    def quiet(m):
+        return None
+
     over = {"algorithm": {"name": "pfedme", "personal_steps": 3}}
     a = run(make_cfg(small_data, "numba", **over), tmp_path / "a", log=quiet)
     run(make_cfg(small_data, "numba", threads=1, **over), tmp_path / "c", log=quiet)

@@ -21,7 +21,7 @@ def test_the_job_writes_the_specs_the_parse_planned(tmp_path, monkeypatch, prese
     assert len(planned) > 5
     monkeypatch.chdir(tmp_path)
     write_specs(files, {CONFIG_ENV: encode_config(config)})
-    for name, f in zip(planned, files):
+    for name, f in zip(planned, files, strict=True):
         text = (tmp_path / f).read_text()
         assert text == planned[name]
         assert load_spec(tmp_path / f)["bundle"] == name

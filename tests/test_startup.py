@@ -11,7 +11,7 @@ import pytest
 
 from upfl.draws.rounds import training_rounds_before
 from upfl.names import algorithm_names, is_training_iteration
-from upfl.pipeline.plan import build_plan, tree_copy
+from upfl.pipeline.plan import tree_copy
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))

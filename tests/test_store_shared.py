@@ -40,7 +40,7 @@ def test_two_processes_saving_one_entry_hundreds_of_times(tmp_path):
     procs = [subprocess.Popen([sys.executable, "-c", SAVER, str(entry), str(run), "800", str(start)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for run in runs]
     outs = [p.communicate(timeout=600) for p in procs]
-    for p, (out, err) in zip(procs, outs):
+    for p, (out, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0 and out.strip() == "saved", err[-3000:]
     assert sorted(p.name for p in st.iterdir()) == [entry.name], "a temporary or moved-aside folder was left"
     files = store.verified_files(entry, IDENT)

@@ -85,8 +85,8 @@ def expected_training_runs(config: dict) -> int:
             for item in group.get("vary", []):
                 keys = list(item)
                 for values in itertools.product(*([v] if not isinstance(v, list) else v for v in item.values())):
-                    if dict(zip(keys, values)) not in settings_of_group:
-                        settings_of_group.append(dict(zip(keys, values)))
+                    if dict(zip(keys, values, strict=True)) not in settings_of_group:
+                        settings_of_group.append(dict(zip(keys, values, strict=True)))
             for entry, vary in itertools.product(group["runs"], settings_of_group):
                 lists = [entry[k] for k in ("mu", "lam", "step") if isinstance(entry.get(k), list)]
                 n = len(lists[0]) if lists else 1
@@ -276,7 +276,6 @@ def tiny_workflow(tmp_path: Path, rounds: int) -> Path:
 def embedded_files(report: str) -> dict[str, str]:
     """The files a Snakemake report embeds (its ``results`` entries' base64 data URIs), by file name, as text."""
     import base64
-    import json
 
     found = re.search(r"var results = (\{.*?\});\n", report, re.S)
     assert found, "report.html: no embedded results"

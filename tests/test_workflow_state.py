@@ -82,7 +82,7 @@ def test_looking_at_one_config_changes_nothing_another_considers_up_to_date(tmp_
     runs = sum(1 for line in (wd / "results" / "runs.csv").read_text().splitlines()[1:] if line)
     assert runs == (4 if built == "small" else 8)
     assert f"{runs} runs there now" in report and "config preset" in report
-    assert f"preset ``{built}``" in report or f"preset <code" in report or built in report
+    assert f"preset ``{built}``" in report or "preset <code" in report or built in report
 
 
 def test_a_changed_setting_reruns_its_runs_whatever_the_modification_times(tmp_path):

@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     except MirrorFetchError as e:
         print(f"check_authors_model: {e}", file=sys.stderr)
         return 1
-    ci = mean_interval([u - p for u, p in zip(up, prox)], 0.95)
+    ci = mean_interval([u - p for u, p in zip(up, prox, strict=True)], 0.95)
     prox_mean = sum(prox) / len(prox)
     low, high = ref["gain_ci_low"] - GAIN_TOLERANCE, ref["gain_ci_high"] + GAIN_TOLERANCE
     gain_ok = low <= ci.mean <= high

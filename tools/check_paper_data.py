@@ -75,7 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     for setting, ours, paper in rows:
         same = ours == paper
         bad += not same
-        text = lambda r: f"{r['samples']} ({r['test']}), {r['devices']} devices, {r['mean']} +- {r['std']}"
+        def text(r):
+            return f"{r['samples']} ({r['test']}), {r['devices']} devices, {r['mean']} +- {r['std']}"
+
         print(f"  {setting:18s} ours {text(ours):36s} paper {text(paper):36s} {'ok' if same else 'DIFFERS'}")
     print(f"{len(rows) - bad} of {len(rows)} rows equal the paper's")
     return 1 if bad else 0

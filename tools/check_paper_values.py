@@ -29,7 +29,7 @@ def main(path: str) -> int:
                 order.append(d[d["algorithm"] == "fedavg"].iloc[0])
             for alg in ("fedprox", "upcycled"):
                 order.append(d[(d["algorithm"] == alg) & np.isclose(d["mu"], mu)].iloc[0])
-    bad = [(row["dataset"], row["algorithm"], row["mu"], cell) for cell, row in zip(cells, order)
+    bad = [(row["dataset"], row["algorithm"], row["mu"], cell) for cell, row in zip(cells, order, strict=True)
            if (float(cell[0]), float(cell[1])) != (row["train_acc"], row["test_acc"])]
     print(f"{len(cells)} cells in the paper, {len(order)} typed; {len(bad)} differ")
     for b in bad:

@@ -214,13 +214,15 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.N
     if extra:
         sub = parser
         for action in parser._subparsers._group_actions if parser._subparsers else []:
-            sub = action.choices.get(args.command, parser)
+            if isinstance(action.choices, dict):  # a sub-parsers action: command name -> parser
+                sub = action.choices.get(args.command, parser)
             while hasattr(sub, "_subparsers") and sub._subparsers:
                 nested = sub._subparsers._group_actions[0]
-                name = next((v for v in vars(args).values() if isinstance(v, str) and v in nested.choices), None)
+                commands = nested.choices if isinstance(nested.choices, dict) else {}
+                name = next((v for v in vars(args).values() if isinstance(v, str) and v in commands), None)
                 if name is None:
                     break
-                sub = nested.choices[name]
+                sub = commands[name]
         flags = [o for a in sub._actions for o in a.option_strings]
         sub.error(f"unrecognized arguments: {' '.join(extra)}{suggestion(extra[0], flags)}")
     return args

@@ -264,7 +264,7 @@ def _from_dict(cls: type, doc: Any, prefix: str) -> Any:
     for name, value in doc.items():
         key = f"{prefix}.{name}" if prefix else name
         hint = hints[name]
-        if dataclasses.is_dataclass(hint):
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
             values[name] = _from_dict(hint, value, key)
         else:
             values[name] = _coerce(value, hint, key)

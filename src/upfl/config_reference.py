@@ -4,6 +4,7 @@ and the docstring under its field (:func:`reference_markdown`)."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import re
 from typing import Any
@@ -16,10 +17,13 @@ def attribute_docs(cls: type) -> dict[str, str]:
     import ast
     import inspect
 
-    body = ast.parse(inspect.getsource(cls)).body[0].body
+    definition = ast.parse(inspect.getsource(cls)).body[0]
+    if not isinstance(definition, ast.ClassDef):
+        raise TypeError(f"{cls.__name__}: not a class definition")
+    body = definition.body
     docs = {}
-    for node, after in zip(body, body[1:]):
-        if (isinstance(node, ast.AnnAssign) and isinstance(after, ast.Expr)
+    for node, after in itertools.pairwise(body):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(after, ast.Expr)
                 and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)):
             docs[node.target.id] = " ".join(after.value.value.split())
     return docs

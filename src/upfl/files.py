@@ -13,7 +13,8 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 from . import __version__
 
@@ -100,13 +101,13 @@ def write_texts(texts: dict[Any, str]) -> None:
     files as they were."""
     written: list[tuple[Path, Path]] = []
     try:
-        for path, text in texts.items():
-            path = Path(path)
+        for name, text in texts.items():
+            path = Path(name)
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
             os.close(fd)
-            written.append((Path(tmp), path))
-            Path(tmp).write_text(text, encoding="utf-8")
+            written.append((Path(tmp_name), path))
+            Path(tmp_name).write_text(text, encoding="utf-8")
         for tmp, path in written:
             publish_mode(tmp)
             os.replace(tmp, path)

@@ -16,6 +16,7 @@ import os
 import sys
 import tempfile
 from typing import Any
+import contextlib
 
 
 def _probe() -> None:
@@ -59,11 +60,12 @@ def prepare(source_file: str) -> None:
     user set is left to numba."""
     from numba.core import config
 
-    if config.CACHE_DIR or writable_cache_found(source_file):
+    if getattr(config, "CACHE_DIR", "") or writable_cache_found(source_file):  # options set at import from the env
         return
-    config.CACHE_DIR = temporary_cache_dir()
+    cache_dir = temporary_cache_dir()
+    setattr(config, "CACHE_DIR", cache_dir)  # noqa: B010 - numba.core.config declares its options at run time
     notice(f"numba cannot write its cache next to {os.path.dirname(os.path.abspath(source_file))} nor under HOME; "
-           f"the compiled kernels are cached in {config.CACHE_DIR} instead (set NUMBA_CACHE_DIR to keep them "
+           f"the compiled kernels are cached in {cache_dir} instead (set NUMBA_CACHE_DIR to keep them "
            "elsewhere)")
 
 
@@ -97,10 +99,8 @@ def checked_cache_class() -> type:
         def remove_files(self) -> None:
             index = self._cache_file._index_path
             for path in [index, *glob.glob(glob.escape(index[:-len(".nbi")]) + ".*.nbc")]:
-                try:
+                with contextlib.suppress(OSError):
                     os.remove(path)
-                except OSError:
-                    pass
 
     return CheckedCache
 
@@ -112,5 +112,5 @@ def guard_module(namespace: dict[str, Any]) -> None:
 
     checked = checked_cache_class()
     for value in namespace.values():
-        if isinstance(value, Dispatcher) and type(value._cache) is FunctionCache:
-            value._cache = checked(value.py_func)
+        if isinstance(value, Dispatcher) and type(getattr(value, "_cache", None)) is FunctionCache:
+            value._cache = checked(value.py_func)  # type: ignore[attr-defined]  # numba's private per-kernel cache

@@ -20,8 +20,10 @@ softmax of the logits, as the authors' released models compute it (``forward`` e
 from __future__ import annotations
 
 import copy
+import itertools
 import math
-from typing import Any, Callable
+from typing import Any, ClassVar
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -223,7 +225,7 @@ class TorchModel:
 
     glm_constants = None
 
-    def __init__(self, module: nn.Module, buffers: dict[str, torch.Tensor] | None = None,
+    def __init__(self, module: DeviceNet, buffers: dict[str, torch.Tensor] | None = None,
                  dropout: float = 0.0, init: str = "torch", batching: str = "auto",
                  softmax_before_loss: bool = False):
         self.module, self.dropout, self.init, self.batching = module, dropout, init, batching
@@ -239,13 +241,13 @@ class TorchModel:
     def init_params(self, generator: torch.Generator) -> torch.Tensor:
         """The ``init`` scheme (:func:`init_tensor`) for every parameter in flat order, from ``generator`` only."""
         return torch.cat([init_tensor(self.module, n, s, self.init, generator).flatten()
-                          for n, s in zip(self.names, self.shapes)])
+                          for n, s in zip(self.names, self.shapes, strict=True)])
 
     def unflatten(self, params: torch.Tensor) -> dict[str, torch.Tensor]:
         """Views of ``params`` (``(..., P)``) shaped like each parameter (with the leading dims)."""
         lead = params.shape[:-1]
         parts = torch.split(params, self.sizes, dim=-1)
-        return {n: p.view(*lead, *s) for n, p, s in zip(self.names, parts, self.shapes)}
+        return {n: p.view(*lead, *s) for n, p, s in zip(self.names, parts, self.shapes, strict=True)}
 
     def buffers_on(self, device: torch.device) -> dict[str, torch.Tensor]:
         if device not in self._device_buffers:
@@ -322,7 +324,14 @@ class TorchModel:
         return net
 
 
-class MLPNet(nn.Module):
+class DeviceNet(nn.Module):
+    """A network :class:`TorchModel` trains: its batching per device type and the per-sample dropout mask shapes."""
+
+    batching: ClassVar[dict[str, str]]
+    mask_shapes: tuple[tuple[int, ...], ...]
+
+
+class MLPNet(DeviceNet):
     """FEMNIST MLP (Appendix H.2): "a two layer network with hidden dimension 14*14".
 
     784 -> ``hidden`` (196) -> ReLU -> dropout -> classes, as the authors' released ``Twolayer``
@@ -345,7 +354,7 @@ class MLPNet(nn.Module):
         return self.fc2(h)
 
 
-class CNNNet(nn.Module):
+class CNNNet(DeviceNet):
     """FEMNIST CNN (Appendix H.2): "a 3*3 convolutional layer with 3 channels ... following by two
     linear layers (followed by activation and dropout) with dimension 1000 and 100".
 
@@ -363,7 +372,7 @@ class CNNNet(nn.Module):
         self.side = side
         self.conv = nn.Conv2d(1, channels, kernel_size=3, padding=1)
         widths = (channels * side * side,) + tuple(hidden)
-        self.fcs = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:]))
+        self.fcs = nn.ModuleList(nn.Linear(a, b) for a, b in itertools.pairwise(widths))
         self.out = nn.Linear(widths[-1], num_classes)
         self.mask_shapes = tuple((h,) for h in hidden)
 
@@ -376,7 +385,7 @@ class CNNNet(nn.Module):
         return self.out(h)
 
 
-class StackedLSTMNet(nn.Module):
+class StackedLSTMNet(DeviceNet):
     """Sent140 stacked LSTM (Appendix H.2): "2 layers with 128 dimension", 300d word embeddings.
 
     Token ids (B, T) -> frozen GloVe rows (the buffer ``embedding``, row ``len(vocab)`` is the zero
@@ -386,6 +395,7 @@ class StackedLSTMNet(nn.Module):
     """
 
     batching = {"cpu": "loop", "cuda": "loop"}
+    embedding: torch.Tensor
 
     def __init__(self, rows: int, dim: int, hidden: int, layers: int, num_classes: int):
         super().__init__()
@@ -448,7 +458,7 @@ INIT_SCHEMES = ("torch", "normal")
 BATCHING = ("auto", "vmap", "loop")
 
 
-def on_meta(factory: Callable[[], nn.Module]) -> nn.Module:
+def on_meta(factory: Callable[[], DeviceNet]) -> DeviceNet:
     """Build a module on the meta device (no memory, no draw from the global RNG)."""
     with torch.device("meta"):
         return factory()

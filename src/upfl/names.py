@@ -120,6 +120,8 @@ def even_step_coefficient(mu: float, lam: float | None, step: float | None = Non
     """c_1 of Eq. (5): ``step`` when given, else mu / (mu + lambda)."""
     if step is not None:
         return float(step)
+    if lam is None:
+        raise ValueError("even_step_coefficient: give lam or step")
     return mu / (mu + lam)
 
 
@@ -146,9 +148,8 @@ def check_algorithm_config(cfg) -> None:
     if upcycled:
         if a.lam is not None and a.step is not None:
             raise ConfigError("algorithm.step: give either algorithm.lam or algorithm.step, not both")
-        if a.step is None and a.lam is not None:
-            if extrapolation_mu(base, a.mu, a.alpha) + a.lam == 0:
-                raise ConfigError("algorithm.lam: mu + lambda must be > 0 (with mu = 0, give algorithm.step)")
+        if a.step is None and a.lam is not None and extrapolation_mu(base, a.mu, a.alpha) + a.lam == 0:
+            raise ConfigError("algorithm.lam: mu + lambda must be > 0 (with mu = 0, give algorithm.step)")
     elif a.lam is not None or a.step is not None:
         raise ConfigError(f"algorithm.{'lam' if a.lam is not None else 'step'}: only used by upcycled algorithms "
                           f"({PREFIX}, {PREFIX}_<base>)")

@@ -42,7 +42,8 @@ class DataLoader(UniqueKeys, yaml.SafeLoader):
         return super().compose_node(parent, index)
 
 
-class WorkflowLoader(UniqueKeys, getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+# libyaml's CSafeLoader where PyYAML was built with it, else the pure-Python SafeLoader (a base mypy cannot resolve)
+class WorkflowLoader(UniqueKeys, getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
     """The workflow config's loader: anchors and aliases allowed (its grids share run lists), duplicate keys
     refused (:class:`UniqueKeys`), and the document as expanded (every alias written out) bounded
     by :data:`MAX_EXPANDED_NODES`. It parses with libyaml where PyYAML has it (a tenth of the pure-Python parser's

@@ -2,9 +2,9 @@
 (:class:`upcycled.Upcycled`), and the registry that maps ``algorithm.name`` to them (docs/algorithms.md)."""
 
 from .base import Algorithm, ClientRound
-from .registry import (ALGORITHMS, AlgorithmPrivacyError, algorithm_class, algorithm_names, build_algorithm,
-                       check_algorithm_config, is_upcycled)
-from ..names import base_name
+from ..errors import AlgorithmPrivacyError
+from ..names import algorithm_names, base_name, check_algorithm_config, is_upcycled
+from .registry import ALGORITHMS, algorithm_class, build_algorithm
 from .upcycled import Upcycled
 from .updates import upcycle_coefficient, upcycle_step, weighted_average
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from abc import ABC
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
+from collections.abc import Callable
 
 import torch
 
@@ -75,7 +76,7 @@ class Algorithm(ABC):
     per-device state (allocated lazily, on the device of the first global model seen).
     """
 
-    name: ClassVar[str]
+    name: str
     keys: ClassVar[tuple[str, ...]] = ()
     """The ``algorithm.*`` keys this algorithm reads besides ``name`` (any other key set to a non-default value
     is a config error naming it); :data:`upfl.names.ALGORITHM_KEYS` holds them."""
@@ -84,10 +85,10 @@ class Algorithm(ABC):
     mu/(mu+lambda)); else ``mu`` must be 0."""
     privacy: ClassVar[dict[str, str | None]] = {"output": None, "objective": None}
     """Per privacy mechanism: None where the paper's analysis applies, else the reason it does not."""
-    extra_metrics: ClassVar[tuple[str, ...]] = ()
+    extra_metrics: tuple[str, ...] = ()
     """Metric columns this algorithm adds to metrics.csv (:meth:`evaluate_extra`)."""
     server_lr_default: ClassVar[float] = 1.0
-    device_state: ClassVar[tuple[str, ...]] = ()
+    device_state: tuple[str, ...] = ()
     """The :meth:`state_dict` entries computed from the devices' own, un-noised local models (per-device state and
     server state made from it): a private run never writes them in its run folder
     (:mod:`upfl.engine.checkpoints`). State computed from the released (noisy) models only is not listed."""
@@ -131,11 +132,14 @@ class Algorithm(ABC):
         return rnd.solve(rnd.model, w, rnd.xs, rnd.ys, rnd.plans, self.proximal_mu, rnd.lr, rnd.momentum,
                          linear_term=linear, generator=rnd.generator, **rnd.solver_inputs())
 
-    def client_update(self, w: torch.Tensor, local: torch.Tensor, rnd: ClientRound) -> None:
+    def client_update(  # noqa: B027 - a hook that keeps no state unless a base algorithm overrides it
+        self, w: torch.Tensor, local: torch.Tensor, rnd: ClientRound
+    ) -> None:
         """Update per-device state from the devices' own (not yet released) local models."""
 
     def server_update(self, w: torch.Tensor, released: torch.Tensor, rnd: ClientRound) -> torch.Tensor:
         """The next global model from the released local models (default: the weighted average)."""
+        assert rnd.weights is not None  # filled from the sizes when the round is made
         return average(released, rnd.weights)
 
     def evaluate_extra(self, sim, w: torch.Tensor) -> dict[str, float]:

@@ -6,8 +6,7 @@ Every base may be upcycled: ``upcycled_<base>`` (and ``upcycled``, the paper's U
 
 from __future__ import annotations
 
-from ..errors import AlgorithmPrivacyError
-from ..names import algorithm_names, check_algorithm_config, check_known, is_upcycled
+from ..names import check_known, is_upcycled
 from .base import Algorithm
 from .fedavg import FedAvg
 from .fedadam import FedAdam

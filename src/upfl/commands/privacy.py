@@ -80,9 +80,9 @@ def _meaningful_lines(rep: dict[str, Any], cols: list[tuple[str, str]]) -> list[
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(h), *(len(r[j]) for r in rows)) if rows else len(h) for j, h in enumerate(header)]
-    lines = ["  ".join(h.rjust(w) if j else h.ljust(w) for j, (h, w) in enumerate(zip(header, widths)))]
+    lines = ["  ".join(h.rjust(w) if j else h.ljust(w) for j, (h, w) in enumerate(zip(header, widths, strict=True)))]
     for r in rows:
-        lines.append("  ".join(c.rjust(w) if j else c.ljust(w) for j, (c, w) in enumerate(zip(r, widths))))
+        lines.append("  ".join(c.rjust(w) if j else c.ljust(w) for j, (c, w) in enumerate(zip(r, widths, strict=True))))
     return "\n".join(lines)
 
 

@@ -16,7 +16,7 @@ import stat
 import zipfile
 import zlib
 from pathlib import Path, PurePosixPath
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from ..files import atomic_path
 

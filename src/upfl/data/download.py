@@ -30,7 +30,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 from tqdm import tqdm
 
@@ -126,7 +126,7 @@ def _discard(part: Path) -> None:
             p.unlink()
 
 
-def _resume_point(url: str, part: Path, log: Callable[[str], None]) -> tuple[int, dict, "hashlib._Hash"]:
+def _resume_point(url: str, part: Path, log: Callable[[str], None]) -> tuple[int, dict, hashlib._Hash]:
     """How many bytes of ``part`` may be resumed, the object they belong to, and their running sha256.
 
     A ``.part`` is resumed only when its state file names the same URL and a strong validator, and the
@@ -191,7 +191,9 @@ def _attempt(url: str, part: Path, timeout: float, progress: bool, label: str,
     req = urllib.request.Request(url, headers={"User-Agent": "upfl-data/1", "Accept-Encoding": "identity"})
     if have:
         req.add_header("Range", f"bytes={have}-")
-        req.add_header("If-Range", _strong_validator(state.get("etag"), state.get("last_modified")))
+        validator = _strong_validator(state.get("etag"), state.get("last_modified"))
+        assert validator is not None  # _resume_point resumes only against a strong validator
+        req.add_header("If-Range", validator)
     try:
         resp = urllib.request.urlopen(req, timeout=timeout)
     except urllib.error.HTTPError as e:

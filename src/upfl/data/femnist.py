@@ -91,7 +91,7 @@ def image_vector(data: bytes, source: str = "image") -> np.ndarray:
             grey = img.convert("L")
     except (OSError, ValueError) as e:
         raise DatasetError(f"{source}: not a readable image: {e}") from None
-    grey.thumbnail(IMAGE_SIZE, Image.LANCZOS, reducing_gap=None)
+    grey.thumbnail(IMAGE_SIZE, Image.Resampling.LANCZOS, reducing_gap=None)
     if grey.size != IMAGE_SIZE:
         raise DatasetError(f"{source}: image thumbnails to {grey.size}, not {IMAGE_SIZE} (not square?)")
     return (np.asarray(grey, dtype=np.float32) / 255.0).reshape(-1)
@@ -123,7 +123,9 @@ def class_images(zf: zipfile.ZipFile, classes: set[str] | None = None,
     refs: list[ImageRef] = []
     counts = {"by_class_images": 0, "by_class_conflicts": 0}
     for info, data in tqdm(iter_members(zf, select), desc="by_class", unit="img", disable=not progress):
-        cls = parse_by_class(info.filename)[0]
+        parsed = parse_by_class(info.filename)
+        assert parsed is not None  # select kept only the names it parses
+        cls = parsed[0]
         digest = hashlib.md5(data).hexdigest()
         counts["by_class_images"] += 1
         if first_class.setdefault(digest, cls) != cls:
@@ -214,7 +216,7 @@ def select_devices(pool_sizes: dict[int, int], totals: np.ndarray, classes_per_d
                                f"but only {len(able)} classes have that many left: {dict(sorted(left.items()))}")
         chosen = sorted(int(c) for c in rng.choice(able, size=classes_per_device, replace=False))
         base, extra = divmod(total, classes_per_device)
-        bonus = set(int(c) for c in rng.choice(chosen, size=extra, replace=False))
+        bonus = {int(c) for c in rng.choice(chosen, size=extra, replace=False)}
         counts = {c: base + (1 if c in bonus else 0) for c in chosen}
         for c, n in counts.items():
             left[c] -= n
@@ -256,7 +258,7 @@ def paper_subset(refs: list[ImageRef], spec: FemnistSpec, seed: int) -> dict[str
     test: tuple[dict[str, np.ndarray], dict[str, np.ndarray]] = ({}, {})
     images: dict[str, dict[str, list[str]]] = {}
     devices: dict[str, dict[str, Any]] = {}
-    taken = {c: 0 for c in pools}
+    taken = dict.fromkeys(pools, 0)
     for d, (chosen, counts) in enumerate(plan):
         user = f"f_{d:05d}"
         picked: list[tuple[ImageRef, int]] = []

@@ -61,9 +61,8 @@ def embedding_matrix(vectors: np.ndarray) -> np.ndarray:
 
 
 def save_npy(path: str | os.PathLike, array: np.ndarray) -> None:
-    with atomic_path(path) as tmp:
-        with open(tmp, "wb") as f:
-            np.save(f, array, allow_pickle=False)
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.save(f, array, allow_pickle=False)
 
 
 def save_vocab(path: str | os.PathLike, vocab: list[str]) -> None:

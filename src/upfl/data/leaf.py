@@ -102,7 +102,10 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     doc = dict(pairs)
     if len(doc) != len(pairs):
         seen: set[str] = set()
-        raise _DuplicateKey(next(k for k, _ in pairs if k in seen or seen.add(k)))
+        for k, _ in pairs:
+            if k in seen:
+                raise _DuplicateKey(k)
+            seen.add(k)
     return doc
 
 
@@ -170,7 +173,7 @@ def _read_split(folder: Path, x_dtype: str, where: dict[str, str]) -> tuple[list
             _fail(file, "'users' and 'num_samples' must be lists and 'user_data' an object")
         if len(f_users) != len(counts):
             _fail(file, f"'users' has {len(f_users)} entries but 'num_samples' has {len(counts)}")
-        for user, count in zip(f_users, counts):
+        for user, count in zip(f_users, counts, strict=True):
             user = str(user)
             if user in xs:
                 _fail(file, f"user {user!r} appears twice")

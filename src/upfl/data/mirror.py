@@ -8,7 +8,7 @@ import functools
 import http.server
 import threading
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 
 class QuietHandler(http.server.SimpleHTTPRequestHandler):

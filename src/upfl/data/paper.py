@@ -167,6 +167,7 @@ def femnist_device_counts(resources: str | os.PathLike, sources: list[Source] | 
             raise PaperDataError(f"{path}: missing; run 'upfl data fetch paper_femnist' (the authors' FEMNIST "
                                  "device index) first, or prepare with --set sizes=table2_shape")
         counts[split] = device_counts(checked_bytes(path, src.sha256), str(path))
+        assert src.sha256 is not None  # the paper's files are pinned (PAPER_SHA256)
         files[src.path] = {"url": src.url, "sha256": src.sha256.lower()}
     if list(counts["train"]) != list(counts["test"]):
         raise PaperDataError(f"{Path(resources) / SOURCES[paper_file_name('femnist', 'test', True)].filename}: "
@@ -209,6 +210,7 @@ def build_paper_synthetic(setting: str, resources: str | os.PathLike, out: str |
         ys = {device: y[rows] for device, rows in groups.items()}
         split_data[split] = (list(groups), xs, ys)
         for src in (tensor_src, index_src):
+            assert src.sha256 is not None  # the paper's files are pinned (PAPER_SHA256)
             files[src.path] = {"url": src.url, "sha256": src.sha256.lower()}
     train_devices, test_devices = split_data["train"][0], split_data["test"][0]
     if set(train_devices) != set(test_devices):

@@ -10,7 +10,8 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from .sources import (DATASET_SOURCES, PAPER_SET_SOURCES, PAPER_SYNTHETIC_SETS, SOURCES, Source, dataset_folder,
                       resolve_sources)
@@ -99,7 +100,8 @@ def prepare_femnist(request: PrepareRequest) -> Path:
     elif request.checksums:
         raise ValueError("--sha256 is for FEMNIST's device index (sizes paper_index), not for "
                          f"sizes {spec.sizes!r}")
-    return build_femnist(*archives_of("femnist", request.resources), request.out, seed=request.seed or 0,
+    (by_class,) = archives_of("femnist", request.resources)
+    return build_femnist(by_class, request.out, seed=request.seed or 0,
                          spec=spec, progress=request.progress, device_index=index)
 
 
@@ -108,7 +110,8 @@ def prepare_sent140(request: PrepareRequest) -> Path:
     from .sent140 import build_sent140
 
     spec = spec_with("sent140", request.settings, request.num_devices)
-    return build_sent140(*archives_of("sent140", request.resources), request.out, seed=request.seed or 0,
+    sentiment, glove = archives_of("sent140", request.resources)
+    return build_sent140(sentiment, glove, request.out, seed=request.seed or 0,
                          spec=spec, progress=request.progress)
 
 

@@ -4,7 +4,8 @@ draws (:class:`DrawCache`): a draw is a function of its key, so runs that share 
 from __future__ import annotations
 
 import math
-from typing import Callable, NamedTuple, Sequence
+from typing import Any, NamedTuple
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -21,7 +22,7 @@ def batch_plan(sizes: list[int], epochs: list[int], batch_size: int, generators:
     int32 halves the plans a process keeps (:class:`DrawCache`); the solvers index with them as they are.
     """
     plans = []
-    for n, e, g in zip(sizes, epochs, generators):
+    for n, e, g in zip(sizes, epochs, generators, strict=True):
         nb = math.ceil(n / batch_size)
         padded = torch.full((e, nb * batch_size), -1, dtype=torch.int32)
         padded[:, :n] = torch.stack([torch.randperm(n, generator=g) for _ in range(e)])
@@ -88,38 +89,38 @@ class DrawCache(BoundedCache):
         super().__init__(max_bytes)
 
     def plans(self, seed: int, wanted: list[tuple[int, int, int, int]], batch_size: int,
-              seeds_of: Callable[[list[tuple[int, int]]], Sequence[int]], draw: Callable = seeded_batch_plan
+              seeds_of: Callable[[list[tuple[int, int]]], Sequence[int] | np.ndarray], draw: Callable = seeded_batch_plan
               ) -> list[torch.Tensor]:
         """:func:`batch_plan` of each (training round k, device, its sample count, its epochs) of ``wanted``, kept or
         drawn from the seeds ``seeds_of([(k, device), ...])`` (called once, for the plans not kept); the plans not
         kept are drawn together, in one call of ``draw`` (:func:`seeded_batch_plan`, or the compiled solver's
         ``batch_plan``: the same numbers)."""
         keys = [("plan", seed, k, i, n, e, batch_size) for k, i, n, e in wanted]
-        kept = [self.entries.get(key) for key in keys]
+        kept: list[tuple[Any, ...] | None] = [self.entries.get(key) for key in keys]
         missing = [j for j, entry in enumerate(kept) if entry is None]
-        for key, entry in zip(keys, kept):
+        for key, entry in zip(keys, kept, strict=True):
             if entry is not None:
                 self.entries.move_to_end(key)
         if not missing:
-            return [entry[0] for entry in kept]
+            return [entry[0] for entry in kept if entry is not None]
         seeds = seeds_of([wanted[j][:2] for j in missing])
         drawn = draw([wanted[j][2] for j in missing], [wanted[j][3] for j in missing], batch_size, seeds)
-        for j, value in zip(missing, drawn):
+        for j, value in zip(missing, drawn, strict=True):
             self.put(keys[j], value, value.nbytes)
             kept[j] = (value,)
-        return drawn if len(missing) == len(wanted) else [entry[0] for entry in kept]
+        return drawn if len(missing) == len(wanted) else [entry[0] for entry in kept if entry is not None]
 
     def round_plans(self, seed: int, rounds: list[tuple[int, list[int], list[int], list[int]]], batch_size: int,
-                    seeds_of: Callable[[list[tuple[int, int]]], Sequence[int]], draw: Callable = seeded_batch_plan
+                    seeds_of: Callable[[list[tuple[int, int]]], Sequence[int] | np.ndarray], draw: Callable = seeded_batch_plan
                     ) -> list[RoundPlans]:
         """:class:`RoundPlans` of each (training round k, its devices, their sample counts, their epochs) of
         ``rounds``, each kept as one entry (a later run of the seed with the same devices finds a round's in one
         look-up; its bytes count twice against the bound); the plans of the rounds not kept are found or drawn by
         :meth:`plans`, all in one call."""
         keys = [("round_plans", seed, k, tuple(d), tuple(n), tuple(e), batch_size) for k, d, n, e in rounds]
-        found = [self.entries.get(key) for key in keys]
+        found: list[tuple[Any, int] | None] = [self.entries.get(key) for key in keys]
         todo = [j for j, entry in enumerate(found) if entry is None]
-        wanted = [(rounds[j][0], i, n, e) for j in todo for i, n, e in zip(*rounds[j][1:])]
+        wanted = [(rounds[j][0], i, n, e) for j in todo for i, n, e in zip(*rounds[j][1:], strict=True)]
         plans = self.plans(seed, wanted, batch_size, seeds_of, draw) if wanted else []
         drawn = plans if hasattr(plans, "starts") else None
         made, at = {}, 0

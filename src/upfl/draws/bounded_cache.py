@@ -6,7 +6,10 @@ Torch-free: it only reads the ``nbytes`` of what it keeps.
 from __future__ import annotations
 
 import collections
-from typing import Callable
+from collections.abc import Callable
+from typing import TypeVar
+
+Value = TypeVar("Value")
 
 
 def nbytes(value) -> int:
@@ -25,12 +28,12 @@ class BoundedCache:
         self.bytes = 0
         self.entries: collections.OrderedDict[tuple, tuple[object, int]] = collections.OrderedDict()
 
-    def get(self, key: tuple, make: Callable[[], object]) -> object:
+    def get(self, key: tuple, make: Callable[[], Value]) -> Value:
         """The value of ``key``, made with ``make()`` (and kept, within the bounds) when it is not kept."""
         entry = self.entries.get(key)
         if entry is not None:
             self.entries.move_to_end(key)
-            return entry[0]
+            return entry[0]  # type: ignore[return-value]  # kept by make() of this key: its type
         value = make()
         self.put(key, value, nbytes(value))
         return value

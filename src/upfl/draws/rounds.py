@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from typing import Any
 
 from ..names import is_training_iteration
@@ -117,6 +118,16 @@ DRAW_BLOCK_ROUNDS = 16
 """Training rounds whose device and straggler draws are made together (:func:`block_draws`)."""
 
 
+def _compiled_round_draws() -> tuple[Callable[..., None], int] | None:
+    """The compiled round draws (:func:`upfl.draws.compiled.round_draws`) and the device count from which torch's
+    randperm draws differently (``RANDPERM_SWAP_LIMIT``), or None where they cannot be imported."""
+    try:
+        from .compiled import RANDPERM_SWAP_LIMIT, round_draws
+    except ImportError:
+        return None
+    return round_draws, RANDPERM_SWAP_LIMIT
+
+
 @functools.lru_cache(maxsize=8192)
 def _round_draws(seed: int, round_k: int, num_devices: int, frac: float, prob: float, epochs: int,
                  draw: str) -> tuple[tuple[int, ...], tuple[bool, ...], tuple[int, ...]]:
@@ -138,11 +149,8 @@ def block_draws(seed: int, first: int, num_devices: int, frac: float, prob: floa
     if draw not in STRAGGLER_DRAWS:
         raise ValueError(f"devices.straggler_draw: must be one of {', '.join(STRAGGLER_DRAWS)}; got {draw!r}")
     rounds = range(first, first + DRAW_BLOCK_ROUNDS)
-    try:
-        from .compiled import RANDPERM_SWAP_LIMIT, round_draws
-    except ImportError:
-        round_draws = None
-    if round_draws is None or num_devices >= RANDPERM_SWAP_LIMIT:
+    compiled = _compiled_round_draws()
+    if compiled is None or num_devices >= compiled[1]:
         out = []
         for k in rounds:
             chosen = sample_clients(seed, k, num_devices, frac)
@@ -150,21 +158,21 @@ def block_draws(seed: int, first: int, num_devices: int, frac: float, prob: floa
             out.append((tuple(chosen), tuple(flags), tuple(per_device)))
         return tuple(out)
     keys = np.arange(first, first + DRAW_BLOCK_ROUNDS, dtype=np.int64).reshape(-1, 1)
-    chosen = np.empty((len(keys), min(sampled_count(num_devices, frac), num_devices)), dtype=np.int64)
+    chosen_rows = np.empty((len(keys), min(sampled_count(num_devices, frac), num_devices)), dtype=np.int64)
     uniform = np.empty((len(keys), num_devices), dtype=np.float32)
     short = np.empty((len(keys), num_devices), dtype=np.int64)
-    round_draws(derive_seeds(seed, "sampling", keys), derive_seeds(seed, "stragglers", keys), max(epochs, 2), chosen,
-                uniform, short)
+    compiled[0](derive_seeds(seed, "sampling", keys), derive_seeds(seed, "stragglers", keys), max(epochs, 2),
+                chosen_rows, uniform, short)
     if draw == "bernoulli":
-        flags = uniform < np.float32(prob)  # torch compares a float32 tensor with a float in float32
+        flag_rows = uniform < np.float32(prob)  # torch compares a float32 tensor with a float in float32
     else:
-        flags = np.zeros_like(uniform, dtype=bool)
-        count = exact_straggler_count(chosen.shape[1], prob)
-        for r, devices in enumerate(chosen):
-            flags[r, devices[np.argsort(uniform[r, devices], kind="stable")[:count]]] = True
-    per_device = np.where(flags, short, epochs)
-    return tuple((tuple(c), tuple(f), tuple(e)) for c, f, e in zip(chosen.tolist(), flags.tolist(),
-                                                                    per_device.tolist()))
+        flag_rows = np.zeros_like(uniform, dtype=bool)
+        count = exact_straggler_count(chosen_rows.shape[1], prob)
+        for r, devices in enumerate(chosen_rows):
+            flag_rows[r, devices[np.argsort(uniform[r, devices], kind="stable")[:count]]] = True
+    epoch_rows = np.where(flag_rows, short, epochs)
+    return tuple((tuple(c), tuple(f), tuple(e)) for c, f, e in zip(chosen_rows.tolist(), flag_rows.tolist(),
+                                                                    epoch_rows.tolist(), strict=True))
 
 
 def round_participants(cfg, round_k: int, num_devices: int) -> tuple[list[int], list[int]]:

@@ -34,7 +34,7 @@ def derive_seed(seed: int, stream: str, *keys: int) -> int:
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
-def derive_seeds(seed: int, stream: str, keys) -> "np.ndarray":
+def derive_seeds(seed: int, stream: str, keys) -> np.ndarray:
     """:func:`derive_seed` ``(seed, stream, *row)`` of every row of ``keys`` (a sequence of equally long integer
     tuples, at least one key each), as uint64: compiled, in one call (:func:`upfl.draws.compiled.keyed_seeds`), or
     one by one where numba does not import."""
@@ -49,12 +49,12 @@ def derive_seeds(seed: int, stream: str, keys) -> "np.ndarray":
     return keyed_seeds(f"{int(seed)}/{stream}/", rows.reshape(len(rows), -1) if len(rows) else rows.reshape(0, 1))
 
 
-def generator(seed: int, stream: str, *keys: int, device: "str | torch.device" = "cpu") -> "torch.Generator":
+def generator(seed: int, stream: str, *keys: int, device: str | torch.device = "cpu") -> torch.Generator:
     """A ``torch.Generator`` for one stream and key tuple (torch is imported here, not with the module)."""
     return seeded_generator(derive_seed(seed, stream, *keys), device)
 
 
-def seeded_generator(derived: int, device: "str | torch.device" = "cpu") -> "torch.Generator":
+def seeded_generator(derived: int, device: str | torch.device = "cpu") -> torch.Generator:
     """A ``torch.Generator`` seeded with a seed :func:`derive_seed` made (torch is imported here)."""
     import torch
 

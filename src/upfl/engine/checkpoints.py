@@ -43,6 +43,7 @@ import torch
 
 from .. import config as cfgmod
 from ..files import atomic_path, sha256_file
+import contextlib
 
 FORMAT = 1
 DEFAULT_DIRNAME = ".checkpoints"
@@ -189,10 +190,8 @@ class Checkpoint:
         if self.device_dir is not None:
             shutil.rmtree(self.device_dir, ignore_errors=True)
         if self.owned_root:
-            try:
+            with contextlib.suppress(OSError):
                 self.root.rmdir()
-            except OSError:
-                pass
 
     def save(self, state: dict[str, Any]) -> None:
         """Write ``state`` (plain tensors, lists, dicts, numbers, strings) atomically."""
@@ -201,6 +200,8 @@ class Checkpoint:
 
     def save_device_state(self, state: dict[str, torch.Tensor], t: int) -> None:
         """Write a private run's device state to :attr:`device_file`, owner-only (folders 0700, file 0600), atomically."""
+        if self.device_dir is None or self.device_file is None:
+            raise CheckpointError(f"{self.file}: a run without privacy keeps no device state")
         self.device_dir.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.device_dir.mkdir(mode=0o700, exist_ok=True)
         for folder in (self.device_dir.parent, self.device_dir):
@@ -288,7 +289,7 @@ def open_checkpoint(cfg: cfgmod.RunConfig, out: str | os.PathLike, data_path: st
     device_root = None
     if cfg.privacy.mechanism != "none":
         device_root = device_state_root()
-        if _inside(device_root, out):
+        if _inside(device_root, Path(out)):
             raise CheckpointError(f"{DEVICE_STATE_ENV}={device_root}: inside the run folder {out}; a private run's "
                                   "device state must live outside what is shared")
     return Checkpoint(checkpoint_root(cfg, out), key, owned_root=not cfg.checkpoint.dir, device_root=device_root)

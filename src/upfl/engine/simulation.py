@@ -89,10 +89,11 @@ def pooled_rows(ds: FederatedDataset, feature_scaling: str, device: torch.device
     Made once per data set object, scaling and device: the runs of a bundle share its data set, so they share
     these tensors (never written), and the solver's and the evaluation's arrays made from them
     (:data:`upfl.solvers.numba_backend.DEVICE_ROWS`, ``EVALUATION_ROWS``)."""
-    ref, made = POOLED.get(id(ds), (None, None))
-    if ref is None or ref() is not ds:
-        ref, made = weakref.ref(ds, lambda _, key=id(ds): POOLED.pop(key, None)), {}
-        POOLED[id(ds)] = (ref, made)
+    pooled = POOLED.get(id(ds))
+    if pooled is None or pooled[0]() is not ds:
+        ds_id = id(ds)
+        pooled = POOLED[ds_id] = (weakref.ref(ds, lambda _: POOLED.pop(ds_id, None)), {})
+    made = pooled[1]
     key = (feature_scaling, str(device))
     if key not in made:
         users, sizes = ds.train_users, [len(ds.train_y[u]) for u in ds.train_users]
@@ -166,7 +167,7 @@ class Simulation:
         train = None if train_metrics_status(self.cfg.privacy) == "not_computed" else float("nan")
         out: dict[str, float | None] = {"train_loss": train, "train_acc": train,
                                         "test_loss": float("nan"), "test_acc": float("nan")}
-        for (name, _, _, n), (loss, correct) in zip(self.evaluated, self.evaluate_sets(w)):
+        for (name, _, _, n), (loss, correct) in zip(self.evaluated, self.evaluate_sets(w), strict=True):
             out[f"{name}_loss"], out[f"{name}_acc"] = loss / n, correct / n
         return out
 
@@ -179,8 +180,8 @@ class Simulation:
         bs = self.cfg.evaluation.batch_size
         loss, correct = 0.0, 0
         for i in range(0, len(y), bs):
-            l, c = self.model.evaluate(w, x[i:i + bs], y[i:i + bs])
-            loss, correct = loss + l, correct + c
+            batch_loss, batch_correct = self.model.evaluate(w, x[i:i + bs], y[i:i + bs])
+            loss, correct = loss + batch_loss, correct + batch_correct
         return loss, correct
 
     def training_round(self, w: torch.Tensor, round_k: int) -> tuple[torch.Tensor, int, int]:
@@ -211,11 +212,12 @@ class Simulation:
         :data:`upfl.draws.batch_plans.DRAW_CACHE`, from the devices' ``batches`` seeds: those not kept in one
         call), sizes and weights."""
         c, n, width = self.cfg, len(self.devices), self.batch_size
-        rounds, total = [], 0
+        rounds: list[tuple[int, list[int], list[int], list[int]]] = []
+        total = 0
         for k in range(first, max(first, self.num_training_rounds) + 1):
             chosen, epochs = round_participants(c, k, n)
             sizes, chosen_epochs = [self.device_sizes[i] for i in chosen], [epochs[i] for i in chosen]
-            total += sum(-(-m // width) * e for m, e in zip(sizes, chosen_epochs)) * width * 4
+            total += sum(-(-m // width) * e for m, e in zip(sizes, chosen_epochs, strict=True)) * width * 4
             if rounds and total > PLAN_BLOCK_BYTES:
                 break
             rounds.append((k, chosen, sizes, chosen_epochs))
@@ -223,7 +225,7 @@ class Simulation:
         plans = DRAW_CACHE.round_plans(c.seed, drawn, width, lambda keys: derive_seeds(c.seed, "batches", keys),
                                        self.batch_plan)
         block: dict[int, ClientRound | None] = {k: None for k, *_ in rounds}
-        block.update({k: self.round_inputs(k, chosen, p) for (k, chosen, _, _), p in zip(drawn, plans)})
+        block.update({k: self.round_inputs(k, chosen, p) for (k, chosen, _, _), p in zip(drawn, plans, strict=True)})
         return block
 
     def round_inputs(self, round_k: int, chosen: list[int], plans: RoundPlans) -> ClientRound:
@@ -263,6 +265,8 @@ class Simulation:
         noise = DRAW_CACHE.get(("output_noise", c.seed, round_k, tuple(chosen), tuple(W.shape[1:]), W.dtype),
                                lambda: standard_normal_rows(W.shape[1:], [generator(c.seed, "noise", round_k, i)
                                                                           for i in chosen], W.dtype))
+        if c.privacy.tau is None:
+            raise cfgmod.ConfigError("privacy.tau: output perturbation clips each released model to tau; give it")
         return output_perturbation(W, c.privacy.tau, self.noise_scales[chosen], noise=noise).to(local.device)
 
 

@@ -52,7 +52,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, 
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp import strategy as flower_strategies
-from flwr.serverapp.strategy import FedAvg, FedProx, Strategy
+from flwr.serverapp.strategy import Strategy
 from logging import INFO
 
 from flwr.supercore import log
@@ -71,7 +71,7 @@ from ..draws.streams import generator
 from ..engine.simulation import (TRAIN_METRICS_COLUMN, Simulation, resolve_device, scaled_features,
                                  train_metrics_status)
 from ..draws.batch_plans import batch_plan
-from .strategy import DEVICE_KEY, CountingGrid, UpcycledFL, as_flat, is_upcycle_round
+from .strategy import DEVICE_KEY, CountingGrid, UpcycledFL, as_flat, is_upcycle_round, record_number
 
 PARAMS_KEY = "params"
 
@@ -252,12 +252,18 @@ def local_update(sim: Simulation, w: torch.Tensor, device_index: int, round_k: i
             local = sim.output_noise(local, round_k, [device_index])
         else:
             W = local.cpu()
+            if c.privacy.tau is None:
+                raise cfgmod.ConfigError("privacy.tau: output perturbation clips each released model to tau; give it")
             local = output_perturbation(W, c.privacy.tau, sim.sigmas[device_index],
                                         noise=standard_normal_rows(W.shape[1:], [noise], W.dtype))
     return local[0].cpu(), steps
 
 
-def _reply(arrays: ArrayRecord | None, metrics: dict[str, float], msg: Message) -> Message:
+MetricValue = int | float | list[int] | list[float]
+"""A value a Flower MetricRecord holds."""
+
+
+def _reply(arrays: ArrayRecord | None, metrics: dict[str, MetricValue], msg: Message) -> Message:
     content = RecordDict({"metrics": MetricRecord(metrics)})
     if arrays is not None:
         content["arrays"] = arrays
@@ -271,16 +277,16 @@ def _merged(context: Context, run_config: dict[str, Any] | None) -> dict[str, An
 def client_mu(cfg: cfgmod.RunConfig, config: ConfigRecord) -> float:
     """mu of a client's local objective: the message's ``proximal-mu`` (FedProx), else the run config's ``mu``
     (0 for FedAvg), so a strategy that sends none (FedAdam, ...) still trains ``algorithm``'s objective."""
-    return float(config["proximal-mu"]) if "proximal-mu" in config else float(cfg.algorithm.mu)
+    return record_number(config, "proximal-mu") if "proximal-mu" in config else float(cfg.algorithm.mu)
 
 
-def own_metrics(sim: Simulation, w: torch.Tensor, i: int) -> dict[str, float]:
+def own_metrics(sim: Simulation, w: torch.Tensor, i: int) -> dict[str, MetricValue]:
     """Device i's federated-evaluation reply: summed loss, correct predictions and rows of the global model ``w`` on
     its own training rows (only where ``upfl run`` computes training metrics: :func:`train_metrics_status`) and on
     its own test rows. Sums, so that the server's totals over all devices are ``upfl run``'s pooled metrics."""
     user = sim.devices[i]
     w = w.to(sim.device)
-    out: dict[str, float] = {DEVICE_KEY: i}
+    out: dict[str, MetricValue] = {DEVICE_KEY: i}
     if train_metrics_status(sim.cfg.privacy) != "not_computed":
         loss, correct = sim.evaluate_model(w, sim.xs[i], torch.as_tensor(sim.data.train_y[user]).to(sim.device))
         out.update({"train-loss-sum": float(loss), "train-correct": float(correct), "train-examples": sim.sizes[i].item()})
@@ -306,7 +312,7 @@ def make_client_app(run_config: dict[str, Any] | None = None) -> ClientApp:
         also the largest feature norm the model sees (Theorem C.2's assumption; released outside the guarantee)."""
         sim = simulation_for(_merged(context, run_config))
         i = int(context.node_config["partition-id"])
-        metrics = {DEVICE_KEY: i, "num-examples": int(sim.sizes[i])}
+        metrics: dict[str, MetricValue] = {DEVICE_KEY: i, "num-examples": int(sim.sizes[i])}
         if sim.cfg.privacy.mechanism == "objective":
             user = sim.devices[i]
             own = FederatedDataset([user], {user: sim.data.train_x[user]}, {user: sim.data.train_y[user]}, {}, {})
@@ -319,9 +325,9 @@ def make_client_app(run_config: dict[str, Any] | None = None) -> ClientApp:
     def train(msg: Message, context: Context) -> Message:
         sim = simulation_for(_merged(context, run_config))
         i = int(context.node_config["partition-id"])
-        config = msg.content["config"]
-        round_k = int(config.get("training-round", config["server-round"]))
-        w = as_flat(msg.content["arrays"], PARAMS_KEY)
+        config = msg.content.config_records["config"]
+        round_k = int(record_number(config, "training-round" if "training-round" in config else "server-round"))
+        w = as_flat(msg.content.array_records["arrays"], PARAMS_KEY)
         noise = None if noise_source(_merged(context, run_config)) == SEED_KEYED else entropy_generator()
         local, steps = local_update(sim, w, i, round_k, client_mu(sim.cfg, config), noise)
         if local is None:
@@ -334,7 +340,7 @@ def make_client_app(run_config: dict[str, Any] | None = None) -> ClientApp:
     def evaluate(msg: Message, context: Context) -> Message:
         sim = simulation_for(_merged(context, run_config))
         i = int(context.node_config["partition-id"])
-        return _reply(None, own_metrics(sim, as_flat(msg.content["arrays"], PARAMS_KEY), i), msg)
+        return _reply(None, own_metrics(sim, as_flat(msg.content.array_records["arrays"], PARAMS_KEY), i), msg)
 
     return app
 
@@ -374,8 +380,9 @@ class ServerData:
         bs, n = self.cfg.evaluation.batch_size, len(self.test_y)
         loss, correct = 0.0, 0
         for i in range(0, n, bs):
-            l, c = self.model.evaluate(w.to(self.device), self.test_x[i:i + bs], self.test_y[i:i + bs])
-            loss, correct = loss + float(l), correct + int(c)
+            batch = (self.test_x[i:i + bs], self.test_y[i:i + bs])
+            batch_loss, batch_correct = self.model.evaluate(w.to(self.device), *batch)
+            loss, correct = loss + float(batch_loss), correct + int(batch_correct)
         return {"test_loss": loss / n, "test_acc": correct / n}
 
 
@@ -394,11 +401,12 @@ class Devices:
             if reply.has_error():
                 raise RuntimeError(f"node {reply.metadata.src_node_id} did not answer the device query: "
                                    f"{reply.error.reason}")
-            metrics = reply.content["metrics"]
-            i = int(metrics[DEVICE_KEY])
-            self.names[i], self.sizes[i] = str(reply.content["device"]["name"]), int(metrics["num-examples"])
+            metrics = reply.content.metric_records["metrics"]
+            i = int(record_number(metrics, DEVICE_KEY))
+            name, size = reply.content.config_records["device"]["name"], record_number(metrics, "num-examples")
+            self.names[i], self.sizes[i] = str(name), int(size)
             if "max-feature-norm" in metrics:
-                norms.append(float(metrics["max-feature-norm"]))
+                norms.append(record_number(metrics, "max-feature-norm"))
         if sorted(self.names) != list(range(len(nodes))):
             raise RuntimeError(f"the nodes' partition-ids are {sorted(self.names)}, not 0..{len(nodes) - 1}")
         self.count = len(nodes)
@@ -430,8 +438,8 @@ def strategy_for(cfg: cfgmod.RunConfig, num_nodes: int, fraction_evaluate: float
     a = cfg.algorithm
     check_flower_algorithm(a.name)
     per_round = len(sample_clients(cfg.seed, 1, num_nodes, cfg.devices.frac))
-    common = dict(fraction_train=cfg.devices.frac, min_train_nodes=per_round, min_available_nodes=num_nodes,
-                  fraction_evaluate=fraction_evaluate, min_evaluate_nodes=1 if fraction_evaluate else 0)
+    common = {"fraction_train": cfg.devices.frac, "min_train_nodes": per_round, "min_available_nodes": num_nodes,
+                  "fraction_evaluate": fraction_evaluate, "min_evaluate_nodes": 1 if fraction_evaluate else 0}
     base = flower_strategy(cfg, strategy, strategy_args or {}, common)
     if not is_upcycled(a.name):
         return base
@@ -442,11 +450,11 @@ def strategy_for(cfg: cfgmod.RunConfig, num_nodes: int, fraction_evaluate: float
 def strategy_record(strategy: Strategy, args: dict[str, Any]) -> dict[str, Any]:
     """The run record's ``flower_strategy``: the Flower class of the training rounds, its arguments, the wrapper."""
     upcycled = isinstance(strategy, UpcycledFL)
-    base = strategy.base if upcycled else strategy
+    base = strategy.base if isinstance(strategy, UpcycledFL) else strategy
     name = type(base).__name__
     return {"name": f"UpcycledFL({name})" if upcycled else name, "training_rounds": f"flwr.serverapp.strategy.{name}",
             "args": args, "upcycled": upcycled,
-            **({"c1": strategy.c1, "schedule": strategy.schedule} if upcycled else {})}
+            **({"c1": strategy.c1, "schedule": strategy.schedule} if isinstance(strategy, UpcycledFL) else {})}
 
 
 def default_fraction_evaluate(cfg: cfgmod.RunConfig) -> float:
@@ -496,7 +504,9 @@ def make_server_app(run_config: dict[str, Any] | None = None,
             clock["t"] = time.perf_counter()
             return MetricRecord({k: float(v) for k, v in metrics.items() if v is not None})
 
-        result = strategy.start(grid=counting, initial_arrays=ArrayRecord({PARAMS_KEY: Array(w0.numpy())}),
+        # CountingGrid wraps the Grid: it counts the messages and forwards everything else (its __getattr__)
+        result = strategy.start(grid=counting,  # type: ignore[arg-type]
+                                initial_arrays=ArrayRecord({PARAMS_KEY: Array(w0.numpy())}),
                                 num_rounds=cfg.rounds, train_config=ConfigRecord(), evaluate_fn=evaluate)
         out = run_config_.get("out-dir", "")
         if out:
@@ -512,11 +522,11 @@ def federated_train_metrics(replies: list[MetricRecord], computed: bool) -> dict
     totals over the rows they evaluated (all devices' rows with ``fraction-evaluate = 1``: ``upfl run``'s pooled
     training metrics). None where not computed (a private run that does not release them) or not evaluated (no
     evaluation message this round: the even rounds of Upcycled-FL, iteration 0, ``fraction-evaluate = 0``)."""
-    rows = sum(float(r.get("train-examples", 0.0)) for r in replies)
+    rows = sum(record_number(r, "train-examples") for r in replies if "train-examples" in r)
     if not computed or rows == 0:
         return {"train_loss": None, "train_acc": None}
-    return {"train_loss": sum(float(r["train-loss-sum"]) for r in replies if "train-loss-sum" in r) / rows,
-            "train_acc": sum(float(r["train-correct"]) for r in replies if "train-correct" in r) / rows}
+    return {"train_loss": sum(record_number(r, "train-loss-sum") for r in replies if "train-loss-sum" in r) / rows,
+            "train_acc": sum(record_number(r, "train-correct") for r in replies if "train-correct" in r) / rows}
 
 
 def _cell(value: Any) -> str:

@@ -12,7 +12,8 @@ ceil(T/2) times in T rounds instead of T times.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 from logging import INFO
 
 import torch
@@ -37,6 +38,14 @@ def is_upcycle_round(server_round: int) -> bool:
 def training_round(server_round: int) -> int:
     """k, the number of training rounds among rounds 1..t (odd t only train): keys the clients' random draws."""
     return (server_round + 1) // 2
+
+
+def record_number(record: Mapping[str, Any], key: str) -> float:
+    """``record[key]`` of a Flower record (config or metrics) as a number; a ValueError naming the key otherwise."""
+    value = record[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"Flower record: {key!r} must be a number, got {value!r}")
+    return value
 
 
 class UpcycledFL(Strategy):
@@ -70,7 +79,7 @@ class UpcycledFL(Strategy):
         mu = float(getattr(base, "proximal_mu", 0.0)) if mu is None else float(mu)
         if step is not None and step < 0:
             raise ValueError(f"UpcycledFL: step must be >= 0, got {step!r}")
-        if step is None and (lam < 0 or mu + lam <= 0):
+        if step is None and lam is not None and (lam < 0 or mu + lam <= 0):
             raise ValueError(f"UpcycledFL: need lam >= 0 and mu + lam > 0 (mu {mu}, lam {lam}); with mu = 0 give step")
         c1 = even_step_coefficient(mu, lam, step)
         upcycle_coefficient(c1, 1, schedule, 1)
@@ -114,7 +123,7 @@ class UpcycledFL(Strategy):
             return []
         self._before_training = arrays
         if isinstance(getattr(self.base, "current_arrays", None), ArrayRecord):
-            self.base.current_arrays = arrays
+            self.base.current_arrays = arrays  # type: ignore[attr-defined]  # the FedOpt strategies' own state
         config["training-round"] = training_round(server_round)
         messages = list(self.base.configure_train(server_round, arrays, config, grid))
         self.messages_sent[server_round] += len(messages)
@@ -165,7 +174,7 @@ class CountingGrid:
     def _count(self, messages: Iterable[Message]) -> list[Message]:
         messages = list(messages)
         for m in messages:
-            t = int(m.content[self.key]["server-round"])
+            t = int(record_number(m.content.config_records[self.key], "server-round"))
             self.sent[t] += 1
             self.train_sent[t] += m.metadata.message_type == MessageType.TRAIN
             self.evaluate_sent[t] += m.metadata.message_type == MessageType.EVALUATE
@@ -174,7 +183,7 @@ class CountingGrid:
     def _observe(self, messages: list[Message], replies: Iterable[Message]) -> list[Message]:
         """Count the training replies of one send: releases per device, error replies per round (a strategy sends
         one round per call; the link sets message ids on sending, so they are read after it)."""
-        rounds = {m.metadata.message_id: int(m.content[self.key]["server-round"]) for m in messages}
+        rounds = {m.metadata.message_id: int(record_number(m.content.config_records[self.key], "server-round")) for m in messages}
         only = next(iter(set(rounds.values()))) if len(set(rounds.values())) == 1 else 0
         replies = list(replies)
         for r in replies:
@@ -190,7 +199,7 @@ class CountingGrid:
                 if metrics is None or self.device_key not in metrics:
                     raise ValueError(f"CountingGrid: the training reply of node {r.metadata.src_node_id} carries a "
                                      f"model but no {self.device_key!r} metric naming its device")
-                self.released[int(metrics[self.device_key])] += 1
+                self.released[int(record_number(metrics, self.device_key))] += 1
         return replies
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:

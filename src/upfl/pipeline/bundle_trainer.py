@@ -15,7 +15,8 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from .. import config as cfgmod
 from . import store as storemod
@@ -77,14 +78,14 @@ def train_entry(entry: dict[str, Any], threads: int, store: str | None) -> dict[
         try:
             cfg = run_config(entry, threads)
             ident = storemod.identity(cfg) if store else None
-            kept = storemod.entry_path(store, ident) if store else None
-            if kept is not None and _restored(kept, ident, out, log):
+            kept = storemod.entry_path(store, ident) if store and ident is not None else None
+            if kept is not None and ident is not None and _restored(kept, ident, out, log):
                 log(f"run {rid}: finished result restored from {kept} (same config, data and code, checksums "
                     "verified; not retrained)")
                 return {"id": rid, "status": "restored", "seconds": time.perf_counter() - start, "error": None}
             log(f"run {rid}: training ({cfgmod.config_hash(cfg)}) -> {out}")
             summary = run(cfg, out, log=log, data=load_data(str(cfg.data.path)))
-            if kept is not None:
+            if kept is not None and ident is not None:
                 storemod.save(kept, out, ident)
             f = summary["final"]
             if summary.get("diverged"):  # a result (summary.json records it), as `upfl run`'s exit status 3

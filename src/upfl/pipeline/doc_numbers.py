@@ -20,7 +20,7 @@ TESTING_SECTION = "## Duration and needs"
 
 def machine_description() -> dict[str, Any]:
     """This machine as the benchmarks name it: CPU model, widest vector unit, cores."""
-    model, flags = "unknown CPU", set()
+    model, flags = "unknown CPU", set[str]()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             key, _, value = line.partition(":")
@@ -38,7 +38,7 @@ def machine_text(machine: dict[str, Any]) -> str:
     return f"{machine['cores']} cores of an {machine['cpu']} ({machine['vector']})"
 
 
-def plan_counts(config: dict[str, Any]) -> dict[str, dict[str, int]]:
+def plan_counts(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Per preset: runs (distinct: a run several experiments ask for counts once), runs on the real data sets and on
     the synthetic ones, training jobs (bundles) of each, experiments and report outputs."""
     counts = {}

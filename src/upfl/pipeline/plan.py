@@ -70,8 +70,8 @@ def schema_error_text(error: Any) -> str:
         return f"{where + '.' if where else ''}{key}: unknown key; allowed: {', '.join(allowed)}{hint}"
     where = where or "(top level)"
     if error.validator == "enum":
-        allowed = ", ".join(str(v) for v in error.validator_value)
-        return f"{where}: value {_short(error.instance)} is not allowed; allowed: {allowed}"
+        choices = ", ".join(str(v) for v in error.validator_value)
+        return f"{where}: value {_short(error.instance)} is not allowed; allowed: {choices}"
     if error.validator in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
         sign = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}[error.validator]
         return f"{where}: value {_short(error.instance)} is not allowed; allowed: numbers {sign} {error.validator_value}"
@@ -219,7 +219,7 @@ def vary_settings(vary: list[dict[str, Any]], where: str) -> list[dict[str, Any]
             raise ExperimentError(f"{where}[{i}]: lam and step both set (each gives the even-iteration coefficient)")
         keys = list(item)
         for values in itertools.product(*(_as_list(item[k]) for k in keys)):
-            one = dict(zip(keys, values))
+            one = dict(zip(keys, values, strict=True))
             if one not in settings:
                 settings.append(one)
     return settings
@@ -287,7 +287,7 @@ def run_id(dataset: str, doc: dict[str, Any], seed: int, solver_defaults: dict[s
     return "/".join(parts)
 
 
-def _merge(doc: dict[str, Any], settings: dict[str, Any], where: str) -> None:
+def _merge(doc: dict[str, Any], settings: dict[str, Any] | None, where: str) -> None:
     for key, value in (settings or {}).items():
         try:
             cfgmod.set_key(doc, key, tree_copy(value))

@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 from ..errors import ConfigError
 from ..names import is_upcycled
@@ -417,9 +418,10 @@ def _epsilon_summary(rows: list[dict], kinds: Sequence[str]) -> dict[str, Any]:
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
-    if not values or any(v is None for v in values):
+    known = [v for v in values if v is not None]
+    if not values or len(known) != len(values):
         return None
-    return float(sum(values) / len(values))
+    return float(sum(known) / len(known))
 
 
 REPLAYED_RELEASES = ("replayed: the engine's device and straggler draws (upfl.draws.rounds) for the run config, the "
@@ -477,7 +479,7 @@ def privacy_report(cfg, dataset, model, cross_check: Sequence[str] = ("rdp",), r
         sigmas = per_device(p.sigma, n, "privacy.sigma")
         cache: dict[tuple, dict] = {}
         rows = []
-        for u, size, m, s in zip(users, sizes, releases, sigmas):
+        for u, size, m, s in zip(users, sizes, releases, sigmas, strict=True):
             key = (m, s, size)
             if key not in cache:
                 cache[key] = output_epsilons(m, s, tau, size, delta, cross_check)
@@ -504,7 +506,7 @@ def privacy_report(cfg, dataset, model, cross_check: Sequence[str] = ("rdp",), r
     if not assumptions["glm"]:
         rows = [{"device": u, "n_train": size, "releases": m, "alpha": a, "theorem_c2": None,
                  "theorem_c2_paper_sum": None, "status": NO_GLM}
-                for u, size, m, a in zip(users, sizes, releases, alphas)]
+                for u, size, m, a in zip(users, sizes, releases, alphas, strict=True)]
     else:
         if not assumptions["holds"] and not p.allow_no_guarantee:
             raise NoGuaranteeError(f"privacy.allow_no_guarantee: Theorem C.2 gives no guarantee for this run: "
@@ -512,7 +514,7 @@ def privacy_report(cfg, dataset, model, cross_check: Sequence[str] = ("rdp",), r
         u1, u2, mu = assumptions["u1"], assumptions["u2"], assumptions["mu"]
         globally_ok = assumptions["features_bounded"] and mu > 0
         failing = set(assumptions["failing_devices"])
-        for i, (u, size, m, a) in enumerate(zip(users, sizes, releases, alphas)):
+        for i, (u, size, m, a) in enumerate(zip(users, sizes, releases, alphas, strict=True)):
             if globally_ok and i not in failing:
                 row = {"theorem_c2": theorem_c2_epsilon(m, a, size, mu, u1, u2),
                        "theorem_c2_paper_sum": theorem_c2_epsilon(m + 1 if m else 0, a, size, mu, u1, u2),

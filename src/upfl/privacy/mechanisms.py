@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import math
 import struct
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
 
@@ -48,7 +50,7 @@ def _positive(name: str, value) -> torch.Tensor:
     return torch.from_numpy(_positive_array(name, value))
 
 
-def _positive_array(name: str, value) -> "np.ndarray":
+def _positive_array(name: str, value) -> np.ndarray:
     """:func:`_positive` on the CPU, as a float32 numpy array (a number as a 0-d array)."""
     import numpy as np
 
@@ -111,14 +113,16 @@ def gaussian_output_noise(W: torch.Tensor, sigma, generator: torch.Generator | S
     if noise is not None and noise.shape != W.shape:
         raise ValueError(f"noise: shape {tuple(noise.shape)} given for a {tuple(W.shape)} release")
     if noise is not None and _numpy_view_ok(W) and _numpy_view_ok(noise):
-        s = _positive_array("sigma", sigma)
-        s = s.reshape(-1, 1) if s.ndim else s
-        return torch.from_numpy(W.numpy() + s.astype(W.numpy().dtype, copy=False) * noise.numpy())
+        s_rows = _positive_array("sigma", sigma)
+        s_rows = s_rows.reshape(-1, 1) if s_rows.ndim else s_rows
+        return torch.from_numpy(W.numpy() + s_rows.astype(W.numpy().dtype, copy=False) * noise.numpy())
     s = _positive("sigma", sigma).to(W.device)
     s = s.view(-1, 1) if s.dim() else s
     if noise is None:
         if isinstance(generator, torch.Generator):
             noise = torch.randn(W.shape, generator=generator, dtype=W.dtype, device=W.device)
+        elif generator is None:
+            raise ValueError("gaussian_output_noise: give a generator (or one per row) or the noise")
         else:
             if len(generator) != W.shape[0]:
                 raise ValueError(f"generator: one per row needed, got {len(generator)} for {W.shape[0]} rows")

@@ -168,7 +168,7 @@ def write_momentum_table(runs: pd.DataFrame, out_prefix: str, provenance: str) -
         rows = [[r["variant"], str(r["training_rounds"]), str(r["n"]), _pct(r["test_acc"]),
                  _interval(r["gain"], r["gain_low"], r["gain_high"]), _pct(r["wall_test_acc"]),
                  _interval(r["wall_gain"], r["wall_gain_low"], r["wall_gain_high"])] for r in grp.to_dict("records")]
-        sections.append(f"## {dataset_label(dataset)}\n\n" + markdown_table(
+        sections.append(f"## {dataset_label(str(dataset))}\n\n" + markdown_table(
             ["variant", "training rounds", "seeds", "test acc. (%)", f"gain over FedProx, {LEVEL:.0%} CI (pp)",
              "test acc. at FedProx's wall time (%)", f"gain at equal wall time, {LEVEL:.0%} CI (pp)"], rows))
     sections.append("Gains are paired on seed (same devices, stragglers and batches in each training round). "
@@ -185,7 +185,7 @@ def write_bases_table(runs: pd.DataFrame, out_prefix: str, provenance: str) -> p
     for (dataset, straggler), grp in frame.groupby(["dataset", "straggler"], sort=False):
         rows = [[r["label"], str(r["n"]), _pct(r["base_test_acc"]), _pct(r["upcycled_test_acc"]),
                  _interval(r["gain"], r["gain_low"], r["gain_high"]), r["verdict"]] for r in grp.to_dict("records")]
-        sections.append(f"## {dataset_label(dataset)}, {straggler:.0%} stragglers\n\n" + markdown_table(
+        sections.append(f"## {dataset_label(str(dataset))}, {straggler:.0%} stragglers\n\n" + markdown_table(
             ["base", "seeds", "base test acc. (%)", "upcycled test acc. (%)",
              f"gain, {LEVEL:.0%} CI (pp)", "verdict"], rows))
     sections.append("Equal training rounds: the upcycled run has twice the iterations, the even ones free. "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import pandas as pd
@@ -51,7 +51,7 @@ def iter_cells(runs: pd.DataFrame) -> Iterator[tuple[str, str, float, pd.DataFra
         mus = sorted({float(m) for m in sub["cell_mu"] if not math.isnan(m)})
         for mu in [math.nan] + mus:
             for alg in algos:
-                cell = sub[(sub["algorithm"] == alg) & sub["cell_mu"].map(lambda m: _same(float(m), mu))]
+                cell = sub[(sub["algorithm"] == alg) & sub["cell_mu"].map(lambda m, mu=mu: _same(float(m), mu))]
                 if not cell.empty:
                     yield dataset, alg, mu, cell
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
+from collections.abc import Callable, Iterable, Sequence
 
 import pandas as pd
 
@@ -200,7 +201,7 @@ def without_diverged(runs: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     text = (f"{len(bad)} of {len(runs)} runs are flagged 'diverged' in their summary.json and are left out of "
             "every figure")
     if len(bad):
-        where = sorted({f"{d} / {algorithm_label(a)}" for d, a in zip(bad["dataset"], bad["algorithm"])})
+        where = sorted({f"{d} / {algorithm_label(a)}" for d, a in zip(bad["dataset"], bad["algorithm"], strict=True)})
         text += f" ({'; '.join(where[:8])}{' ...' if len(where) > 8 else ''})"
     return out, text + "."
 
@@ -286,10 +287,10 @@ def table1_claims(ctx: Context) -> list[dict[str, Any]]:
             for key in ACC:
                 paper = float(up[key]) - float(prox[key])
                 text = f"{float(up[key]):.2f} − {float(prox[key]):.2f}"
-                base = dict(id=f"table1/{dataset}/mu{fmt_mu(mu)}/{key}", section="Table 1",
-                            claim=f"Upcycled-FL − FedProx, final {METRIC_TEXT[key]}, μ = {fmt_mu(mu)} ({text})",
-                            dataset=dataset, paper=paper, unit="pp", experiment=ctx.roles["table1"],
-                            source="Table 1")
+                base = {"id": f"table1/{dataset}/mu{fmt_mu(mu)}/{key}", "section": "Table 1",
+                            "claim": f"Upcycled-FL − FedProx, final {METRIC_TEXT[key]}, μ = {fmt_mu(mu)} ({text})",
+                            "dataset": dataset, "paper": paper, "unit": "pp", "experiment": ctx.roles["table1"],
+                            "source": "Table 1"}
                 if draws is not None:
                     sp = spread(draws, dataset, mu, key)
                     if sp:
@@ -319,16 +320,16 @@ def time_claims(ctx: Context) -> list[dict[str, Any]]:
     runs = ctx.of("time")
     paper = paper_values("time").set_index("comparison")
     exp = ctx.roles["time"]
-    base_eq = dict(id="time/equal_iterations", section="Training time",
-                   claim="Upcycled-FL needs less training time than FedProx at equal iterations "
+    base_eq = {"id": "time/equal_iterations", "section": "Training time",
+                   "claim": "Upcycled-FL needs less training time than FedProx at equal iterations "
                          "(all Table 1 cells pooled)",
-                   dataset="all", paper=(1 - float(paper.loc["equal_iterations", "paper_ratio"])) * 100,
-                   unit="% less time", experiment=exp, source=str(paper.loc["equal_iterations", "source"]))
-    base_rounds = dict(id="time/equal_rounds", section="Training time",
-                       claim="About the same training time with double iterations (Upcycled-FL / FedProx at equal "
+                   "dataset": "all", "paper": (1 - float(paper.loc["equal_iterations", "paper_ratio"])) * 100,
+                   "unit": "% less time", "experiment": exp, "source": str(paper.loc["equal_iterations", "source"])}
+    base_rounds = {"id": "time/equal_rounds", "section": "Training time",
+                       "claim": "About the same training time with double iterations (Upcycled-FL / FedProx at equal "
                              "training rounds; all Table 1 cells pooled)",
-                       dataset="all", paper=float(paper.loc["equal_rounds", "paper_ratio"]), unit="ratio",
-                       experiment=exp, source=str(paper.loc["equal_rounds", "source"]))
+                       "dataset": "all", "paper": float(paper.loc["equal_rounds", "paper_ratio"]), "unit": "ratio",
+                       "experiment": exp, "source": str(paper.loc["equal_rounds", "source"])}
     pairs = runs[runs["algorithm"].isin(["fedprox", "upcycled"])] if not runs.empty else runs
     if pairs.empty or set(pairs["algorithm"]) != {"fedprox", "upcycled"}:
         why = ctx.missing("time")
@@ -367,11 +368,11 @@ def loss_area(run_dir: str) -> float:
 def lambda_claims(ctx: Context) -> list[dict[str, Any]]:
     """'Smaller lambda converges faster': the largest step mu/(mu+lambda) against the smallest, per seed."""
     runs = ctx.of("lambda_sweep")
-    base = dict(id="fig2/lambda_sweep", section="Figure 2 (right)",
-                claim="Smaller λ (larger step μ/(μ+λ)) converges faster: mean training loss over the iterations, "
+    base = {"id": "fig2/lambda_sweep", "section": "Figure 2 (right)",
+                "claim": "Smaller λ (larger step μ/(μ+λ)) converges faster: mean training loss over the iterations, "
                       "smallest λ minus largest λ (negative: faster)",
-                dataset="", paper=math.nan, unit="loss", experiment=ctx.roles["lambda_sweep"],
-                source="Section 6: 'models with smaller λ tend to converge faster'")
+                "dataset": "", "paper": math.nan, "unit": "loss", "experiment": ctx.roles["lambda_sweep"],
+                "source": "Section 6: 'models with smaller λ tend to converge faster'"}
     ups = runs[runs["algorithm"] == "upcycled"] if not runs.empty else runs
     if ups.empty or ups["coef"].astype(float).nunique() < 2:
         return [_not_measured(**base, why=ctx.missing("lambda_sweep") if ups.empty else
@@ -454,9 +455,9 @@ def privacy_claims(ctx: Context) -> list[dict[str, Any]]:
     for c in paper.to_dict("records"):
         mech, claim = c["mechanism"], c["claim"]
         unit = {"privacy_loss": "% less ε̄", "time": "% less time"}.get(claim, "pp")
-        base = dict(section="Section 6 (privacy)",
-                    dataset=", ".join(dataset_label(d) for d in str(c["paper_datasets"]).split(";")),
-                    paper=float(c["paper_value"]), unit=unit, experiment=exp, source=c["source"])
+        base = {"section": "Section 6 (privacy)",
+                    "dataset": ", ".join(dataset_label(d) for d in str(c["paper_datasets"]).split(";")),
+                    "paper": float(c["paper_value"]), "unit": unit, "experiment": exp, "source": c["source"]}
         label = f"{mech} perturbation: {names[claim]}"
         sub = claims[(claims["mechanism"] == mech) & (claims["claim"] == claim)] if not claims.empty else claims
         if sub.empty:
@@ -536,10 +537,10 @@ def real_claims(ctx: Context) -> list[dict[str, Any]]:
         for key in ACC:
             paper = float(up[key]) - float(prox[key])
             what = f"private ({mech} perturbation, equal noise)" if mech != "none" else model.upper()
-            base = dict(id=f"{fig}/{dataset}/{mech}/{key}", section="Real data (Figures 4, 12)",
-                        claim=f"{dataset_label(dataset)}, {what}: Upcycled-FL − FedProx, final {METRIC_TEXT[key]} "
+            base = {"id": f"{fig}/{dataset}/{mech}/{key}", "section": "Real data (Figures 4, 12)",
+                        "claim": f"{dataset_label(dataset)}, {what}: Upcycled-FL − FedProx, final {METRIC_TEXT[key]} "
                               f"({float(up[key]):.2f} − {float(prox[key]):.2f})",
-                        dataset=dataset, paper=paper, unit="pp", experiment=ctx.roles[role], source=up["source"])
+                        "dataset": dataset, "paper": paper, "unit": "pp", "experiment": ctx.roles[role], "source": up["source"]}
             if cells is None:
                 rows.append(_not_measured(**base, why=ctx.missing(role, dataset)))
                 continue
@@ -569,8 +570,8 @@ def bases_claims(ctx: Context) -> list[dict[str, Any]]:
 
     runs = ctx.of("bases")
     exp = ctx.roles["bases"]
-    base = dict(section="Upcycling on other base algorithms", paper=math.nan, unit="pp", experiment=exp,
-                source=BASES_SOURCE)
+    base = {"section": "Upcycling on other base algorithms", "paper": math.nan, "unit": "pp", "experiment": exp,
+                "source": BASES_SOURCE}
     claim = "Upcycling improves {label} (Upcycled {label} − {label}, final test accuracy, equal training rounds{s})"
     if runs.empty:
         return [_not_measured(**base, id="bases", dataset="", why=ctx.missing("bases"),
@@ -628,7 +629,7 @@ def momentum_information(ctx: Context) -> list[list[str]]:
         return []
     rows = []
     mu = runs["mu"].map(as_number)
-    for dataset, m in sorted({(d, v) for d, v in zip(runs["dataset"], mu) if v > 0}):
+    for dataset, m in sorted({(d, v) for d, v in zip(runs["dataset"], mu, strict=True) if v > 0}):
         sub = runs[(runs["dataset"] == dataset) & (mu == m)]
         up = sub[sub["algorithm"] == "upcycled"]
         mom = sub[sub["algorithm"] == "fedavgm"]
@@ -669,12 +670,12 @@ def provenance_columns(runs: pd.DataFrame) -> dict[str, Any]:
     """``data_origin`` (each distinct data origin in words), ``preview`` (any run on our generator's draws),
     ``seeds`` and ``n_runs`` of a claim's runs."""
     if runs.empty:
-        return dict(data_origin="", preview=False, seeds="", n_runs=0)
+        return {"data_origin": "", "preview": False, "seeds": "", "n_runs": 0}
     origin = runs.reindex(columns=list(ORIGIN_COLUMNS))
     texts = sorted({origin_text(*r) for r in origin.itertuples(index=False)})
     seeds = sorted({int(float(v)) for v in runs["seed"] if not math.isnan(as_number(v))})
-    return dict(data_origin="; ".join(texts), preview=bool(origin["data_source"].map(is_generated).any()),
-                seeds=" ".join(str(v) for v in seeds), n_runs=len(runs))
+    return {"data_origin": "; ".join(texts), "preview": bool(origin["data_source"].map(is_generated).any()),
+                "seeds": " ".join(str(v) for v in seeds), "n_runs": len(runs)}
 
 
 def claims_frame(runs: pd.DataFrame, roles: dict[str, str] | None = None,

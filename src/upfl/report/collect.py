@@ -10,7 +10,8 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import pandas as pd
@@ -230,7 +231,7 @@ generator; ``femnist``, ``sent140``: LEAF; ``leaf``: a LEAF-format folder named 
 
 def data_origin(data_path: str | None) -> dict[str, Any]:
     """The :data:`ORIGIN_COLUMNS` of a data set folder, read from its ``meta.json`` (empty when it has none)."""
-    out: dict[str, Any] = {c: np.nan for c in ORIGIN_COLUMNS}
+    out: dict[str, Any] = dict.fromkeys(ORIGIN_COLUMNS, np.nan)
     meta_path = Path(str(data_path or "")) / "meta.json"
     if not data_path or not meta_path.is_file():
         return out
@@ -238,7 +239,7 @@ def data_origin(data_path: str | None) -> dict[str, Any]:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
     except json.JSONDecodeError:
         return out
-    for column, key in zip(ORIGIN_COLUMNS, ("source", "setting", "data_seed", "commit")):
+    for column, key in zip(ORIGIN_COLUMNS, ("source", "setting", "data_seed", "commit"), strict=True):
         if meta.get(key) is not None:
             out[column] = meta[key]
     return out
@@ -333,7 +334,7 @@ def collect_runs(pairs: Iterable[tuple[str, str]], store: str | os.PathLike | No
 def read_runs(path: str | os.PathLike) -> pd.DataFrame:
     """Read ``runs.csv``; a missing file or missing columns are errors naming the file."""
     try:
-        df = pd.read_csv(path, dtype={c: str for c in TEXT_COLUMNS})
+        df = pd.read_csv(path, dtype=dict.fromkeys(TEXT_COLUMNS, str))
     except FileNotFoundError:
         raise ReportError(f"{path}: runs table not found (make it with 'upfl report runs')") from None
     missing = [c for c in ("experiments", "run_dir", "dataset", "algorithm", "mu", "seed") if c not in df.columns]

@@ -12,7 +12,8 @@ rcParams (:func:`set_theme`) without importing seaborn.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, cast
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -183,7 +184,7 @@ def curve_data(facets: pd.DataFrame, metrics: Sequence[str], x: str) -> pd.DataF
     parts = []
     cache: dict[str, pd.DataFrame] = {}
     for (dataset, mu, line), grp in facets.groupby(["dataset", "facet_mu", "line"], dropna=False, sort=False):
-        check_one_config(grp, f"figure line {line} on {facet_title(dataset, mu)}", ignore=("seed", "mu"))
+        check_one_config(grp, f"figure line {line} on {facet_title(str(dataset), cast(float, mu))}", ignore=("seed", "mu"))
         for run in grp.to_dict("records"):
             if run["run_dir"] not in cache:
                 cache[run["run_dir"]] = _curve_rows(run, metrics, x)
@@ -199,7 +200,7 @@ def curve_data(facets: pd.DataFrame, metrics: Sequence[str], x: str) -> pd.DataF
 
 def facet_list(data: pd.DataFrame) -> list[tuple[str, float]]:
     """(data set, mu) facets in the paper's order."""
-    pairs = {(d, float(m)) for d, m in zip(data["dataset"], data["mu"])}
+    pairs = {(d, float(m)) for d, m in zip(data["dataset"], data["mu"], strict=True)}
     order = dataset_order([d for d, _ in pairs])
     return sorted(pairs, key=lambda p: (order.index(p[0]), -math.inf if math.isnan(p[1]) else p[1]))
 
@@ -283,7 +284,9 @@ def colour_palette(name: str, n_colors: int | None = None) -> list[tuple[float, 
         return [to_rgb(COLOURBLIND_COLOURS[i % len(COLOURBLIND_COLOURS)]) for i in range(n)]
     import matplotlib
 
-    samples = matplotlib.colormaps[name](np.linspace(0, 1, int(n_colors) + 2)[1:-1])[:, :3]
+    if n_colors is None:
+        raise ValueError(f"colour_palette: the colormap {name!r} needs n_colors")
+    samples = matplotlib.colormaps[name](np.linspace(0, 1, n_colors + 2)[1:-1])[:, :3]
     return [to_rgb(tuple(row)) for row in samples]
 
 
@@ -321,7 +324,7 @@ def palette_for(lines: Sequence[str]) -> dict[str, str]:
         rgb = to_rgb(colour)
         for i, ln in enumerate(variants):
             t = 0.55 * i / (len(variants) - 1)  # blend toward white: 0 (the colour itself) .. 0.55
-            pal[ln] = to_hex(tuple(c + (1 - c) * t for c in rgb))
+            pal[ln] = to_hex((rgb[0] + (1 - rgb[0]) * t, rgb[1] + (1 - rgb[1]) * t, rgb[2] + (1 - rgb[2]) * t))
     return pal
 
 
@@ -399,7 +402,7 @@ def plot_convergence(data: pd.DataFrame, metrics: Sequence[str], x: str, title: 
     used = set()
     for dataset, mu in facets:
         row0, j = pos[(dataset, mu)]
-        fd = data[(data["dataset"] == dataset) & data["mu"].map(lambda m: _same(m, mu))]
+        fd = data[(data["dataset"] == dataset) & data["mu"].map(lambda m, mu=mu: _same(m, mu))]
         lam = _single_lambda(fd)
         for i, metric in enumerate(metrics):
             ax = axes[row0 + i][j]
@@ -426,7 +429,7 @@ def figure_legend(fig, axes) -> None:
     every panel), instead of one per panel."""
     entries: dict[str, Any] = {}
     for ax in axes.flat:
-        for handle, label in zip(*ax.get_legend_handles_labels()):
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             entries.setdefault(label, handle)
     if entries:
         fig.legend(list(entries.values()), list(entries), loc="center left", bbox_to_anchor=(1.0, 0.5),
@@ -452,7 +455,7 @@ def length_note(data: pd.DataFrame, x: str) -> str:
         return ""
     groups: dict[float, list[str]] = {}
     for line, end in ends.items():
-        groups.setdefault(float(end), []).append(line)
+        groups.setdefault(float(end), []).append(str(line))
     unit = {"iteration": "iteration", "round": "training round", "time": "second"}[x]
     parts = [f"{', '.join(lines)} at {unit} {end:g}" for end, lines in sorted(groups.items())]
     why = (" (equal training rounds: Upcycled-FL's even iterations train no device)" if x == "iteration"
@@ -508,13 +511,13 @@ def final_data(ups: pd.DataFrame, metrics: Sequence[str], x: str) -> pd.DataFram
     """Per facet and lambda: mean, min and max over seeds of the final metrics (from runs.csv)."""
     rows = []
     for (dataset, mu, coef), grp in ups.groupby(["dataset", "facet_mu", "coef"], dropna=False, sort=True):
-        check_one_config(grp, f"lambda sweep point {facet_title(dataset, mu)}, step {coef:g}", ignore=("seed",))
+        check_one_config(grp, f"lambda sweep point {facet_title(str(dataset), cast(float, mu))}, step {coef:g}", ignore=("seed",))
         for metric in metrics:
             v = grp[f"final_{metric}"].astype(float)
             rows.append({"dataset": dataset, "mu": mu, "line": grp["line"].iloc[0], "algorithm": "upcycled",
                          "lam": grp["lam"].iloc[0], "coef": coef, "metric": metric,
                          "iteration": int(grp["final_iteration"].iloc[0]),
-                         "x": float(coef if x == "step" else grp["lam"].iloc[0]),
+                         "x": float(cast(float, coef) if x == "step" else grp["lam"].iloc[0]),
                          "mean": v.mean(), "min": v.min(), "max": v.max(), "n_seeds": len(v)})
     return pd.DataFrame(rows)
 
@@ -523,7 +526,7 @@ def reference_final(refs: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
     """FedProx's final metrics per facet (mean, min, max over seeds): the sweep's reference line."""
     rows = []
     for (dataset, mu), grp in refs.groupby(["dataset", "facet_mu"], dropna=False, sort=True):
-        check_one_config(grp, f"FedProx reference on {facet_title(dataset, mu)}", ignore=("seed",))
+        check_one_config(grp, f"FedProx reference on {facet_title(str(dataset), cast(float, mu))}", ignore=("seed",))
         for metric in metrics:
             v = grp[f"final_{metric}"].astype(float)
             rows.append({"dataset": dataset, "mu": mu, "line": "FedProx", "algorithm": "fedprox", "metric": metric,
@@ -545,10 +548,12 @@ def plot_lambda_sweep(curves: pd.DataFrame, finals: pd.DataFrame, refs: pd.DataF
     fig, axes = grid(len(metrics), len(facets) * len(panels))
     ref_color = ALGORITHM_COLOURS["FedProx"]
     for j, (dataset, mu) in enumerate(facets):
-        sel = lambda d: d[(d["dataset"] == dataset) & d["mu"].map(lambda m: _same(m, mu))] if not d.empty else d  # noqa: E731
+        def sel(d, dataset=dataset, mu=mu):
+            return d[(d["dataset"] == dataset) & d["mu"].map(lambda m: _same(m, mu))] if not d.empty else d
+
         fc, ff, fr = sel(curves), sel(finals), sel(refs)
         sweep = ff.drop_duplicates("line").sort_values("coef")["line"].tolist()
-        ramp = dict(zip(sweep, colour_palette("viridis", n_colors=max(len(sweep), 1))))
+        ramp = dict(zip(sweep, colour_palette("viridis", n_colors=max(len(sweep), 1)), strict=False))
         for i, metric in enumerate(metrics):
             for k, panel in enumerate(panels):
                 ax = axes[i][j * len(panels) + k]
@@ -603,8 +608,8 @@ def lambda_sweep_figure(runs: pd.DataFrame, out_prefix: str, metrics: Sequence[s
     if x == "lam" and ups["lam"].isna().any():
         raise ReportError("lambda_sweep --x lam: some Upcycled-FL runs give step instead of lambda; use --x step")
     ups = _sweep_lines(ups)
-    keys = set(zip(ups["dataset"], ups["facet_mu"]))
-    in_sweep = pd.Series([k in keys for k in zip(facets["dataset"], facets["facet_mu"])], index=facets.index)
+    keys = set(zip(ups["dataset"], ups["facet_mu"], strict=True))
+    in_sweep = pd.Series([k in keys for k in zip(facets["dataset"], facets["facet_mu"], strict=True)], index=facets.index)
     refs = facets[(facets["algorithm"] == "fedprox") & in_sweep].copy()
     refs["line"] = "FedProx"
     finals = final_data(ups, metrics, x)

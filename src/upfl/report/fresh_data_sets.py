@@ -13,7 +13,7 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 
@@ -106,7 +106,8 @@ def draws_frame(draw_runs: pd.DataFrame, reference_runs: pd.DataFrame | None) ->
         if "n_pairs" in frame.columns:
             ref = frame[(frame["algorithm"] == "upcycled") & frame["n_pairs"].notna()]
     rows = []
-    for (setting, mu, metric), sub in gains.groupby(["setting", "mu", "metric"], sort=False):
+    for key, sub in gains.groupby(["setting", "mu", "metric"], sort=False):
+        setting, mu, metric = cast(tuple[str, float, str], key)
         base = {"setting": setting, "label": dataset_label(setting), "mu": mu, "metric": metric,
                 "paper_gain": paper_gain(setting, mu, metric)}
         hit = ref[(ref["dataset"] == setting) & ((ref["mu"].astype(float) - float(mu)).abs() < 1e-12)] \
@@ -153,7 +154,7 @@ def draws_rows(frame: pd.DataFrame) -> list[list[str]]:
                              for d in draws.to_dict("records"))
         above = int((draws["gain_ci_low"].astype(float) > 0).sum())
         below = int((draws["gain_ci_high"].astype(float) < 0).sum())
-        lines.append([dataset_label(setting), fmt_mu(mu), "train" if metric == "train_acc" else "test",
+        lines.append([dataset_label(str(setting)), fmt_mu(mu), "train" if metric == "train_acc" else "test",
                       fmt(sub["paper_gain"].iloc[0], signed=True),
                       _gain_text(*ref.iloc[0][["gain_mean", "gain_ci_low", "gain_ci_high"]]) if not ref.empty
                       else "not measured", per_draw, f"{above} / {below} of {len(draws)}"])
@@ -169,7 +170,7 @@ def plot_draws(frame: pd.DataFrame, title: str | None = None):
     metrics = [m for m in ACC if m in set(frame["metric"])]
     fig, axes = grid(len(metrics), len(settings))
     draws = sorted({int(d) for d in frame["draw"].dropna()})
-    colours = dict(zip(draws, colour_palette("colorblind", max(len(draws), 1))))
+    colours = dict(zip(draws, colour_palette("colorblind", max(len(draws), 1)), strict=False))
     width = 0.6 / max(len(draws) + 1, 1)
     for j, setting in enumerate(settings):
         for i, metric in enumerate(metrics):

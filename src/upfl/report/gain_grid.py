@@ -12,7 +12,7 @@ exceeds X" are computed from the same frame.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 
@@ -56,7 +56,7 @@ def _cells(runs: pd.DataFrame) -> pd.DataFrame:
 
 def base_setting(frame: pd.DataFrame) -> dict[str, float]:
     """The value each knob takes in most settings of ``frame`` (one data set and protocol)."""
-    return {k: frame[k].value_counts().idxmax() for k in KNOBS}
+    return {k: cast(float, frame[k].value_counts().idxmax()) for k in KNOBS}
 
 
 def varied_knobs(row: dict[str, Any], base: dict[str, float]) -> list[str]:
@@ -77,19 +77,19 @@ def gain_grid_frame(runs: pd.DataFrame) -> pd.DataFrame:
     if runs.empty:
         raise ReportError("sensitivity: no FedProx or Upcycled-FL runs")
     runs = _cells(converged(runs))
-    prox_cells = {k: g for k, g in runs[runs["algorithm"] == "fedprox"].groupby([*SHARED, "fedprox_rounds"])}
+    prox_cells = dict(runs[runs["algorithm"] == "fedprox"].groupby([*SHARED, "fedprox_rounds"]))
     rows = []
     for key, up in runs[runs["algorithm"] == "upcycled"].groupby([*SHARED, "fedprox_rounds", "coef"], sort=True):
         prox = prox_cells.get(key[:-1])
         if prox is None:
             continue
-        row = dict(zip([*SHARED, "fedprox_rounds", "coef"], key))
+        row = dict(zip([*SHARED, "fedprox_rounds", "coef"], key, strict=True))
         row["protocol"] = PROTOCOLS[bool(row.pop("authors"))]
         row["upcycled_rounds"] = int(up["rounds"].iloc[0])
         for split in SPLITS:
             values = paired_gain(up, prox, split)
             row.update(dict(zip([f"fedprox_{split}", f"upcycled_{split}", f"gain_{split}", f"gain_{split}_low",
-                                 f"gain_{split}_high", "pairs"], values)))
+                                 f"gain_{split}_high", "pairs"], values, strict=True)))
         rows.append(row)
     if not rows:
         raise ReportError("sensitivity: no Upcycled-FL cell has a FedProx cell at half its iterations with the same "
@@ -131,7 +131,7 @@ HEADER = ["Data set", "Protocol", "Setting", "μ", "lr", "c", "E", "B", "T / 2T"
 
 def grid_rows(frame: pd.DataFrame) -> list[list[str]]:
     rows = []
-    for r in frame.to_dict("records"):
+    for r in cast(list[dict[str, Any]], frame.to_dict("records")):
         rows.append([dataset_label(r["dataset"]), r["protocol"], setting_text(r), f"{r['mu']:g}", f"{r['lr']:g}",
                      f"{r['coef']:.3g}", f"{r['epochs']:g}", f"{r['batch_size']:g}",
                      f"{int(r['fedprox_rounds'])} / {int(r['upcycled_rounds'])}", str(int(r["pairs"])),
@@ -155,8 +155,8 @@ def largest_gains(frame: pd.DataFrame) -> list[str]:
     """The statements of the claims page: the largest mean gain in final training accuracy over all settings
     ("in N settings no gain exceeds X"), the largest upper interval end, and per data set its largest gain beside
     the paper's Table 1 gain."""
-    top = frame.loc[frame["gain_train"].idxmax()].to_dict()
-    reach = frame.loc[frame["gain_train_high"].idxmax()].to_dict()
+    top = cast(dict[str, Any], frame.loc[cast(int, frame["gain_train"].idxmax())].to_dict())
+    reach = cast(dict[str, Any], frame.loc[cast(int, frame["gain_train_high"].idxmax())].to_dict())
     seeds = sorted({int(p) for p in frame["pairs"]})
     lines = [f"- In {len(frame)} settings ({frame['dataset'].nunique()} data sets x {frame['protocol'].nunique()} "
              f"protocols x the grid; {'-'.join(map(str, seeds[::max(len(seeds) - 1, 1)]))} seed pairs each) no mean "
@@ -206,7 +206,7 @@ def plot_gain_grid(frame: pd.DataFrame):
     cols = min(3, len(knobs))
     fig, axes = grid(math.ceil(len(knobs) / cols), cols)
     datasets = list(dict.fromkeys(frame["dataset"]))
-    colours = dict(zip(datasets, colour_palette("colorblind", len(datasets))))
+    colours = dict(zip(datasets, colour_palette("colorblind", len(datasets)), strict=True))
     styles = {PROTOCOLS[False]: ("-", "o"), PROTOCOLS[True]: ("--", "s")}
     points = []
     labelled: set[tuple[str, str]] = set()
@@ -218,7 +218,8 @@ def plot_gain_grid(frame: pd.DataFrame):
         values = sorted({round(float(v), 2) if knob == "coef" else float(v)
                          for v in frame.loc[(frame["varied"] == knob) | frame["base"], knob]})
         span = (values[-1] - values[0]) or 1.0
-        for k, ((dataset, protocol), cell) in enumerate(lines):
+        for k, (key, cell) in enumerate(lines):
+            dataset, protocol = cast(tuple[str, str], key)
             line = cell[(cell["varied"] == knob) | cell["base"]].sort_values(knob)
             if len(line) < 2:
                 continue
@@ -245,8 +246,8 @@ def plot_gain_grid(frame: pd.DataFrame):
         axes[j // cols][j % cols].set_visible(False)
     fig.tight_layout()
     found = {label: handle for ax in (a for row in axes for a in row)
-             for handle, label in zip(*ax.get_legend_handles_labels())}
-    labels = [f"{dataset_label(d)}, {p}" for (d, p), _ in lines if f"{dataset_label(d)}, {p}" in found]
+             for handle, label in zip(*ax.get_legend_handles_labels(), strict=True)}
+    labels = [f"{dataset_label(str(d))}, {p}" for (d, p), _ in lines if f"{dataset_label(str(d))}, {p}" in found]
     fig.legend([found[label] for label in labels], labels, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=True, fontsize="small")
     return fig, pd.DataFrame(points)
 

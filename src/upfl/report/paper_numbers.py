@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import math
 import re
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 
 import pandas as pd
@@ -18,10 +18,10 @@ METRIC_LABELS = {"train_loss": "Training loss", "test_loss": "Test loss",
                  "train_acc": "Training accuracy", "test_acc": "Test accuracy"}
 
 
-@lru_cache(maxsize=None)
+@cache
 def paper_values(name: str) -> pd.DataFrame:
     """``paper_values/<name>.csv`` as a data frame (packaged with upfl)."""
-    text = resources.files("upfl.report").joinpath("paper_values", f"{name}.csv").read_text(encoding="utf-8")
+    text = resources.files("upfl.report").joinpath("paper_values").joinpath(f"{name}.csv").read_text(encoding="utf-8")
     return pd.read_csv(io.StringIO(text), dtype={"dataset": str})
 
 

@@ -25,7 +25,8 @@ draws make it differ between seeds (not with every device in every round).
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, cast
+from collections.abc import Sequence
 
 import pandas as pd
 
@@ -111,7 +112,7 @@ def iter_settings(runs: pd.DataFrame):
     """(dataset, mechanism, algorithm, noise text, runs) per setting, in the paper's data set order."""
     runs = runs.copy()
     runs["_mech"] = _mechanisms(runs)
-    runs["_noise"] = [noise_text(m, r) for m, r in zip(runs["_mech"], runs.to_dict("records"))]
+    runs["_noise"] = [noise_text(m, r) for m, r in zip(runs["_mech"], runs.to_dict("records"), strict=True)]
     for dataset in dataset_order(runs["dataset"]):
         sub = runs[runs["dataset"] == dataset]
         for (mech, alg, noise), grp in sub.groupby(["_mech", "algorithm", "_noise"], sort=True):
@@ -162,7 +163,7 @@ def worst_device(cell: pd.DataFrame, accountant: str) -> str | None:
     eps, name = f"privacy_worst_device_{accountant}_epsilon", f"privacy_worst_device_{accountant}_device"
     if eps not in cell.columns or name not in cell.columns or cell[eps].astype(float).isna().all():
         return None
-    return str(cell.loc[cell[eps].astype(float).idxmax(), name])
+    return str(cell.loc[cast(int, cell[eps].astype(float).idxmax()), name])
 
 
 def _primary_eps(row: dict) -> float:
@@ -229,7 +230,7 @@ def _holds_text(holds: Any) -> str:
     return "holds" if holds else "does not hold"
 
 
-def _claim_base(claim: dict, dataset: str, block: dict, up: dict) -> dict[str, Any]:
+def _claim_base(claim: dict, dataset: str, block: dict | None, up: dict | None) -> dict[str, Any]:
     return {"mechanism": claim["mechanism"], "claim": claim["claim"], "protocol": claim["protocol"],
             "dataset": dataset, "label": dataset_label(dataset) if dataset != "all" else "all (pooled)",
             "reference_noise": block["reference"] if block else "", "upcycled_noise": up["noise"] if up else "",
@@ -323,9 +324,9 @@ def privacy_claims_frame(runs: pd.DataFrame, paper: pd.DataFrame | None = None) 
             continue
         claim, b = entry["claim"], entry["block"]
         if "rows" in entry:
-            values = [r["ours"] for r in entry["rows"]]
-            mean = sum(values) / len(values)
-            holds = all(v > 0 for v in values)
+            gains = [r["ours"] for r in entry["rows"]]
+            mean = sum(gains) / len(gains)
+            holds = all(v > 0 for v in gains)
             rows.append({**_claim_base(claim, "all", b, None), "accountant": key[3], "unit": "% less ε̄",
                          "ours": mean, "ci_low": math.nan, "ci_high": math.nan, "n_pairs": math.nan,
                          "holds": holds, "holds_text": _holds_text(holds), "paper_dataset": True,
@@ -339,7 +340,7 @@ def privacy_claims_frame(runs: pd.DataFrame, paper: pd.DataFrame | None = None) 
     order = {m: i for i, m in enumerate(MECHANISMS)}
     claim_order = {c: i for i, c in enumerate(("privacy_loss", "train_acc", "test_acc", "time"))}
     frame["_o"] = [(order.get(m, 9), claim_order.get(c, 9), d == "all") for m, c, d in
-                   zip(frame["mechanism"], frame["claim"], frame["dataset"])]
+                   zip(frame["mechanism"], frame["claim"], frame["dataset"], strict=True)]
     return frame.sort_values("_o", kind="stable").drop(columns="_o").reset_index(drop=True)
 
 
@@ -370,7 +371,7 @@ def _eps_text(row: dict, acc: str) -> str:
 
 def _iterations_text(row: dict) -> str:
     tr = row.get("training_rounds")
-    return f"{row['rounds']} ({'' if missing(tr) else int(tr)})"
+    return f"{row['rounds']} ({'' if missing(tr) else int(cast(float, tr))})"
 
 
 def _ratio_text(row: dict) -> str:
@@ -534,7 +535,7 @@ def tradeoff_data(runs: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
 def _columns(data: pd.DataFrame) -> list[tuple[str, str]]:
     points = data[data["panel"] == "point"]
     order = dataset_order(points["dataset"])
-    pairs = {(m, d) for m, d in zip(points["mechanism"], points["dataset"])}
+    pairs = {(m, d) for m, d in zip(points["mechanism"], points["dataset"], strict=True)}
     return sorted(pairs, key=lambda p: (MECHANISMS.index(p[0]) if p[0] in MECHANISMS else 9, order.index(p[1])))
 
 
@@ -568,7 +569,7 @@ def plot_tradeoff(data: pd.DataFrame, metrics: Sequence[str], title: str | None,
                                 markerfacecolor=colour if k == 0 else "none", markeredgecolor=colour,
                                 label=f"{algorithm_label(alg)}, {short}" if i == 0 else None)
                     worst = p[p["x_worst"].notna() & (p["x_worst"] > 0)]
-                    for x, x_worst, y in zip(worst["x"], worst["x_worst"], worst["mean"]):
+                    for x, x_worst, y in zip(worst["x"], worst["x_worst"], worst["mean"], strict=True):
                         ax.plot([x, x_worst], [y, y], color=colour, linewidth=0.6,
                                 linestyle="-" if k == 0 else "--", alpha=0.7)
                     if not worst.empty:
@@ -594,7 +595,7 @@ def plot_tradeoff(data: pd.DataFrame, metrics: Sequence[str], title: str | None,
     fig.tight_layout()
     legend: dict[str, Any] = {}
     for ax in axes.flat:
-        for handle, label in zip(*ax.get_legend_handles_labels()):
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             legend.setdefault(label, handle)
     fig.legend(list(legend.values()), list(legend), loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=True,
                fontsize="small")

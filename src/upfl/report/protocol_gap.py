@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 
@@ -70,7 +70,8 @@ def measured_rows(runs: pd.DataFrame, same_seeds: dict[str, list[int]] | None = 
             for split in SPLITS:
                 row = gap_row(dataset, True, choice, split, prox, up)
                 rows.append({**row, "implementation": f"{row['implementation']}, {seeds_text(seeds)}"})
-    for (dataset, authors), cell in runs.groupby(["dataset", "authors"], sort=True):
+    for key, cell in runs.groupby(["dataset", "authors"], sort=True):
+        dataset, authors = cast(tuple[str, bool], key)
         prox, up = cell[cell["algorithm"] == "fedprox"], cell[cell["algorithm"] == "upcycled"]
         if prox.empty or up.empty:
             raise ReportError(f"protocol_gap {dataset} / {IMPLEMENTATIONS[authors]}: needs FedProx and Upcycled-FL "
@@ -139,7 +140,7 @@ def on_paper_data(runs: pd.DataFrame) -> bool:
             return False
         if source != "paper":
             return False
-    return "data_path" in runs.columns and runs["data_path"].notna().any()
+    return "data_path" in runs.columns and bool(runs["data_path"].notna().any())
 
 
 def _gain_text(r: dict) -> str:

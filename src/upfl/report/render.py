@@ -7,7 +7,8 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
+from collections.abc import Iterable, Sequence
 
 import pandas as pd
 
@@ -184,7 +185,8 @@ def write_csv(path: str | os.PathLike, df: pd.DataFrame, provenance: str | None 
     df.columns = [spreadsheet_text(str(c)) for c in df.columns]
     for i, dtype in enumerate(df.dtypes):
         if not pd.api.types.is_numeric_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype):
-            df.isetitem(i, df.iloc[:, i].map(spreadsheet_text))
+            # pandas takes a column of values here; pandas-stubs type the value as one scalar
+            df.isetitem(i, df.iloc[:, i].map(spreadsheet_text))  # type: ignore[arg-type]
     text = df.to_csv(index=False, lineterminator="\n")
     if provenance:
         text += PROVENANCE_PREFIX + provenance + "\n"
@@ -211,7 +213,6 @@ HTML_STYLE = (
 def _inline_html(text: str) -> str:
     """Escape ``text`` and render the Markdown the report writes inline: ``**bold**``, ```code``` and ``<br>``."""
     import html
-    import re
 
     out = html.escape(text.replace("\\|", "|"), quote=False)
     out = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", out)
@@ -221,8 +222,6 @@ def _inline_html(text: str) -> str:
 
 def _table_cells(line: str) -> list[str]:
     """The cells of a Markdown table line (pipes escaped as ``\\|`` stay in their cell)."""
-    import re
-
     return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
 
 

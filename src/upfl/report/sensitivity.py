@@ -36,7 +36,7 @@ def sensitivity_frame(runs: pd.DataFrame) -> pd.DataFrame:
             raise ReportError(f"{what}: needs both FedProx and Upcycled-FL runs")
         check_one_config(up, what + " / Upcycled-FL")
         check_one_config(prox, what + " / FedProx")
-        row: dict[str, Any] = {"dataset": dataset, "label": dataset_label(dataset), "mu": mu,
+        row: dict[str, Any] = {"dataset": dataset, "label": dataset_label(str(dataset)), "mu": mu,
                                "straggler_draw": draw, "policy": policy,
                                "default": draw == DEFAULTS["straggler_draw"] and policy == DEFAULTS["policy"]}
         for key in ACC:

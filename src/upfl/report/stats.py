@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 LEVEL = 0.95
 """The report's confidence level: every interval it prints is a two-sided 95% t interval."""
@@ -45,7 +45,7 @@ class Interval:
         return self.low > 0
 
 
-def mean_interval(values: Sequence[float], level: float = LEVEL) -> Interval:
+def mean_interval(values: ArrayLike, level: float = LEVEL) -> Interval:
     """Mean, sample std (ddof 1) and t interval mean +- t* s / sqrt(n) of ``values`` (NaNs dropped)."""
     arr = np.asarray(values, dtype=float)
     arr = arr[~np.isnan(arr)]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import pandas as pd
 
@@ -66,7 +67,7 @@ def table1_frame(runs: pd.DataFrame) -> pd.DataFrame:
     if not cells:
         raise ReportError("table1: no runs")
     rows = [table1_cell(*c) for c in cells]
-    index = {(r["dataset"], r["algorithm"], r["mu"]): (r, converged(c[3])) for r, c in zip(rows, cells)}
+    index = {(r["dataset"], r["algorithm"], r["mu"]): (r, converged(c[3])) for r, c in zip(rows, cells, strict=True)}
     for (dataset, alg, mu), (row, cell) in index.items():
         if alg != "upcycled" or (dataset, "fedprox", mu) not in index:
             continue
@@ -107,7 +108,8 @@ def holds_text(row: dict) -> str:
         return ""
     if missing(train) or missing(test):
         return "n/a (under 2 paired seeds)"
-    return {(True, True): "yes", (True, False): "train only", (False, True): "test only"}.get((train, test), "no")
+    verdicts: dict[tuple[Any, Any], str] = {(True, True): "yes", (True, False): "train only", (False, True): "test only"}
+    return verdicts.get((train, test), "no")
 
 
 TABLE1_HEADER = ["Dataset", "μ", "FedAvg<br>paper; Δ", "FedProx<br>paper; Δ", "Upcycled-FL<br>paper; Δ",
@@ -149,7 +151,7 @@ def settings_text(runs: pd.DataFrame) -> str:
                       ("policy", "straggler policy"), ("straggler_draw", "straggler draw")):
         if col in runs.columns:
             parts.append(f"{name} {', '.join(sorted({fmt_mu(v) if not isinstance(v, str) else v for v in runs[col]}))}")
-    iters = [f"{algorithm_label(a)} {', '.join(str(int(r)) for r in sorted(set(g['rounds'])))}"
+    iters = [f"{algorithm_label(str(a))} {', '.join(str(int(r)) for r in sorted(set(g['rounds'])))}"
              for a, g in runs.groupby("algorithm", sort=False)]
     return "; ".join(parts + ["iterations: " + ", ".join(iters)])
 

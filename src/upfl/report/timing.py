@@ -154,7 +154,7 @@ def time_rows(frame: pd.DataFrame) -> list[list[str]]:
 
 def ratio_rows(frame: pd.DataFrame) -> list[list[str]]:
     """Markdown rows of the Upcycled-FL / FedProx ratio table."""
-    out = []
+    out: list[list[str]] = []
     if "n_pairs" not in frame.columns:
         return out
     for r in frame[frame["n_pairs"].notna()].to_dict("records"):

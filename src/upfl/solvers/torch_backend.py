@@ -7,7 +7,8 @@ finished devices cost nothing. Batch orders are drawn up front (one permutation 
 from __future__ import annotations
 
 import functools
-from typing import Callable, NamedTuple
+from typing import NamedTuple
+from collections.abc import Callable
 
 import numpy as np
 import torch

@@ -65,7 +65,7 @@ from ...kernel_cache import guard_module, prepare
 prepare(__file__)  # a writable cache folder (for every module of this folder) before the kernels are decorated
 
 if "NUMBA_THREADING_LAYER" not in os.environ:
-    numba.config.THREADING_LAYER = "workqueue"
+    numba.config.THREADING_LAYER = "workqueue"  # type: ignore[attr-defined]  # an option numba sets at run time
 """Numba's own thread pool, whose idle workers sleep, unless the user names a layer. The OpenMP layer's idle
 workers spin after every solve; with two bundles on two cores they take the other job's core, and a bundle
 ran 1.5-2x slower (measured: 18 runs of Table 1, train 4.7 s under OpenMP, 1.6 s under workqueue). Results

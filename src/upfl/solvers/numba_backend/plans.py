@@ -27,7 +27,7 @@ def batch_plans(sizes: list[int], epochs: list[int], batch_size: int, seeds: lis
     if max(sizes, default=0) >= RANDPERM_SWAP_LIMIT:
         raise ValueError(f"a device of {max(sizes)} samples: the compiled batch plans reproduce torch.randperm below "
                          f"{RANDPERM_SWAP_LIMIT} samples only; use solver.backend: torch")
-    steps = [-(-n // batch_size) * e for n, e in zip(sizes, epochs)]
+    steps = [-(-n // batch_size) * e for n, e in zip(sizes, epochs, strict=True)]
     offsets = offsets_of(steps)
     plan = np.empty((int(offsets[-1]), batch_size), dtype=np.int32)
     shuffle_plans(np.asarray(seeds, dtype=np.uint64), np.array(sizes, dtype=np.int64), np.array(epochs, dtype=np.int64),

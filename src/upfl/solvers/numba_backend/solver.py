@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numba
 import numpy as np
@@ -54,10 +54,10 @@ def device_rows(model, xs, ys, binary) -> tuple[np.ndarray, np.ndarray, dict[int
     """(x, y, rows of each device: id(x_i) -> (first, end)), x holding x~ for the binary model, float32; a device
     set seen again in another order (full participation samples every device, in a new order each round) reads
     its rows from the same arrays."""
-    x = torch.cat(xs)
-    x = (model.features(x) if binary else x).numpy().astype(DTYPE, copy=False)
+    joined = torch.cat(xs)
+    x = (model.features(joined) if binary else joined).numpy().astype(DTYPE, copy=False)
     ends = np.cumsum([int(t.shape[0]) for t in xs]).tolist()
-    rows = {id(t): (end - int(t.shape[0]), end) for t, end in zip(xs, ends)}
+    rows = {id(t): (end - int(t.shape[0]), end) for t, end in zip(xs, ends, strict=True)}
     return x, torch.cat(ys).numpy().astype(DTYPE, copy=False), rows
 
 
@@ -77,7 +77,7 @@ def row_blocks(xs, ys) -> tuple[torch.Tensor, torch.Tensor, np.ndarray] | None:
         return None
     stride_x, stride_y, start_x, start_y = x.stride(0), y.stride(0), x.storage_offset(), y.storage_offset()
     rows = []
-    for xi, yi in zip(xs, ys):
+    for xi, yi in zip(xs, ys, strict=True):
         if xi._base is not x or yi._base is not y or xi.shape[0] != yi.shape[0]:
             return None
         first, rest = divmod(xi.storage_offset() - start_x, stride_x)
@@ -110,10 +110,12 @@ def pack(model, w_global, xs, ys, plans, threads, pooled=None):
         plan, offsets = joined_plans(plans), offsets_of(steps)
         source_x, source_y, x_rows = row_blocks(xs, ys) or (None, None, None)
     if source_x is not None:
-        made = lambda: with_solver_rows(device_rows(model, [source_x], [source_y], binary), binary)
+        def made():
+            return with_solver_rows(device_rows(model, [source_x], [source_y], binary), binary)
+
         x, y, _, xp = DEVICE_ROWS.get([(source_x, source_y)], tag, made)
     else:
-        x, y, rows, xp = DEVICE_ROWS.get(list(zip(xs, ys)), tag,
+        x, y, rows, xp = DEVICE_ROWS.get(list(zip(xs, ys, strict=True)), tag,
                                          lambda: with_solver_rows(device_rows(model, xs, ys, binary), binary),
                                          any_order=True)
         x_rows = np.array([rows[id(t)] for t in xs], dtype=np.int64).reshape(len(xs), 2)
@@ -220,7 +222,7 @@ local_solve.reads_pooled_rows = True
 """... and it reads a round's devices as blocks of the pooled rows (``pooled``, :func:`pack`) where the caller has them."""
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def warm_up(threads: int = 0) -> None:
     """Compile the kernels, or load them from numba's cache, on a small problem (once per process and ``threads``:
     a bundle's runs share it).
@@ -231,7 +233,8 @@ def warm_up(threads: int = 0) -> None:
     single-threaded kernels, more the parallel ones (a round with a single device still uses the former, compiled
     then if needed).
     """
-    k = max(1, min(2, threads or numba.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
+    most = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]  # an option numba sets at run time
+    k = max(1, min(2, threads or numba.get_num_threads(), most))
     problem = (None, torch.zeros(4), [torch.zeros(1, 1)] * k, [torch.tensor([[1.0, 0.0]])] * k,
                [torch.zeros(1, 1, dtype=torch.int32)] * k)
     local_solve(*problem, 1.0, 0.1, 0.5, threads=threads)

@@ -109,7 +109,7 @@ def transposed_halving_sums(builder, vectors):
     while len(vectors) > 1:
         half = width // 2
         merged = []
-        for first, second in zip(vectors[0::2], vectors[1::2]):
+        for first, second in zip(vectors[0::2], vectors[1::2], strict=True):
             low, high = [], []
             for side in (0, LANES):
                 for group in range(LANES // width):
@@ -147,7 +147,7 @@ def block_dots(typingctx, w, c, x, rows, q, z):
         with cgutils.for_range(builder, builder.udiv(width, ir.Constant(INT64, LANES))) as loop:
             offset = builder.mul(loop.index, ir.Constant(INT64, LANES))
             weights = load_vector(builder, w_row, offset)
-            for x_row, total in zip(x_rows, totals):
+            for x_row, total in zip(x_rows, totals, strict=True):
                 builder.store(fused(builder, weights, load_vector(builder, x_row, offset), builder.load(total)), total)
         sums = transposed_halving_sums(builder, [builder.load(total) for total in totals])
         z_row = row_start(builder, z_data, cls, builder.extract_value(z_shape, 1))
@@ -190,10 +190,10 @@ def class_accumulate_rows(group):
                     r = builder.load(builder.gep(rows_data, [b], inbounds=True, source_etype=row_type))
                     x_row = row_start(builder, x_data, as_int64(builder, r), width)
                     vectors = [load_vector(builder, x_row, offset) for offset in offsets]
-                    for coef_row, class_partial in zip(coef_rows, partial):
+                    for coef_row, class_partial in zip(coef_rows, partial, strict=True):
                         weight = builder.load(builder.gep(coef_row, [b], inbounds=True, source_etype=ir.FloatType()))
                         weights = splat(builder, weight)
-                        for vector, totals in zip(vectors, class_partial):
+                        for vector, totals in zip(vectors, class_partial, strict=True):
                             builder.store(fused(builder, weights, vector, builder.load(totals[k])), totals[k])
 
                 for class_partial in partial:
@@ -207,8 +207,8 @@ def class_accumulate_rows(group):
                 with cgutils.for_range_slice(builder, builder.mul(groups, ir.Constant(INT64, 4)), count,
                                              ir.Constant(INT64, 1)) as (b, _):
                     add_row(0, b)
-                for g_row, class_partial in zip(g_rows, partial):
-                    for offset, totals in zip(offsets, class_partial):
+                for g_row, class_partial in zip(g_rows, partial, strict=True):
+                    for offset, totals in zip(offsets, class_partial, strict=True):
                         t = [builder.load(total) for total in totals]
                         store_vector(builder, builder.fadd(builder.fadd(t[0], t[1]), builder.fadd(t[2], t[3])),
                                      g_row, offset)
@@ -249,7 +249,10 @@ def vector_exp32(builder, v):
     """:func:`exp32` of each lane of ``v``: the same operations in the same order (a fused multiply-add where
     :func:`exp32` has a multiply followed by an add)."""
     low, high = splat_constant(EXP_LOW), splat_constant(EXP_HIGH)
-    fma = lambda a, b, c: vector_function(builder, "fma", [a, b, c])
+
+    def fma(a, b, c):
+        return vector_function(builder, "fma", [a, b, c])
+
     c = builder.select(builder.fcmp_ordered(">", v, low), v, low)
     c = builder.select(builder.fcmp_ordered("<", c, high), c, high)
     n = vector_function(builder, "floor", [fma(c, splat_constant(LOG2E), splat_constant(0.5))])
@@ -297,12 +300,11 @@ def momentum_vectors(typingctx, w, buf, g, wg, lin, has_lin, mu, lr, momentum):
         with builder.if_else(builder.fcmp_unordered("!=", args[6], ir.Constant(args[6].type, 0.0))) as (
                 nonzero, zero):
             for with_mu, branch in ((True, nonzero), (False, zero)):
-                with branch:
-                    with builder.if_else(has_lin) as (linear, plain):
-                        with linear:
-                            update(with_mu, True)
-                        with plain:
-                            update(with_mu, False)
+                with branch, builder.if_else(has_lin) as (linear, plain):
+                    with linear:
+                        update(with_mu, True)
+                    with plain:
+                        update(with_mu, False)
         return context.get_dummy_value()
 
     return signature, codegen
@@ -336,7 +338,7 @@ def block_log1p_exp(typingctx, t, base, out):
         offsets = [ir.Constant(INT64, v * LANES) for v in range(EVALUATION_BLOCK // LANES)]
         values = [vector_log1p32_plus(builder, vector_exp32(builder, load_vector(builder, t_data, offset)),
                                       load_vector(builder, base_data, offset)) for offset in offsets]
-        for value, offset in zip(values, offsets):
+        for value, offset in zip(values, offsets, strict=True):
             store_vector(builder, value, out_data, offset)
         return context.get_dummy_value()
 
@@ -376,10 +378,10 @@ def class_block_logits(group):
                 x_row = builder.gep(row_start(builder, x_data, loop.index, n), [first], inbounds=True,
                                     source_etype=ir.FloatType())
                 rows = [load_vector(builder, x_row, ir.Constant(INT64, v * LANES)) for v in range(vectors)]
-                for w_row, class_totals in zip(w_rows, totals):
+                for w_row, class_totals in zip(w_rows, totals, strict=True):
                     weight = splat(builder, builder.load(builder.gep(w_row, [loop.index], inbounds=True,
                                                                      source_etype=ir.FloatType())))
-                    for row, total in zip(rows, class_totals):
+                    for row, total in zip(rows, class_totals, strict=True):
                         builder.store(fused(builder, weight, row, builder.load(total)), total)
             for i, class_totals in enumerate(totals):
                 cls = builder.add(first_class, ir.Constant(INT64, i))
