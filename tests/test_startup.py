@@ -33,7 +33,7 @@ DRY_RUN = (
 
 @pytest.mark.workflow
 def test_dry_run_of_the_full_config_imports_no_torch_and_no_numba(tmp_path):
-    from test_workflow import workflow_copy
+    from fixtures_workflow import workflow_copy
 
     wd = workflow_copy(tmp_path)
     proc = subprocess.run([sys.executable, "-c", DRY_RUN], cwd=wd, capture_output=True, text=True, timeout=600)

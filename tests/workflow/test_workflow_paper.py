@@ -10,7 +10,7 @@ import yaml
 
 from fixtures_leaf import ArchiveServer
 from fixtures_paper import make_paper_mirror
-from test_workflow import job_counts, snakemake, workflow_copy
+from fixtures_workflow import job_counts, snakemake, workflow_copy
 from upfl.data.leaf import load_leaf
 from upfl.data.sources import SOURCES
 from upfl.files import sha256_file

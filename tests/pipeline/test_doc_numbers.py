@@ -14,7 +14,7 @@ from upfl.pipeline.doc_numbers import (README_SECTION, TESTING_SECTION, numbers,
                                        readme_section, replace_section)
 from upfl.pipeline import doc_numbers
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", ROOT / "config" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 

@@ -7,7 +7,7 @@ import yaml
 
 from upfl.pipeline.plan import ExperimentError, build_plan, fmt_number, run_id
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_run_config_errors_name_the_experiment_and_key():

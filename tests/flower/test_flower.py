@@ -306,7 +306,7 @@ def test_example_app_runs_with_flwr_run(tmp_path):
     import urllib.request
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     app = tmp_path / "app"
     shutil.copytree(root / "examples" / "flower", app, ignore=shutil.ignore_patterns("data", "runs"))
     data = generate_synthetic("synthetic_1_1", tmp_path / "data", data_seed=0, num_devices=6)

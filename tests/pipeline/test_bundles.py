@@ -18,7 +18,7 @@ from upfl.data import generate_synthetic
 from upfl.pipeline.plan import build_plan
 from upfl.engine.simulation import InjectedStop, run
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TIME_COLUMNS = ("wall_s", "cum_wall_s")
 
 

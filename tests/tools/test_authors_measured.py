@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TOOL = ROOT / "tools" / "import_authors_measured.py"
 HEADER = ("impl,variant,c,dataset,mu,metric,n,fedprox_mean,fedprox_std,upcycled_mean,upcycled_std,gain_mean,gain_lo,"
           "gain_hi,seeds")

@@ -18,7 +18,7 @@ from upfl.data.registry import DATASET_KEYS, DATASETS, WORKFLOW_SOURCES
 from upfl.files import sha256_file
 from upfl.pipeline.plan import ExperimentError, build_plan
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def write_leaf_folder(root: Path, users: int = 6, dim: int = 8, classes: int = 3, seed: int = 0,

@@ -140,7 +140,7 @@ def test_report_caption_fits_the_preset(preset):
     import jinja2
     from docutils.core import publish_parts
 
-    text = (Path(__file__).resolve().parents[1] / "workflow" / "report" / "protocol_gap.rst").read_text()
+    text = (Path(__file__).resolve().parents[2] / "workflow" / "report" / "protocol_gap.rst").read_text()
     caption = jinja2.Environment().from_string(text).render(snakemake=types.SimpleNamespace(config={"preset": preset}))
     html = publish_parts(caption, writer="html")["body"]
     if preset == "full":

@@ -9,7 +9,7 @@ import yaml
 from upfl.pipeline.bundle_trainer import load_spec
 from upfl.pipeline.bundles import SpecError
 from upfl.pipeline.specs import CONFIG_ENV, encode_config, spec_digest, spec_path, workflow_specs, write_specs
-from test_workflow import ROOT
+from fixtures_workflow import ROOT
 
 
 @pytest.mark.parametrize("preset", ["full", "quick"])

@@ -12,7 +12,6 @@ torch and the packages from its configured sources and cache) and `make test` ru
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+from fixtures_workflow import ROOT, fresh_copy
+
 pytestmark = pytest.mark.workflow
 
 HEADING = "## Quick start"
@@ -40,27 +40,6 @@ def readme_test_command(readme: str) -> str:
     found = re.search(r"Tests: `([^`]+)`", readme[readme.index(HEADING):])
     assert found, "README: no 'Tests: `COMMAND`' in the quick-start section"
     return found.group(1)
-
-
-BUILT = {".git", ".venv", ".snakemake", "__pycache__", ".pytest_cache"}
-"""Folders a checkout outside git leaves out of its copy (environments, caches, built data)."""
-
-
-def fresh_copy(dest: Path) -> Path:
-    """The repository's tracked files (a fresh clone without .git); outside git (a copy such as
-    benchmarks/quick_start.py makes) every file but built folders, results/ and resources/ (their READMEs kept)."""
-    listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True)
-    files = listed.stdout.split() if listed.returncode == 0 else []
-    if not files:
-        files = [str(p.relative_to(ROOT)) for p in ROOT.rglob("*") if p.is_file()
-                 and not BUILT & set(p.relative_to(ROOT).parts[:-1])
-                 and (p.relative_to(ROOT).parts[0] not in ("results", "resources", ".test") or p.name == "README.md"
-                      or p.relative_to(ROOT).parts[:2] == (".test", "config"))]
-    for name in files:
-        if (ROOT / name).is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, dest / name)
-    return dest
 
 
 def reduce_quick_preset(wd: Path) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from test_workflow import job_counts, snakemake, workflow_copy
+from fixtures_workflow import job_counts, snakemake, workflow_copy
 
 pytestmark = pytest.mark.workflow
 

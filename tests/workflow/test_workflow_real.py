@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from fixtures_leaf import make_leaf_archives, mirror_config, run_data_cli, serve_folder
-from test_workflow import ROOT, expected_training_runs, job_counts, snakemake, trained_runs, workflow_copy
+from fixtures_workflow import ROOT, expected_training_runs, job_counts, snakemake, trained_runs, workflow_copy
 from upfl.data.download import read_recorded_sha256
 from upfl.data.leaf import load_leaf, verify_checksums
 from upfl.pipeline.plan import build_plan

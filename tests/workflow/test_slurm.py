@@ -22,7 +22,7 @@ from slurm_cluster import PACKAGES, SlurmClusterError, missing_binaries, slurm_c
 from upfl.pipeline.bundles import form_bundles
 from upfl.pipeline.plan import build_plan
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slurm
 
 

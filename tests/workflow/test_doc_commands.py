@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from test_readme import fresh_copy
+from fixtures_workflow import fresh_copy
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ["README.md", "config/README.md", "results/README.md", "docs/*.md", "workflow/report/*.rst", "config/*.yaml",
         "examples/*/README.md"]
 PLACEHOLDERS = {"TARGET": "table1"}

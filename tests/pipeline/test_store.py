@@ -140,7 +140,7 @@ experiments:
 @pytest.mark.workflow
 @pytest.mark.parametrize("with_entry", [True, False])
 def test_a_deleted_run_folder_is_restored_or_retrained_and_the_tables_rebuilt(tmp_path, with_entry):
-    from test_workflow import snakemake, workflow_copy
+    from fixtures_workflow import snakemake, workflow_copy
 
     wd = workflow_copy(tmp_path)
     (wd / "config" / "config.yaml").write_text(STORE_WORKFLOW)

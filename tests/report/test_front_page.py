@@ -8,7 +8,7 @@ from upfl.pipeline.captions import output_captions, paper_order_label
 from upfl.pipeline.plan import build_plan, resolve_preset
 from upfl.report.front import headline_numbers, headline_table_rst
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_headline_numbers_put_the_papers_beside_ours(tmp_path):

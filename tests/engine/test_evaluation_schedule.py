@@ -23,7 +23,7 @@ from upfl.pipeline.plan import build_plan, shared_run_doc
 from upfl.report.sensitivity import write_sensitivity
 from upfl.engine.simulation import is_evaluated, run
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 METRICS = ["train_loss", "train_acc", "test_loss", "test_acc"]
 ROUNDS, LAST = 9, 3
 

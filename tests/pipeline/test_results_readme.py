@@ -6,7 +6,7 @@ import yaml
 
 from upfl.pipeline.plan import build_plan, output_files, results_readme
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_results_readme_matches_the_plan():

@@ -244,7 +244,7 @@ def test_mirror_base_url_keeps_the_upstream_layout():
 def _config():
     import yaml
 
-    return yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "config.yaml").read_text())
+    return yaml.safe_load((Path(__file__).resolve().parents[2] / "config" / "config.yaml").read_text())
 
 
 def test_every_synthetic_experiment_defaults_to_the_papers_data_and_table1_has_five_seeds():
