@@ -129,5 +129,5 @@ def test_readme_set_up_and_test_commands_in_a_fresh_copy(tmp_path):
     assert (wd / ".venv" / "bin" / "snakemake").exists()
     run_line(commands[1], wd, env)
     check_quick_results(wd)
-    proc = run_line(readme_test_command(readme), wd, {**env, "PYTEST_ADDOPTS": "tests/test_cli.py -k help -p no:cacheprovider"})
+    proc = run_line(readme_test_command(readme), wd, {**env, "PYTEST_ADDOPTS": "tests/cli/test_cli.py -k help -p no:cacheprovider"})
     assert re.search(r"\d+ passed", proc.stdout), proc.stdout[-2000:]
