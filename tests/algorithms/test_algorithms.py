@@ -120,6 +120,39 @@ def test_registry_names_and_config_errors(small_data, tmp_path):
     assert make_cfg(small_data, tmp_path, name="upcycled_feddyn", lam=0.1).algorithm.alpha == 0.01
 
 
+OTHER_VALUES = {"mu": 0.5, "server_lr": 0.37, "server_momentum": 0.7, "nesterov": False, "beta1": 0.5, "beta2": 0.9,
+                "tau": 0.01, "alpha": 0.1, "personal_lambda": 5.0, "personal_steps": 2, "personal_lr": 0.05}
+"""A value of each ``algorithm.*`` key other than its default (and than every class's ``server_lr_default``)."""
+
+
+@pytest.mark.parametrize("base", list(ALGORITHMS))
+def test_every_key_an_algorithm_declares_changes_its_training(small_data, tmp_path, base):
+    """An algorithm's ``keys`` (and ``mu`` where ``uses_mu``) are what its code reads: each set to another value
+    gives another global model after two training rounds; every other key is refused naming it."""
+    cls = ALGORITHMS[base]
+    _, (_, before) = training_rounds(make_cfg(small_data, tmp_path, name=base), small_data, 2)
+    declared = cls.keys + (("mu",) if cls.uses_mu else ())
+    for key in declared:
+        _, (_, after) = training_rounds(make_cfg(small_data, tmp_path, name=base, **{key: OTHER_VALUES[key]}),
+                                        small_data, 2)
+        assert not torch.allclose(before, after), f"{base} does not read algorithm.{key}"
+    for key in sorted(set(OTHER_VALUES) - set(declared)):
+        with pytest.raises(cfgmod.ConfigError, match=f"algorithm.{key}"):
+            make_cfg(small_data, tmp_path, name=base, **{key: OTHER_VALUES[key]})
+
+
+@pytest.mark.parametrize("base", list(ALGORITHMS))
+def test_objective_perturbation_is_admitted_exactly_for_the_fedprox_objective(base):
+    """Theorem C.2 covers a local objective F_i(w) + mu/2 ||w - w_global||^2 (plus the noise term): an algorithm
+    admits objective perturbation iff it has the proximal term and adds no linear term and no local problem of its
+    own (SCAFFOLD's and FedDyn's corrections, pFedMe's Moreau envelope)."""
+    from upfl.algorithms.base import Algorithm
+
+    cls = ALGORITHMS[base]
+    fedprox_form = cls.uses_mu and cls.linear_term is Algorithm.linear_term and cls.local_solve is Algorithm.local_solve
+    assert (cls.privacy["objective"] is None) == fedprox_form, cls.privacy
+
+
 def test_privacy_is_refused_where_the_analysis_does_not_apply(small_data, tmp_path):
     def cfg(name, mechanism, **alg):
         privacy = {"mechanism": mechanism, "tau": 10, "sigma": 1.0} if mechanism == "output" else \
