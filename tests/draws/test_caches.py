@@ -1,7 +1,5 @@
 """Per-process caches of a bundle (batch plans, round draws): they change how often things are drawn, never a number."""
 
-import csv
-
 import pytest
 import torch
 
@@ -11,6 +9,7 @@ from upfl.engine import simulation
 from upfl.data import generate_synthetic
 from upfl.draws.streams import derive_seed, generator
 from upfl.draws.batch_plans import DrawCache, batch_plan
+from fixtures_runs import metrics_without_time
 
 
 @pytest.fixture(scope="module")
@@ -47,11 +46,6 @@ def make_cfg(data, **over):
     return cfgmod.from_dict(doc)
 
 
-def metrics(folder):
-    with open(folder / "metrics.csv", newline="") as f:
-        return [{k: v for k, v in row.items() if k not in ("wall_s", "cum_wall_s")} for row in csv.DictReader(f)]
-
-
 @pytest.mark.parametrize("backend", ["numba", "torch"])
 def test_a_run_gives_the_same_numbers_with_warm_or_cold_caches(small_data, tmp_path, monkeypatch, backend):
     fedprox = make_cfg(small_data, **{"algorithm.name": "fedprox", "algorithm.lam": None, "rounds": 4,
@@ -68,7 +62,7 @@ def test_a_run_gives_the_same_numbers_with_warm_or_cold_caches(small_data, tmp_p
     monkeypatch.setattr(simulation, "DRAW_CACHE", DrawCache(max_bytes=0))  # nothing kept: every plan drawn
     draws._round_draws.cache_clear()
     simulation.run(upcycled, tmp_path / "cold", log=lambda s: None)
-    assert metrics(tmp_path / "warm") == metrics(tmp_path / "cold")
+    assert metrics_without_time(tmp_path / "warm") == metrics_without_time(tmp_path / "cold")
 
 
 @pytest.mark.parametrize("mechanism,scale_key,first,second", [("objective", "privacy.alpha", 5.0, 20.0),
@@ -90,5 +84,5 @@ def test_private_runs_reuse_the_noise_draws_of_their_seed_and_give_the_same_numb
     assert {k for k in warm_cache.entries if k[0] == f"{mechanism}_noise"} == noise_keys  # all reused
     monkeypatch.setattr(simulation, "DRAW_CACHE", DrawCache(max_bytes=0))
     simulation.run(make_cfg(small_data, **private, **{scale_key: second}), tmp_path / "cold", log=lambda s: None)
-    assert metrics(tmp_path / "warm") == metrics(tmp_path / "cold")
-    assert metrics(tmp_path / "warm") != metrics(tmp_path / "first")
+    assert metrics_without_time(tmp_path / "warm") == metrics_without_time(tmp_path / "cold")
+    assert metrics_without_time(tmp_path / "warm") != metrics_without_time(tmp_path / "first")

@@ -9,6 +9,7 @@ from upfl.draws import rounds as draws
 from upfl.data import generate_synthetic
 from upfl.pipeline.plan import ExperimentError, build_plan
 from upfl.engine.simulation import run
+from fixtures_runs import metrics_rows
 
 ALGORITHMS = {"fedavg": {"name": "fedavg"}, "fedprox": {"name": "fedprox", "mu": 1.0},
               "upcycled": {"name": "upcycled", "mu": 1.0, "lam": 0.43}}
@@ -102,8 +103,7 @@ def test_summary_records_the_switches_and_the_draws_replay_the_run(tmp_path):
         assert saved["stragglers"]["draw"] == "exact" and saved["stragglers"]["training_rounds"] == 6
         assert saved["stragglers"]["stragglers_per_round_min"] == saved["stragglers"]["stragglers_per_round_max"] \
             == draws.exact_straggler_count(5, 0.5) == 3
-        lines = (tmp_path / alg / "metrics.csv").read_text().splitlines()[1:]
-        rows[alg] = [int(line.split(",")[6]) for line in lines if line.split(",")[1] == "train"]
+        rows[alg] = [int(r["devices"]) for r in metrics_rows(tmp_path / alg) if r["kind"] == "train"]
     assert rows["fedprox"] == rows["upcycled"] == [5 - 3] * 6
 
 

@@ -14,6 +14,7 @@ from upfl import config as cfgmod
 from upfl.engine.checkpoints import Checkpoint, open_checkpoint
 from upfl.data import generate_synthetic
 from upfl.engine.simulation import InjectedStop, checkpoint_due, run
+from fixtures_runs import metrics_without_time
 
 
 @pytest.fixture(scope="module")
@@ -98,8 +99,3 @@ def test_resume_from_a_time_checkpoint_gives_the_uninterrupted_bytes(data, tmp_p
     assert open_checkpoint(cfg, tmp_path / "cut", data).file.exists()
     run(cfg, tmp_path / "cut", log=lambda m: None)
     assert metrics_without_time(tmp_path / "whole") == metrics_without_time(tmp_path / "cut")
-
-
-def metrics_without_time(out: Path) -> list[str]:
-    """metrics.csv's lines without the two wall-time columns (the last two)."""
-    return [line.rsplit(",", 2)[0] for line in (out / "metrics.csv").read_text().splitlines()]

@@ -8,7 +8,6 @@ import pickle
 import zipfile
 from pathlib import Path
 
-import pandas as pd
 import pytest
 import torch
 from fixtures_runs import RUN, cfg_for, cli, interrupted, metrics_without_time, snapshot
@@ -81,7 +80,7 @@ def test_regenerated_data_does_not_resume_old_checkpoint(world):
     assert any("stale checkpoint" in m for m in logs) and not old.dir.exists()
     fresh = root / "runs" / "fresh"
     run(cfg_for(data, **{"checkpoint.every": 0}), fresh, log=lambda m: None)
-    pd.testing.assert_frame_equal(metrics_without_time(out), metrics_without_time(fresh))
+    assert metrics_without_time(out) == metrics_without_time(fresh)
 
 
 def test_same_data_resumes_identically(world):
@@ -93,7 +92,7 @@ def test_same_data_resumes_identically(world):
     assert any("resuming" in m for m in logs)
     fresh = root / "runs" / "fresh"
     run(cfg_for(data, **{"checkpoint.every": 0}), fresh, log=lambda m: None)
-    pd.testing.assert_frame_equal(metrics_without_time(out), metrics_without_time(fresh))
+    assert metrics_without_time(out) == metrics_without_time(fresh)
 
 
 def test_checkpoint_key_covers_data_code_and_out(world):
@@ -205,7 +204,7 @@ def test_interrupted_private_run_folder_reveals_no_unnoised_local_model(world, m
     assert any("resuming" in m for m in logs)
     fresh = root / "runs" / f"{name}-fresh"
     run(cfg_for(data, **over, **{"checkpoint.every": 0}), fresh, log=lambda m: None)
-    pd.testing.assert_frame_equal(metrics_without_time(out), metrics_without_time(fresh))
+    assert metrics_without_time(out) == metrics_without_time(fresh)
     assert not (out / ".checkpoints").exists() and not ckpt.device_dir.exists()
 
 
@@ -227,7 +226,7 @@ def test_private_run_without_its_device_state_starts_over(world, monkeypatch):
     assert any("device state (device_gradients) is not at" in m and "starting over" in m for m in logs)
     fresh = root / "runs" / "lost-fresh"
     run(cfg_for(data, **over, **{"checkpoint.every": 0}), fresh, log=lambda m: None)
-    pd.testing.assert_frame_equal(metrics_without_time(out), metrics_without_time(fresh))
+    assert metrics_without_time(out) == metrics_without_time(fresh)
 
 
 def test_device_state_root_inside_the_run_folder_is_refused(world, monkeypatch):

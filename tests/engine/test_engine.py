@@ -14,6 +14,7 @@ from upfl.draws.rounds import draw_stragglers, sample_clients
 from upfl.engine.simulation import InjectedStop, run
 from upfl.draws.batch_plans import batch_plan
 from upfl.solvers.torch_backend import local_solve
+from fixtures_runs import metrics_rows, metrics_without_time
 
 
 @pytest.fixture(scope="module")
@@ -113,8 +114,7 @@ def test_same_seed_same_metrics_and_shared_device_draws(small_data, tmp_path):
     cfg = make_cfg(small_data, tmp_path)
     run(cfg, tmp_path / "r1", log=lambda s: None)
     run(cfg, tmp_path / "r2", log=lambda s: None)
-    strip = lambda p: [line.rsplit(",", 2)[0] for line in (p / "metrics.csv").read_text().splitlines()]
-    assert strip(tmp_path / "r1") == strip(tmp_path / "r2")
+    assert metrics_without_time(tmp_path / "r1") == metrics_without_time(tmp_path / "r2")
     assert sample_clients(0, 3, 30, 0.3) == sample_clients(0, 3, 30, 0.3)
     assert sample_clients(0, 3, 30, 0.3) != sample_clients(0, 4, 30, 0.3)
     assert len(sample_clients(0, 1, 30, 0.3)) == 9
@@ -144,8 +144,7 @@ def test_resume_after_interruption_gives_same_metrics(small_data, tmp_path):
     resumed = run(cfg, tmp_path / "cut", log=lambda s: None)
     full = run(make_cfg(small_data, tmp_path / "other", rounds=9), tmp_path / "full", log=lambda s: None)
     assert resumed["final"] == full["final"]
-    strip = lambda p: [line.split(",")[:9] for line in (p / "metrics.csv").read_text().splitlines()]
-    assert strip(tmp_path / "cut") == strip(tmp_path / "full")
+    assert metrics_without_time(tmp_path / "cut") == metrics_without_time(tmp_path / "full")
 
 
 def test_config_errors_name_the_key(small_data, tmp_path):
@@ -194,10 +193,10 @@ def test_synthetic_generator_statistics(tmp_path):
 def test_drop_policy_keeps_model_on_empty_round_and_schedules_run(small_data, tmp_path):
     s = run(make_cfg(small_data, tmp_path, **{"devices.straggler": 1.0, "devices.straggler_policy": "drop",
                                               "algorithm.schedule": "inv_sqrt"}), tmp_path / "d", log=lambda m: None)
-    rows = [line.split(",") for line in (tmp_path / "d" / "metrics.csv").read_text().splitlines()[1:]]
-    assert all(r[6] == "0" for r in rows)
-    assert len({(r[2], r[3]) for r in rows}) == 1
-    assert s["final"]["train_acc"] == float(rows[0][3])
+    rows = metrics_rows(tmp_path / "d")
+    assert all(r["devices"] == "0" for r in rows)
+    assert len({(r["train_loss"], r["train_acc"]) for r in rows}) == 1
+    assert s["final"]["train_acc"] == float(rows[0]["train_acc"])
 
 
 def test_set_items_are_yaml_values_and_bad_items_are_named_errors():

@@ -18,8 +18,9 @@ from upfl.data import generate_synthetic
 from upfl.pipeline.plan import build_plan
 from upfl.engine.simulation import InjectedStop, run
 
+from fixtures_runs import metrics_without_time
+
 ROOT = Path(__file__).resolve().parents[2]
-TIME_COLUMNS = ("wall_s", "cum_wall_s")
 
 
 @pytest.fixture(scope="module")
@@ -50,13 +51,6 @@ def spec_of(data, tmp_path, concurrent=1):
     return {"bundle": "test", "threads": 1, "concurrent": concurrent, "runs": runs}
 
 
-def metrics_without_time(path):
-    rows = Path(path).read_text().splitlines()
-    header = rows[0].split(",")
-    keep = [i for i, h in enumerate(header) if h not in TIME_COLUMNS]
-    return [[r.split(",")[i] for i in keep] for r in rows]
-
-
 @pytest.mark.parametrize("concurrent", [1, 2])
 def test_bundle_gives_the_metrics_of_single_runs(data, tmp_path, concurrent):
     spec = spec_of(data, tmp_path / "bundle", concurrent)
@@ -65,7 +59,7 @@ def test_bundle_gives_the_metrics_of_single_runs(data, tmp_path, concurrent):
     for e in spec["runs"]:
         single = tmp_path / "single" / e["id"]
         run(run_config(e, 1), single, log=lambda s: None)
-        assert metrics_without_time(Path(e["out"]) / "metrics.csv") == metrics_without_time(single / "metrics.csv")
+        assert metrics_without_time(Path(e["out"])) == metrics_without_time(single)
         bundled = json.loads((Path(e["out"]) / "summary.json").read_text())
         alone = json.loads((single / "summary.json").read_text())
         assert bundled["final"] == alone["final"] and bundled["config_hash"] == alone["config_hash"]
@@ -165,7 +159,7 @@ def test_interrupted_bundle_resumes_and_finished_runs_are_restored(data, tmp_pat
     assert [r["status"] for r in results] == ["restored", "trained", "trained", "trained"]
     assert (Path(spec["runs"][0]["out"]) / "metrics.csv").read_text() == first
     assert "resuming from" in Path(cut["log"]).read_text()
-    assert metrics_without_time(Path(cut["out"]) / "metrics.csv") == metrics_without_time(reference / "metrics.csv")
+    assert metrics_without_time(Path(cut["out"])) == metrics_without_time(reference)
     assert any("1 restored" in line for line in lines)
     # A changed config is a different run: not restored.
     spec["runs"][0]["config"]["solver"]["epochs"] = 3

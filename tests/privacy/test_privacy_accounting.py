@@ -19,6 +19,7 @@ from upfl.privacy import (NO_GLM, NO_GUARANTEE, SGD_CAVEAT, NoGuaranteeError, Pr
                           theorem_c2_epsilon, training_rounds)
 from upfl.privacy.accounting import pld_tractable
 from upfl.draws.batch_plans import DrawCache
+from fixtures_runs import metrics_rows
 
 
 @pytest.fixture(scope="module")
@@ -225,9 +226,7 @@ def test_release_counts_match_a_real_runs_draws(tiny_data, tmp_path, monkeypatch
     K = training_rounds(cfg)
     assert K == (5 if algorithm == "upcycled" else 9) == summary["training_rounds"]
     assert [sorted(c) for c in participation(cfg, n)] == [sorted(by_round.get(k, [])) for k in range(1, K + 1)]
-    lines = (tmp_path / "run" / "metrics.csv").read_text().splitlines()
-    head = lines[0].split(",")
-    devices = sum(int(r.split(",")[head.index("devices")]) for r in lines[1:])
+    devices = sum(int(r["devices"]) for r in metrics_rows(tmp_path / "run"))
     assert sum(counts) == devices
     if policy == "partial":                          # partial stragglers still train and release
         assert all(len(c) == 3 for c in participation(cfg, n))

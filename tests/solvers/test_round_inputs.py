@@ -18,6 +18,7 @@ from upfl.algorithms.updates import size_weights
 from upfl.engine.simulation import Simulation, run
 from upfl.draws.batch_plans import DrawCache, batch_plan, joined_plan, round_plans, seeded_batch_plan
 from upfl.solvers.torch_backend import PooledRound
+from fixtures_runs import metrics_without_time
 
 
 @pytest.mark.parametrize("batch_size", [1, 3, 8, 32, 5000])
@@ -146,8 +147,7 @@ def test_a_run_with_the_compiled_inputs_gives_the_plain_inputs_bytes(data, tmp_p
 
     monkeypatch.setattr(Simulation, "__post_init__", plain)
     run(cfg, tmp_path / "plain", log=lambda m: None)
-    lines = [[line.rsplit(",", 2)[0] for line in (tmp_path / side / "metrics.csv").read_text().splitlines()]
-             for side in ("fast", "plain")]
+    lines = [metrics_without_time(tmp_path / side) for side in ("fast", "plain")]
     assert lines[0] == lines[1]
 
 
@@ -171,8 +171,7 @@ def test_rounds_drawn_in_blocks_give_the_bytes_of_rounds_drawn_one_by_one(data, 
     monkeypatch.setattr(simulation, "PLAN_BLOCK_BYTES", 0)
     run(cfg, tmp_path / "single", log=lambda m: None)
     assert draws_of[1:] == [[1], [2], [3], [4]]
-    lines = [[line.rsplit(",", 2)[0] for line in (tmp_path / side / "metrics.csv").read_text().splitlines()]
-             for side in ("block", "single")]
+    lines = [metrics_without_time(tmp_path / side) for side in ("block", "single")]
     assert lines[0] == lines[1]
 
 

@@ -16,6 +16,7 @@ from upfl.models import BinaryLogisticRegression, LogisticRegression
 from upfl.engine.simulation import run
 from upfl.draws.batch_plans import batch_plan
 from upfl.solvers.torch_backend import local_solve, select_local_solver
+from fixtures_runs import metrics_without_time
 
 
 def reference_local_solve(x, labels, w0, plan, mu, lr, momentum, lin, num_classes):
@@ -187,17 +188,13 @@ def make_cfg(data, backend, **over):
     return cfgmod.from_dict(doc)
 
 
-def metric_rows(path):
-    return [line.split(",")[:9] for line in (path / "metrics.csv").read_text().splitlines()]
-
-
 def test_full_run_numba_matches_torch_and_repeats_bit_identically(small_data, tmp_path):
     quiet = lambda m: None
     a = run(make_cfg(small_data, "numba"), tmp_path / "a", log=quiet)
     run(make_cfg(small_data, "numba"), tmp_path / "b", log=quiet)
     run(make_cfg(small_data, "numba", threads=1), tmp_path / "c", log=quiet)
     t = run(make_cfg(small_data, "torch"), tmp_path / "t", log=quiet)
-    assert metric_rows(tmp_path / "a") == metric_rows(tmp_path / "b") == metric_rows(tmp_path / "c")
+    assert metrics_without_time(tmp_path / "a") == metrics_without_time(tmp_path / "b") == metrics_without_time(tmp_path / "c")
     for key in ("train_loss", "train_acc", "test_loss", "test_acc"):
         assert a["final"][key] == pytest.approx(t["final"][key], abs=1e-5)
 
@@ -223,7 +220,7 @@ def test_full_pfedme_run_numba_matches_torch_at_any_thread_count(small_data, tmp
     run(make_cfg(small_data, "numba", threads=1, **over), tmp_path / "c", log=quiet)
     run(make_cfg(small_data, "numba", threads=2, **over), tmp_path / "d", log=quiet)
     t = run(make_cfg(small_data, "torch", **over), tmp_path / "t", log=quiet)
-    assert metric_rows(tmp_path / "a") == metric_rows(tmp_path / "c") == metric_rows(tmp_path / "d")
+    assert metrics_without_time(tmp_path / "a") == metrics_without_time(tmp_path / "c") == metrics_without_time(tmp_path / "d")
     for key in ("train_loss", "train_acc", "test_loss", "test_acc", "personal_train_acc", "personal_test_acc"):
         assert a["final"][key] == pytest.approx(t["final"][key], abs=1e-5)
 
