@@ -350,10 +350,11 @@ def test_upcycling_on_every_base_touches_no_data_at_even_iterations(small_data, 
     monkeypatch.setattr(LogisticRegression, "loss_and_grad", guarded_grad)
     summary = run(cfg, tmp_path / name, **QUIET)
     assert inside["rounds"] == 3 and inside["calls"] > 0 and summary["training_rounds"] == 3
-    rows = [line.split(",") for line in (tmp_path / name / "metrics.csv").read_text().splitlines()[1:]]
-    assert [r[1] for r in rows] == ["init", "train", "upcycle", "train", "upcycle", "train"]
-    assert all(r[7] == "0" and r[8] == "0" for r in rows if r[1] == "upcycle")
-    assert all(np.isfinite(float(r[5])) for r in rows)
+    rows = metrics_rows(tmp_path / name)
+    assert [r["kind"] for r in rows] == ["init", "train", "upcycle", "train", "upcycle", "train"]
+    assert all(r["devices"] == r["local_steps"] == r["data_accesses"] == "0" for r in rows if r["kind"] == "upcycle")
+    assert all(int(r["data_accesses"]) == int(r["devices"]) > 0 for r in rows if r["kind"] == "train")
+    assert all(np.isfinite(float(r["test_acc"])) for r in rows)
 
 
 @pytest.mark.parametrize("name", ["scaffold", "upcycled_fedadam", "pfedme", "fedavgm"])

@@ -122,20 +122,6 @@ def test_same_seed_same_metrics_and_shared_device_draws(small_data, tmp_path):
     assert all(1 <= e <= 19 for e, f in zip(ep, flags) if f) and all(e == 20 for e, f in zip(ep, flags) if not f)
 
 
-def test_even_iterations_touch_no_data(small_data, tmp_path):
-    run(make_cfg(small_data, tmp_path, rounds=7), tmp_path / "u", log=lambda s: None)
-    lines = (tmp_path / "u" / "metrics.csv").read_text().splitlines()[1:]
-    rows = [line.split(",") for line in lines]
-    assert [r[1] for r in rows] == ["init", "train", "upcycle", "train", "upcycle", "train", "upcycle", "train"]
-    for r in rows:
-        if r[1] == "upcycle":
-            assert r[7] == "0" and r[8] == "0"
-        if r[1] == "train":
-            assert int(r[8]) == 4
-    summary = json.loads((tmp_path / "u" / "summary.json").read_text())
-    assert summary["training_rounds"] == 4 and summary["config"]["algorithm"]["lam"] == 0.43
-
-
 def test_resume_after_interruption_gives_same_metrics(small_data, tmp_path):
     cfg = make_cfg(small_data, tmp_path, rounds=9)
     with pytest.raises(InjectedStop):

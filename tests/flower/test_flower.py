@@ -661,12 +661,6 @@ def test_train_metrics_release_key_and_vanishing_sigma_are_checked_at_config_tim
     assert cfg.privacy.release_train_metrics is False
     with pytest.raises(ConfigError, match="run config 'privacy-sigma'.*rounds to 0 in float32"):
         run_config_to_upfl({**base, "privacy-sigma": 1e-50})
-    with pytest.raises(ConfigError, match="privacy.sigma: 1e-50 rounds to 0 in float32"):
-        cfgmod.from_dict({"data": {"path": str(tmp_path)}, "algorithm": {"name": "fedprox", "mu": 0.1},
-                          "privacy": {"mechanism": "output", "tau": 1.0, "sigma": [0.5, 1e-50]}})
-    with pytest.raises(ConfigError, match="privacy.alpha: 1e\\+39 overflows float32"):
-        cfgmod.from_dict({"data": {"path": str(tmp_path)}, "algorithm": {"name": "fedprox", "mu": 0.1},
-                          "privacy": {"mechanism": "objective", "alpha": 1e39}})
 
 
 def call_client(app, run_config, message_type, device_index, content):

@@ -117,6 +117,8 @@ def test_noise_scales_that_vanish_or_overflow_in_float32_are_refused_at_config_t
     doc = {"data": {"path": str(tmp_path)}, "algorithm": {"name": "fedprox", "mu": 0.1}}
     with pytest.raises(ConfigError, match="privacy.sigma: 1e-45 rounds to"):
         cfgmod.from_dict({**doc, "privacy": {"mechanism": "output", "tau": 1.0, "sigma": 1e-45}})
+    with pytest.raises(ConfigError, match="privacy.sigma: 1e-50 rounds to 0 in float32"):
+        cfgmod.from_dict({**doc, "privacy": {"mechanism": "output", "tau": 1.0, "sigma": [0.5, 1e-50]}})
     with pytest.raises(ConfigError, match="privacy.alpha: 1e\\+39 overflows float32"):
         cfgmod.from_dict({**doc, "privacy": {"mechanism": "objective", "alpha": 1e39}})
     cfgmod.from_dict({**doc, "privacy": {"mechanism": "output", "tau": 1.0, "sigma": 1e-30}})

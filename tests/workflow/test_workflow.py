@@ -5,6 +5,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -73,6 +74,31 @@ def test_dry_run_lists_every_run_of_the_paper(tmp_path, preset):
     # The sensitivity grid's table and figure (one more runs.csv; not in quick).
     assert counts.get("gain_grid", 0) == (1 if real else 0)
     assert counts["experiment_runs"] == (20 if real else 13)
+
+
+DRY_RUN = (
+    "import json, sys\n"
+    "from snakemake.cli import main\n"
+    "sys.argv = ['snakemake', '-n', '--quiet', '--workflow-profile', 'none', '--config', 'preset=' + sys.argv[1]]\n"
+    "try:\n"
+    "    main()\n"
+    "except SystemExit as e:\n"
+    "    rc = e.code\n"
+    "print('DRYRUN=' + json.dumps({'rc': rc or 0, 'planned': 'upfl.pipeline.plan' in sys.modules, "
+    "'imported': [m for m in ('torch', 'numba', 'matplotlib') if m in sys.modules]}))\n"
+)
+
+
+@pytest.mark.parametrize("preset", ["full", "quick"])
+def test_dry_run_plans_in_upfl_and_imports_no_torch_numba_or_matplotlib(tmp_path, preset):
+    """``snakemake -n`` (the parse Snakemake and every cluster job repeat) plans with upfl.pipeline.plan in the
+    Snakemake process and imports none of the heavy packages."""
+    wd = workflow_copy(tmp_path)
+    proc = subprocess.run([sys.executable, "-c", DRY_RUN, preset], cwd=wd, capture_output=True, text=True, timeout=600)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("DRYRUN=")), None)
+    assert line is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
+    info = json.loads(line.split("=", 1)[1])
+    assert info == {"rc": 0, "planned": True, "imported": []}, proc.stderr[-3000:]
 
 
 def job_priorities(output: str) -> dict[str, set[int]]:
@@ -177,7 +203,6 @@ def tiny_workflow(tmp_path: Path, rounds: int) -> Path:
 def embedded_files(report: str) -> dict[str, str]:
     """The files a Snakemake report embeds (its ``results`` entries' base64 data URIs), by file name, as text."""
     import base64
-    import json
 
     found = re.search(r"var results = (\{.*?\});\n", report, re.S)
     assert found, "report.html: no embedded results"
