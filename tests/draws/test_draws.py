@@ -1,4 +1,5 @@
-"""The straggler switches: ``devices.straggler_draw`` (bernoulli, exact) and the per-algorithm straggler policy."""
+"""Round draws (upfl.draws.rounds): the straggler switches ``devices.straggler_draw`` (bernoulli, exact) and the
+per-algorithm straggler policy, and the count of training rounds before an iteration."""
 
 import json
 
@@ -6,9 +7,11 @@ import pytest
 
 from upfl import config as cfgmod
 from upfl.draws import rounds as draws
+from upfl.draws.rounds import training_rounds_before
 from upfl.data import generate_synthetic
 from upfl.pipeline.plan import ExperimentError, build_plan
 from upfl.engine.simulation import run
+from upfl.names import algorithm_names, is_training_iteration
 from fixtures_runs import metrics_rows
 
 ALGORITHMS = {"fedavg": {"name": "fedavg"}, "fedprox": {"name": "fedprox", "mu": 1.0},
@@ -124,3 +127,9 @@ def test_workflow_resolves_a_per_algorithm_policy_and_names_non_default_switches
     config["run_defaults"]["devices"]["straggler_policy"] = {"fedavg": "drop"}
     with pytest.raises(ExperimentError, match=r"experiments.e.groups\[0\].runs\[1\]: .*no entry for 'fedprox'"):
         build_plan(config)
+
+
+@pytest.mark.parametrize("algorithm", algorithm_names())
+def test_training_rounds_before_counts_the_training_iterations(algorithm):
+    for t in range(0, 41):
+        assert training_rounds_before(algorithm, t) == sum(is_training_iteration(algorithm, s) for s in range(1, t + 1))

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from upfl.pipeline.plan import ExperimentError, build_plan, fmt_number, run_id
+from upfl.pipeline.plan import ExperimentError, build_plan, fmt_number, run_id, tree_copy
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -86,3 +86,12 @@ def test_solver_values_name_the_run_only_where_they_differ_from_run_defaults():
     defaults = {"lr": 0.05, "epochs": 20, "batch_size": 32, "momentum": 0.5}
     assert run_id("d", doc, 0, defaults) == "d/logreg/fedprox/mu1_E10_B16/s0.9_f0.3/T80/seed0"
     assert run_id("d", doc, 0) == "d/logreg/fedprox/mu1/s0.9_f0.3/T80/seed0"
+
+
+def test_tree_copy_is_a_deep_copy_of_config_data():
+    doc = {"a": [1, {"b": [2.5, None, "x"]}], "c": {"d": True}}
+    copied = tree_copy(doc)
+    assert copied == doc
+    copied["a"][1]["b"].append(3)
+    copied["c"]["d"] = False
+    assert doc == {"a": [1, {"b": [2.5, None, "x"]}], "c": {"d": True}}

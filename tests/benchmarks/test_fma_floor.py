@@ -1,34 +1,15 @@
-"""Parse guards: the shortcuts the workflow's parse takes (each equal to what it replaces), and the measured floor
-of the kernel benchmark (what `snakemake -n` imports: tests/workflow/test_workflow.py). Timings are the
-benchmarks' job (benchmarks/engine.py, benchmarks/pipeline.py), not these tests'."""
+"""benchmarks/fma_floor.py, the measured floor of the kernel benchmark: the ISA and vector width it names, and the
+probe's arithmetic. Timings are the benchmarks' job (benchmarks/engine.py, benchmarks/pipeline.py), not these tests'."""
 
 import sys
 from pathlib import Path
 
 import pytest
 
-from upfl.draws.rounds import training_rounds_before
-from upfl.names import algorithm_names, is_training_iteration
-from upfl.pipeline.plan import tree_copy
-
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import fma_floor  # noqa: E402
-
-@pytest.mark.parametrize("algorithm", algorithm_names())
-def test_training_rounds_before_counts_the_training_iterations(algorithm):
-    for t in range(0, 41):
-        assert training_rounds_before(algorithm, t) == sum(is_training_iteration(algorithm, s) for s in range(1, t + 1))
-
-
-def test_tree_copy_is_a_deep_copy_of_config_data():
-    doc = {"a": [1, {"b": [2.5, None, "x"]}], "c": {"d": True}}
-    copied = tree_copy(doc)
-    assert copied == doc
-    copied["a"][1]["b"].append(3)
-    copied["c"]["d"] = False
-    assert doc == {"a": [1, {"b": [2.5, None, "x"]}], "c": {"d": True}}
 
 
 @pytest.mark.parametrize("features, machine, isa, lanes", [
