@@ -2,7 +2,7 @@
 sizes, and several runs packed on one GPU (1, 2, 4, 8 runs trained at once by `upfl run-many`'s workers).
 
     python benchmarks/gpu.py            # on a machine with a CUDA GPU (a few minutes); writes benchmarks/results/gpu.json
-    python benchmarks/gpu.py --smoke    # the same code on the CPU with tiny data (CI: tests/test_gpu_benchmark.py)
+    python benchmarks/gpu.py --smoke    # the same code on the CPU with tiny data (CI: tests/benchmarks/test_gpu_benchmark.py)
 
 Parts:
 - ``w1``: W1 (Synthetic(1,1), 30 devices, frac 0.3, 90% stragglers, E = 20, batch 32, FedProx mu = 1) with the

@@ -3,12 +3,12 @@ an interrupted run, folder snapshots and a strict JSON reader."""
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import stat
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 from upfl import config as cfgmod
@@ -64,5 +64,17 @@ def interrupted(data: Path, out: Path, after: int = 3, **over) -> Checkpoint:
     return ckpt
 
 
-def metrics_without_time(out: Path) -> pd.DataFrame:
-    return pd.read_csv(out / "metrics.csv").drop(columns=["wall_s", "cum_wall_s"])
+WALL_TIME = ("wall_s", "cum_wall_s")
+"""metrics.csv's columns that differ between two runs of the same numbers."""
+
+
+def metrics_rows(out: Path) -> list[dict[str, str]]:
+    """A run folder's metrics.csv, one dict a row, read by column name (the values as written)."""
+    with open(Path(out) / "metrics.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def metrics_without_time(out: Path) -> list[dict[str, str]]:
+    """A run folder's metrics.csv by column name without its wall-time columns: equal for two runs of the same
+    numbers, to the last written digit."""
+    return [{k: v for k, v in r.items() if k not in WALL_TIME} for r in metrics_rows(out)]

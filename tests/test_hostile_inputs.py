@@ -53,7 +53,7 @@ experiments:
 @pytest.mark.workflow
 @pytest.mark.parametrize("name", HOSTILE_NAMES[:2])
 def test_workflow_runs_no_command_and_writes_nothing_outside_for_a_hostile_name(tmp_path, name):
-    from test_workflow import snakemake, workflow_copy
+    from fixtures_workflow import snakemake, workflow_copy
 
     outer = tmp_path / "outer"
     outer.mkdir()

@@ -325,11 +325,31 @@ def test_binary_logreg_evaluate_and_class_check(image_data, tmp_path):
     assert torch.equal(w0, built.init_params(torch.Generator().manual_seed(0)))
 
 
-def test_other_models_are_not_glms(image_data, text_data):
+def test_glm_constants_bound_the_binary_log_loss_and_other_models_get_no_objective_guarantee(image_data, text_data):
+    """Theorem C.2's (u1, u2) are the least bounds of |L'(z)| and L''(z): measured on the model's own gradients
+    (one feature of value 1, so the gradient is L'(z)) over z in [-40, 40]. A model without them is named as no
+    generalized linear model by the objective-perturbation check."""
+    from types import SimpleNamespace
+
+    from upfl.privacy.accounting import objective_assumptions
+
+    model = BinaryLogisticRegression(1, bias=False)
+    u1, u2 = model.glm_constants
+    z = torch.linspace(-40.0, 40.0, 8001, dtype=torch.float64)
+    h = 1e-4
+    for label in (0, 1):
+        onehot = torch.eye(2, dtype=torch.float64)[torch.full((len(z), 1), label)]
+        x, w = torch.ones(len(z), 1, 1, dtype=torch.float64), torch.ones(len(z), 1, dtype=torch.float64)
+        first = model.loss_and_grad(z[:, None], x, onehot, w)[:, 0]
+        second = (model.loss_and_grad((z + h)[:, None], x, onehot, w)
+                  - model.loss_and_grad((z - h)[:, None], x, onehot, w))[:, 0] / (2 * h)
+        assert float(first.abs().max()) <= u1 + 1e-9 and float(first.abs().max()) > 0.999 * u1
+        assert float(second.max()) <= u2 + 1e-6 and float(second.max()) > 0.999 * u2
     for name in ("logreg", "mlp", "cnn", "lstm"):
-        ds = dataset_for(name, image_data, text_data)
-        model = build_model(name, ds, TINY.get(name))
-        assert model.glm_constants is None and isinstance(model.num_params, int)
+        built = build_model(name, dataset_for(name, image_data, text_data), TINY.get(name))
+        cfg = SimpleNamespace(algorithm=SimpleNamespace(name="fedprox", mu=1.0), model=SimpleNamespace(name=name))
+        stated = objective_assumptions(cfg, None, built, [100])
+        assert not stated["holds"] and "not a generalized linear model" in stated["reason"], (name, stated)
 
 
 def test_build_model_errors_name_the_option(image_data, text_data, tmp_path):

@@ -1,0 +1,49 @@
+"""Bundle specs are written by a job, not the parse, named by their digest: the job computes from the config handed
+over in the environment exactly the specs the parse planned (the full config and every preset)."""
+
+import json
+
+import pytest
+import yaml
+
+from upfl.pipeline.bundle_trainer import load_spec
+from upfl.pipeline.bundles import SpecError
+from upfl.pipeline.specs import CONFIG_ENV, encode_config, spec_digest, spec_path, workflow_specs, write_specs
+from fixtures_workflow import ROOT
+
+
+@pytest.mark.parametrize("preset", ["full", "quick"])
+def test_the_job_writes_the_specs_the_parse_planned(tmp_path, monkeypatch, preset):
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    config["preset"] = preset
+    planned = workflow_specs(config)
+    files = [spec_path(name, spec_digest(text)) for name, text in planned.items()]
+    assert len(planned) > 5
+    monkeypatch.chdir(tmp_path)
+    write_specs(files, {CONFIG_ENV: encode_config(config)})
+    for name, f in zip(planned, files, strict=True):
+        text = (tmp_path / f).read_text()
+        assert text == planned[name]
+        assert load_spec(tmp_path / f)["bundle"] == name
+
+
+def test_a_spec_the_config_does_not_give_is_named(tmp_path, monkeypatch):
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    config["preset"] = "quick"
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SpecError, match=r"results/bundles/table1_x-0123456789abcdef\.json: no bundle of this workflow"):
+        write_specs(["results/bundles/table1_x-0123456789abcdef.json"], {CONFIG_ENV: encode_config(config)})
+    with pytest.raises(SpecError, match=f"{CONFIG_ENV} is not set"):
+        write_specs(["results/bundles/a-0123456789abcdef.json"], {})
+
+
+def test_an_edited_spec_is_refused_by_its_name(tmp_path):
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    config["preset"] = "quick"
+    name, text = next(iter(workflow_specs(config).items()))
+    path = tmp_path / f"{name}-{spec_digest(text)}.json"
+    spec = json.loads(text)
+    spec["runs"] = spec["runs"][:1]
+    path.write_text(json.dumps(spec))
+    with pytest.raises(SpecError, match="does not match the digest in its name"):
+        load_spec(path)
