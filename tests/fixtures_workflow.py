@@ -78,8 +78,8 @@ def expected_training_runs(config: dict) -> int:
             for item in group.get("vary", []):
                 keys = list(item)
                 for values in itertools.product(*([v] if not isinstance(v, list) else v for v in item.values())):
-                    if dict(zip(keys, values)) not in settings_of_group:
-                        settings_of_group.append(dict(zip(keys, values)))
+                    if dict(zip(keys, values, strict=True)) not in settings_of_group:
+                        settings_of_group.append(dict(zip(keys, values, strict=True)))
             for entry, vary in itertools.product(group["runs"], settings_of_group):
                 lists = [entry[k] for k in ("mu", "lam", "step") if isinstance(entry.get(k), list)]
                 n = len(lists[0]) if lists else 1

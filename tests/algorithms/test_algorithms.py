@@ -177,7 +177,7 @@ def test_server_momentum_beta0_equals_its_base(small_data, tmp_path, nesterov):
     _, prox = training_rounds(make_cfg(small_data, tmp_path, "fedprox", mu=0.5), small_data, 3)
     _, mom = training_rounds(make_cfg(small_data, tmp_path, "fedavgm", mu=0.5, server_momentum=0.0,
                                       nesterov=nesterov), small_data, 3)
-    for a, b in zip(prox, mom):
+    for a, b in zip(prox, mom, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
 
 
@@ -202,7 +202,7 @@ def test_fednova_equals_fedavg_when_every_device_runs_the_same_steps(equal_data,
     sim, avg = training_rounds(cfg("fedavg"), equal_data, 4)
     assert len({p.shape[0] for p in round_inputs(sim, 1)[1]}) == 1
     _, nova = training_rounds(cfg("fednova"), equal_data, 4)
-    for a, b in zip(avg, nova):
+    for a, b in zip(avg, nova, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
 
 
@@ -401,7 +401,7 @@ def fake_run(root, name, seed, accs, walls, straggler=0.9, **alg):
     lines = ["iteration,kind,train_loss,train_acc,test_loss,test_acc,devices,local_steps,data_accesses,wall_s,cum_wall_s",
              "0,init,1,0,1,0,0,0,0,0,0"]
     upcycled = is_upcycled(name)
-    for t, (acc, wall) in enumerate(zip(accs, walls), start=1):
+    for t, (acc, wall) in enumerate(zip(accs, walls, strict=True), start=1):
         kind = "upcycle" if upcycled and t % 2 == 0 else "train"
         lines.append(f"{t},{kind},1,{acc},1,{acc},3,10,3,0.1,{wall}")
     (out / "metrics.csv").write_text("\n".join(lines) + "\n")
@@ -482,5 +482,5 @@ def test_compiled_solver_gives_the_torch_solver_numbers_for_corrected_objectives
     _, a = training_rounds(torch_cfg, small_data, 3)
     sim, b = training_rounds(numba_cfg, small_data, 3)
     assert sim.local_solve is not local_solve
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         torch.testing.assert_close(x, y, rtol=0, atol=1e-5)

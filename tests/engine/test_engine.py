@@ -64,7 +64,7 @@ def test_one_round_matches_hand_computed_full_batch_gradient_step():
     local, steps = local_solve(model, w0, xs, ys, plans, mu=0.0, lr=0.1, momentum=0.5)
     assert steps == 2
     expected = []
-    for x, y in zip(xs, ys_lab):
+    for x, y in zip(xs, ys_lab, strict=True):
         w = w0.clone().requires_grad_(True)
         W, b = w[:6].view(3, 2), w[6:]
         torch.nn.functional.cross_entropy(x @ W + b, y).backward()
@@ -119,7 +119,7 @@ def test_same_seed_same_metrics_and_shared_device_draws(small_data, tmp_path):
     assert sample_clients(0, 3, 30, 0.3) != sample_clients(0, 4, 30, 0.3)
     assert len(sample_clients(0, 1, 30, 0.3)) == 9
     flags, ep = draw_stragglers(0, 2, 30, 0.9, 20)
-    assert all(1 <= e <= 19 for e, f in zip(ep, flags) if f) and all(e == 20 for e, f in zip(ep, flags) if not f)
+    assert all(1 <= e <= 19 for e, f in zip(ep, flags, strict=True) if f) and all(e == 20 for e, f in zip(ep, flags, strict=True) if not f)
 
 
 def test_resume_after_interruption_gives_same_metrics(small_data, tmp_path):
@@ -171,7 +171,9 @@ def test_synthetic_generator_statistics(tmp_path):
         for u in ds.users:
             n_tr, n_te = len(ds.train_y[u]), len(ds.test_y[u])
             assert n_tr + n_te >= 50 and n_tr == int(0.9 * (n_tr + n_te))
-    spread = lambda ds: float(torch.tensor([ds.train_y[u].mean() for u in ds.users]).std())
+    def spread(ds):
+        return float(torch.tensor([ds.train_y[u].mean() for u in ds.users]).std())
+
     assert spread(het) > spread(hom) > spread(iid)
     assert iid.meta["parameters"]["num_classes"] == 2 and iid.feature_shape == (20,)
 
