@@ -1,0 +1,72 @@
+"""What a compiled run loads from numba's cache before its first round: the training kernel its algorithm trains with
+(:attr:`upfl.algorithms.base.Algorithm.solver_entry`), not every kernel; the results are those of a run that loaded
+every kernel. Each run is a fresh process (a process keeps what it loaded). Timings: benchmarks/startup.py."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("numba")
+
+from upfl.data import generate_synthetic  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+LOADED = """
+import json, sys
+from upfl.engine import simulation
+from upfl.solvers.numba_backend import solver, training
+from upfl import config as cfgmod
+entries = json.loads(sys.argv[4])
+if entries is not None:
+    solver.warm_up(1, tuple(entries))
+doc = {"data": {"path": sys.argv[1]}, "algorithm": {"name": sys.argv[2]}, "rounds": 6, "seed": 2, "threads": 1,
+       "devices": {"frac": 0.5, "straggler": 0.5}, "solver": {"backend": "numba", "epochs": 2, "batch_size": 8}}
+if sys.argv[2] == "fedprox":
+    doc["algorithm"]["mu"] = 1.0
+cfg = cfgmod.from_dict(doc)
+data = simulation.load_leaf(sys.argv[1])
+sim = simulation.Simulation(cfgmod.validate(cfg), data, simulation.resolve_device("cpu"))
+before_round = {name: len(getattr(training, name).overloads) for name in
+                ("solve_devices_serial", "personal_devices_serial", "solve_devices", "personal_devices")}
+simulation.run(cfg, sys.argv[3], log=lambda line: None, data=data)
+print("LOADED=" + json.dumps(before_round))
+"""
+
+
+def loaded_before_first_round(data: Path, algorithm: str, out: Path, entries=None) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "NUMBA_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-c", LOADED, str(data), algorithm, str(out), json.dumps(entries)],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.split("LOADED=")[-1])
+
+
+def metrics_without_wall_time(out: Path) -> list[list[str]]:
+    rows = [line.split(",") for line in (out / "metrics.csv").read_text().splitlines()]
+    drop = {rows[0].index("wall_s"), rows[0].index("cum_wall_s")}
+    return [[v for j, v in enumerate(row) if j not in drop] for row in rows]
+
+
+@pytest.mark.parametrize("algorithm, entry, other", [("fedprox", "solve_devices_serial", "personal_devices_serial"),
+                                                     ("upcycled_pfedme", "personal_devices_serial",
+                                                      "solve_devices_serial")])
+def test_a_compiled_run_loads_only_the_training_kernel_its_algorithm_uses(tmp_path, algorithm, entry, other):
+    data = generate_synthetic("synthetic_1_1", tmp_path / "data", data_seed=1, num_devices=6)
+    loaded = loaded_before_first_round(data, algorithm, tmp_path / "lean")
+    assert loaded[entry] == 1 and loaded[other] == 0, loaded
+    assert loaded["solve_devices"] == loaded["personal_devices"] == 0, loaded  # one thread: no parallel kernels
+    every = loaded_before_first_round(data, algorithm, tmp_path / "every", ["local_solve", "personal_solve"])
+    assert every["solve_devices_serial"] == every["personal_devices_serial"] == 1, every
+    assert metrics_without_wall_time(tmp_path / "lean") == metrics_without_wall_time(tmp_path / "every")
+
+
+def test_warm_up_names_an_unknown_entry():
+    from upfl.solvers.numba_backend import warm_up
+
+    with pytest.raises(ValueError, match="unknown solver entries \\['solve'\\]"):
+        warm_up(1, ("solve",))
