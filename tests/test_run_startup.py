@@ -70,3 +70,23 @@ def test_warm_up_names_an_unknown_entry():
 
     with pytest.raises(ValueError, match="unknown solver entries \\['solve'\\]"):
         warm_up(1, ("solve",))
+
+
+def test_a_built_in_command_line_does_not_import_the_other_sub_commands(tmp_path):
+    probe = ("import sys\nfrom upfl.cli import main\nmain(['stats', sys.argv[1]])\n"
+             "print('OTHERS=' + str(sorted(m for m in sys.modules if m.startswith('upfl.commands.'))))")
+    data = generate_synthetic("synthetic_1_1", tmp_path / "data", data_seed=1, num_devices=4)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.run([sys.executable, "-c", probe, str(data)], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "OTHERS=[]" in proc.stdout
+
+
+def test_the_parser_without_sub_command_modules_parses_a_run_as_the_full_one():
+    from upfl.cli import build_parser, names_built_in_command
+
+    argv = ["run", "--data", "d", "--out", "o", "--mu", "1", "--set", "privacy.sigma=0.8"]
+    assert names_built_in_command(argv) and not names_built_in_command(["--help", "run"])
+    assert not names_built_in_command(["report", "--help"])
+    assert vars(build_parser(commands=False).parse_args(argv)) == vars(build_parser().parse_args(argv))
