@@ -90,3 +90,32 @@ def test_the_parser_without_sub_command_modules_parses_a_run_as_the_full_one():
     assert names_built_in_command(argv) and not names_built_in_command(["--help", "run"])
     assert not names_built_in_command(["report", "--help"])
     assert vars(build_parser(commands=False).parse_args(argv)) == vars(build_parser().parse_args(argv))
+
+
+TARGET_PROBE = """
+import json, sys
+from upfl.cli import main
+rc = main(sys.argv[1:])
+print("TARGET=" + json.dumps({"rc": rc, "imported": [m for m in ("numba.np.arraymath", "numba.np.linalg", "scipy.linalg")
+                                                    if m in sys.modules]}))
+"""
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_compiled_run_from_the_cache_loads_no_registries_of_numbas_cpu_target(tmp_path, threads):
+    """Kernels read from numba's cache need its runtime, not its CPU target's implementations (``numba.np.linalg``,
+    ``arraymath``: they import scipy.linalg); the second run of each thread count loads every kernel from the cache
+    and writes the first one's metrics."""
+    data = generate_synthetic("synthetic_1_1", tmp_path / "data", data_seed=1, num_devices=6)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "NUMBA_NUM_THREADS": "2"}
+    outs = []
+    for attempt in ("first", "cached"):
+        out = tmp_path / attempt
+        argv = ["run", "--data", str(data), "--algorithm", "fedprox", "--mu", "1", "--rounds", "4", "--frac", "0.5",
+                "--threads", str(threads), "--out", str(out)]
+        proc = subprocess.run([sys.executable, "-c", TARGET_PROBE, *argv], env=env, capture_output=True, text=True,
+                              timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        outs.append((out, json.loads(proc.stdout.split("TARGET=")[-1])))
+    assert outs[1][1] == {"rc": 0, "imported": []}, outs[1][1]
+    assert metrics_without_wall_time(outs[0][0]) == metrics_without_wall_time(outs[1][0])
