@@ -119,3 +119,32 @@ def test_a_compiled_run_from_the_cache_loads_no_registries_of_numbas_cpu_target(
         outs.append((out, json.loads(proc.stdout.split("TARGET=")[-1])))
     assert outs[1][1] == {"rc": 0, "imported": []}, outs[1][1]
     assert metrics_without_wall_time(outs[0][0]) == metrics_without_wall_time(outs[1][0])
+
+
+def test_upfl_run_as_a_command_ends_without_teardown_and_keeps_its_output_and_status(tmp_path):
+    """``python -m upfl.cli run`` ends through :func:`upfl.startup.exit_now`: its piped output is all there, its
+    files written, its exit status that of the command (0 done, 2 bad input)."""
+    data = generate_synthetic("synthetic_1_1", tmp_path / "data", data_seed=1, num_devices=4)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "NUMBA_NUM_THREADS": "1"}
+    argv = [sys.executable, "-m", "upfl.cli", "run", "--data", str(data), "--rounds", "2", "--out", str(tmp_path / "o")]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines()[-1].startswith("final iteration 2: train_acc ")
+    assert json.loads((tmp_path / "o" / "summary.json").read_text())["final"]["iteration"] == 2
+    bad = subprocess.run(argv[:-2] + ["--out", str(tmp_path / "o"), "--frac", "2"], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert bad.returncode == 2 and "upfl run: error: " in bad.stderr, bad.stderr[-3000:]
+
+
+def test_paused_gc_restores_the_collector_as_it_was():
+    import gc
+
+    from upfl.startup import paused_gc
+
+    assert gc.isenabled()
+    with paused_gc():
+        assert not gc.isenabled()
+        with paused_gc():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()

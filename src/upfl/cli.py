@@ -90,9 +90,12 @@ def _acc(value) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .engine.checkpoints import CheckpointBusy
-    from .engine.divergence import EXIT_DIVERGED
-    from .engine.simulation import run
+    from .startup import paused_gc
+
+    with paused_gc():
+        from .engine.checkpoints import CheckpointBusy
+        from .engine.divergence import EXIT_DIVERGED
+        from .engine.simulation import run
 
     cfg = resolve_run_config(args)
     try:
@@ -245,9 +248,25 @@ def names_built_in_command(argv: list[str]) -> bool:
     return False
 
 
+FAST_EXIT_COMMANDS = ("run",)
+"""The sub-commands whose process, started as ``upfl`` (``main()`` with no arguments), ends without the
+interpreter's teardown once they return (:func:`upfl.startup.exit_now`): each writes its files whole before."""
+
+
 def main(argv: list[str] | None = None) -> int:
+    command_line = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse(build_parser(commands=not names_built_in_command(argv)), argv)
+    status = run_command(args)
+    if command_line and args.command in FAST_EXIT_COMMANDS:
+        from .startup import exit_now
+
+        exit_now(status)
+    return status
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """The parsed command's exit status; bad input and file-system errors are named on standard error."""
     from .data import DatasetError  # after parsing: --help and usage errors need no numpy
 
     try:

@@ -104,11 +104,14 @@ def numba_solver(threads: int = 0, entries: tuple[str, ...] | None = None) -> Ca
     ``.personal_solve``, the compiled evaluation of its models as ``.evaluate`` (of fixed sets: ``.evaluator``),
     the compiled :func:`seeded_batch_plan` as ``.batch_plan``, and ``.reads_pooled_rows`` (it takes ``pooled``, a
     :class:`PooledRound`)."""
-    try:
-        from . import numba_backend as solver_numba
-    except ImportError:
-        return None
-    solver_numba.warm_up(threads, *(() if entries is None else (tuple(entries),)))
+    from ..startup import paused_gc
+
+    with paused_gc():
+        try:
+            from . import numba_backend as solver_numba
+        except ImportError:
+            return None
+        solver_numba.warm_up(threads, *(() if entries is None else (tuple(entries),)))
     if not threads:
         return solver_numba.local_solve
     solve = functools.partial(solver_numba.local_solve, threads=threads)
