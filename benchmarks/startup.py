@@ -12,7 +12,7 @@ writes the bundles' specs on its first run). A process's CPU-seconds are its use
 (`resource.getrusage(RUSAGE_CHILDREN)` around it). The machine is shared: each figure is the median of `--repeats`
 processes per tree, the trees alternating, with the load average before and after. ``w1_phases`` is W1 again with
 the CPU-seconds of each phase of its start-up (:data:`PHASES`: numpy, upfl's CLI, torch, numba, numba's CPU target,
-then the run itself), medians per phase. Writes
+the rest of the run, the teardown), medians per phase. Writes
 benchmarks/results/startup.json.
 """
 
@@ -40,26 +40,71 @@ W1_FLAGS = ["--algorithm", "fedprox", "--mu", "1", "--rounds", "80", "--frac", "
 
 
 PHASES = """
-import json, sys, time
+import importlib.abc, importlib.machinery, json, sys, time
 marks = [("interpreter", time.process_time())]
+spent = {"torch": 0.0, "numba": 0.0, "target": 0.0}
+
+
+class Timed(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name not in ("torch", "numba"):
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        real = spec.loader
+
+        class Loader(importlib.abc.Loader):
+            def create_module(self, spec):
+                return real.create_module(spec)
+
+            def exec_module(self, module):
+                before = time.process_time()
+                try:
+                    real.exec_module(module)
+                finally:
+                    spent[name] += time.process_time() - before
+                if name == "numba":
+                    from numba.core.base import BaseContext
+                    refresh = BaseContext.refresh
+
+                    def timed_refresh(context):
+                        before = time.process_time()
+                        try:
+                            refresh(context)
+                        finally:
+                            spent["target"] += time.process_time() - before
+
+                    BaseContext.refresh = timed_refresh
+
+        spec.loader = Loader()
+        return spec
+
+
+sys.meta_path.insert(0, Timed())
 import numpy
 marks.append(("numpy", time.process_time()))
 import upfl.cli
-upfl.cli.build_parser()
-marks.append(("upfl.cli and its parser (config, yaml, sub-commands)", time.process_time()))
-import torch
-marks.append(("torch", time.process_time()))
-import numba
-marks.append(("numba", time.process_time()))
-from numba.core.registry import cpu_target
-cpu_target.target_context.refresh()
-marks.append(("numba's CPU target (its implementations, scipy.linalg)", time.process_time()))
-upfl.cli.main(sys.argv[1:])
-marks.append(("the run: kernels from numba's cache, data, training, results", time.process_time()))
-print(json.dumps({name: round(now - before, 4) for (name, now), (_, before) in zip(marks, [("", 0.0)] + marks)}))
+marks.append(("upfl.cli (config, yaml)", time.process_time()))
+status = upfl.cli.main(sys.argv[1:])
+ran = time.process_time() - marks[-1][1]
+phases = {name: round(now - before, 4) for (name, now), (_, before) in zip(marks, [("", 0.0)] + marks)}
+phases["torch (its import)"] = round(spent["torch"], 4)
+phases["numba (its import, scipy)"] = round(spent["numba"], 4)
+phases["numba's CPU target (its registries, scipy.linalg)"] = round(spent["target"], 4)
+phases["the run (parse, kernels from numba's cache, data, training, results)"] = round(ran - sum(spent.values()), 4)
+print(json.dumps(phases), flush=True)
+try:
+    from upfl.startup import exit_now
+except ImportError:
+    sys.exit(status)
+if "run" in getattr(upfl.cli, "FAST_EXIT_COMMANDS", ()):
+    exit_now(status)
+sys.exit(status)
 """
-"""W1 in one process with the CPU-seconds of each phase of its start-up, in the order a run meets them (each phase
-imports what the earlier ones left): ``python -c PHASES run ...``; the last phase is the run itself."""
+"""W1 in one process with the CPU-seconds of each part of its start-up: the interpreter, numpy, upfl's CLI module,
+then ``upfl.cli.main`` (the run as the command runs it), within which the imports of torch and numba (each package's
+own import, what it imports included) and numba's CPU target (``BaseContext.refresh``) are timed apart from the rest
+of the run; the process then ends as the command does. ``python -c PHASES run ...``; the teardown is the process's
+CPU time (measured from outside) less the phases'."""
 
 
 def cpu_seconds(cmd: list[str], cwd: Path, env: dict) -> tuple[float, float]:
@@ -78,6 +123,12 @@ def measured_process(cmd: list[str], cwd: Path, env: dict) -> tuple[float, float
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed in {cwd}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
     return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, wall, proc.stdout
+
+
+def with_teardown(cpu: float, line: str) -> dict[str, float]:
+    """The phases :data:`PHASES` printed, and the process's CPU-seconds after them (teardown and exit)."""
+    phases = json.loads(line)
+    return {**phases, "teardown and exit": round(cpu - sum(phases.values()), 4)}
 
 
 def workflow_copy(tree: Path, dest: Path) -> Path:
@@ -127,7 +178,7 @@ def main() -> None:
                 cpu, wall, stdout = measured_process(*commands[label][part], envs[label])
                 measured[label][part].append({"cpu_s": round(cpu, 3), "wall_s": round(wall, 3),
                                               "load_average": [round(x, 2) for x in os.getloadavg()],
-                                              **({"phases_cpu_s": json.loads(stdout.splitlines()[-1])}
+                                              **({"phases_cpu_s": with_teardown(cpu, stdout.splitlines()[-1])}
                                                  if part == "w1_phases" else {})})
     results = {"command": "python benchmarks/startup.py " + " ".join(sys.argv[1:]), "repeats": args.repeats,
                "load_average_before": load_before, "load_average_after": os.getloadavg(),
