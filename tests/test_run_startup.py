@@ -96,8 +96,8 @@ TARGET_PROBE = """
 import json, sys
 from upfl.cli import main
 rc = main(sys.argv[1:])
-print("TARGET=" + json.dumps({"rc": rc, "imported": [m for m in ("numba.np.arraymath", "numba.np.linalg", "scipy.linalg")
-                                                    if m in sys.modules]}))
+target = ("numba.np.arraymath", "numba.np.linalg", "scipy.linalg")
+print("TARGET=" + json.dumps({"rc": rc, "imported": [m for m in target if m in sys.modules]}))
 """
 
 

@@ -8,7 +8,7 @@ import contextlib
 import gc
 import os
 import sys
-from typing import Iterator
+from collections.abc import Iterator
 
 
 @contextlib.contextmanager
