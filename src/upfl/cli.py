@@ -90,9 +90,12 @@ def _acc(value) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .engine.checkpoints import CheckpointBusy
-    from .engine.divergence import EXIT_DIVERGED
-    from .engine.simulation import run
+    from .startup import paused_gc
+
+    with paused_gc():
+        from .engine.checkpoints import CheckpointBusy
+        from .engine.divergence import EXIT_DIVERGED
+        from .engine.simulation import run
 
     cfg = resolve_run_config(args)
     try:
@@ -157,7 +160,13 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+BUILT_IN_COMMANDS = ("run", "synth", "stats")
+"""The sub-commands defined here; the others register themselves from ``upfl/commands/``."""
+
+
+def build_parser(commands: bool = True) -> argparse.ArgumentParser:
+    """The ``upfl`` parser; ``commands=False`` leaves out the sub-commands of ``upfl/commands/`` (not imported: a
+    command line naming a built-in one does not pay for them)."""
     p = argparse.ArgumentParser(prog="upfl", description="Upcycled-FL federated simulation",
                                 epilog="exit status of 'upfl run': 0 done, 2 bad input (config, flags, data, --out, "
                                        "checkpoint), 3 diverged (summary.json written, see docs/faults.md), 4 another run "
@@ -193,9 +202,11 @@ def build_parser() -> argparse.ArgumentParser:
     st = sub.add_parser("stats", help="print the Table 2 row of a data set")
     st.add_argument("dir")
     st.set_defaults(func=cmd_stats)
-    from . import commands
+    if not commands:
+        return p
+    from . import commands as command_modules
 
-    for mod in pkgutil.iter_modules(commands.__path__):
+    for mod in pkgutil.iter_modules(command_modules.__path__):
         module = importlib.import_module(f"upfl.commands.{mod.name}")
         if hasattr(module, "register"):
             module.register(sub)
@@ -228,8 +239,36 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.N
     return args
 
 
+def names_built_in_command(argv: list[str]) -> bool:
+    """Whether ``argv``'s first word that is not an option is one of :data:`BUILT_IN_COMMANDS` (``--help`` and
+    ``--version`` before it name none: they describe every command)."""
+    for word in argv:
+        if word in ("-h", "--help", "--version"):
+            return False
+        if not word.startswith("-"):
+            return word in BUILT_IN_COMMANDS
+    return False
+
+
+FAST_EXIT_COMMANDS = ("run",)
+"""The sub-commands whose process, started as ``upfl`` (``main()`` with no arguments), ends without the
+interpreter's teardown once they return (:func:`upfl.startup.exit_now`): each writes its files whole before."""
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parse(build_parser(), argv)
+    command_line = argv is None
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parse(build_parser(commands=not names_built_in_command(argv)), argv)
+    status = run_command(args)
+    if command_line and args.command in FAST_EXIT_COMMANDS:
+        from .startup import exit_now
+
+        exit_now(status)
+    return status
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """The parsed command's exit status; bad input and file-system errors are named on standard error."""
     from .data import DatasetError  # after parsing: --help and usage errors need no numpy
 
     try:

@@ -5,7 +5,8 @@ numba keeps a compiled kernel next to its source (``__pycache__``) or under the 
 :func:`prepare` then points numba to a temporary folder and says so in one line. A cache file cut short or
 overwritten (a full disk, a copy of another machine's cache) would stop the first run that loads it with an
 unpickling traceback: :func:`guard_module` gives every kernel a cache that removes that kernel's damaged files,
-compiles it again and names the folder.
+compiles it again and names the folder. That cache also loads a kernel without loading numba's whole CPU target
+(:func:`checked_cache_class`).
 """
 
 from __future__ import annotations
@@ -84,8 +85,18 @@ def checked_cache_class() -> type:
             self.kernel = f"{py_func.__module__}.{py_func.__qualname__}"
 
         def load_overload(self, sig: Any, target_context: Any) -> Any:
+            """numba's load without its refresh of the CPU target: a kernel read from the cache is machine code that
+            needs numba's runtime (NRT, initialised here) and the modules its environments name, not the target's
+            registries of implementations (``numba.np.linalg``, ``arraymath`` and the rest, which import
+            ``scipy.linalg``: half a CPU-second). A kernel compiled in this process refreshes the target first, as
+            numba's compiler always does."""
+            from numba.core.runtime import rtsys
+
             try:
-                return super().load_overload(sig, target_context)
+                rtsys.initialize(target_context)
+                with self._guard_against_spurious_io_errors():
+                    return self._load_overload(sig, target_context)
+                return None
             except Exception as e:  # noqa: BLE001 - any unreadable cache file: compile again
                 self.remove_files()
                 folder = self._cache_path

@@ -85,6 +85,9 @@ class Algorithm(ABC):
     mu/(mu+lambda)); else ``mu`` must be 0."""
     privacy: ClassVar[dict[str, str | None]] = {"output": None, "objective": None}
     """Per privacy mechanism: None where the paper's analysis applies, else the reason it does not."""
+    solver_entry: ClassVar[str] = "local_solve"
+    """The selected solver's entry point this algorithm's devices train with: ``local_solve``, or ``personal_solve``
+    (pFedMe's bi-level solve, which the selected solver carries); a compiled solver loads only that kernel."""
     extra_metrics: tuple[str, ...] = ()
     """Metric columns this algorithm adds to metrics.csv (:meth:`evaluate_extra`)."""
     server_lr_default: ClassVar[float] = 1.0

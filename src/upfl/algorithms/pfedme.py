@@ -52,6 +52,7 @@ class PFedMe(Algorithm):
     so ``solver.momentum`` is not used."""
 
     name = "pfedme"
+    solver_entry = "personal_solve"
     device_state = ("personal", "trained")
     extra_metrics = ("personal_train_acc", "personal_test_acc")
 

@@ -253,7 +253,9 @@ def shuffle_plans(seeds, sizes, epochs, plan, offsets):
     width = plan.shape[1]
     state = np.empty(MT19937_WORDS, dtype=np.uint32)
     outputs = np.empty(MT19937_WORDS, dtype=np.uint32)
-    longest = max(sizes.max(), 1) if sizes.shape[0] else 1
+    longest = 1
+    for d in range(sizes.shape[0]):  # not sizes.max(): loaded from the cache, this kernel then needs no arraymath
+        longest = max(longest, sizes[d])
     raw = np.empty(longest, dtype=np.uint32)
     z = np.empty(longest, dtype=np.int64)
     flat = plan.ravel()

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from .. import config as cfgmod
-from ..algorithms import ClientRound, build_algorithm
+from ..algorithms import ClientRound, algorithm_class, build_algorithm
 from .checkpoints import open_checkpoint
 from ..data import FederatedDataset, load_leaf
 from .divergence import diverged_entry, loss_problem, weights_problem
@@ -124,7 +124,8 @@ class Simulation:
         self.num_classes = ds.num_classes
         ds.check_labels()
         self.model = build_model(c.model.name, ds, c.model.options, c.model.softmax_before_loss)
-        self.local_solve = select_local_solver(c.solver.backend, self.model, self.device, c.threads)
+        self.local_solve = select_local_solver(c.solver.backend, self.model, self.device, c.threads,
+                                               (algorithm_class(c.algorithm.name).solver_entry,))
         self.batch_plan = getattr(self.local_solve, "batch_plan", seeded_batch_plan)
         self.num_training_rounds = training_rounds_before(c.algorithm.name, c.rounds)
         self.algorithm = build_algorithm(c, len(ds.train_users), self.model.num_params, self.num_training_rounds)

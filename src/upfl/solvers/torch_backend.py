@@ -97,17 +97,22 @@ def local_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: list[
     return w[inverse.to(dev)], sum(sorted_steps)
 
 
-def numba_solver(threads: int = 0) -> Callable | None:
-    """The compiled logistic-regression solver (:mod:`upfl.solvers.numba_backend`), compiled or loaded from
-    numba's cache now; None when numba does not import. It carries pFedMe's compiled local solve as
+def numba_solver(threads: int = 0, entries: tuple[str, ...] | None = None) -> Callable | None:
+    """The compiled logistic-regression solver (:mod:`upfl.solvers.numba_backend`), its kernels for ``entries``
+    (:data:`upfl.solvers.numba_backend.SOLVER_ENTRIES`, all by default; a run names its algorithm's
+    :attr:`upfl.algorithms.base.Algorithm.solver_entry`) compiled or loaded from numba's cache now, the others on
+    first use; None when numba does not import. It carries pFedMe's compiled local solve as
     ``.personal_solve``, the compiled evaluation of its models as ``.evaluate`` (of fixed sets: ``.evaluator``),
     the compiled :func:`seeded_batch_plan` as ``.batch_plan``, and ``.reads_pooled_rows`` (it takes ``pooled``, a
     :class:`PooledRound`)."""
-    try:
-        from . import numba_backend as solver_numba
-    except ImportError:
-        return None
-    solver_numba.warm_up(threads)
+    from ..startup import paused_gc
+
+    with paused_gc():
+        try:
+            from . import numba_backend as solver_numba
+        except ImportError:
+            return None
+        solver_numba.warm_up(threads, *(() if entries is None else (tuple(entries),)))
     if not threads:
         return solver_numba.local_solve
     solve = functools.partial(solver_numba.local_solve, threads=threads)
@@ -119,12 +124,14 @@ def numba_solver(threads: int = 0) -> Callable | None:
     return solve
 
 
-def select_local_solver(backend: str, model, device: torch.device, threads: int = 0) -> Callable:
+def select_local_solver(backend: str, model, device: torch.device, threads: int = 0,
+                        entries: tuple[str, ...] | None = None) -> Callable:
     """The local solver of Algorithm 1 line 4 for ``solver.backend`` (``auto``, ``torch`` or ``numba``).
 
     Both solvers share the :func:`local_solve` contract and arithmetic. ``numba`` needs numba, a
     :class:`upfl.models.LogisticRegression` or :class:`upfl.models.BinaryLogisticRegression` and the
-    CPU; ``auto`` takes it when all three hold, else ``torch``. ``threads`` > 0 caps numba's worker threads.
+    CPU; ``auto`` takes it when all three hold, else ``torch``. ``threads`` > 0 caps numba's worker threads;
+    ``entries``: the compiled entry points to load now (:func:`numba_solver`).
     """
     if backend not in ("auto", "torch", "numba"):
         raise ConfigError(f"solver.backend: unknown backend {backend!r}; choose auto, torch or numba")
@@ -136,7 +143,7 @@ def select_local_solver(backend: str, model, device: torch.device, threads: int 
     elif torch.device(device).type != "cpu":
         reason = f"numba runs on the CPU only, not on {device}"
     else:
-        compiled = numba_solver(threads)
+        compiled = numba_solver(threads, entries)
         reason = "numba requested but numba is not installed (pip install numba)"
     if compiled is not None:
         return compiled

@@ -222,10 +222,15 @@ local_solve.reads_pooled_rows = True
 """... and it reads a round's devices as blocks of the pooled rows (``pooled``, :func:`pack`) where the caller has them."""
 
 
+SOLVER_ENTRIES = ("local_solve", "personal_solve")
+"""The training entry points :func:`warm_up` can load (:attr:`upfl.algorithms.base.Algorithm.solver_entry`)."""
+
+
 @functools.cache
-def warm_up(threads: int = 0) -> None:
-    """Compile the kernels, or load them from numba's cache, on a small problem (once per process and ``threads``:
-    a bundle's runs share it).
+def warm_up(threads: int = 0, entries: tuple[str, ...] = SOLVER_ENTRIES) -> None:
+    """Compile the kernels, or load them from numba's cache, on a small problem (once per process, ``threads`` and
+    ``entries``: a bundle's runs share it): the training kernels of ``entries`` (a run loads the one its algorithm
+    trains with, ``upfl kernels warm-up`` every one), the draws and the evaluation.
 
     :func:`upfl.solvers.torch_backend.select_local_solver` calls it, so that the compile (seconds, once per
     installation and source change) or the cache load (under a second) is not charged to the first
@@ -237,8 +242,13 @@ def warm_up(threads: int = 0) -> None:
     k = max(1, min(2, threads or numba.get_num_threads(), most))
     problem = (None, torch.zeros(4), [torch.zeros(1, 1)] * k, [torch.tensor([[1.0, 0.0]])] * k,
                [torch.zeros(1, 1, dtype=torch.int32)] * k)
-    local_solve(*problem, 1.0, 0.1, 0.5, threads=threads)
-    personal_solve(*problem, 0.1, 1.0, 0.1, 1, threads=threads)
+    unknown = set(entries) - set(SOLVER_ENTRIES)
+    if unknown:
+        raise ValueError(f"warm_up: unknown solver entries {sorted(unknown)}; known: {', '.join(SOLVER_ENTRIES)}")
+    if "local_solve" in entries:
+        local_solve(*problem, 1.0, 0.1, 0.5, threads=threads)
+    if "personal_solve" in entries:
+        personal_solve(*problem, 0.1, 1.0, 0.1, 1, threads=threads)
     warm_up_draws()
     for binary in (False, True):
         evaluate_rows(np.zeros((1, 2), DTYPE), np.zeros((1, 1), DTYPE), np.zeros(1, np.int64), binary, 1.0, False)
