@@ -122,7 +122,10 @@ def test_readme_set_up_and_test_commands_in_a_fresh_copy(tmp_path):
     commands = quick_start_commands(readme)
     wd = fresh_copy(tmp_path / "clone")
     reduce_quick_preset(wd)
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "VENV")}
+    # MAKEFLAGS and MAKELEVEL: under `make test VENV=...` the outer make's command-line variables would reach the
+    # copy's make and install into the outer environment instead of the copy's own .venv.
+    outer = ("VIRTUAL_ENV", "PYTHONPATH", "VENV", "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")
+    env = {k: v for k, v in os.environ.items() if k not in outer}
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep)
                                   if not p.startswith(sys.prefix))
     run_line(commands[0], wd, env, timeout=2400)
