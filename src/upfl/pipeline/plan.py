@@ -24,9 +24,8 @@ from ..data.registry import check_dataset_entry
 from ..data.sources import PAPER_SYNTHETIC_SETS
 from ..draws.rounds import resolve_straggler_policy
 from ..names import is_upcycled
+from .outputs import OUTPUT_KINDS, output_files
 
-OUTPUT_KINDS = ("table1", "time", "convergence", "lambda_sweep", "privacy_table", "privacy_tradeoff", "momentum_table",
-                "bases_table", "momentum_curves", "schedule_figure", "draws", "sensitivity", "protocol_gap", "gain_grid")
 PROTOCOLS = ("paper", "authors")
 """``experiments.<name>.protocol`` (or a group's ``protocol``): ``paper`` (the default: the paper's model and Eq. (5)'s lambda) or ``authors``
 (what the authors' released code runs: :data:`AUTHORS_SETTINGS` on every run, the even-iteration coefficient as
@@ -35,7 +34,9 @@ AUTHORS_SETTINGS = {"model.softmax_before_loss": True}
 AUTHORS_STEP = 0.7
 """The authors' code's even-iteration coefficient, a tuned scalar: mu / (mu + lambda) = 1 / 1.43 = 0.699 for
 Table 1's mu 1, lambda 0.43, to 3 digits."""
-JOB_KEYS = ("gpus", "threads", "runtime", "mem_mb", "runs_per_job", "runs_per_gpu")
+JOB_DEFAULTS = {"gpus": 0, "threads": 1, "runtime": 60, "mem_mb": 4000, "runs_per_job": 1, "runs_per_gpu": 1}
+"""The keys of ``job_defaults`` and of an experiment's or group's ``job`` (the schema and config/README.md are tested
+against them), with the values a run gets when the config gives none."""
 ENTRY_KEYS = {"algorithm", "rounds", "mu", "lam", "step", "schedule", "model", "set"}
 VARY_ENTRY_KEYS = ("mu", "lam", "step", "round_scale")
 """Keys of a ``vary`` setting besides dotted run-config keys: ``mu`` (every run), ``lam`` and ``step`` (the
@@ -411,8 +412,7 @@ def build_plan(config: dict[str, Any]) -> Plan:
         ids: dict[str, None] = {}
         exp_seeds = [int(s) for s in exp.get("seeds", seeds)]
         for gi, group in enumerate(exp.get("groups", [])):
-            job = {**{"gpus": 0, "threads": 1, "runtime": 60, "mem_mb": 4000, "runs_per_job": 1, "runs_per_gpu": 1},
-                   **config.get("job_defaults", {}),
+            job = {**JOB_DEFAULTS, **config.get("job_defaults", {}),
                    **exp.get("job", {}), **group.get("job", {})}
             group_seeds = [int(s) for s in group.get("seeds", exp_seeds)]
             settings = [{}, *vary_settings(group.get("vary", []), f"experiments.{name}.groups[{gi}].vary")]
@@ -443,7 +443,7 @@ def build_plan(config: dict[str, Any]) -> Plan:
                                 runs[rid] = spec
                             if name not in spec.experiments:
                                 spec.experiments.append(name)
-                            spec.job = {k: max(spec.job.get(k, 0), job[k]) for k in JOB_KEYS}
+                            spec.job = {k: max(spec.job.get(k, 0), job[k]) for k in JOB_DEFAULTS}
                             ids[rid] = None
         if not ids:
             continue
@@ -460,18 +460,6 @@ def build_plan(config: dict[str, Any]) -> Plan:
             targets.setdefault(out.get("target", out["name"]), []).append(out["name"])
     used = sorted({s.dataset for s in runs.values()})
     return Plan(runs, experiments, outputs, targets, used)
-
-
-def output_files(kind: str, name: str) -> list[str]:
-    """The files one report output writes (relative to the workflow root)."""
-    if kind in ("table1", "privacy_table"):
-        return [f"results/tables/{name}.{ext}" for ext in ("csv", "md", "html", "tex")]
-    if kind in ("time", "momentum_table", "bases_table", "sensitivity", "protocol_gap"):
-        return [f"results/tables/{name}.{ext}" for ext in ("csv", "md", "html")]
-    if kind in ("draws", "gain_grid"):
-        return [f"results/tables/{name}.{ext}" for ext in ("csv", "md", "html")] + \
-            [f"results/figures/{name}.{ext}" for ext in ("png", "pdf", "csv")]
-    return [f"results/figures/{name}.{ext}" for ext in ("png", "pdf", "csv")]
 
 
 RESULTS_LAYOUT = """\

@@ -30,6 +30,8 @@ from typing import Any, Sequence
 import pandas as pd
 
 from ..files import write_text
+from ..names import ACCOUNTANTS as NAMED_ACCOUNTANTS
+from ..names import PRIVACY_MECHANISMS, accountants_of, guarantee_accountant
 from ..privacy.accounting import (MEANINGFUL_EPSILON, NEIGHBOURING_NOTE, NO_GLM, NO_MEANINGFUL, OFF_BY_ONE_NOTE,
                                   OUTPUT_NOTE, SGD_CAVEAT, SHARED_NOISE_NOTE, TRAIN_METRICS_NOTE)
 from ..privacy.accounting import meaningful
@@ -43,21 +45,12 @@ ACC = ("train_acc", "test_acc")
 MECHANISMS = ("objective", "output")
 """In the paper's order (Figure 3: (a)(b) objective, (c)(d) output perturbation)."""
 
-ACCOUNTANTS = {"output": ("sound", "paper_formula", "paper_sensitivity"),
-               "objective": ("theorem_c2", "theorem_c2_paper_sum")}
-"""The ``epsilon_bar`` entries of ``summary.json["privacy"]`` per mechanism (runs.csv ``privacy_epsilon_bar_<name>``),
-the guarantee first (output perturbation: the sound epsilon, Theorem C.1's formula beside it)."""
-
-PRIMARY = {"output": "sound", "objective": "theorem_c2"}
+ACCOUNTANTS = {mech: accountants_of(mech) for mech in PRIVACY_MECHANISMS}
+"""The ``epsilon_bar`` entries of ``summary.json["privacy"]`` per mechanism (upfl.names.ACCOUNTANTS), the guarantee
+first."""
+PRIMARY = {mech: guarantee_accountant(mech) for mech in PRIVACY_MECHANISMS}
 """The accountant that picks the equal-epsilon variant."""
-
-ACCOUNTANT_LABELS = {
-    "paper_formula": "paper formula (Theorem C.1, sensitivity τ/|D|)",
-    "sound": "sound, the guarantee (sensitivity 2τ, exact composition)",
-    "paper_sensitivity": "exact accountant at the paper's sensitivity τ/|D|",
-    "theorem_c2": "Theorem C.2 (pure, δ = 0)",
-    "theorem_c2_paper_sum": "Theorem C.2 with the printed M + 1 terms",
-}
+ACCOUNTANT_LABELS = {name: a.label for name, a in NAMED_ACCOUNTANTS.items()}
 MARK_NOTE = (f"ε̄ [worst device]: the mean over devices and, in brackets, the largest device ε (max over seeds) "
              "and that device, each accountant's own; "
              f"† {NO_MEANINGFUL}: the mean or the worst device is above {MEANINGFUL_EPSILON:g} (docs/privacy.md, "
@@ -381,7 +374,7 @@ def _ratio_text(row: dict) -> str:
 
 def table_header(mech: str) -> list[str]:
     eps = ([f"ε̄ [worst device] {ACCOUNTANT_LABELS[a]}" for a in ACCOUNTANTS["output"]]
-           if mech == "output" else [f"ε̄ [worst device] {ACCOUNTANT_LABELS['theorem_c2']}"])
+           if mech == "output" else [f"ε̄ [worst device] {ACCOUNTANT_LABELS[PRIMARY['objective']]}"])
     return (["Dataset", "Variant", "Noise", "Iterations (training rounds)", "Seeds",
              "Train acc % mean [min, max] (outside the privacy guarantee)", "Test acc % mean [min, max]"] + eps
             + [f"ε̄ / FedProx's ({PRIMARY[mech]})"])
@@ -391,7 +384,7 @@ def table_rows(frame: pd.DataFrame, mech: str) -> list[list[str]]:
     lines = []
     sub = frame[frame["block_mechanism"] == mech]
     last = None
-    accs = ACCOUNTANTS["output"] if mech == "output" else ("theorem_c2",)
+    accs = ACCOUNTANTS["output"] if mech == "output" else (PRIMARY["objective"],)
     for r in sub.to_dict("records"):
         block = (r["dataset"], r["reference_noise"])
         first = block != last
@@ -486,7 +479,7 @@ def write_privacy_table(runs: pd.DataFrame, out_prefix: str, provenance: str) ->
 # ---------------------------------------------------------------------------------------------
 # The trade-off figure
 
-FIGURE_ACCOUNTANTS = {"output": ("sound", "paper_formula"), "objective": ("theorem_c2",)}
+FIGURE_ACCOUNTANTS = {mech: accountants_of(mech, drawn=True) for mech in PRIVACY_MECHANISMS}
 """Epsilons drawn per mechanism: the first filled with solid lines, the second hollow and dashed."""
 FIGURE_METRICS = ("test_acc", "train_acc")
 TRADEOFF_NOTE = ("Points: noise levels (mean over seeds; error bars: min-max over seeds) at ε̄, the mean over "
@@ -497,7 +490,7 @@ TRADEOFF_NOTE = ("Points: noise levels (mean over seeds; error bars: min-max ove
                  "hollow, dashed: the paper's formula (Theorem C.1), for comparison only. Objective perturbation: "
                  "Theorem C.2 (δ = 0, exact minimiser assumed). Dotted: non-private. Training accuracy is computed "
                  "on the private training data, outside the guarantee.")
-WORST_LABELS = {"sound": "sound ε", "paper_formula": "paper-formula ε", "theorem_c2": "Thm C.2 ε"}
+WORST_LABELS = {name: f"{a.short} ε" for name, a in NAMED_ACCOUNTANTS.items() if a.short}
 SHARED_NOISE_FIGURE_NOTE = (" The noise levels of a seed share their noise draws (seed-keyed noise): each point's ε "
                             "holds for that run alone, the sweep together has no guarantee.")
 
@@ -561,7 +554,7 @@ def plot_tradeoff(data: pd.DataFrame, metrics: Sequence[str], title: str | None,
                     if p.empty:
                         continue
                     drawn = True
-                    short = {"sound": "sound ε̄", "paper_formula": "paper-formula ε̄", "theorem_c2": "Thm C.2 ε̄"}[acc]
+                    short = f"{NAMED_ACCOUNTANTS[acc].short} ε̄"
                     ax.errorbar(p["x"], p["mean"], yerr=[p["mean"] - p["min"], p["max"] - p["mean"]],
                                 color=colour, marker="o" if alg != "upcycled" else "s", markersize=5,
                                 linestyle="-" if k == 0 else "--", linewidth=1.3, capsize=2,
