@@ -64,7 +64,7 @@ OUTPUT_KINDS: dict[str, OutputKind] = {
                               describe="loss and accuracy against iterations, rounds or time"),
     "lambda_sweep": OutputKind("figure", "figures:lambda_sweep_figure", figures=FIGURE,
                                describe="accuracy against the even-iteration coefficient"),
-    "privacy_table": OutputKind("privacy-table", "privacy_tradeoff:write_privacy_table", TABLE_TEX,
+    "privacy_table": OutputKind("privacy-table", "privacy_table:write_privacy_table", TABLE_TEX,
                                 caption="privacy", rule="privacy_table",
                                 describe="private FedProx vs private Upcycled-FL: accuracy and epsilon-bar per "
                                          "mechanism (equal noise, equal epsilon), the paper's claims beside"),

@@ -398,7 +398,7 @@ def lambda_claims(ctx: Context) -> list[dict[str, Any]]:
 
 def privacy_levels(runs: pd.DataFrame) -> dict[tuple[str, str], tuple[float, float, float]]:
     """(mechanism, accountant) -> (min, max of private FedProx's ε̄ over data sets, max worst-device ε)."""
-    from .privacy_tradeoff import ACCOUNTANTS, privacy_frame
+    from .privacy_table import ACCOUNTANTS, privacy_frame
 
     try:
         frame = privacy_frame(runs)
@@ -436,7 +436,7 @@ def level_text(level: tuple[float, float, float] | None, accountant: str) -> tup
 
 def privacy_claims(ctx: Context) -> list[dict[str, Any]]:
     """Section 6's claims (paper_values/privacy.csv): pooled over the paper's data sets where we have them."""
-    from .privacy_tradeoff import PRIMARY, privacy_claims_frame
+    from .privacy_table import PRIMARY, privacy_claims_frame
 
     paper = paper_values("privacy")
     runs = ctx.of("privacy")
@@ -509,7 +509,7 @@ def _paired_gain(up: pd.DataFrame, prox: pd.DataFrame, key: str) -> tuple[float,
 
 def real_claims(ctx: Context) -> list[dict[str, Any]]:
     """Figure 12's and Figure 4's quoted accuracies as Upcycled-FL minus FedProx gains."""
-    from .privacy_tradeoff import blocks
+    from .privacy_table import blocks
 
     figs = paper_values("figures")
     rows = []
