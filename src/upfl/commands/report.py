@@ -241,7 +241,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     c.add_argument("--out-prefix", required=True, help="writes PREFIX.csv, PREFIX.md")
     c.add_argument("--experiment-for", action="append", metavar="ROLE=EXPERIMENT[,EXPERIMENT]",
                    help="the experiment(s) a group of claims reads (roles: table1, time, lambda_sweep, privacy, "
-                        "privacy_real, cnn, draws); repeatable; defaults in upfl.report.claims.DEFAULT_ROLES")
+                        "privacy_real, cnn, draws); repeatable; defaults in upfl.report.claim_rules.DEFAULT_ROLES")
     c.add_argument("--excluded", action="append", metavar="DATASET[,DATASET]",
                    help="data sets left out of this pipeline run (named as the reason for 'not measured here')")
     _config_file(c)
