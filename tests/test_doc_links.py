@@ -7,14 +7,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", ROOT / "config" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
-FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+FENCE = re.compile(r"^```.*?^```", re.DOTALL | re.MULTILINE)
 
 
 def anchors(page: Path) -> set[str]:
     """GitHub's anchors of a Markdown page's headings: lower case, punctuation dropped, spaces as '-'."""
     text = FENCE.sub("", page.read_text(encoding="utf-8"))
     return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
-            for heading in re.findall(r"^#+ (.+)$", text, re.M)}
+            for heading in re.findall(r"^#+ (.+)$", text, re.MULTILINE)}
 
 
 def broken_links(page: Path, root: Path = ROOT) -> list[str]:
@@ -60,7 +60,7 @@ def missing_sections(text: str, here: Path, root: Path = ROOT) -> list[str]:
     for name, section in SECTION_REFERENCE.findall(text):
         section = " ".join(section.split())
         page = next((p for p in (here / name, root / name, root / "docs" / Path(name).name) if p.exists()), None)
-        headings = re.findall(r"^#+ (.+)$", FENCE.sub("", page.read_text(encoding="utf-8")), re.M) if page else []
+        headings = re.findall(r"^#+ (.+)$", FENCE.sub("", page.read_text(encoding="utf-8")), re.MULTILINE) if page else []
         if not any(section in " ".join(heading.split()) for heading in headings):
             missing.append(f'{name} "{section}"')
     return missing

@@ -63,11 +63,11 @@ def setup_section(config: dict[str, Any]) -> str:
     plan = build_plan({**config, "preset": "full"})
     resolved = resolve_preset({**config, "preset": "full"})
     lines = [SETUP_SECTION, "",
-             "Generated from `config/config.yaml` by `python tools/doc_numbers.py`: one row per experiment of the "
-             "full config. The task is classification everywhere; every run samples a fraction of the devices per "
-             "iteration, some of them stragglers that run fewer local epochs.", "",
-             "| Experiment | Data | Model | Algorithms (iterations T) | Devices per iteration, stragglers | "
-             "Local solver (E, batch, lr, momentum) | Seeds |", "|---|---|---|---|---|---|---|"]
+             ("Generated from `config/config.yaml` by `python tools/doc_numbers.py`: one row per experiment of the "
+              "full config. The task is classification everywhere; every run samples a fraction of the devices per "
+              "iteration, some of them stragglers that run fewer local epochs."), "",
+             ("| Experiment | Data | Model | Algorithms (iterations T) | Devices per iteration, stragglers | "
+              "Local solver (E, batch, lr, momentum) | Seeds |"), "|---|---|---|---|---|---|---|"]
     for experiment, run_ids in plan.experiments.items():
         runs = [plan.runs[r] for r in run_ids]
         docs = [r.doc for r in runs]
@@ -90,11 +90,11 @@ def outputs_section(config: dict[str, Any]) -> str:
     plan = build_plan({**config, "preset": "full"})
     target_of = {name: target for target, names in plan.targets.items() for name in names}
     lines = [OUTPUTS_SECTION, "",
-             "Generated like the setup above. Each table and figure with the command that makes it (the target "
-             "before any `--config`), its files and the place in the paper it reproduces; the report "
-             "(`snakemake --report results/report.html`) shows each with its caption, and the claims page judges "
-             "the paper's statements about it (*Expected results*). With the quick preset: the same target with "
-             "`--configfile config/quick.yaml` after it.", "",
+             ("Generated like the setup above. Each table and figure with the command that makes it (the target "
+              "before any `--config`), its files and the place in the paper it reproduces; the report "
+              "(`snakemake --report results/report.html`) shows each with its caption, and the claims page judges "
+              "the paper's statements about it (*Expected results*). With the quick preset: the same target with "
+              "`--configfile config/quick.yaml` after it."), "",
              "| Output | Command | Files | Paper | What it shows |", "|---|---|---|---|---|"]
     first_of: dict[str, str] = {}
     for name, out in plan.outputs.items():
