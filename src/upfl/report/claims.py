@@ -31,7 +31,7 @@ from .render import as_number, markdown_table, write_csv, write_markdown
 # ---------------------------------------------------------------------------------------------
 # The page
 
-CLAIM_SECTIONS = ("tables:table1_claims", "timing:time_claims", "figure_claims:lambda_claims",
+CLAIM_SECTIONS = ("table1_claims:table1_claims", "timing:time_claims", "figure_claims:lambda_claims",
                   "privacy_claims:privacy_claims", "figure_claims:real_claims", "ablations:bases_claims")
 """The claim rows each output module supplies, in the page's order: ``module:function`` under ``upfl.report``,
 called with the :class:`~upfl.report.claim_rules.Context`, returning rows (:func:`~upfl.report.claim_rules.claim_row`)."""
