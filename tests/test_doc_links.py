@@ -68,7 +68,7 @@ def missing_sections(text: str, here: Path, root: Path = ROOT) -> list[str]:
 
 def test_every_quoted_section_exists():
     sources = [*DOCS, *sorted((ROOT / "src").rglob("*.py")), *sorted((ROOT / "workflow").rglob("*.smk")),
-               ROOT / "workflow" / "Snakefile"]
+               ROOT / "workflow" / "Snakefile", *sorted((ROOT / "config").glob("*.yaml"))]
     missing = {str(path.relative_to(ROOT)): found for path in sources if path.exists()
                and (found := missing_sections(path.read_text(encoding="utf-8"), path.parent))}
     assert not missing, missing
