@@ -252,8 +252,8 @@ def report_inputs(wildcards):
 
 
 def report_outputs(kind):
-    """The named outputs of the rule making ``kind`` (upfl.pipeline.outputs): tables' HTML and CSV and figures' PNG
-    in the Snakemake report, under the kind's caption."""
+    """The named outputs of the workflow step that makes ``kind`` (upfl.pipeline.outputs), with tables' HTML and
+    CSV and figures' PNG in the Snakemake report under the kind's caption."""
     caption = f"../report/{kind.caption}.rst"
     files = {}
     for ext in kind.tables:
