@@ -1,11 +1,11 @@
-"""Write results/README.md from config/config.yaml's plan (upfl.pipeline.plan.results_readme)."""
+"""Write results/README.md from config/config.yaml's plan (upfl.pipeline.results_readme.results_readme)."""
 
 import sys
 from pathlib import Path
 
 import yaml
 
-from upfl.pipeline.plan import results_readme
+from upfl.pipeline.results_readme import results_readme
 from upfl.files import write_text
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -63,6 +63,39 @@ PRIVACY_REFUSALS: dict[str, dict[str, str]] = {
 PRIVACY_MECHANISMS = ("output", "objective")
 
 
+@dataclasses.dataclass(frozen=True)
+class Accountant:
+    """One epsilon a private run records (``summary.json["privacy"]["epsilon_bar"][name]``, runs.csv
+    ``privacy_epsilon_bar_<name>``): its mechanism, its label in tables and, for those the trade-off figure draws,
+    its short name in a legend (``None``: not drawn)."""
+
+    mechanism: str
+    label: str
+    short: str | None = None
+
+
+ACCOUNTANTS: dict[str, Accountant] = {
+    "sound": Accountant("output", "sound, the guarantee (sensitivity 2τ, exact composition)", "sound"),
+    "paper_formula": Accountant("output", "paper formula (Theorem C.1, sensitivity τ/|D|)", "paper-formula"),
+    "paper_sensitivity": Accountant("output", "exact accountant at the paper's sensitivity τ/|D|"),
+    "theorem_c2": Accountant("objective", "Theorem C.2 (pure, δ = 0)", "Thm C.2"),
+    "theorem_c2_paper_sum": Accountant("objective", "Theorem C.2 with the printed M + 1 terms"),
+}
+"""Every accountant, per mechanism the guarantee first (output perturbation: the sound epsilon, Theorem C.1's
+formula beside it; objective perturbation: Theorem C.2)."""
+
+
+def accountants_of(mechanism: str, drawn: bool = False) -> tuple[str, ...]:
+    """The accountants of ``mechanism`` (:data:`PRIVACY_MECHANISMS`), the guarantee first; ``drawn``: only those
+    the trade-off figure draws."""
+    return tuple(k for k, a in ACCOUNTANTS.items() if a.mechanism == mechanism and (a.short or not drawn))
+
+
+def guarantee_accountant(mechanism: str) -> str:
+    """The accountant whose epsilon is the mechanism's guarantee."""
+    return accountants_of(mechanism)[0]
+
+
 def is_upcycled(name: str) -> bool:
     """Whether an algorithm name is an upcycled one (``upcycled`` or ``upcycled_<base>``)."""
     return name == PREFIX or name.startswith(PREFIX + "_")

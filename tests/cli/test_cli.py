@@ -42,7 +42,7 @@ def test_every_subcommand_flag_has_help():
 
 
 def test_misspelt_workflow_target_gets_the_closest_one():
-    from upfl.pipeline.plan import misspelt_targets
+    from upfl.pipeline.config_errors import misspelt_targets
 
     known = ["fig5", "fig2", "table1", "time", "all"]
     argv = ["snakemake", "--cores", "all", "-n", "fig55", "table1", "--configfile", "config/quick.yaml", "tabel1"]

@@ -4,7 +4,9 @@ from pathlib import Path
 
 import yaml
 
-from upfl.pipeline.plan import build_plan, output_files, results_readme
+from upfl.pipeline.outputs import output_files
+from upfl.pipeline.plan import build_plan
+from upfl.pipeline.results_readme import results_readme
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,8 +10,9 @@ import pytest
 
 from upfl import config as cfgmod
 from upfl.cli import main
-from upfl.report.claims import (MIN_PAIRS, PREVIEW, TOO_FEW, VERDICTS, half_unit, verdict_direction,
-                                verdict_equivalence, verdict_gain, write_claims)
+from upfl.report.claim_rules import (MIN_PAIRS, PREVIEW, TOO_FEW, VERDICTS, half_unit, verdict_direction,
+                                     verdict_equivalence, verdict_gain)
+from upfl.report.claims import write_claims
 from upfl.report.collect import read_runs
 from upfl.report.paper_numbers import table1_value
 from upfl.report.stats import mean_interval

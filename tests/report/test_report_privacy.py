@@ -16,7 +16,7 @@ from upfl.data import generate_synthetic, load_leaf
 from upfl.pipeline.plan import build_plan
 from upfl.privacy.accounting import NO_GLM, SGD_CAVEAT, output_epsilons, theorem_c2_epsilon
 from upfl.report.paper_numbers import paper_values
-from upfl.report.privacy_tradeoff import privacy_claims_frame
+from upfl.report.privacy_table import privacy_claims_frame
 from upfl.report.collect import read_runs
 from upfl.engine.simulation import run
 

@@ -9,7 +9,8 @@ import sys
 from upfl.data.sources import DATA_FOLDERS, DATASET_SOURCES, PAPER_SET_SOURCES, SOURCES, dataset_folder
 from upfl.pipeline.bundles import bundle_priorities, form_bundles
 from upfl.pipeline.specs import CONFIG_ENV, encode_config, run_folder, run_log_file, spec_digest, spec_path, workflow_specs
-from upfl.pipeline.plan import ExperimentError, build_plan, output_files, resolve_preset
+from upfl.pipeline.outputs import kinds_of_rule, output_files, report_command, report_rules
+from upfl.pipeline.plan import ExperimentError, build_plan, resolve_preset
 
 try:
     # The config with the preset's keys in place (its `datasets`, `resources_dir`): what the rules read.
@@ -241,16 +242,34 @@ def claims_args():
 
 
 def report_inputs(wildcards):
-    return f"results/experiments/{OUTPUTS[wildcards.name]['experiment']}/runs.csv"
-
-
-def reference_inputs(wildcards):
-    """The runs.csv of a draws output's experiment and of its reference experiment (the paper's draw)."""
+    """The runs.csv of an output's experiment and, for a kind that reads one (draws), of its reference experiment
+    (the paper's draw)."""
     out = OUTPUTS[wildcards.name]
     files = {"runs": f"results/experiments/{out['experiment']}/runs.csv"}
     if out.get("reference") in PLAN.experiments:
         files["reference"] = f"results/experiments/{out['reference']}/runs.csv"
     return files
+
+
+def report_outputs(kind):
+    """The named outputs of the workflow step that makes ``kind`` (upfl.pipeline.outputs), with tables' HTML and
+    CSV and figures' PNG in the Snakemake report under the kind's caption."""
+    caption = f"../report/{kind.caption}.rst"
+    files = {}
+    for ext in kind.tables:
+        path = f"results/tables/{{name}}.{ext}"
+        shown = ext in ("html", "csv")
+        files[ext] = report(path, category="Tables", subcategory="{name}", caption=caption) if shown else path
+    for ext in kind.figures:
+        path = f"results/figures/{{name}}.{ext}"
+        key = f"fig_{ext}" if ext in files else ext
+        files[key] = report(path, category="Figures", caption=caption, labels=figure_labels) if ext == "png" else path
+    return files
+
+
+def report_command_of(wildcards):
+    """`upfl report` sub-command, kind and prefixes of one output (upfl.pipeline.outputs.report_command)."""
+    return report_command(OUTPUTS[wildcards.name]["kind"], wildcards.name)
 
 
 def reference_args(wildcards, input):

@@ -51,157 +51,31 @@ rule table2:
         "upfl report table2 --out-prefix results/tables/table2 {params.configs} {input:q} > {log:q} 2>&1"
 
 
-rule accuracy_table:
-    input:
-        report_inputs,
-    output:
-        html=report("results/tables/{name}.html", category="Tables", subcategory="{name}", caption="../report/table1.rst"),
-        csv=report("results/tables/{name}.csv", category="Tables", subcategory="{name}", caption="../report/table1.rst"),
-        md="results/tables/{name}.md",
-        tex="results/tables/{name}.tex",
-    wildcard_constraints:
-        name=names_of("table1"),
-    params:
-        args=report_args,
-        configs=config_file_args(),
-    log:
-        "results/logs/report/{name}.log",
-    priority: REPORT_PRIORITY
-    localrule: True
-    shell:
-        "upfl report table1 --runs {input:q} {params.args} {params.configs} "
-        "--out-prefix results/tables/{wildcards.name:q} > {log:q} 2>&1"
+# One rule per entry of upfl.pipeline.outputs.OUTPUT_KINDS (kinds sharing a rule write the same files): its files,
+# caption and `upfl report` command all come from that table.
+for _rule, _kind in report_rules().items():
 
-
-rule time_table:
-    input:
-        report_inputs,
-    output:
-        html=report("results/tables/{name}.html", category="Tables", subcategory="{name}", caption="../report/time.rst"),
-        csv=report("results/tables/{name}.csv", category="Tables", subcategory="{name}", caption="../report/time.rst"),
-        md="results/tables/{name}.md",
-    wildcard_constraints:
-        name=names_of("time"),
-    params:
-        args=report_args,
-        configs=config_file_args(),
-    log:
-        "results/logs/report/{name}.log",
-    priority: REPORT_PRIORITY
-    localrule: True
-    shell:
-        "upfl report time --runs {input:q} {params.args} {params.configs} --out-prefix results/tables/{wildcards.name:q} > {log:q} 2>&1"
-
-
-rule privacy_table:
-    input:
-        report_inputs,
-    output:
-        html=report("results/tables/{name}.html", category="Tables", subcategory="{name}", caption="../report/privacy.rst"),
-        csv=report("results/tables/{name}.csv", category="Tables", subcategory="{name}", caption="../report/privacy.rst"),
-        md="results/tables/{name}.md",
-        tex="results/tables/{name}.tex",
-    wildcard_constraints:
-        name=names_of("privacy_table"),
-    params:
-        args=report_args,
-        configs=config_file_args(),
-    log:
-        "results/logs/report/{name}.log",
-    priority: REPORT_PRIORITY
-    localrule: True
-    shell:
-        "upfl report privacy-table --runs {input:q} {params.args} {params.configs} "
-        "--out-prefix results/tables/{wildcards.name:q} > {log:q} 2>&1"
-
-
-rule ablation_table:
-    input:
-        report_inputs,
-    output:
-        html=report("results/tables/{name}.html", category="Tables", subcategory="{name}", caption="../report/ablation.rst"),
-        csv=report("results/tables/{name}.csv", category="Tables", subcategory="{name}", caption="../report/ablation.rst"),
-        md="results/tables/{name}.md",
-    wildcard_constraints:
-        name=names_of("momentum_table", "bases_table"),
-    params:
-        kind=lambda wc: OUTPUTS[wc.name]["kind"],
-        args=report_args,
-        configs=config_file_args(),
-    log:
-        "results/logs/report/{name}.log",
-    priority: REPORT_PRIORITY
-    localrule: True
-    shell:
-        "upfl report ablation-table {params.kind:q} --runs {input:q} {params.args} {params.configs} "
-        "--out-prefix results/tables/{wildcards.name:q} > {log:q} 2>&1"
-
-
-rule draws_report:
-    input:
-        unpack(reference_inputs),
-    output:
-        html=report("results/tables/{name}.html", category="Tables", subcategory="{name}", caption="../report/draws.rst"),
-        csv=report("results/tables/{name}.csv", category="Tables", subcategory="{name}", caption="../report/draws.rst"),
-        md="results/tables/{name}.md",
-        png=report("results/figures/{name}.png", category="Figures", caption="../report/draws.rst", labels=figure_labels),
-        pdf="results/figures/{name}.pdf",
-        fig_csv="results/figures/{name}.csv",
-    wildcard_constraints:
-        name=names_of("draws"),
-    params:
-        args=report_args,
-        reference=reference_args,
-        configs=config_file_args(),
-    log:
-        "results/logs/report/{name}.log",
-    priority: REPORT_PRIORITY
-    localrule: True
-    shell:
-        "upfl report draws --runs {input.runs:q} {params.args} {params.reference} {params.configs} "
-        "--out-prefix results/tables/{wildcards.name:q} --figure-prefix results/figures/{wildcards.name:q} > {log:q} 2>&1"
-
-
-rule sensitivity_table:
-    input:
-        report_inputs,
-    output:
-        html=report("results/tables/{name}.html", category="Tables", subcategory="{name}", caption="../report/sensitivity.rst"),
-        csv=report("results/tables/{name}.csv", category="Tables", subcategory="{name}", caption="../report/sensitivity.rst"),
-        md="results/tables/{name}.md",
-    wildcard_constraints:
-        name=names_of("sensitivity"),
-    params:
-        args=report_args,
-        configs=config_file_args(),
-    log:
-        "results/logs/report/{name}.log",
-    priority: REPORT_PRIORITY
-    localrule: True
-    shell:
-        "upfl report sensitivity --runs {input:q} {params.args} {params.configs} "
-        "--out-prefix results/tables/{wildcards.name:q} > {log:q} 2>&1"
-
-
-rule protocol_gap_table:
-    input:
-        report_inputs,
-    output:
-        html=report("results/tables/{name}.html", category="Tables", subcategory="{name}", caption="../report/protocol_gap.rst"),
-        csv=report("results/tables/{name}.csv", category="Tables", subcategory="{name}", caption="../report/protocol_gap.rst"),
-        md="results/tables/{name}.md",
-    wildcard_constraints:
-        name=names_of("protocol_gap"),
-    params:
-        args=report_args,
-        configs=config_file_args(),
-    log:
-        "results/logs/report/{name}.log",
-    priority: REPORT_PRIORITY
-    localrule: True
-    shell:
-        "upfl report protocol-gap --runs {input:q} {params.args} {params.configs} "
-        "--out-prefix results/tables/{wildcards.name:q} > {log:q} 2>&1"
+    rule:
+        name:
+            _rule
+        input:
+            unpack(report_inputs),
+        output:
+            **report_outputs(_kind),
+        wildcard_constraints:
+            name=names_of(*kinds_of_rule(_rule)),
+        params:
+            command=report_command_of,
+            args=report_args,
+            reference=reference_args,
+            configs=config_file_args(),
+        log:
+            "results/logs/report/{name}.log",
+        priority: REPORT_PRIORITY
+        localrule: True
+        shell:
+            "upfl report {params.command} --runs {input.runs:q} {params.args} {params.reference} {params.configs} "
+            "> {log:q} 2>&1"
 
 
 rule claims:
@@ -221,28 +95,6 @@ rule claims:
     shell:
         "upfl report claims --runs {input:q} {params.args} {params.configs} "
         "--out-prefix results/tables/claims > {log:q} 2>&1"
-
-
-rule figure:
-    input:
-        report_inputs,
-    output:
-        png=report("results/figures/{name}.png", category="Figures", caption="../report/figure.rst", labels=figure_labels),
-        pdf="results/figures/{name}.pdf",
-        csv="results/figures/{name}.csv",
-    wildcard_constraints:
-        name=names_of("convergence", "lambda_sweep", "privacy_tradeoff", "momentum_curves", "schedule_figure"),
-    params:
-        kind=lambda wc: OUTPUTS[wc.name]["kind"],
-        args=report_args,
-        configs=config_file_args(),
-    log:
-        "results/logs/report/{name}.log",
-    priority: REPORT_PRIORITY
-    localrule: True
-    shell:
-        "upfl report figure {params.kind:q} --runs {input:q} {params.args} {params.configs} "
-        "--out-prefix results/figures/{wildcards.name:q} > {log:q} 2>&1"
 
 
 for _target, _names in PLAN.targets.items():

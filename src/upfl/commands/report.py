@@ -54,20 +54,57 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return 0
 
 
-def _runs_table(args: argparse.Namespace, write, suffixes: str) -> tuple:
-    """Select the runs, call ``write(runs, out_prefix, provenance)``, say what was written."""
+def _kind_of(args: argparse.Namespace):
+    """The output kind a sub-command makes (its ``kind`` argument where several kinds share it) and its entry."""
+    from ..pipeline.outputs import OUTPUT_KINDS, kinds_of_command
+
+    kind = getattr(args, "kind", None) or kinds_of_command(args.report_command)[0]
+    return kind, OUTPUT_KINDS[kind]
+
+
+def _written(prefix: str, extensions: tuple[str, ...]) -> str:
+    return f"{prefix}." + ", .".join(extensions)
+
+
+def cmd_output(args: argparse.Namespace) -> int:
+    """Any output kind of :data:`upfl.pipeline.outputs.OUTPUT_KINDS` from the selected runs, by its writer."""
+    import inspect
+
+    from ..report.collect import read_runs, select_experiment
     from ..report.render import provenance_line
 
+    kind, entry = _kind_of(args)
+    write = entry.load_writer()
     runs = _runs(args)
-    result = write(runs, args.out_prefix, provenance_line(args.config_file, runs, args.preset))
-    print(f"wrote {args.out_prefix}{suffixes} ({len(runs)} runs)")
-    return runs, result
+    prov = provenance_line(args.config_file, runs, args.preset)
+    if entry.reference:
+        reference = None
+        if args.reference_runs:
+            reference = select_experiment(read_runs(args.reference_runs), args.reference_experiment)
+        write(runs, reference, args.out_prefix, args.figure_prefix, prov)
+    elif entry.tables and entry.figures:
+        write(runs, args.out_prefix, args.figure_prefix, prov)
+    elif entry.tables:
+        write(runs, args.out_prefix, prov)
+    else:
+        from pathlib import Path
 
+        from ..report.figures import figure_title, parse_metrics
 
-def cmd_table1(args: argparse.Namespace) -> int:
-    from ..report.tables import write_table1
-
-    _runs_table(args, write_table1, ".csv, .md, .tex")
+        accepted = inspect.signature(write).parameters
+        options = {"title": args.title or figure_title(Path(args.out_prefix).name)}
+        if args.metrics is not None:
+            options["metrics"] = parse_metrics(args.metrics)
+        elif "metrics" in accepted and accepted["metrics"].default is inspect.Parameter.empty:
+            options["metrics"] = parse_metrics(None)
+        if args.x is not None:
+            options["x"] = args.x
+        options["panels"] = [p.strip() for p in args.panels.split(",") if p.strip()]
+        write(runs, args.out_prefix, provenance=prov, **{k: v for k, v in options.items() if k in accepted})
+    written = [_written(args.out_prefix, entry.tables)] if entry.tables else []
+    if entry.figures:
+        written.append(_written(args.figure_prefix if entry.tables else args.out_prefix, entry.figures))
+    print(f"wrote {' and '.join(written)} ({len(runs)} runs)")
     return 0
 
 
@@ -77,29 +114,6 @@ def cmd_table2(args: argparse.Namespace) -> int:
 
     write_table2(args.data_dirs, args.out_prefix, provenance_line(args.config_file, preset=args.preset))
     print(f"wrote {args.out_prefix}.csv, .md ({len(args.data_dirs)} data sets)")
-    return 0
-
-
-def cmd_time(args: argparse.Namespace) -> int:
-    from ..report.timing import write_time
-
-    _runs_table(args, write_time, ".csv, .md")
-    return 0
-
-
-def cmd_privacy_table(args: argparse.Namespace) -> int:
-    from ..report.privacy_tradeoff import write_privacy_table
-
-    _, (frame, claims) = _runs_table(args, write_privacy_table, ".csv, .md, .tex")
-    print(f"{len(frame)} variant rows, {len(claims)} claim rows")
-    return 0
-
-
-def cmd_ablation_table(args: argparse.Namespace) -> int:
-    from ..report.ablations import write_bases_table, write_momentum_table
-
-    write = write_momentum_table if args.kind == "momentum_table" else write_bases_table
-    _runs_table(args, write, ".csv, .md")
     return 0
 
 
@@ -113,83 +127,6 @@ def cmd_claims(args: argparse.Namespace) -> int:
     frame = write_claims(runs, args.out_prefix, provenance_line(args.config_file, runs, args.preset),
                          parse_roles(args.experiment_for), excluded)
     print(f"wrote {args.out_prefix}.csv, .md ({len(frame)} claims: {summary_text(frame)})")
-    return 0
-
-
-def cmd_draws(args: argparse.Namespace) -> int:
-    from ..report.collect import read_runs, select_experiment
-    from ..report.fresh_data_sets import write_draws
-    from ..report.render import provenance_line
-
-    runs = _runs(args)
-    reference = None
-    if args.reference_runs:
-        reference = select_experiment(read_runs(args.reference_runs), args.reference_experiment)
-    prov = provenance_line(args.config_file, runs, args.preset)
-    frame = write_draws(runs, reference, args.out_prefix, args.figure_prefix, prov)
-    print(f"wrote {args.out_prefix}.csv, .md and {args.figure_prefix}.png, .pdf, .csv ({len(runs)} runs, "
-          f"{len(frame)} rows)")
-    return 0
-
-
-def cmd_sensitivity(args: argparse.Namespace) -> int:
-    from ..report.sensitivity import write_sensitivity
-
-    _runs_table(args, write_sensitivity, ".csv, .md")
-    return 0
-
-
-def cmd_protocol_gap(args: argparse.Namespace) -> int:
-    from ..report.protocol_gap import write_protocol_gap
-
-    _runs_table(args, write_protocol_gap, ".csv, .md")
-    return 0
-
-
-def cmd_gain_grid(args: argparse.Namespace) -> int:
-    from ..report.gain_grid import write_gain_grid
-    from ..report.render import provenance_line
-
-    runs = _runs(args)
-    frame = write_gain_grid(runs, args.out_prefix, args.figure_prefix,
-                            provenance_line(args.config_file, runs, args.preset))
-    print(f"wrote {args.out_prefix}.csv, .md and {args.figure_prefix}.png, .pdf, .csv ({len(runs)} runs, "
-          f"{len(frame)} settings)")
-    return 0
-
-
-def cmd_figure(args: argparse.Namespace) -> int:
-    from ..report.figures import convergence_figure, lambda_sweep_figure, parse_metrics
-    from ..report.render import provenance_line
-
-    from pathlib import Path
-
-    from ..report.figures import figure_title
-
-    runs = _runs(args)
-    prov = provenance_line(args.config_file, runs, args.preset)
-    args.title = args.title or figure_title(Path(args.out_prefix).name)
-    if args.kind in ("momentum_curves", "schedule_figure"):
-        from ..report.ablations import momentum_figure, schedule_figure
-
-        (momentum_figure if args.kind == "momentum_curves" else schedule_figure)(runs, args.out_prefix, prov)
-        print(f"wrote {args.out_prefix}.png, .pdf, .csv ({len(runs)} runs)")
-        return 0
-    if args.kind == "privacy_tradeoff":
-        from ..report.privacy_tradeoff import FIGURE_METRICS, privacy_tradeoff_figure
-
-        metrics = parse_metrics(args.metrics or ",".join(FIGURE_METRICS))
-        privacy_tradeoff_figure(runs, args.out_prefix, metrics, title=args.title, provenance=prov)
-        print(f"wrote {args.out_prefix}.png, .pdf, .csv ({len(runs)} runs)")
-        return 0
-    metrics = parse_metrics(args.metrics)
-    if args.kind == "convergence":
-        convergence_figure(runs, args.out_prefix, metrics, x=args.x or "iteration", title=args.title, provenance=prov)
-    else:
-        panels = [p.strip() for p in args.panels.split(",") if p.strip()]
-        lambda_sweep_figure(runs, args.out_prefix, metrics, x=args.x or "step", panels=panels, title=args.title,
-                            provenance=prov)
-    print(f"wrote {args.out_prefix}.png, .pdf, .csv ({len(runs)} runs)")
     return 0
 
 
@@ -223,27 +160,48 @@ def _config_file(q: argparse.ArgumentParser) -> None:
                         "else full)")
 
 
-def _table_parser(sub: argparse._SubParsersAction, name: str, help_text: str, writes: str, func,
-                  selection: bool = True) -> argparse.ArgumentParser:
-    """A table sub-command: run selection (unless ``selection`` is false), ``--out-prefix``, ``--config-file``."""
-    q = sub.add_parser(name, help=help_text)
-    if selection:
-        _selection(q)
-    suffixes = ", ".join(f"PREFIX.{ext.strip()}" for ext in writes.split(","))
-    q.add_argument("--out-prefix", required=True, help=f"writes {suffixes}")
+def _output_parser(sub: argparse._SubParsersAction, command: str) -> argparse.ArgumentParser:
+    """The sub-command ``command`` of the output kinds table (upfl.pipeline.outputs): run selection,
+    ``--out-prefix`` (and ``--figure-prefix``, ``--reference-runs`` where its kind writes or reads them), the
+    kind as first argument where several kinds share the command, ``--config-file``."""
+    from ..pipeline.outputs import OUTPUT_KINDS, kinds_of_command
+
+    kinds = kinds_of_command(command)
+    entry = OUTPUT_KINDS[kinds[0]]
+    help_text = entry.describe if len(kinds) == 1 else "; ".join(f"{k}: {OUTPUT_KINDS[k].describe}" for k in kinds)
+    q = sub.add_parser(command, help=help_text)
+    if len(kinds) > 1:
+        q.add_argument("kind", choices=kinds)
+    _selection(q)
+    first = entry.tables or entry.figures
+    q.add_argument("--out-prefix", required=True, help="writes " + ", ".join(f"PREFIX.{e}" for e in first))
+    if entry.tables and entry.figures:
+        q.add_argument("--figure-prefix", required=True,
+                       help="writes " + ", ".join(f"PREFIX.{e}" for e in entry.figures))
+    if entry.reference:
+        q.add_argument("--reference-runs", help="runs table with the runs on the paper's draw (e.g. experiment "
+                       "table1)")
+        q.add_argument("--reference-experiment", default=None, help="experiment of --reference-runs (default: all)")
     _config_file(q)
-    q.set_defaults(func=_guard(func))
+    q.set_defaults(func=_guard(cmd_output))
     return q
 
 
+def _commands() -> list[str]:
+    """``upfl report`` sub-commands: runs, table2, claims and one per command of the output kinds table."""
+    from ..pipeline.outputs import OUTPUT_KINDS
+
+    return ["runs", "table2", *dict.fromkeys(k.command for k in OUTPUT_KINDS.values()), "claims"]
+
+
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add ``report`` with sub-commands ``runs``, ``table1``, ``table2``, ``time``, ``privacy-table``, ``claims``,
-    ``draws``, ``sensitivity``, ``protocol-gap``, ``gain-grid`` and ``figure``."""
+    """Add ``report`` with sub-commands ``runs``, ``table2``, ``claims`` and one per command of the output kinds
+    table (upfl.pipeline.outputs.OUTPUT_KINDS)."""
+    from ..pipeline.outputs import OUTPUT_KINDS
+
     p = subparsers.add_parser("report", help="runs table, the paper's tables and figures",
                               description=plain_help(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="report_command",
-                           metavar="{runs,table1,table2,time,privacy-table,ablation-table,claims,draws,sensitivity,"
-                                   "protocol-gap,gain-grid,figure}")
+    sub = p.add_subparsers(dest="report_command", metavar="{" + ",".join(_commands()) + "}")
     sub.required = True
 
     r = sub.add_parser("runs", help="one row per run folder: config, final and best metrics, times, epsilons")
@@ -259,58 +217,33 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     r.add_argument("--no-store", action="store_true", help="restore nothing; a damaged run is only named")
     r.set_defaults(func=_guard(cmd_runs))
 
-    _table_parser(sub, "table1", "final train (test) accuracy per data set x mu x algorithm, paper beside",
-                  "csv, md, tex", cmd_table1)
-    t2 = _table_parser(sub, "table2", "data set statistics computed from the data folders, paper beside",
-                       "csv, md", cmd_table2, selection=False)
+    t2 = sub.add_parser("table2", help="data set statistics computed from the data folders, paper beside")
     t2.add_argument("data_dirs", nargs="+", metavar="DATA_DIR")
-    _table_parser(sub, "time", "training time per algorithm and data set, Upcycled-FL / FedProx ratios",
-                  "csv, md", cmd_time)
-    _table_parser(sub, "privacy-table", "private FedProx vs private Upcycled-FL: accuracy and epsilon-bar per "
-                  "mechanism (equal noise, equal epsilon), the paper's claims beside", "csv, md, tex",
-                  cmd_privacy_table)
+    t2.add_argument("--out-prefix", required=True, help="writes PREFIX.csv, PREFIX.md")
+    _config_file(t2)
+    t2.set_defaults(func=_guard(cmd_table2))
 
-    a = _table_parser(sub, "ablation-table", "the ablations: upcycling or server momentum (momentum_table), "
-                      "upcycling on every base (bases_table), paired intervals", "csv, md", cmd_ablation_table)
-    a.add_argument("kind", choices=("momentum_table", "bases_table"))
+    for command in dict.fromkeys(k.command for k in OUTPUT_KINDS.values()):
+        q = _output_parser(sub, command)
+        if command == "figure":
+            q.add_argument("--metrics", default=None, help="comma-separated: train_loss, train_acc, "
+                           "test_loss, test_acc (one row of panels each; default train_loss,test_acc, "
+                           "test_acc,train_acc for privacy_tradeoff)")
+            q.add_argument("--x", default=None, help="x axis: iteration (default), round or time for convergence; "
+                           "step (default, mu/(mu+lambda)) or lam for lambda_sweep")
+            q.add_argument("--panels", default="curves,final", help="lambda_sweep panels: curves (metric against "
+                           "iterations per lambda, the paper's Figure 2 right) and/or final (final value against x); "
+                           "default curves,final")
+            q.add_argument("--title", default=None, help="figure title (default: from the output's name)")
 
-    c = _table_parser(sub, "claims", "every quantitative claim of the paper, ours beside it, and a verdict",
-                      "csv, md", cmd_claims, selection=False)
+    c = sub.add_parser("claims", help="every quantitative claim of the paper, ours beside it, and a verdict")
     c.add_argument("--runs", required=True, help="the runs table of all experiments (results/runs.csv)")
+    c.add_argument("--out-prefix", required=True, help="writes PREFIX.csv, PREFIX.md")
     c.add_argument("--experiment-for", action="append", metavar="ROLE=EXPERIMENT[,EXPERIMENT]",
                    help="the experiment(s) a group of claims reads (roles: table1, time, lambda_sweep, privacy, "
-                        "privacy_real, cnn, draws); repeatable; defaults in upfl.report.claims.DEFAULT_ROLES")
+                        "privacy_real, cnn, draws); repeatable; defaults in upfl.report.claim_rules.DEFAULT_ROLES")
     c.add_argument("--excluded", action="append", metavar="DATASET[,DATASET]",
                    help="data sets left out of this pipeline run (named as the reason for 'not measured here')")
-
-    d = _table_parser(sub, "draws", "the Upcycled-FL minus FedProx gain on the paper's draw and on fresh generator "
-                      "draws (table and figure)", "csv, md", cmd_draws)
-    d.add_argument("--figure-prefix", required=True, help="writes PREFIX.png, PREFIX.pdf, PREFIX.csv")
-    d.add_argument("--reference-runs", help="runs table with the runs on the paper's draw (e.g. experiment table1)")
-    d.add_argument("--reference-experiment", default=None, help="experiment of --reference-runs (default: all)")
-    _table_parser(sub, "sensitivity", "the Upcycled-FL gain under each straggler draw x straggler policy",
-                  "csv, md", cmd_sensitivity)
-    _table_parser(sub, "protocol-gap", "the Upcycled-FL gain of upfl faithful, upfl under the authors' protocol and "
-                  "the authors' code, under each reporting choice", "csv, md", cmd_protocol_gap)
-    g = _table_parser(sub, "gain-grid", "the Upcycled-FL gain over a grid of lr, even-iteration coefficient, "
-                      "epochs, batch size, iterations and mu, both protocols (table and figure)", "csv, md",
-                      cmd_gain_grid)
-    g.add_argument("--figure-prefix", required=True, help="writes PREFIX.png, PREFIX.pdf, PREFIX.csv")
-
-    f = sub.add_parser("figure", help="convergence curves, the lambda sweep, the privacy-accuracy trade-off, the "
-                       "momentum ablation's curves or the coefficient schedules (PNG, PDF and CSV)")
-    f.add_argument("kind", choices=("convergence", "lambda_sweep", "privacy_tradeoff", "momentum_curves",
-                                    "schedule_figure"))
-    _selection(f)
-    f.add_argument("--out-prefix", required=True, help="writes PREFIX.png, PREFIX.pdf, PREFIX.csv")
-    f.add_argument("--metrics", default=None, help="comma-separated: train_loss, train_acc, "
-                   "test_loss, test_acc (one row of panels each; default train_loss,test_acc, "
-                   "test_acc,train_acc for privacy_tradeoff)")
-    f.add_argument("--x", default=None, help="x axis: iteration (default), round or time for convergence; "
-                   "step (default, mu/(mu+lambda)) or lam for lambda_sweep")
-    f.add_argument("--panels", default="curves,final", help="lambda_sweep panels: curves (metric against "
-                   "iterations per lambda, the paper's Figure 2 right) and/or final (final value against x); default curves,final")
-    f.add_argument("--title", default=None, help="figure title (default: none)")
-    _config_file(f)
-    f.set_defaults(func=_guard(cmd_figure))
+    _config_file(c)
+    c.set_defaults(func=_guard(cmd_claims))
     return p

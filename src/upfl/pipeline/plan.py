@@ -24,9 +24,9 @@ from ..data.registry import check_dataset_entry
 from ..data.sources import PAPER_SYNTHETIC_SETS
 from ..draws.rounds import resolve_straggler_policy
 from ..names import is_upcycled
+from .config_errors import ExperimentError
+from .outputs import OUTPUT_KINDS
 
-OUTPUT_KINDS = ("table1", "time", "convergence", "lambda_sweep", "privacy_table", "privacy_tradeoff", "momentum_table",
-                "bases_table", "momentum_curves", "schedule_figure", "draws", "sensitivity", "protocol_gap", "gain_grid")
 PROTOCOLS = ("paper", "authors")
 """``experiments.<name>.protocol`` (or a group's ``protocol``): ``paper`` (the default: the paper's model and Eq. (5)'s lambda) or ``authors``
 (what the authors' released code runs: :data:`AUTHORS_SETTINGS` on every run, the even-iteration coefficient as
@@ -35,7 +35,9 @@ AUTHORS_SETTINGS = {"model.softmax_before_loss": True}
 AUTHORS_STEP = 0.7
 """The authors' code's even-iteration coefficient, a tuned scalar: mu / (mu + lambda) = 1 / 1.43 = 0.699 for
 Table 1's mu 1, lambda 0.43, to 3 digits."""
-JOB_KEYS = ("gpus", "threads", "runtime", "mem_mb", "runs_per_job", "runs_per_gpu")
+JOB_DEFAULTS = {"gpus": 0, "threads": 1, "runtime": 60, "mem_mb": 4000, "runs_per_job": 1, "runs_per_gpu": 1}
+"""The keys of ``job_defaults`` and of an experiment's or group's ``job`` (the schema and config/README.md are tested
+against them), with the values a run gets when the config gives none."""
 ENTRY_KEYS = {"algorithm", "rounds", "mu", "lam", "step", "schedule", "model", "set"}
 VARY_ENTRY_KEYS = ("mu", "lam", "step", "round_scale")
 """Keys of a ``vary`` setting besides dotted run-config keys: ``mu`` (every run), ``lam`` and ``step`` (the
@@ -43,58 +45,6 @@ upcycled runs' even-iteration coefficient, one replacing the other), ``round_sca
 multiplied)."""
 SOLVER_ID_KEYS = {"lr": "lr", "epochs": "E", "batch_size": "B", "momentum": "m"}
 """``solver.*`` keys named in a run id (as ``<short><value>``) where they differ from ``run_defaults``."""
-
-
-class ExperimentError(ValueError):
-    """The workflow config is inconsistent; the message names the experiment and key."""
-
-
-def _short(value: Any, limit: int = 80) -> str:
-    text = json.dumps(value, default=str) if not isinstance(value, str) else repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def schema_error_text(error: Any) -> str:
-    """One line for a JSON-schema ``error`` of the workflow config: the key, the value, what is allowed, and for an
-    unknown key the closest known one; never the schema itself."""
-    import difflib
-
-    path = list(error.absolute_path)
-    where = "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p)) for i, p in enumerate(path))
-    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
-        allowed = sorted(error.schema.get("properties", {}))
-        unknown = sorted(k for k in error.instance if k not in allowed)
-        key = unknown[0] if unknown else "?"
-        close = difflib.get_close_matches(key, allowed, n=1)
-        hint = f"; did you mean '{close[0]}'?" if close else ""
-        return f"{where + '.' if where else ''}{key}: unknown key; allowed: {', '.join(allowed)}{hint}"
-    where = where or "(top level)"
-    if error.validator == "enum":
-        choices = ", ".join(str(v) for v in error.validator_value)
-        return f"{where}: value {_short(error.instance)} is not allowed; allowed: {choices}"
-    if error.validator in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
-        sign = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}[error.validator]
-        return f"{where}: value {_short(error.instance)} is not allowed; allowed: numbers {sign} {error.validator_value}"
-    if error.validator == "type":
-        return f"{where}: value {_short(error.instance)} is not allowed; allowed: {error.validator_value}"
-    if error.validator == "oneOf" and error.context:
-        deepest = max(error.context, key=lambda e: len(e.absolute_path))
-        return schema_error_text(deepest)
-    return f"{where}: value {_short(error.instance)} is not allowed ({error.validator} {_short(error.validator_value)})"
-
-
-def check_workflow_config(config: dict[str, Any], schema_path: str) -> None:
-    """Check the workflow config against its JSON schema; raise :class:`ExperimentError` with one short line for
-    the first problem (see :func:`schema_error_text`)."""
-    import jsonschema
-    import yaml
-
-    with open(schema_path, encoding="utf-8") as f:
-        schema = yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a SafeLoader
-    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(config),
-                    key=lambda e: (len(list(e.absolute_path)), [str(p) for p in e.absolute_path]))
-    if errors:
-        raise ExperimentError(schema_error_text(errors[0]))
 
 
 def fmt_number(x: Any) -> str:
@@ -219,7 +169,7 @@ def vary_settings(vary: list[dict[str, Any]], where: str) -> list[dict[str, Any]
             raise ExperimentError(f"{where}[{i}]: lam and step both set (each gives the even-iteration coefficient)")
         keys = list(item)
         for values in itertools.product(*(_as_list(item[k]) for k in keys)):
-            one = dict(zip(keys, values, strict=True))
+            one = dict(zip(keys, values))
             if one not in settings:
                 settings.append(one)
     return settings
@@ -287,7 +237,7 @@ def run_id(dataset: str, doc: dict[str, Any], seed: int, solver_defaults: dict[s
     return "/".join(parts)
 
 
-def _merge(doc: dict[str, Any], settings: dict[str, Any] | None, where: str) -> None:
+def _merge(doc: dict[str, Any], settings: dict[str, Any], where: str) -> None:
     for key, value in (settings or {}).items():
         try:
             cfgmod.set_key(doc, key, tree_copy(value))
@@ -411,8 +361,7 @@ def build_plan(config: dict[str, Any]) -> Plan:
         ids: dict[str, None] = {}
         exp_seeds = [int(s) for s in exp.get("seeds", seeds)]
         for gi, group in enumerate(exp.get("groups", [])):
-            job = {**{"gpus": 0, "threads": 1, "runtime": 60, "mem_mb": 4000, "runs_per_job": 1, "runs_per_gpu": 1},
-                   **config.get("job_defaults", {}),
+            job = {**JOB_DEFAULTS, **config.get("job_defaults", {}),
                    **exp.get("job", {}), **group.get("job", {})}
             group_seeds = [int(s) for s in group.get("seeds", exp_seeds)]
             settings = [{}, *vary_settings(group.get("vary", []), f"experiments.{name}.groups[{gi}].vary")]
@@ -443,7 +392,7 @@ def build_plan(config: dict[str, Any]) -> Plan:
                                 runs[rid] = spec
                             if name not in spec.experiments:
                                 spec.experiments.append(name)
-                            spec.job = {k: max(spec.job.get(k, 0), job[k]) for k in JOB_KEYS}
+                            spec.job = {k: max(spec.job.get(k, 0), job[k]) for k in JOB_DEFAULTS}
                             ids[rid] = None
         if not ids:
             continue
@@ -460,74 +409,3 @@ def build_plan(config: dict[str, Any]) -> Plan:
             targets.setdefault(out.get("target", out["name"]), []).append(out["name"])
     used = sorted({s.dataset for s in runs.values()})
     return Plan(runs, experiments, outputs, targets, used)
-
-
-def output_files(kind: str, name: str) -> list[str]:
-    """The files one report output writes (relative to the workflow root)."""
-    if kind in ("table1", "privacy_table"):
-        return [f"results/tables/{name}.{ext}" for ext in ("csv", "md", "html", "tex")]
-    if kind in ("time", "momentum_table", "bases_table", "sensitivity", "protocol_gap"):
-        return [f"results/tables/{name}.{ext}" for ext in ("csv", "md", "html")]
-    if kind in ("draws", "gain_grid"):
-        return [f"results/tables/{name}.{ext}" for ext in ("csv", "md", "html")] + \
-            [f"results/figures/{name}.{ext}" for ext in ("png", "pdf", "csv")]
-    return [f"results/figures/{name}.{ext}" for ext in ("png", "pdf", "csv")]
-
-
-RESULTS_LAYOUT = """\
-- `runs/<data set>/<model>/<algorithm>/<mu..._lam...>/s<stragglers>_f<frac>/T<iterations>/seed<seed>/`:
-  `metrics.csv` (one row per iteration), `summary.json` (final metrics, resolved config, provenance) and
-  `checksums.json` (their SHA-256 as trained, checked before they are published); an unfinished run keeps its
-  checkpoints in `.checkpoints/` inside its folder, a run whose files were found changed keeps them in
-  `.damaged-<time>/`.
-- `runs.csv`: one row per run with its config keys, final metrics and data source (load it with pandas).
-- `experiments/<experiment>/runs.csv`: the runs of one experiment.
-- `tables/`: each table as HTML (the formatted page), CSV, Markdown and for Table 1 and privacy LaTeX;
-  `tables/claims.*`: the paper's claims, judged. `figures/`: PNG, PDF and the CSV behind each figure.
-- `bundles/`: the spec of each training job that trains many runs (`<bundle>-<digest>.json`, named by its
-  content); `finished/`: the finished runs of a bundle, restored from there when a bundle job reruns.
-- `logs/`, `benchmarks/`: per-job logs and timings.
-- `report.html`: `snakemake --report results/report.html` (every table and figure that exists, in one page).
-"""
-
-
-def results_readme(config: dict[str, Any]) -> str:
-    """``results/README.md``: what the full config and each preset build (runs, data sets and the files of every
-    target), computed from the plan so that it cannot drift from the workflow."""
-    lines = ["# results/", "",
-             "Outputs of the workflow; nothing but this README is tracked by git. This file is generated from "
-             "`config/config.yaml` by `python tools/results_readme.py` (a test checks that it matches the plan).", ""]
-    for preset in ["full", *config.get("presets", {})]:
-        plan = build_plan({**config, "preset": preset})
-        resolved = resolve_preset({**config, "preset": preset})
-        selects = "" if preset == "full" else f" --config preset={preset}"  # after any target: --config takes every word
-        command = f"snakemake --cores all{selects}"
-        sources = sorted({resolved["datasets"][d]["source"] for d in plan.datasets})
-        lines += [f"## Preset `{preset}`: `{command}`", "",
-                  f"{len(plan.runs)} runs on {len(plan.datasets)} data sets (sources: {', '.join(sources)}); "
-                  f"{len(plan.outputs)} report outputs. Targets (`snakemake --cores all TARGET{selects}`) and their "
-                  "files:", ""]
-        for target, names in sorted(plan.targets.items()):
-            files = [f.removeprefix("results/") for n in names
-                     for f in output_files(plan.outputs[n]["kind"], n)]
-            lines.append(f"- `{target}`: " + ", ".join(f"`{f}`" for f in files))
-        lines += ["- every build: `runs.csv`, `tables/table2.csv`, `tables/table2.md`, `tables/table2.html`, "
-                  "`tables/claims.csv`, `tables/claims.md`, `tables/claims.html`", ""]
-    lines += ["## Layout", "", RESULTS_LAYOUT]
-    return "\n".join(lines).rstrip("\n") + "\n"
-
-
-def misspelt_targets(argv: list[str], known: list[str]) -> list[str]:
-    """One line per word of a Snakemake command line that looks like a misspelt target (not a known target or
-    rule, but close to one): 'fig55: not a target of this config; did you mean fig5?'."""
-    import difflib
-    import re
-
-    lines = []
-    for word in argv[1:]:
-        if not re.fullmatch(r"[A-Za-z]\w*", word) or word in known:
-            continue
-        close = difflib.get_close_matches(word, known, n=1, cutoff=0.75)
-        if close:
-            lines.append(f"{word}: not a target of this config; did you mean {close[0]}?")
-    return lines

@@ -35,7 +35,7 @@ from typing import Any
 from collections.abc import Sequence
 
 from ..errors import ConfigError
-from ..names import is_upcycled
+from ..names import accountants_of, is_upcycled
 
 SGD_CAVEAT = ("Theorem C.2 assumes the exact minimiser of the perturbed local objective; the engine "
               "approximates it with SGD, so this epsilon is the theorem's value for the exact minimiser, "
@@ -527,8 +527,8 @@ def privacy_report(cfg, dataset, model, cross_check: Sequence[str] = ("rdp",), r
                       else (NO_GLM if not assumptions["glm"] else NO_GUARANTEE)),
         "delta": 0.0, "parameters": {"alpha": p.alpha, "mu": assumptions["mu"]},
         "assumptions": assumptions, "devices": rows,
-        "epsilon_bar": {k: _mean([r[k] for r in rows]) for k in ("theorem_c2", "theorem_c2_paper_sum")},
-        **_epsilon_summary(rows, ("theorem_c2", "theorem_c2_paper_sum")),
+        "epsilon_bar": {k: _mean([r[k] for r in rows]) for k in accountants_of("objective")},
+        **_epsilon_summary(rows, accountants_of("objective")),
         "notes": [SGD_CAVEAT, OFF_BY_ONE_NOTE, *shared],
     })
     return base

@@ -7,7 +7,8 @@
 
 from .collect import ReportError, apply_where, collect_runs, load_metrics, read_runs, select_experiment
 from .figures import convergence_figure, lambda_sweep_figure
-from .privacy_tradeoff import privacy_claims_frame, privacy_frame, privacy_tradeoff_figure, write_privacy_table
+from .privacy_table import privacy_claims_frame, privacy_frame, write_privacy_table
+from .privacy_tradeoff import privacy_tradeoff_figure
 from .stats import mean_interval, t_quantile
 from .tables import table1_frame, write_table1, write_table2
 from .timing import time_frame, write_time

@@ -27,6 +27,8 @@ from .paper_numbers import algorithm_label, dataset_label, dataset_order
 from .render import fmt, markdown_table, write_csv, write_markdown
 from .stats import LEVEL, mean_interval
 from .styles import ALGORITHM_STYLES
+from .render import as_number, fmt_mu
+from .claim_rules import (number_text, verdict_direction, Context, claim_row, not_measured, paired_gain)
 
 SCHEDULES = CHOICES["algorithm.schedule"]
 
@@ -333,3 +335,110 @@ def schedule_figure(runs: pd.DataFrame, out_prefix: str, provenance: str) -> Non
     if not rows:
         raise ReportError("lambda_schedule: no upcycled runs")
     write_csv(f"{out_prefix}.csv", pd.concat(rows, ignore_index=True), provenance)
+
+
+# ---------------------------------------------------------------------------------------------
+# Section 1: upcycling is orthogonal to the base algorithm (the upcycling_bases experiment)
+
+BASES_SOURCE = "Section 1: 'upcycling is orthogonal to the base algorithm' (no figure given)"
+
+
+def _straggler_text(value: Any) -> str:
+    v = as_number(value)
+    return "" if math.isnan(v) else f", {v:.0%} stragglers"
+
+
+def bases_claims(ctx: Context) -> list[dict[str, Any]]:
+    """Per data set x straggler level x base: Upcycled-on-base minus the base, final test accuracy, paired on
+    seed at equal training rounds. The paper gives a direction only, so the rule is the lambda sweep's: holds
+    when the interval lies above 0."""
+    from .collect import base_algorithm
+
+    runs = ctx.of("bases")
+    exp = ctx.roles["bases"]
+    base = dict(section="Upcycling on other base algorithms", paper=math.nan, unit="pp", experiment=exp,
+                source=BASES_SOURCE)
+    claim = "Upcycling improves {label} (Upcycled {label} − {label}, final test accuracy, equal training rounds{s})"
+    if runs.empty:
+        return [not_measured(**base, id="bases", dataset="", why=ctx.missing("bases"),
+                              claim=claim.format(label="every base", s=""))]
+    runs = runs.assign(base=runs["algorithm"].map(base_algorithm))
+    straggler = runs["straggler"].map(as_number) if "straggler" in runs.columns else pd.Series(math.nan, runs.index)
+    model = runs["model"].fillna("") if "model" in runs.columns else pd.Series("", runs.index)
+    rows = []
+    for dataset in sorted(set(runs["dataset"])):
+        for mdl in sorted(set(model[runs["dataset"] == dataset])):
+            cell = (runs["dataset"] == dataset) & (model == mdl)
+            for level in sorted({v for v in straggler[cell] if not math.isnan(v)} or {math.nan}):
+                at = cell & ((straggler == level) | (straggler.isna() & math.isnan(level)))
+                sub = runs[at]
+                order = [b for b in BASE_LABELS if b in set(sub["base"])] + \
+                    sorted(set(sub["base"]) - set(BASE_LABELS))
+                for name in order:
+                    plain = sub[(sub["base"] == name) & (sub["algorithm"] == name)]
+                    up = sub[(sub["base"] == name) & (sub["algorithm"] != name)]
+                    label = BASE_LABELS.get(name, name)
+                    real = bool(mdl) and dataset in ("femnist", "sent140")
+                    where = _straggler_text(level) + (f", {mdl.upper()}" if real else "")
+                    ident = f"bases/{dataset}" + (f"/{mdl}" if real else "") + \
+                        ("" if math.isnan(level) else f"/s{level:g}") + f"/{name}"
+                    row = dict(base, id=ident, dataset=dataset, claim=claim.format(label=label, s=where))
+                    if plain.empty or up.empty:
+                        missing = "its upcycled version" if up.empty else "the base itself"
+                        rows.append(not_measured(**row, why=f"no runs of {missing} in experiment {exp}"))
+                        continue
+                    try:
+                        mean, low, high, n = paired_gain(up, plain, "test_acc")
+                    except ReportError as err:
+                        rows.append(not_measured(**row, why=str(err)))
+                        continue
+                    verdict, why = verdict_direction(+1, low, high, n)
+                    rows.append(claim_row(**row, ours=mean, ci_low=low, ci_high=high, n_pairs=n, verdict=verdict,
+                                     why=why + "; the paper gives a direction, no figure"))
+    return rows
+
+
+MOMENTUM_NOTE = (
+    "Not a claim of the paper (an ablation's question): the even step extrapolates along the last global update, as "
+    "server momentum does. Upcycled-FL minus FedProx with server momentum β (`fedavgm` with the same μ), final "
+    "test accuracy at equal training rounds, paired on seed, mean and 95% t interval; no verdict.")
+MOMENTUM_HEADER = ["Data", "Comparison", "Ours [95% CI] (pp)", "Pairs"]
+
+
+def momentum_information(ctx: Context) -> list[list[str]]:
+    """Rows of the information section: Upcycled-FL against FedProx + momentum per β (experiment of role
+    ``momentum``); empty when that experiment has no such runs."""
+
+    runs = ctx.of("momentum")
+    if runs.empty:
+        return []
+    rows = []
+    mu = runs["mu"].map(as_number)
+    for dataset, m in sorted({(d, v) for d, v in zip(runs["dataset"], mu) if v > 0}):
+        sub = runs[(runs["dataset"] == dataset) & (mu == m)]
+        up = sub[sub["algorithm"] == "upcycled"]
+        mom = sub[sub["algorithm"] == "fedavgm"]
+        options = mom["algorithm_options"].fillna("").astype(str)
+        for opts in sorted(set(options)):
+            if up.empty:
+                continue
+            try:
+                mean, low, high, n = paired_gain(up, mom[options == opts], "test_acc")
+            except ReportError as err:
+                rows.append([dataset_label(dataset), "Upcycled-FL − FedProx + momentum", str(err), "0"])
+                continue
+            ours = number_text(mean, "pp") + ("" if math.isnan(low) else
+                                           f" [{number_text(low, 'pp')}, {number_text(high, 'pp')}]")
+            rows.append([dataset_label(dataset), f"Upcycled-FL − FedProx + momentum ({options_text(opts)}), "
+                         f"μ = {fmt_mu(m)}", ours, str(n)])
+    return rows
+
+
+def momentum_page_section(ctx: Context) -> list[str]:
+    """The claims page's information section on upcycling or server momentum (no verdict: the paper makes no
+    claim), empty without the momentum ablation's runs."""
+    info = momentum_information(ctx)
+    if not info:
+        return []
+    return ["## Information: upcycling or server momentum?\n", MOMENTUM_NOTE + "\n",
+            markdown_table(MOMENTUM_HEADER, info)]

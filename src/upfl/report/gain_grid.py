@@ -272,3 +272,8 @@ def claims_section(runs: pd.DataFrame) -> list[str]:
     if runs.empty:
         return []
     return section(gain_grid_frame(runs))
+
+
+def claims_page_section(ctx) -> list[str]:
+    """The claims page's section on the gain grid (:func:`claims_section`) from the context's ``sensitivity`` runs."""
+    return claims_section(ctx.of("sensitivity"))

@@ -333,3 +333,9 @@ def headline_section(runs: pd.DataFrame, grid_runs: pd.DataFrame | None = None) 
     lines += seed_spread_lines(frame)
     lines += smaller_step_lines(frame[frame["implementation"].isin(IMPLEMENTATIONS.values())], grid)
     return ["## Why the headline differs\n", text + "\n", "\n".join(lines)]
+
+
+def claims_page_section(ctx) -> list[str]:
+    """The claims page's section "Why the headline differs" (:func:`headline_section`) from the context's
+    ``protocol_gap`` and ``sensitivity`` runs."""
+    return headline_section(ctx.of("protocol_gap"), ctx.of("sensitivity"))

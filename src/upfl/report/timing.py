@@ -21,6 +21,7 @@ from .collect import ReportError, cumulative_rounds, is_diverged, load_metrics, 
 from .paper_numbers import algorithm_label, dataset_label, paper_values
 from .render import fmt, fmt_mu, markdown_table, mean_std, write_csv, write_markdown
 from .stats import LEVEL, mean_interval
+from .claim_rules import (half_unit, verdict_gain, verdict_equivalence, Context, claim_row, not_measured)
 
 COMPARISONS = ("equal_iterations", "equal_rounds")
 
@@ -192,3 +193,45 @@ def write_time(runs: pd.DataFrame, out_prefix: str, provenance: str) -> pd.DataF
 
 
 __all__ = ["write_time", "time_frame", "ratio_pairs", "time_to_iteration", "time_to_rounds"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Training time
+
+
+def time_claims(ctx: Context) -> list[dict[str, Any]]:
+    """'48% less training time' at equal iterations and 'about the same time' at double iterations."""
+
+    runs = ctx.of("time")
+    paper = paper_values("time").set_index("comparison")
+    exp = ctx.roles["time"]
+    base_eq = dict(id="time/equal_iterations", section="Training time",
+                   claim="Upcycled-FL needs less training time than FedProx at equal iterations "
+                         "(all Table 1 cells pooled)",
+                   dataset="all", paper=(1 - float(paper.loc["equal_iterations", "paper_ratio"])) * 100,
+                   unit="% less time", experiment=exp, source=str(paper.loc["equal_iterations", "source"]))
+    base_rounds = dict(id="time/equal_rounds", section="Training time",
+                       claim="About the same training time with double iterations (Upcycled-FL / FedProx at equal "
+                             "training rounds; all Table 1 cells pooled)",
+                       dataset="all", paper=float(paper.loc["equal_rounds", "paper_ratio"]), unit="ratio",
+                       experiment=exp, source=str(paper.loc["equal_rounds", "source"]))
+    pairs = runs[runs["algorithm"].isin(["fedprox", "upcycled"])] if not runs.empty else runs
+    if pairs.empty or set(pairs["algorithm"]) != {"fedprox", "upcycled"}:
+        why = ctx.missing("time")
+        return [not_measured(**base_eq, why=why), not_measured(**base_rounds, why=why)]
+    frame = time_frame(pairs)
+    allrow = frame[frame["dataset"] == "all"]
+    if allrow.empty:
+        why = "no FedProx / Upcycled-FL pair with the same data set and mu"
+        return [not_measured(**base_eq, why=why), not_measured(**base_rounds, why=why)]
+    r = allrow.iloc[0]
+    n = int(r["n_pairs"])
+    low, high = (1 - r["ratio_equal_iterations_ci_high"]) * 100, (1 - r["ratio_equal_iterations_ci_low"]) * 100
+    verdict, why = verdict_gain(base_eq["paper"], low, high, n, half_unit("48"))
+    out = [claim_row(**base_eq, ours=(1 - r["ratio_equal_iterations_mean"]) * 100, ci_low=low, ci_high=high, n_pairs=n,
+                verdict=verdict, why=why)]
+    low, high = r["ratio_equal_rounds_ci_low"], r["ratio_equal_rounds_ci_high"]
+    verdict, why = verdict_equivalence(base_rounds["paper"], low, high, n)
+    out.append(claim_row(**base_rounds, ours=r["ratio_equal_rounds_mean"], ci_low=low, ci_high=high, n_pairs=n,
+                    verdict=verdict, why=why))
+    return out
