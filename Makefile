@@ -41,5 +41,5 @@ lint:
 	$(BIN)/ruff check src tests benchmarks tools
 	$(BIN)/ruff format --check src tests benchmarks tools
 	$(BIN)/mypy
-	$(BIN)/snakemake --lint --snakefile workflow/Snakefile
+	$(BIN)/python tools/workflow_lint.py
 	$(BIN)/snakefmt --check workflow

@@ -151,7 +151,7 @@ def test_kept_device_rows_give_the_same_solve_and_an_in_place_change_is_seen(mon
     first = solve([0, 1, 2, 3, 4])
     kept = solve([0, 1, 2, 3, 4])
     shuffled = solve([3, 0, 4, 2, 1])
-    assert len(rows.entries) == 1 and torch.equal(first, kept)
+    assert len(rows.kept.entries) == 1 and torch.equal(first, kept)
     assert torch.equal(shuffled, first[[3, 0, 4, 2, 1]])
     xs[1].mul_(-2.0)
     changed = solve([0, 1, 2, 3, 4])
@@ -161,7 +161,7 @@ def test_kept_device_rows_give_the_same_solve_and_an_in_place_change_is_seen(mon
     monkeypatch.setattr(solver_numba.solver, "DEVICE_ROWS", rows)
     for subset in ([0, 1], [2, 3], [1, 4]):  # more sets than it keeps: the oldest goes
         solve(subset)
-    assert len(rows.entries) == 2 and all(len(key) == 1 + 2 for key in rows.entries)
+    assert len(rows.kept.entries) == 2 and all(len(key) == 1 + 2 for key in rows.kept.entries)
 
 
 def test_balance_covers_every_device_once():
@@ -239,15 +239,15 @@ def test_select_local_solver_auto_and_named_errors(monkeypatch):
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     logreg = LogisticRegression(3, 2)
     assert select_local_solver("torch", logreg, cpu) is local_solve
-    assert select_local_solver("auto", logreg, cpu) is solver_numba.local_solve
-    assert select_local_solver("numba", logreg, cpu) is solver_numba.local_solve
-    assert select_local_solver("numba", logreg, cpu, threads=1).keywords == {"threads": 1}
+    assert select_local_solver("auto", logreg, cpu).solve is solver_numba.local_solve
+    assert select_local_solver("numba", logreg, cpu).solve is solver_numba.local_solve
+    assert select_local_solver("numba", logreg, cpu, threads=1).solve.keywords == {"threads": 1}
     assert select_local_solver("auto", logreg, cpu).personal_solve is solver_numba.personal_solve
     assert select_local_solver("numba", logreg, cpu, threads=1).personal_solve.keywords == {"threads": 1}
     assert not hasattr(select_local_solver("torch", logreg, cpu), "personal_solve")
     assert select_local_solver("auto", NotLogReg(), cpu) is local_solve
     assert select_local_solver("auto", logreg, cuda) is local_solve
-    assert select_local_solver("auto", BinaryLogisticRegression(3), cpu) is solver_numba.local_solve
+    assert select_local_solver("auto", BinaryLogisticRegression(3), cpu).solve is solver_numba.local_solve
     with pytest.raises(cfgmod.ConfigError, match="solver.backend: numba supports only the logreg and binary_logreg"):
         select_local_solver("numba", NotLogReg(), cpu)
     with pytest.raises(cfgmod.ConfigError, match="solver.backend: numba runs on the CPU only"):

@@ -32,8 +32,8 @@ def schema_error_text(error: Any) -> str:
         return f"{where + '.' if where else ''}{key}: unknown key; allowed: {', '.join(allowed)}{hint}"
     where = where or "(top level)"
     if error.validator == "enum":
-        allowed = ", ".join(str(v) for v in error.validator_value)
-        return f"{where}: value {_short(error.instance)} is not allowed; allowed: {allowed}"
+        choices = ", ".join(str(v) for v in error.validator_value)
+        return f"{where}: value {_short(error.instance)} is not allowed; allowed: {choices}"
     if error.validator in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
         sign = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}[error.validator]
         return f"{where}: value {_short(error.instance)} is not allowed; allowed: numbers {sign} {error.validator_value}"

@@ -237,7 +237,7 @@ def run_id(dataset: str, doc: dict[str, Any], seed: int, solver_defaults: dict[s
     return "/".join(parts)
 
 
-def _merge(doc: dict[str, Any], settings: dict[str, Any], where: str) -> None:
+def _merge(doc: dict[str, Any], settings: dict[str, Any] | None, where: str) -> None:
     for key, value in (settings or {}).items():
         try:
             cfgmod.set_key(doc, key, tree_copy(value))

@@ -30,7 +30,7 @@ def loss_area(run_dir: str) -> float:
 def lambda_claims(ctx: Context) -> list[dict[str, Any]]:
     """'Smaller lambda converges faster': the largest step mu/(mu+lambda) against the smallest, per seed."""
     runs = ctx.of("lambda_sweep")
-    base = dict(id="fig2/lambda_sweep", section="Figure 2 (right)",
+    base: dict[str, Any] = dict(id="fig2/lambda_sweep", section="Figure 2 (right)",
                 claim="Smaller λ (larger step μ/(μ+λ)) converges faster: mean training loss over the iterations, "
                       "smallest λ minus largest λ (negative: faster)",
                 dataset="", paper=math.nan, unit="loss", experiment=ctx.roles["lambda_sweep"],
@@ -40,7 +40,8 @@ def lambda_claims(ctx: Context) -> list[dict[str, Any]]:
         return [not_measured(**base, why=ctx.missing("lambda_sweep") if ups.empty else
                               "fewer than two λ values among the Upcycled-FL runs")]
     rows = []
-    for dataset, sub in ups.groupby("dataset", sort=True):
+    for key, sub in ups.groupby("dataset", sort=True):
+        dataset = str(key)
         coefs = sub["coef"].astype(float)
         big, small = sub[coefs == coefs.max()], sub[coefs == coefs.min()]
         a = big.assign(area=[loss_area(d) for d in big["run_dir"]])
@@ -49,7 +50,7 @@ def lambda_claims(ctx: Context) -> list[dict[str, Any]]:
         mean, low, high, n = claim_interval(p["a"] - p["b"])
         verdict, why = verdict_direction(-1, low, high, n)
         rows.append(claim_row(**{**base, "id": f"fig2/lambda_sweep/{dataset}", "dataset": dataset,
-                            "claim": base["claim"] + f" (step {coefs.max():g} against {coefs.min():g})"},
+                            "claim": base["claim"] + f" (step {float(coefs.max()):g} against {float(coefs.min()):g})"},
                          ours=mean, ci_low=low, ci_high=high, n_pairs=n, verdict=verdict,
                          why=why + "; the paper gives a direction, no figure"))
     return rows
@@ -65,7 +66,8 @@ def real_claims(ctx: Context) -> list[dict[str, Any]]:
 
     figs = paper_values("figures")
     rows = []
-    for (fig, dataset, model, mech), grp in figs.groupby(["figure", "dataset", "model", "mechanism"], sort=False):
+    for keys, grp in figs.groupby(["figure", "dataset", "model", "mechanism"], sort=False):
+        fig, dataset, model, mech = (str(k) for k in keys)
         up = grp[grp["algorithm"] == "upcycled"].iloc[0]
         prox = grp[grp["algorithm"] == "fedprox"].iloc[0]
         role = "privacy_real" if fig == "fig12" else "cnn"

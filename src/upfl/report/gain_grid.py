@@ -77,7 +77,7 @@ def gain_grid_frame(runs: pd.DataFrame) -> pd.DataFrame:
     if runs.empty:
         raise ReportError("sensitivity: no FedProx or Upcycled-FL runs")
     runs = _cells(converged(runs))
-    prox_cells = dict(runs[runs["algorithm"] == "fedprox"].groupby([*SHARED, "fedprox_rounds"]))
+    prox_cells = dict(iter(runs[runs["algorithm"] == "fedprox"].groupby([*SHARED, "fedprox_rounds"])))  # (key, rows) pairs
     rows = []
     for key, up in runs[runs["algorithm"] == "upcycled"].groupby([*SHARED, "fedprox_rounds", "coef"], sort=True):
         prox = prox_cells.get(key[:-1])

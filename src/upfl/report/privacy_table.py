@@ -152,7 +152,8 @@ def worst_device(cell: pd.DataFrame, accountant: str) -> str | None:
     eps, name = f"privacy_worst_device_{accountant}_epsilon", f"privacy_worst_device_{accountant}_device"
     if eps not in cell.columns or name not in cell.columns or cell[eps].astype(float).isna().all():
         return None
-    return str(cell.loc[cell[eps].astype(float).idxmax(), name])
+    worst_seed = cell[eps].astype(float).idxmax()
+    return str(cell.at[worst_seed, name])
 
 
 def _primary_eps(row: dict) -> float:
@@ -219,7 +220,7 @@ def _holds_text(holds: Any) -> str:
     return "holds" if holds else "does not hold"
 
 
-def _claim_base(claim: dict, dataset: str, block: dict, up: dict) -> dict[str, Any]:
+def _claim_base(claim: dict, dataset: str, block: dict | None, up: dict | None) -> dict[str, Any]:
     return {"mechanism": claim["mechanism"], "claim": claim["claim"], "protocol": claim["protocol"],
             "dataset": dataset, "label": dataset_label(dataset) if dataset != "all" else "all (pooled)",
             "reference_noise": block["reference"] if block else "", "upcycled_noise": up["noise"] if up else "",
@@ -313,9 +314,9 @@ def privacy_claims_frame(runs: pd.DataFrame, paper: pd.DataFrame | None = None) 
             continue
         claim, b = entry["claim"], entry["block"]
         if "rows" in entry:
-            values = [r["ours"] for r in entry["rows"]]
-            mean = sum(values) / len(values)
-            holds = all(v > 0 for v in values)
+            gains = [r["ours"] for r in entry["rows"]]
+            mean = sum(gains) / len(gains)
+            holds = all(v > 0 for v in gains)
             rows.append({**_claim_base(claim, "all", b, None), "accountant": key[3], "unit": "% less ε̄",
                          "ours": mean, "ci_low": math.nan, "ci_high": math.nan, "n_pairs": math.nan,
                          "holds": holds, "holds_text": _holds_text(holds), "paper_dataset": True,
@@ -360,7 +361,7 @@ def _eps_text(row: dict, acc: str) -> str:
 
 def _iterations_text(row: dict) -> str:
     tr = row.get("training_rounds")
-    return f"{row['rounds']} ({'' if missing(tr) else int(tr)})"
+    return f"{row['rounds']} ({'' if tr is None or missing(tr) else int(tr)})"
 
 
 def _ratio_text(row: dict) -> str:

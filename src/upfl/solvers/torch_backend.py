@@ -6,8 +6,9 @@ finished devices cost nothing. Batch orders are drawn up front (one permutation 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from typing import NamedTuple
+from typing import Any, NamedTuple
 from collections.abc import Callable
 
 import numpy as np
@@ -97,14 +98,29 @@ def local_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: list[
     return w[inverse.to(dev)], sum(sorted_steps)
 
 
-def numba_solver(threads: int = 0, entries: tuple[str, ...] | None = None) -> Callable | None:
-    """The compiled logistic-regression solver (:mod:`upfl.solvers.numba_backend`), its kernels for ``entries``
-    (:data:`upfl.solvers.numba_backend.SOLVER_ENTRIES`, all by default; a run names its algorithm's
-    :attr:`upfl.algorithms.base.Algorithm.solver_entry`) compiled or loaded from numba's cache now, the others on
-    first use; None when numba does not import. It carries pFedMe's compiled local solve as
-    ``.personal_solve``, the compiled evaluation of its models as ``.evaluate`` (of fixed sets: ``.evaluator``),
-    the compiled :func:`seeded_batch_plan` as ``.batch_plan``, and ``.reads_pooled_rows`` (it takes ``pooled``, a
-    :class:`PooledRound`)."""
+@dataclasses.dataclass(frozen=True)
+class CompiledSolver:
+    """The compiled logistic-regression solver (:mod:`upfl.solvers.numba_backend`): called, it is the local solve
+    of Algorithm 1 line 4 (the :func:`local_solve` contract); beside it a run takes pFedMe's compiled local solve,
+    the compiled evaluation of its models (of fixed sets: ``evaluator``), the compiled :func:`seeded_batch_plan`,
+    and that it reads a round's devices as blocks of the pooled rows (``pooled``, a :class:`PooledRound`)."""
+
+    solve: Callable[..., tuple[torch.Tensor, int]]
+    personal_solve: Callable[..., tuple[torch.Tensor, torch.Tensor, int]]
+    evaluate: Callable[..., tuple[float, int]]
+    evaluator: Callable[..., Callable[[torch.Tensor], list[tuple[float, int]]]]
+    batch_plan: Callable[..., Any]
+    reads_pooled_rows: bool = True
+
+    def __call__(self, *args, **kwargs) -> tuple[torch.Tensor, int]:
+        return self.solve(*args, **kwargs)
+
+
+def numba_solver(threads: int = 0, entries: tuple[str, ...] | None = None) -> CompiledSolver | None:
+    """The :class:`CompiledSolver`, its kernels for ``entries`` (:data:`upfl.solvers.numba_backend.SOLVER_ENTRIES`,
+    all by default; a run names its algorithm's :attr:`upfl.algorithms.base.Algorithm.solver_entry`) compiled or
+    loaded from numba's cache now, the others on first use; None when numba does not import. ``threads`` > 0 caps
+    the worker threads of its solves."""
     from ..startup import paused_gc
 
     with paused_gc():
@@ -113,15 +129,11 @@ def numba_solver(threads: int = 0, entries: tuple[str, ...] | None = None) -> Ca
         except ImportError:
             return None
         solver_numba.warm_up(threads, *(() if entries is None else (tuple(entries),)))
-    if not threads:
-        return solver_numba.local_solve
-    solve = functools.partial(solver_numba.local_solve, threads=threads)
-    solve.personal_solve = functools.partial(solver_numba.personal_solve, threads=threads)
-    solve.evaluate = solver_numba.evaluate
-    solve.evaluator = solver_numba.evaluator
-    solve.batch_plan = solver_numba.batch_plans
-    solve.reads_pooled_rows = True
-    return solve
+    return CompiledSolver(
+        solve=functools.partial(solver_numba.local_solve, threads=threads) if threads else solver_numba.local_solve,
+        personal_solve=(functools.partial(solver_numba.personal_solve, threads=threads) if threads
+                        else solver_numba.personal_solve),
+        evaluate=solver_numba.evaluate, evaluator=solver_numba.evaluator, batch_plan=solver_numba.batch_plans)
 
 
 def select_local_solver(backend: str, model, device: torch.device, threads: int = 0,

@@ -21,7 +21,7 @@ from .plans import balance, batch_plans, offsets_of
 from .training import personal_devices, personal_devices_serial, solve_devices, solve_devices_serial
 
 
-class KeptArrays(BoundedCache):
+class KeptArrays:
     """Arrays made from tensors that a process hands the kernels again and again, kept for the last ``size`` sets.
 
     A run hands the solver the same per-device tensors every round and the evaluation the same training and test
@@ -33,7 +33,7 @@ class KeptArrays(BoundedCache):
     """
 
     def __init__(self, size: int = 4, max_bytes: int = 256 << 20):
-        super().__init__(max_bytes, max_entries=size)
+        self.kept = BoundedCache(max_bytes, max_entries=size)
 
     def get(self, groups: list[tuple[torch.Tensor, ...]], tag: tuple, make: Callable[[], tuple],
             any_order: bool = False) -> tuple:
@@ -41,7 +41,7 @@ class KeptArrays(BoundedCache):
         depends on), kept; with ``any_order`` the same groups in another order are the same entry."""
         ids = [tuple((id(t), t._version) for t in group) for group in groups]
         key = (tag, *(sorted(ids) if any_order else ids))
-        return super().get(key, lambda: (make(), groups))[0]
+        return self.kept.get(key, lambda: (make(), groups))[0]
 
 
 DEVICE_ROWS = KeptArrays()
@@ -92,7 +92,15 @@ def joined_plans(plans: list[torch.Tensor]) -> np.ndarray:
     return np.concatenate([p.numpy() for p in plans]).astype(np.int32, copy=False)
 
 
-def pack(model, w_global, xs, ys, plans, threads, pooled=None):
+Inputs = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+"""The kernels' shared inputs (:func:`pack`): wg, x, y, the devices' row ranges in x, the plan, its offsets."""
+Schedule = tuple[np.ndarray | None, np.ndarray | None, bool, bool]
+"""Assignment, worker offsets (None for one worker), binary, softmax first (:func:`pack`)."""
+
+
+def pack(model, w_global, xs, ys, plans, threads,
+         pooled=None) -> tuple[Inputs, Schedule, Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray],
+                               list[int]]:
     """The kernels' shared inputs: (wg, x, y, (k, 2) row ranges of the devices in x, int32 plan, plan offsets), the schedule
     (assignment, worker offsets, binary, softmax first; no assignment for one worker), the layout function, its inverse and the
     devices' step counts. With ``pooled`` (:class:`upfl.solvers.torch_backend.PooledRound`, the simulation's rounds)
@@ -119,14 +127,16 @@ def pack(model, w_global, xs, ys, plans, threads, pooled=None):
                                          lambda: with_solver_rows(device_rows(model, xs, ys, binary), binary),
                                          any_order=True)
         x_rows = np.array([rows[id(t)] for t in xs], dtype=np.int64).reshape(len(xs), 2)
-    workers = max(1, min(len(steps), threads or numba.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
+    most = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]  # an option numba sets at run time
+    workers = max(1, min(len(steps), threads or numba.get_num_threads(), most))
     dim = x.shape[1]
     layout = (lambda a: np.ascontiguousarray(a[..., None, :])) if binary else (lambda a: to_class_major(a, dim))
     flat = (lambda a: np.ascontiguousarray(a[:, 0, :])) if binary else from_class_major
     wg = layout(w_global.numpy().astype(DTYPE, copy=False))
-    inputs = (wg, xp, y, x_rows, plan, offsets)
-    kind = (binary, bool(getattr(model, "softmax_before_loss", False)))
-    schedule = (*balance(steps, workers), *kind) if workers > 1 else (None, None, *kind)
+    inputs: Inputs = (wg, xp, y, x_rows, plan, offsets)
+    binary_kind, softmax_first = binary, bool(getattr(model, "softmax_before_loss", False))
+    assignment, worker_offsets = balance(steps, workers) if workers > 1 else (None, None)
+    schedule: Schedule = (assignment, worker_offsets, binary_kind, softmax_first)
     return inputs, schedule, layout, flat, steps
 
 
@@ -149,7 +159,8 @@ def local_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: list[
     inputs, schedule, layout, flat, steps = pack(model, w_global, xs, ys, plans, threads, pooled)
     k, wg = len(steps), inputs[0]
     has_lin = linear_term is not None
-    lin = layout(linear_term.numpy().astype(DTYPE, copy=False)) if has_lin else np.zeros((k, 0, 0), DTYPE)
+    lin = (layout(linear_term.numpy().astype(DTYPE, copy=False)) if linear_term is not None
+           else np.zeros((k, 0, 0), DTYPE))
     hyper = np.array([mu, lr, momentum], dtype=DTYPE)
     out = np.empty((k,) + wg.shape, dtype=DTYPE)
     if several_workers(schedule):
@@ -183,9 +194,10 @@ def evaluator(model, sets: list[tuple[torch.Tensor, torch.Tensor]]) -> Callable[
     binary = isinstance(model, BinaryLogisticRegression)
     scale = (BIAS_FEATURE_SCALE if model.bias else 1.0) if binary else 1.0
     softmax_first = bool(getattr(model, "softmax_before_loss", False))
-    rows = [EVALUATION_ROWS.get([(x, y)], (), lambda x=x, y=y: (np.ascontiguousarray(x.numpy().T, dtype=DTYPE),
-                                                                np.ascontiguousarray(y.numpy(), dtype=np.int64)))
-            for x, y in sets]
+    def transposed(x: torch.Tensor, y: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+        return np.ascontiguousarray(x.numpy().T, dtype=DTYPE), np.ascontiguousarray(y.numpy(), dtype=np.int64)
+
+    rows = [EVALUATION_ROWS.get([(x, y)], (), functools.partial(transposed, x, y)) for x, y in sets]
     dim = sets[0][0].shape[1] if sets else 0
 
     def evaluate_sets(params: torch.Tensor) -> list[tuple[float, int]]:
@@ -208,18 +220,6 @@ def evaluate(model, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> t
     per-row losses, :func:`evaluate_rows`; their total in float64: it differs from torch's float32 sum in the 7th
     significant digit)."""
     return evaluator(model, [(x, y)])(params)[0]
-
-
-local_solve.personal_solve = personal_solve
-"""The selected solver carries pFedMe's local solve (:meth:`upfl.algorithms.pfedme.PFedMe.local_solve` uses it)."""
-local_solve.evaluate = evaluate
-"""... and the compiled evaluation of its models (:meth:`upfl.engine.simulation.Simulation.evaluate_model` uses it)."""
-local_solve.evaluator = evaluator
-"""... and its evaluation of fixed sets (:class:`upfl.engine.simulation.Simulation` evaluates its rows with it)."""
-local_solve.batch_plan = batch_plans
-"""... and the compiled batch plans (:meth:`upfl.engine.simulation.Simulation.training_round` draws with it)."""
-local_solve.reads_pooled_rows = True
-"""... and it reads a round's devices as blocks of the pooled rows (``pooled``, :func:`pack`) where the caller has them."""
 
 
 SOLVER_ENTRIES = ("local_solve", "personal_solve")
