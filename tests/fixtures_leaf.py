@@ -14,10 +14,10 @@ import re
 import threading
 import time
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from collections.abc import Iterator
 
 import numpy as np
 from PIL import Image
@@ -30,7 +30,7 @@ def png_bytes(rng: np.random.Generator, size: int = 128) -> bytes:
     img = np.full((size, size), 255, dtype=np.uint8)
     r0, c0 = rng.integers(16, size - 48, 2)
     h, w = rng.integers(8, 40, 2)
-    img[r0:r0 + h, c0:c0 + w] = rng.integers(0, 120, (h, w), dtype=np.uint8)
+    img[r0 : r0 + h, c0 : c0 + w] = rng.integers(0, 120, (h, w), dtype=np.uint8)
     buf = io.BytesIO()
     Image.fromarray(img, mode="L").save(buf, format="PNG")
     return buf.getvalue()
@@ -44,8 +44,9 @@ class NistFixture:
     conflicts: int
 
 
-def make_nist_zips(folder: Path, per_letter: int = 16, seed: int = 0,
-                   other_classes: str = "0A", with_root: bool = True) -> NistFixture:
+def make_nist_zips(
+    folder: Path, per_letter: int = 16, seed: int = 0, other_classes: str = "0A", with_root: bool = True
+) -> NistFixture:
     """``by_class.zip`` in NIST's layout.
 
     ``<hex>/hsf_<k>/...png`` (kept), plus ``train_<hex>/`` copies and an ``hsf_mit`` folder (both
@@ -91,8 +92,9 @@ class Sent140Fixture:
     users: dict[str, int]
 
 
-def make_sent140_zip(folder: Path, users: int = 40, seed: int = 0,
-                     csv_name: str = "training.1600000.processed.noemoticon.csv") -> Sent140Fixture:
+def make_sent140_zip(
+    folder: Path, users: int = 40, seed: int = 0, csv_name: str = "training.1600000.processed.noemoticon.csv"
+) -> Sent140Fixture:
     """``trainingandtestdata.zip`` with a few hundred rows in the Sentiment140 CSV format.
 
     ISO-8859-1, no header, ``polarity, id, date, query, user, text``; users with 2-20 tweets;
@@ -137,8 +139,9 @@ def make_sent140_zip(folder: Path, users: int = 40, seed: int = 0,
     return Sent140Fixture(path, line, malformed, per_user)
 
 
-def make_glove_zip(folder: Path, words: list[str] | None = None, dim: int = 300, seed: int = 0,
-                   member: str = "glove.6B.300d.txt") -> Path:
+def make_glove_zip(
+    folder: Path, words: list[str] | None = None, dim: int = 300, seed: int = 0, member: str = "glove.6B.300d.txt"
+) -> Path:
     """``glove.6B.zip`` with ``word v1 .. v<dim>`` lines (plus a 50d file that must be ignored)."""
     rng = np.random.default_rng(seed)
     words = words if words is not None else SENT_WORDS[:-2] + [".", "!", "?", ",", "isn't", "unused"]
@@ -228,8 +231,12 @@ class ArchiveServer:
                 start = 0
                 m = re.fullmatch(r"bytes=(\d+)-", rng or "")
                 cond = self.headers.get("If-Range")
-                if m and cond is not None and server.if_range == "honour" and \
-                        (not server.validators or cond not in (etag_of(data), server.last_modified)):
+                if (
+                    m
+                    and cond is not None
+                    and server.if_range == "honour"
+                    and (not server.validators or cond not in (etag_of(data), server.last_modified))
+                ):
                     m = None
                 if m and not server.no_range:
                     start = int(m.group(1))
@@ -267,8 +274,7 @@ class ArchiveServer:
     def __enter__(self) -> ArchiveServer:
         self._httpd = ThreadingHTTPServer(("127.0.0.1", self.port), self._handler())
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02},
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
         self._thread.start()
         return self
 
@@ -316,8 +322,7 @@ def fetch_served(folder: Path, dataset: str, files: dict[str, str], resources: P
 def make_leaf_archives(folder: Path) -> dict[str, Path]:
     """All three fixture archives in ``folder``, by source name (by_class, sent140, glove)."""
     nist = make_nist_zips(folder)
-    return {"by_class": nist.by_class,
-            "sent140": make_sent140_zip(folder).path, "glove": make_glove_zip(folder)}
+    return {"by_class": nist.by_class, "sent140": make_sent140_zip(folder).path, "glove": make_glove_zip(folder)}
 
 
 def mirror_config(srv: ArchiveServer, archives: dict[str, Path]) -> dict[str, dict[str, str]]:

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from upfl.data.sources import (PAPER_COMMIT, PAPER_REPO, PAPER_SYNTHETIC_SETS, SOURCES, paper_file_name,
-                               paper_file_path)
+from upfl.data.sources import PAPER_COMMIT, PAPER_REPO, PAPER_SYNTHETIC_SETS, SOURCES, paper_file_name, paper_file_path
 from upfl.files import sha256_file
 
 
@@ -51,7 +50,7 @@ def set_arrays(setting: str, devices: int = 4, seed: int = 0, dim: int = 20):
         order = rng.permutation(n)
         groups, start = {}, 0
         for k, size in enumerate(sizes):
-            groups[str(k)] = [int(i) for i in order[start:start + size]]
+            groups[str(k)] = [int(i) for i in order[start : start + size]]
             start += size
         out[split] = (x, y, groups)
     return out

@@ -16,9 +16,22 @@ from upfl.cli import main
 from upfl.engine.checkpoints import Checkpoint, open_checkpoint
 from upfl.engine.simulation import InjectedStop, run
 
-
-RUN = ["--rounds", "6", "--algorithm", "fedprox", "--mu", "0.1", "--frac", "0.5", "--epochs", "2",
-       "--checkpoint-every", "1", "--seed", "0"]
+RUN = [
+    "--rounds",
+    "6",
+    "--algorithm",
+    "fedprox",
+    "--mu",
+    "0.1",
+    "--frac",
+    "0.5",
+    "--epochs",
+    "2",
+    "--checkpoint-every",
+    "1",
+    "--seed",
+    "0",
+]
 
 
 def snapshot(root: Path, skip: Path | None = None) -> dict[str, tuple]:
@@ -35,8 +48,10 @@ def snapshot(root: Path, skip: Path | None = None) -> dict[str, tuple]:
 
 def strict_json(path: Path):
     """``json.loads`` that refuses bare NaN / Infinity (which Python's reader accepts by default)."""
+
     def bad(token):
         raise ValueError(f"{path}: bare {token} is not JSON")
+
     return json.loads(path.read_text(encoding="utf-8"), parse_constant=bad)
 
 
@@ -47,8 +62,15 @@ def cli(argv: list[str], capsys) -> tuple[int, str, str]:
 
 
 def cfg_for(data: Path, **over) -> cfgmod.RunConfig:
-    doc = {"data": {"path": str(data)}, "rounds": 6, "algorithm": {"name": "fedprox", "mu": 0.1},
-           "devices": {"frac": 0.5}, "solver": {"epochs": 2}, "checkpoint": {"every": 1}, "seed": 0}
+    doc = {
+        "data": {"path": str(data)},
+        "rounds": 6,
+        "algorithm": {"name": "fedprox", "mu": 0.1},
+        "devices": {"frac": 0.5},
+        "solver": {"epochs": 2},
+        "checkpoint": {"every": 1},
+        "seed": 0,
+    }
     for key, value in over.items():
         cfgmod.set_key(doc, key, value)
     return cfgmod.from_dict(doc)

@@ -24,13 +24,15 @@ def workflow_copy(tmp_path: Path) -> Path:
     return wd
 
 
-def snakemake(wd: Path, *args: str, timeout: int = 600, check: bool = True,
-              profile: bool = False) -> subprocess.CompletedProcess:
+def snakemake(
+    wd: Path, *args: str, timeout: int = 600, check: bool = True, profile: bool = False
+) -> subprocess.CompletedProcess:
     """Run Snakemake in `wd`; without `profile` the workflow's default profile is switched off."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     profile_args = [] if profile else ["--workflow-profile", "none"]
-    proc = subprocess.run(SNAKEMAKE + profile_args + list(args), cwd=wd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        SNAKEMAKE + profile_args + list(args), cwd=wd, env=env, capture_output=True, text=True, timeout=timeout
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
     return proc
@@ -40,7 +42,7 @@ def job_counts(output: str) -> dict[str, int]:
     lines = output.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("Job stats:"))
     counts = {}
-    for line in lines[start + 3:]:
+    for line in lines[start + 3 :]:
         parts = line.split()
         if len(parts) != 2 or not parts[1].isdigit():
             break
@@ -51,8 +53,11 @@ def job_counts(output: str) -> dict[str, int]:
 def trained_runs(counts: dict[str, int], config: dict) -> int:
     """Runs the listed jobs train: one per `train` job, a bundle's runs per `train_bundle_<name>` job."""
     bundles = form_bundles(build_plan(config).runs)
-    return counts.get("train", 0) + sum(len(bundles[name[len("train_bundle_"):]].run_ids) * n
-                                        for name, n in counts.items() if name.startswith("train_bundle_"))
+    return counts.get("train", 0) + sum(
+        len(bundles[name[len("train_bundle_") :]].run_ids) * n
+        for name, n in counts.items()
+        if name.startswith("train_bundle_")
+    )
 
 
 def expected_training_runs(config: dict) -> int:
@@ -88,8 +93,10 @@ def expected_training_runs(config: dict) -> int:
                 model = entry.get("model", own.pop("model.name", "logreg"))
                 upcycled = entry["algorithm"].startswith("upcycled")
                 for i in range(n):
-                    pick = {k: (entry[k][i] if isinstance(entry.get(k), list) else entry.get(k))
-                            for k in ("mu", "lam", "step")}
+                    pick = {
+                        k: (entry[k][i] if isinstance(entry.get(k), list) else entry.get(k))
+                        for k in ("mu", "lam", "step")
+                    }
                     pick["mu"] = vary.get("mu", pick["mu"])
                     for key, other in (("lam", "step"), ("step", "lam")):
                         if key in vary and upcycled:
@@ -104,9 +111,21 @@ def expected_training_runs(config: dict) -> int:
                         if config["datasets"][ds]["source"] in excluded:
                             continue
                         for seed in seeds:
-                            runs.add((ds, model, authors, entry["algorithm"], pick["mu"], pick["lam"], pick["step"],
-                                      entry.get("schedule", "const"), tuple(sorted(own.items())),
-                                      max(1, round(rounds * scale)), seed))
+                            runs.add(
+                                (
+                                    ds,
+                                    model,
+                                    authors,
+                                    entry["algorithm"],
+                                    pick["mu"],
+                                    pick["lam"],
+                                    pick["step"],
+                                    entry.get("schedule", "const"),
+                                    tuple(sorted(own.items())),
+                                    max(1, round(rounds * scale)),
+                                    seed,
+                                )
+                            )
     return len(runs)
 
 
@@ -120,10 +139,17 @@ def fresh_copy(dest: Path) -> Path:
     listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True)
     files = listed.stdout.split() if listed.returncode == 0 else []
     if not files:
-        files = [str(p.relative_to(ROOT)) for p in ROOT.rglob("*") if p.is_file()
-                 and not BUILT & set(p.relative_to(ROOT).parts[:-1])
-                 and (p.relative_to(ROOT).parts[0] not in ("results", "resources", ".test") or p.name == "README.md"
-                      or p.relative_to(ROOT).parts[:2] == (".test", "config"))]
+        files = [
+            str(p.relative_to(ROOT))
+            for p in ROOT.rglob("*")
+            if p.is_file()
+            and not BUILT & set(p.relative_to(ROOT).parts[:-1])
+            and (
+                p.relative_to(ROOT).parts[0] not in ("results", "resources", ".test")
+                or p.name == "README.md"
+                or p.relative_to(ROOT).parts[:2] == (".test", "config")
+            )
+        ]
     for name in files:
         if (ROOT / name).is_file():
             (dest / name).parent.mkdir(parents=True, exist_ok=True)

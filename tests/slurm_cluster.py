@@ -29,13 +29,24 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Iterator
 
 PACKAGES = "slurmctld slurmd slurm-client munge"
-BINARIES = ("munged", "munge", "unmunge", "slurmctld", "slurmd", "sinfo", "sbatch", "srun", "squeue", "scontrol",
-            "scancel")
+BINARIES = (
+    "munged",
+    "munge",
+    "unmunge",
+    "slurmctld",
+    "slurmd",
+    "sinfo",
+    "sbatch",
+    "srun",
+    "squeue",
+    "scontrol",
+    "scancel",
+)
 MUNGE_DIR = Path("/run/munge")
 MUNGE_KEY = Path("/etc/munge/munge.key")
 PARTITION = "gpu"  # profiles/slurm/profile.yaml: default-resources slurm_partition
@@ -194,13 +205,17 @@ def _wait(what: str, ready, timeout: float, cluster: SlurmCluster | None = None,
         if ready():
             return
         if cluster is not None:
-            dead = [f"{name} (pid {p.pid}, exit {p.returncode})" for name, p in cluster.processes.items()
-                    if p.poll() is not None]
+            dead = [
+                f"{name} (pid {p.pid}, exit {p.returncode})"
+                for name, p in cluster.processes.items()
+                if p.poll() is not None
+            ]
             if dead:
                 raise SlurmClusterError(f"while waiting for {what}: {', '.join(dead)} exited\n{cluster.logs()}")
         time.sleep(interval)
-    raise SlurmClusterError(f"timed out after {timeout:.0f} s waiting for {what}\n"
-                            + (cluster.logs() if cluster is not None else ""))
+    raise SlurmClusterError(
+        f"timed out after {timeout:.0f} s waiting for {what}\n" + (cluster.logs() if cluster is not None else "")
+    )
 
 
 def _munge_works(sock: Path) -> bool:
@@ -264,14 +279,17 @@ def slurm_cluster(start_timeout: float = 60, def_mem_per_cpu: int = 500) -> Iter
     if missing:
         raise SlurmClusterError(
             f"SLURM is not installed (missing: {', '.join(missing)}). Install it with "
-            f"`apt-get install -y {PACKAGES}` (Debian; .ci/run does this).")
+            f"`apt-get install -y {PACKAGES}` (Debian; .ci/run does this)."
+        )
     if os.geteuid() != 0:
         raise SlurmClusterError("the local SLURM cluster needs root (it runs munged as munge, slurmd as root)")
     try:
         pwd.getpwnam("munge")
         grp.getgrnam("munge")
     except KeyError:
-        raise SlurmClusterError(f"no munge user; reinstall the Debian packages: apt-get install -y {PACKAGES}") from None
+        raise SlurmClusterError(
+            f"no munge user; reinstall the Debian packages: apt-get install -y {PACKAGES}"
+        ) from None
 
     root = Path(tempfile.mkdtemp(prefix="upfl-slurm-"))
     token = root.name
@@ -289,24 +307,54 @@ def slurm_cluster(start_timeout: float = 60, def_mem_per_cpu: int = 500) -> Iter
         env = {**os.environ, "SLURM_CONF": str(conf), "PATH": f"{shims}{os.pathsep}{os.environ.get('PATH', '')}"}
         for key in [k for k in env if k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SQUEUE_")) and k != "SLURM_CONF"]:
             del env[key]  # a cluster around pytest must not leak its job's settings into this one
-        cluster = SlurmCluster(root=root, conf=conf, node=socket.gethostname().split(".")[0], partition=PARTITION,
-                               env=env, processes=processes)
+        cluster = SlurmCluster(
+            root=root,
+            conf=conf,
+            node=socket.gethostname().split(".")[0],
+            partition=PARTITION,
+            env=env,
+            processes=processes,
+        )
 
         def start(name: str, cmd: list[str], **kwargs) -> None:
             out = open(root / f"{name}.stdout.log", "wb")  # noqa: SIM115 - open while the daemon runs; closed in stop()
             outputs.append(out)
-            processes[name] = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                               stderr=subprocess.STDOUT, start_new_session=True, **kwargs)
+            processes[name] = subprocess.Popen(
+                cmd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                **kwargs,
+            )
 
         munge_pw = pwd.getpwnam("munge")
-        start("munged", [_which("munged"), "--foreground", "--force", f"--socket={munge_socket}",
-                         f"--pid-file={munge_pid}", f"--seed-file={munge_seed}", f"--log-file={munge_log}",
-                         f"--key-file={MUNGE_KEY}"],
-              user=munge_pw.pw_uid, group=munge_pw.pw_gid, extra_groups=[], cwd="/")
+        start(
+            "munged",
+            [
+                _which("munged"),
+                "--foreground",
+                "--force",
+                f"--socket={munge_socket}",
+                f"--pid-file={munge_pid}",
+                f"--seed-file={munge_seed}",
+                f"--log-file={munge_log}",
+                f"--key-file={MUNGE_KEY}",
+            ],
+            user=munge_pw.pw_uid,
+            group=munge_pw.pw_gid,
+            extra_groups=[],
+            cwd="/",
+        )
         _wait("munged", lambda: _munge_works(munge_socket), start_timeout, cluster)
         start("slurmctld", [_which("slurmctld"), "-D", "-i", "-f", str(conf)], cwd=root)
-        _wait("slurmctld", lambda: cluster.run("scontrol", "ping", check=False, timeout=10).returncode == 0,
-              start_timeout, cluster)
+        _wait(
+            "slurmctld",
+            lambda: cluster.run("scontrol", "ping", check=False, timeout=10).returncode == 0,
+            start_timeout,
+            cluster,
+        )
         start("slurmd", [_which("slurmd"), "-D", "-f", str(conf), "-N", cluster.node], cwd=root)
         _wait(f"node {cluster.node} idle in sinfo", lambda: _node_state(cluster) == "idle", start_timeout, cluster)
         yield cluster
@@ -314,12 +362,16 @@ def slurm_cluster(start_timeout: float = 60, def_mem_per_cpu: int = 500) -> Iter
         if cluster is not None and processes.get("slurmctld") and processes["slurmctld"].poll() is None:
             cluster.run("scancel", "--quiet", "--full", "--partition", PARTITION, check=False, timeout=15)
             with contextlib.suppress(SlurmClusterError):
-                _wait("the queue to empty", lambda: not cluster.run("squeue", "-h", check=False).stdout.strip(),
-                      30, None, interval=0.5)
+                _wait(
+                    "the queue to empty",
+                    lambda: not cluster.run("squeue", "-h", check=False).stdout.strip(),
+                    30,
+                    None,
+                    interval=0.5,
+                )
         # slurmd's job-step daemons (slurmstepd) are its double-forked children: find them by the log file they
         # share with slurmd, before slurmd goes, and stop them by PID after it.
-        steps = [pid for pid in _holders_of(root / "slurmd.log")
-                 if not any(p.pid == pid for p in processes.values())]
+        steps = [pid for pid in _holders_of(root / "slurmd.log") if not any(p.pid == pid for p in processes.values())]
         order = {name: processes[name] for name in ("slurmd", "slurmctld", "munged") if name in processes}
         _stop(order)
         for pid in steps:

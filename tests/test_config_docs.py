@@ -65,8 +65,9 @@ def key_reference_problems(readme: str) -> tuple[list[str], list[str]]:
     top_level = {k for k in raw if "." not in k and "[" not in k}
     required = {normalised(k, top_level) for k in raw}
     docs = documented_keys(readme)
-    undocumented = sorted(k for k in required
-                          if not any(covers(d, k) or d.startswith((k + ".", k + "[")) for d in docs))
+    undocumented = sorted(
+        k for k in required if not any(covers(d, k) or d.startswith((k + ".", k + "[")) for d in docs)
+    )
     unknown = sorted(d for d in docs if not any(covers(d, k) for k in required | {"presets.<name>.<key>"}))
     return undocumented, unknown
 
@@ -79,9 +80,12 @@ def test_every_schema_key_is_documented_and_every_documented_key_exists():
 
 def test_a_dropped_row_and_an_invented_key_are_both_found():
     readme = (ROOT / "config" / "README.md").read_text()
-    lam_row = next(line for line in readme.splitlines() if line.startswith("| `experiments.<name>.groups[].runs[].lam`"))
+    lam_row = next(
+        line for line in readme.splitlines() if line.startswith("| `experiments.<name>.groups[].runs[].lam`")
+    )
     edited = readme.replace(lam_row + "\n", "").replace(
-        "| `round_scale` |", "| `job_defaults.nodes` | int | 1 | invented |\n| `round_scale` |")
+        "| `round_scale` |", "| `job_defaults.nodes` | int | 1 | invented |\n| `round_scale` |"
+    )
     assert key_reference_problems(edited) == (["experiments.<name>.groups[].runs[].lam"], ["job_defaults.nodes"])
     assert covers("sources.<name>.url", "sources.paper.url") and covers("claims.<role>", "claims.bases")
 
@@ -95,8 +99,9 @@ def test_run_config_reference_is_current_and_lists_every_key():
     listed = set(re.findall(r"^\| `([a-z_.0-9]+)` \|", text, re.M))
     flat = set(_flat_keys(cfgmod.to_dict(cfgmod.RunConfig())))
     assert listed == flat
-    assert all(line.rstrip(" |").split("|")[-1].strip() for line in text.splitlines() if line.startswith("| `")), \
+    assert all(line.rstrip(" |").split("|")[-1].strip() for line in text.splitlines() if line.startswith("| `")), (
         "a run-config key without a meaning: give its field a docstring in src/upfl/config.py"
+    )
 
 
 def _flat_keys(doc: dict, prefix: str = "") -> list[str]:

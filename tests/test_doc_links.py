@@ -13,8 +13,10 @@ FENCE = re.compile(r"^```.*?^```", re.DOTALL | re.MULTILINE)
 def anchors(page: Path) -> set[str]:
     """GitHub's anchors of a Markdown page's headings: lower case, punctuation dropped, spaces as '-'."""
     text = FENCE.sub("", page.read_text(encoding="utf-8"))
-    return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
-            for heading in re.findall(r"^#+ (.+)$", text, re.MULTILINE)}
+    return {
+        re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        for heading in re.findall(r"^#+ (.+)$", text, re.MULTILINE)
+    }
 
 
 def broken_links(page: Path, root: Path = ROOT) -> list[str]:
@@ -44,10 +46,16 @@ def test_the_check_finds_a_missing_file_an_anchor_and_a_path_outside(tmp_path):
     (tmp_path / "shared.md").write_text("# Outside\n")
     (root / "other.md").write_text("# Title\n## Many runs per job (bundles)\n")
     page = root / "page.md"
-    page.write_text("[a](other.md#many-runs-per-job-bundles) [b](gone.md) [c](other.md#nothing) "
-                    "[d](../shared.md) [e](https://example.org/x) [f](#title)\n```\n[g](in-a-fence.md)\n```\n")
-    assert broken_links(page, root) == ["gone.md (no such file)", "other.md#nothing (no such heading)",
-                                        "../shared.md (outside the repository)", "#title (no such heading)"]
+    page.write_text(
+        "[a](other.md#many-runs-per-job-bundles) [b](gone.md) [c](other.md#nothing) "
+        "[d](../shared.md) [e](https://example.org/x) [f](#title)\n```\n[g](in-a-fence.md)\n```\n"
+    )
+    assert broken_links(page, root) == [
+        "gone.md (no such file)",
+        "other.md#nothing (no such heading)",
+        "../shared.md (outside the repository)",
+        "#title (no such heading)",
+    ]
 
 
 SECTION_REFERENCE = re.compile(r'(?:\]\(|\b)((?:\.\./)?(?:docs/|config/)?[\w-]+\.md)(?:#[\w-]+)?\)?,? "([^"\s][^"]*)"')
@@ -60,17 +68,27 @@ def missing_sections(text: str, here: Path, root: Path = ROOT) -> list[str]:
     for name, section in SECTION_REFERENCE.findall(text):
         section = " ".join(section.split())
         page = next((p for p in (here / name, root / name, root / "docs" / Path(name).name) if p.exists()), None)
-        headings = re.findall(r"^#+ (.+)$", FENCE.sub("", page.read_text(encoding="utf-8")), re.MULTILINE) if page else []
+        headings = (
+            re.findall(r"^#+ (.+)$", FENCE.sub("", page.read_text(encoding="utf-8")), re.MULTILINE) if page else []
+        )
         if not any(section in " ".join(heading.split()) for heading in headings):
             missing.append(f'{name} "{section}"')
     return missing
 
 
 def test_every_quoted_section_exists():
-    sources = [*DOCS, *sorted((ROOT / "src").rglob("*.py")), *sorted((ROOT / "workflow").rglob("*.smk")),
-               ROOT / "workflow" / "Snakefile", *sorted((ROOT / "config").glob("*.yaml"))]
-    missing = {str(path.relative_to(ROOT)): found for path in sources if path.exists()
-               and (found := missing_sections(path.read_text(encoding="utf-8"), path.parent))}
+    sources = [
+        *DOCS,
+        *sorted((ROOT / "src").rglob("*.py")),
+        *sorted((ROOT / "workflow").rglob("*.smk")),
+        ROOT / "workflow" / "Snakefile",
+        *sorted((ROOT / "config").glob("*.yaml")),
+    ]
+    missing = {
+        str(path.relative_to(ROOT)): found
+        for path in sources
+        if path.exists() and (found := missing_sections(path.read_text(encoding="utf-8"), path.parent))
+    }
     assert not missing, missing
 
 

@@ -11,8 +11,10 @@ HOSTILE_NAMES = ["synthetic_iid --out q;touch PWNED;#", "../../../esc", ".hidden
 
 
 def plan_with_dataset(name, setting="synthetic_iid"):
-    return {"datasets": {name: {"source": "synthetic", "setting": setting}},
-            "experiments": {"e": {"groups": [{"datasets": [name], "runs": [{"algorithm": "fedavg", "rounds": 2}]}]}}}
+    return {
+        "datasets": {name: {"source": "synthetic", "setting": setting}},
+        "experiments": {"e": {"groups": [{"datasets": [name], "runs": [{"algorithm": "fedavg", "rounds": 2}]}]}},
+    }
 
 
 @pytest.mark.parametrize("name", HOSTILE_NAMES)
@@ -76,13 +78,25 @@ def test_shell_commands_quote_what_they_interpolate():
     import re
 
     root = Path(__file__).resolve().parents[1]
-    prebuilt = {"params.overrides", "params.options", "params.checksums", "params.flags", "params.args",
-                "params.pairs", "params.configs", "params.reference", "threads"}
+    prebuilt = {
+        "params.overrides",
+        "params.options",
+        "params.checksums",
+        "params.flags",
+        "params.args",
+        "params.pairs",
+        "params.configs",
+        "params.reference",
+        "threads",
+    }
     for smk in (root / "workflow" / "rules").glob("*.smk"):
         for field in re.findall(r'^\s+"[^"\n]*"', smk.read_text(), flags=re.M):
             for placeholder in re.findall(r"\{([^{}]+)\}", field):
-                assert placeholder.endswith(":q") or placeholder in prebuilt or not re.match(
-                    r"(input|output|params|wildcards|log)\b", placeholder), f"{smk.name}: {{{placeholder}}}"
+                assert (
+                    placeholder.endswith(":q")
+                    or placeholder in prebuilt
+                    or not re.match(r"(input|output|params|wildcards|log)\b", placeholder)
+                ), f"{smk.name}: {{{placeholder}}}"
 
 
 def leaf_folder(root: Path, x, y, meta=None, raw: bytes | None = None) -> Path:
@@ -92,8 +106,9 @@ def leaf_folder(root: Path, x, y, meta=None, raw: bytes | None = None) -> Path:
     for split in ("train", "test"):
         (root / split).mkdir(parents=True, exist_ok=True)
         doc = {"users": ["u0"], "num_samples": [len(y)], "user_data": {"u0": {"x": x, "y": y}}}
-        (root / split / "data.json").write_bytes(raw if raw is not None and split == "train"
-                                                 else json.dumps(doc).encode())
+        (root / split / "data.json").write_bytes(
+            raw if raw is not None and split == "train" else json.dumps(doc).encode()
+        )
     if meta is not None:
         (root / "meta.json").write_text(json.dumps(meta))
     return root
@@ -102,19 +117,22 @@ def leaf_folder(root: Path, x, y, meta=None, raw: bytes | None = None) -> Path:
 GOOD_X = [[0.5, 1.0], [1.5, -2.0], [0.0, 3.0]]
 
 
-@pytest.mark.parametrize("case,expected", [
-    ("float32_overflow", r"train/data.json: user 'u0': x row 1 holds 1e\+39, beyond float32"),
-    ("zero_features", r"train/data.json: user 'u0': x rows have shape \(0,\): no features"),
-    ("label_1e9", r"train/data.json: user 'u0': label 2 is 1e\+09, outside 0..99999"),
-    ("label_1e20", r"train/data.json: user 'u0': label 0 is 1e\+20, outside"),
-    ("num_classes_1e9", r"meta.json: num_classes must be an integer in 1..100000, got 1000000000"),
-    ("num_classes_float", r"meta.json: num_classes must be an integer .* got 1000000000.0"),
-    ("meta_list", r"meta.json: must be a JSON object, got a list"),
-    ("meta_dtype_list", r"meta.json: x_dtype must be"),
-    ("deep_nesting", r"train/data.json: JSON nested too deeply"),
-    ("moderate_nesting", r"train/data.json: user 'u0': x row 0 is nested more than 4 levels deep"),
-    ("not_utf8", r"train/data.json: not UTF-8 \(byte 1 is 0xff\)"),
-])
+@pytest.mark.parametrize(
+    "case,expected",
+    [
+        ("float32_overflow", r"train/data.json: user 'u0': x row 1 holds 1e\+39, beyond float32"),
+        ("zero_features", r"train/data.json: user 'u0': x rows have shape \(0,\): no features"),
+        ("label_1e9", r"train/data.json: user 'u0': label 2 is 1e\+09, outside 0..99999"),
+        ("label_1e20", r"train/data.json: user 'u0': label 0 is 1e\+20, outside"),
+        ("num_classes_1e9", r"meta.json: num_classes must be an integer in 1..100000, got 1000000000"),
+        ("num_classes_float", r"meta.json: num_classes must be an integer .* got 1000000000.0"),
+        ("meta_list", r"meta.json: must be a JSON object, got a list"),
+        ("meta_dtype_list", r"meta.json: x_dtype must be"),
+        ("deep_nesting", r"train/data.json: JSON nested too deeply"),
+        ("moderate_nesting", r"train/data.json: user 'u0': x row 0 is nested more than 4 levels deep"),
+        ("not_utf8", r"train/data.json: not UTF-8 \(byte 1 is 0xff\)"),
+    ],
+)
 def test_data_errors_are_named_before_training(tmp_path, case, expected):
     from upfl.data import DatasetError, load_leaf
 
@@ -126,9 +144,9 @@ def test_data_errors_are_named_before_training(tmp_path, case, expected):
     elif case == "label_1e9":
         y[2] = 1e9
     elif case == "label_1e20":
-        y[0] = 10 ** 20
+        y[0] = 10**20
     elif case == "num_classes_1e9":
-        meta = {"num_classes": 10 ** 9}
+        meta = {"num_classes": 10**9}
     elif case == "num_classes_float":
         meta = {"num_classes": 1e9}
     elif case == "meta_list":
@@ -136,7 +154,12 @@ def test_data_errors_are_named_before_training(tmp_path, case, expected):
     elif case == "meta_dtype_list":
         meta = {"x_dtype": ["float32"]}
     elif case == "deep_nesting":
-        raw = b'{"users": ["u0"], "num_samples": [1], "user_data": {"u0": {"x": ' + b"[" * 200_000 + b"]" * 200_000 + b', "y": [0]}}}'
+        raw = (
+            b'{"users": ["u0"], "num_samples": [1], "user_data": {"u0": {"x": '
+            + b"[" * 200_000
+            + b"]" * 200_000
+            + b', "y": [0]}}}'
+        )
     elif case == "moderate_nesting":
         x = [[[[[[[1.0]]]]]]] * 3
     else:
@@ -152,7 +175,24 @@ def test_cli_run_exits_2_naming_the_float32_overflow(tmp_path, capsys):
     x = [list(r) for r in GOOD_X]
     x[2][1] = -1e39
     root = leaf_folder(tmp_path / "d", x, [0, 1, 1])
-    assert main(["run", "--data", str(root), "--out", str(tmp_path / "out"), "--rounds", "2", "--device", "cpu", "--algorithm", "fedavg"]) == 2
+    assert (
+        main(
+            [
+                "run",
+                "--data",
+                str(root),
+                "--out",
+                str(tmp_path / "out"),
+                "--rounds",
+                "2",
+                "--device",
+                "cpu",
+                "--algorithm",
+                "fedavg",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "x row 2 holds -1e+39, beyond float32" in err and "diverged" not in err
     assert not (tmp_path / "out" / "metrics.csv").exists()
@@ -165,30 +205,39 @@ def test_a_batch_larger_than_every_device_is_a_full_batch_and_stays_small(tmp_pa
     from upfl.data import generate_synthetic
     from upfl.engine.simulation import plan_batch_size, run
 
-    assert plan_batch_size(10 ** 18, [6, 4, 6]) == 6 and plan_batch_size(4, [6, 4, 6]) == 4
+    assert plan_batch_size(10**18, [6, 4, 6]) == 6 and plan_batch_size(4, [6, 4, 6]) == 4
     data = generate_synthetic("synthetic_iid", tmp_path / "d", data_seed=1, num_devices=5)
     sizes = [len(v["y"]) for v in json.loads((data / "train" / "data.json").read_text())["user_data"].values()]
     summaries = {}
-    for batch in (max(sizes), 10 ** 18):
-        doc = {"data": {"path": str(data)}, "rounds": 3, "algorithm": {"name": "fedavg"}, "device": "cpu",
-               "solver": {"batch_size": batch, "epochs": 2}}
+    for batch in (max(sizes), 10**18):
+        doc = {
+            "data": {"path": str(data)},
+            "rounds": 3,
+            "algorithm": {"name": "fedavg"},
+            "device": "cpu",
+            "solver": {"batch_size": batch, "epochs": 2},
+        }
         from upfl import config as cfgmod
 
         summaries[batch] = run(cfgmod.from_dict(doc), tmp_path / f"b{batch}", log=lambda s: None)["final"]
-    assert summaries[max(sizes)]["train_loss"] == summaries[10 ** 18]["train_loss"]
+    assert summaries[max(sizes)]["train_loss"] == summaries[10**18]["train_loss"]
 
 
 ALIAS_BOMB = "privacy:\n  mechanism: none\n  sigma: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + "".join(
-    f"x{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 9))
+    f"x{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 9)
+)
 
 
-@pytest.mark.parametrize("text,expected", [
-    (ALIAS_BOMB, "anchor or alias 'a0': refused"),
-    ("solver:\n  lr: 0.05\n  lr: 5.0\n", "duplicate key 'lr' \\(first given on line 2\\)"),
-    ("privacy: {sigma: 1.0e-300}\n", "privacy.sigma: 1e-300 is too small or too large"),
-    ("privacy: {mechanism: none, sigma: -1}\n", "privacy.sigma: must be a positive number"),
-    ("privacy: {mechanism: none, tau: 0}\n", "privacy.tau: must be a positive number"),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        (ALIAS_BOMB, "anchor or alias 'a0': refused"),
+        ("solver:\n  lr: 0.05\n  lr: 5.0\n", "duplicate key 'lr' \\(first given on line 2\\)"),
+        ("privacy: {sigma: 1.0e-300}\n", "privacy.sigma: 1e-300 is too small or too large"),
+        ("privacy: {mechanism: none, sigma: -1}\n", "privacy.sigma: must be a positive number"),
+        ("privacy: {mechanism: none, tau: 0}\n", "privacy.tau: must be a positive number"),
+    ],
+)
 def test_run_configs_are_data_and_every_value_is_checked(tmp_path, capsys, text, expected):
     import re
 
@@ -197,8 +246,22 @@ def test_run_configs_are_data_and_every_value_is_checked(tmp_path, capsys, text,
     config = tmp_path / "run.yaml"
     config.write_text(text)
     data = leaf_folder(tmp_path / "d", GOOD_X, [0, 1, 1])
-    assert main(["run", "--config", str(config), "--data", str(data), "--algorithm", "fedavg",
-                 "--out", str(tmp_path / "out")]) == 2
+    assert (
+        main(
+            [
+                "run",
+                "--config",
+                str(config),
+                "--data",
+                str(data),
+                "--algorithm",
+                "fedavg",
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert re.search(expected, err), err
     assert not (tmp_path / "out").exists()
@@ -237,8 +300,24 @@ def test_exit_2_naming_the_path_for_a_config_folder_and_a_read_only_out(tmp_path
         return real_mkdir(self, *args, **kwargs)
 
     monkeypatch.setattr(Path, "mkdir", read_only)
-    assert main(["run", "--data", str(data), "--algorithm", "fedavg", "--rounds", "2", "--device", "cpu",
-                 "--out", str(tmp_path / "ro" / "out")]) == 2
+    assert (
+        main(
+            [
+                "run",
+                "--data",
+                str(data),
+                "--algorithm",
+                "fedavg",
+                "--rounds",
+                "2",
+                "--device",
+                "cpu",
+                "--out",
+                str(tmp_path / "ro" / "out"),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "ro" in err and "Read-only file system" in err and "Traceback" not in err
 
@@ -259,8 +338,12 @@ def test_disk_full_while_writing_results_leaves_no_metrics_without_summary(tmp_p
 
     monkeypatch.setattr(Path, "write_text", full_disk)
     out = tmp_path / "out"
-    assert main(["run", "--data", str(data), "--algorithm", "fedavg", "--rounds", "2", "--device", "cpu",
-                 "--out", str(out)]) == 2
+    assert (
+        main(
+            ["run", "--data", str(data), "--algorithm", "fedavg", "--rounds", "2", "--device", "cpu", "--out", str(out)]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "summary.json." in err and "No space left on device" in err
     assert not (out / "metrics.csv").exists() and not (out / "summary.json").exists()

@@ -15,9 +15,9 @@ from upfl import config as cfgmod
 from upfl.data import DatasetError, load_leaf, write_leaf
 from upfl.data.glove import embedding_matrix, save_npy, save_vocab
 from upfl.data.publish import write_dataset
-from upfl.models import BinaryLogisticRegression, build_model, dropout_masks
-from upfl.engine.simulation import run
 from upfl.draws.batch_plans import batch_plan
+from upfl.engine.simulation import run
+from upfl.models import BinaryLogisticRegression, build_model, dropout_masks
 from upfl.solvers.torch_backend import local_solve
 
 SIZES = [3, 11, 7, 20]
@@ -69,12 +69,30 @@ def text_data(tmp_path_factory):
     vectors = rng.standard_normal((len(vocab), 6)).astype(np.float32)
     users = [f"u{i}" for i in range(len(SIZES))]
     rows = len(vocab) + 1
-    meta = {"num_classes": 2, "x_dtype": "int64",
-            "embeddings": {"file": "embeddings.npy", "vocab_file": "vocab.txt", "dim": 6,
-                           "vocab_size": len(vocab), "pad_id": len(vocab), "unk_id": len(vocab), "rows": rows}}
-    write_dataset(root, users, token_split(rng, SIZES, rows), token_split(rng, [2, 3, 2, 4], rows), meta,
-                  extras={"embeddings.npy": lambda p: save_npy(p, embedding_matrix(vectors)),
-                          "vocab.txt": lambda p: save_vocab(p, vocab)})
+    meta = {
+        "num_classes": 2,
+        "x_dtype": "int64",
+        "embeddings": {
+            "file": "embeddings.npy",
+            "vocab_file": "vocab.txt",
+            "dim": 6,
+            "vocab_size": len(vocab),
+            "pad_id": len(vocab),
+            "unk_id": len(vocab),
+            "rows": rows,
+        },
+    }
+    write_dataset(
+        root,
+        users,
+        token_split(rng, SIZES, rows),
+        token_split(rng, [2, 3, 2, 4], rows),
+        meta,
+        extras={
+            "embeddings.npy": lambda p: save_npy(p, embedding_matrix(vectors)),
+            "vocab.txt": lambda p: save_vocab(p, vocab),
+        },
+    )
     return str(root)
 
 
@@ -143,8 +161,17 @@ def test_solver_with_dropout_matches_plain_loop_with_the_same_masks(image_data):
     eye = torch.eye(3)
     w0 = model.init_params(torch.Generator().manual_seed(0))
     plans = batch_plan(SIZES, [2, 1, 3, 1], 4, [torch.Generator().manual_seed(10 + i) for i in range(4)])
-    local, _ = local_solve(model, w0, xs, [eye[y] for y in labels], plans, mu=0.1, lr=0.1, momentum=0.5,
-                           generator=torch.Generator().manual_seed(42))
+    local, _ = local_solve(
+        model,
+        w0,
+        xs,
+        [eye[y] for y in labels],
+        plans,
+        mu=0.1,
+        lr=0.1,
+        momentum=0.5,
+        generator=torch.Generator().manual_seed(42),
+    )
     masks = solver_masks(model, plans, 4, 42)
     for i in range(4):
         net = model.module_from(w0)
@@ -232,7 +259,13 @@ def test_init_schemes_follow_pytorch_defaults_and_the_authors_normal(image_data)
     ds = load_leaf(image_data)
     cnn = build_model("cnn", ds, TINY["cnn"])
     p = cnn.unflatten(cnn.init_params(torch.Generator().manual_seed(0)))
-    for name, fan_in in (("conv.weight", 9), ("conv.bias", 9), ("fcs.0.weight", 32), ("fcs.1.bias", 6), ("out.weight", 4)):
+    for name, fan_in in (
+        ("conv.weight", 9),
+        ("conv.bias", 9),
+        ("fcs.0.weight", 32),
+        ("fcs.1.bias", 6),
+        ("out.weight", 4),
+    ):
         assert p[name].abs().max() <= 1 / math.sqrt(fan_in) and p[name].abs().max() > 0.5 / math.sqrt(fan_in)
     mlp = build_model("mlp", ds, TINY["mlp"])
     q = mlp.unflatten(mlp.init_params(torch.Generator().manual_seed(0)))
@@ -255,8 +288,9 @@ def test_dropout_draws_are_reproducible(name, image_data, text_data):
     first = model.loss_and_grad(params, x, yo, w, generator=g)
     assert torch.equal(first, a) and not torch.equal(model.loss_and_grad(params, x, yo, w, generator=g), a)
     model.batching = "loop" if model.strategy(params.device) == "vmap" else "vmap"
-    torch.testing.assert_close(model.loss_and_grad(params, x, yo, w, generator=torch.Generator().manual_seed(1)), a,
-                               rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(
+        model.loss_and_grad(params, x, yo, w, generator=torch.Generator().manual_seed(1)), a, rtol=1e-4, atol=1e-6
+    )
     with pytest.raises(ValueError, match="dropout generator"):
         model.loss_and_grad(params, x, yo, w)
 
@@ -298,7 +332,9 @@ def test_binary_logreg_gradient_matches_autograd_and_hand_formula():
         z = xt @ p
         (w[i] * torch.log1p(torch.exp(-sign[i] * z))).sum().backward()
         torch.testing.assert_close(got[i], p.grad, rtol=1e-5, atol=1e-7)
-        hand = sum(w[i, b] * (-sign[i, b]) / (1 + math.exp(float(sign[i, b] * z[b].detach()))) * xt[b] for b in range(5))
+        hand = sum(
+            w[i, b] * (-sign[i, b]) / (1 + math.exp(float(sign[i, b] * z[b].detach()))) * xt[b] for b in range(5)
+        )
         torch.testing.assert_close(got[i], hand.detach(), rtol=1e-5, atol=1e-7)
     nobias = BinaryLogisticRegression(4, bias=False)
     g2 = nobias.loss_and_grad(params[:, :4], x, torch.eye(2)[labels], w)
@@ -317,8 +353,13 @@ def test_binary_logreg_evaluate_and_class_check(image_data, tmp_path):
         build_model("binary_logreg", load_leaf(image_data))
     rng = np.random.default_rng(0)
     xs = {"a": rng.random((6, 4)).astype(np.float32)}
-    write_leaf(tmp_path / "bin", ["a"], (xs, {"a": rng.integers(0, 2, 6)}), (xs, {"a": rng.integers(0, 2, 6)}),
-               {"num_classes": 2})
+    write_leaf(
+        tmp_path / "bin",
+        ["a"],
+        (xs, {"a": rng.integers(0, 2, 6)}),
+        (xs, {"a": rng.integers(0, 2, 6)}),
+        {"num_classes": 2},
+    )
     built = build_model("binary_logreg", load_leaf(tmp_path / "bin"), {"bias": False})
     assert built.num_params == 4 and built.glm_constants == (1.0, 0.25)
     w0 = built.init_params(torch.Generator().manual_seed(0))
@@ -341,8 +382,9 @@ def test_glm_constants_bound_the_binary_log_loss_and_other_models_get_no_objecti
         onehot = torch.eye(2, dtype=torch.float64)[torch.full((len(z), 1), label)]
         x, w = torch.ones(len(z), 1, 1, dtype=torch.float64), torch.ones(len(z), 1, dtype=torch.float64)
         first = model.loss_and_grad(z[:, None], x, onehot, w)[:, 0]
-        second = (model.loss_and_grad((z + h)[:, None], x, onehot, w)
-                  - model.loss_and_grad((z - h)[:, None], x, onehot, w))[:, 0] / (2 * h)
+        second = (
+            model.loss_and_grad((z + h)[:, None], x, onehot, w) - model.loss_and_grad((z - h)[:, None], x, onehot, w)
+        )[:, 0] / (2 * h)
         assert float(first.abs().max()) <= u1 + 1e-9 and float(first.abs().max()) > 0.999 * u1
         assert float(second.max()) <= u2 + 1e-6 and float(second.max()) > 0.999 * u2
     for name in ("logreg", "mlp", "cnn", "lstm"):
@@ -354,9 +396,13 @@ def test_glm_constants_bound_the_binary_log_loss_and_other_models_get_no_objecti
 
 def test_build_model_errors_name_the_option(image_data, text_data, tmp_path):
     ds = load_leaf(image_data)
-    with pytest.raises(cfgmod.ConfigError, match="model.name: unknown model 'rnn'; available: logreg, binary_logreg, mlp, cnn, lstm"):
+    with pytest.raises(
+        cfgmod.ConfigError, match="model.name: unknown model 'rnn'; available: logreg, binary_logreg, mlp, cnn, lstm"
+    ):
         build_model("rnn", ds)
-    with pytest.raises(cfgmod.ConfigError, match=r"model.options.width: mlp has no option 'width'; its options: hidden"):
+    with pytest.raises(
+        cfgmod.ConfigError, match=r"model.options.width: mlp has no option 'width'; its options: hidden"
+    ):
         build_model("mlp", ds, {"width": 3})
     with pytest.raises(cfgmod.ConfigError, match="model.options.hidden: expected a positive integer"):
         build_model("mlp", ds, {"hidden": 0})
@@ -383,15 +429,25 @@ def test_build_model_errors_name_the_option(image_data, text_data, tmp_path):
 
 def tiny_config(data, out, name, options, algorithm="upcycled"):
     alg = {"name": algorithm, "mu": 0.1, "lam": 0.04} if algorithm == "upcycled" else {"name": algorithm}
-    return cfgmod.from_dict({"data": {"path": data}, "rounds": 3, "seed": 1, "device": "cpu",
-                             "model": {"name": name, "options": options}, "algorithm": alg,
-                             "devices": {"frac": 0.5, "straggler": 0.5},
-                             "solver": {"epochs": 2, "batch_size": 4, "lr": 0.05, "momentum": 0.5},
-                             "checkpoint": {"every": 0, "dir": str(out / "ck")}})
+    return cfgmod.from_dict(
+        {
+            "data": {"path": data},
+            "rounds": 3,
+            "seed": 1,
+            "device": "cpu",
+            "model": {"name": name, "options": options},
+            "algorithm": alg,
+            "devices": {"frac": 0.5, "straggler": 0.5},
+            "solver": {"epochs": 2, "batch_size": 4, "lr": 0.05, "momentum": 0.5},
+            "checkpoint": {"every": 0, "dir": str(out / "ck")},
+        }
+    )
 
 
-@pytest.mark.parametrize("name,options", [("mlp", {"hidden": 5}), ("cnn", {"channels": 2, "hidden": [6, 4]}),
-                                          ("lstm", {"hidden": 4, "dropout": 0.2})])
+@pytest.mark.parametrize(
+    "name,options",
+    [("mlp", {"hidden": 5}), ("cnn", {"channels": 2, "hidden": [6, 4]}), ("lstm", {"hidden": 4, "dropout": 0.2})],
+)
 def test_short_run_with_each_model_writes_metrics(name, options, image_data, text_data, tmp_path):
     data = text_data if name == "lstm" else image_data
     cfg = tiny_config(data, tmp_path, name, options)

@@ -39,7 +39,10 @@ def test_base_and_upcycled_names_round_trip():
 def test_training_iterations_match_the_algorithm_objects(name):
     """Algorithm 2: upcycled names train at odd t only; bases at every t. The loop asks the object, the
     privacy accountant and the bundle planner ask names: the two agree."""
-    doc = {"data": {"path": "x"}, "algorithm": {"name": name, "mu": 1.0 if names.uses_mu(names.base_name(name)) else 0.0}}
+    doc = {
+        "data": {"path": "x"},
+        "algorithm": {"name": name, "mu": 1.0 if names.uses_mu(names.base_name(name)) else 0.0},
+    }
     if names.is_upcycled(name):
         doc["algorithm"]["lam"] = 0.5
     alg = build_algorithm(cfgmod.from_dict(doc), 3, 4, 5)
@@ -48,12 +51,15 @@ def test_training_iterations_match_the_algorithm_objects(name):
     assert [names.is_training_iteration(name, t) for t in range(1, 11)] == expected
 
 
-@pytest.mark.parametrize("name, alg, expected", [
-    ("upcycled", {"mu": 1.0, "lam": 0.43}, 1.0 / 1.43),
-    ("upcycled_feddyn", {"alpha": 0.1, "lam": 0.3}, 0.1 / 0.4),
-    ("upcycled_fedavgm", {"mu": 0.5, "step": 0.2}, 0.2),
-    ("upcycled_fedavg", {"lam": 1.0, "step": None}, 0.0),
-])
+@pytest.mark.parametrize(
+    "name, alg, expected",
+    [
+        ("upcycled", {"mu": 1.0, "lam": 0.43}, 1.0 / 1.43),
+        ("upcycled_feddyn", {"alpha": 0.1, "lam": 0.3}, 0.1 / 0.4),
+        ("upcycled_fedavgm", {"mu": 0.5, "step": 0.2}, 0.2),
+        ("upcycled_fedavg", {"lam": 1.0, "step": None}, 0.0),
+    ],
+)
 def test_even_step_coefficient_is_one_value_for_engine_report_and_flower(name, alg, expected):
     """c_1 of Eq. (5) (mu/(mu+lambda), FedDyn's alpha as its mu, or ``step``), as the engine, the report and
     the Flower strategy compute it."""
@@ -78,10 +84,18 @@ def test_flower_strategy_takes_the_engines_coefficient(mu, lam):
 
 
 def test_privacy_refusals_name_the_key_and_reason():
-    with pytest.raises(AlgorithmPrivacyError, match=r"privacy.mechanism: output perturbation is not supported for "
-                                                    r"upcycled_scaffold: the device also releases"):
-        cfgmod.from_dict({"data": {"path": "x"}, "algorithm": {"name": "upcycled_scaffold", "lam": 1.0},
-                          "privacy": {"mechanism": "output", "tau": 1.0, "sigma": 1.0}})
+    with pytest.raises(
+        AlgorithmPrivacyError,
+        match=r"privacy.mechanism: output perturbation is not supported for "
+        r"upcycled_scaffold: the device also releases",
+    ):
+        cfgmod.from_dict(
+            {
+                "data": {"path": "x"},
+                "algorithm": {"name": "upcycled_scaffold", "lam": 1.0},
+                "privacy": {"mechanism": "output", "tau": 1.0, "sigma": 1.0},
+            }
+        )
     with pytest.raises(ConfigError, match="algorithm.mu: fedavg has no proximal term"):
         cfgmod.from_dict({"data": {"path": "x"}, "algorithm": {"name": "fedavg", "mu": 1.0}})
     assert issubclass(cfgmod.ConfigError, ValueError) and cfgmod.ConfigError is ConfigError
@@ -102,8 +116,13 @@ print(json.dumps({"runs": len(runs), "bundles": len(bundles), "torch": "torch" i
 def test_planning_the_full_config_imports_no_torch():
     """What the workflow does at parse time (every run config of the full grid validated, bundles formed) in a
     fresh interpreter, as Snakemake and each cluster job do: torch is never imported."""
-    proc = subprocess.run([sys.executable, "-c", PARSE_SIDE, str(ROOT / "config" / "config.yaml")],
-                          capture_output=True, text=True, timeout=300, check=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", PARSE_SIDE, str(ROOT / "config" / "config.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["runs"] > 100 and out["bundles"] >= 1
     assert out["torch"] is False

@@ -26,9 +26,9 @@ from pathlib import Path
 from upfl import config as cfgmod
 from upfl.data.mirror import MirrorFetchError, fetched_from_mirror
 from upfl.data.sources import dataset_folder
+from upfl.engine.simulation import run
 from upfl.report.paper_numbers import paper_values
 from upfl.report.stats import mean_interval
-from upfl.engine.simulation import run
 
 GAIN_TOLERANCE = 0.1
 """Percentage points added to each end of the authors' interval."""
@@ -40,17 +40,28 @@ SEEDS = range(10)
 def w1_authors(data: str, algorithm: str, rounds: int, seed: int) -> cfgmod.RunConfig:
     """W1 (benchmarks/engine.py) under the authors' protocol."""
     alg = {"name": algorithm, "mu": 1.0, **({"step": 0.7} if algorithm == "upcycled" else {})}
-    return cfgmod.from_dict({"data": {"path": data}, "rounds": rounds, "seed": seed, "device": "cpu",
-                             "model": {"name": "logreg", "softmax_before_loss": True}, "algorithm": alg,
-                             "devices": {"frac": 0.3, "straggler": 0.9},
-                             "solver": {"epochs": 20, "batch_size": 32, "lr": 0.05, "momentum": 0.5},
-                             "checkpoint": {"every": 0}})
+    return cfgmod.from_dict(
+        {
+            "data": {"path": data},
+            "rounds": rounds,
+            "seed": seed,
+            "device": "cpu",
+            "model": {"name": "logreg", "softmax_before_loss": True},
+            "algorithm": alg,
+            "devices": {"frac": 0.3, "straggler": 0.9},
+            "solver": {"epochs": 20, "batch_size": 32, "lr": 0.05, "momentum": 0.5},
+            "checkpoint": {"every": 0},
+        }
+    )
 
 
 def final_train(data: str, algorithm: str, rounds: int, out: Path) -> list[float]:
     """Final training accuracy (%) of each seed."""
-    return [100.0 * run(w1_authors(data, algorithm, rounds, s), out / f"{algorithm}{s}", log=lambda m: None)
-            ["final"]["train_acc"] for s in SEEDS]
+    return [
+        100.0
+        * run(w1_authors(data, algorithm, rounds, s), out / f"{algorithm}{s}", log=lambda m: None)["final"]["train_acc"]
+        for s in SEEDS
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,8 +74,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"check_authors_model: {mirror}: no such folder", file=sys.stderr)
         return 2
     ref = paper_values("authors_code")
-    ref = ref[(ref["dataset"] == "synthetic_1_1") & (ref["variant"] == "as released") & (ref["reporting"] == "final")
-              & (ref["split"] == "train")].iloc[0]
+    ref = ref[
+        (ref["dataset"] == "synthetic_1_1")
+        & (ref["variant"] == "as released")
+        & (ref["reporting"] == "final")
+        & (ref["split"] == "train")
+    ].iloc[0]
     try:
         with fetched_from_mirror(mirror, ["paper_synthetic_1_1"], "upfl-authors-") as (_, tmp):
             data = dataset_folder(tmp, "paper", "synthetic_1_1")
@@ -78,10 +93,12 @@ def main(argv: list[str] | None = None) -> int:
     low, high = ref["gain_ci_low"] - GAIN_TOLERANCE, ref["gain_ci_high"] + GAIN_TOLERANCE
     gain_ok = low <= ci.mean <= high
     prox_ok = abs(prox_mean - ref["fedprox"]) <= FEDPROX_TOLERANCE
-    print(f"Synthetic(1,1), authors' protocol, 10 seeds, final train accuracy: FedProx {prox_mean:.2f}% (authors' "
-          f"code {ref['fedprox']:.2f}, within {FEDPROX_TOLERANCE:g}: {'ok' if prox_ok else 'NO'}); gain "
-          f"{ci.mean:+.2f} [{ci.low:+.2f}, {ci.high:+.2f}] pp (authors' interval [{ref['gain_ci_low']:+.2f}, "
-          f"{ref['gain_ci_high']:+.2f}] +- {GAIN_TOLERANCE:g}: {'ok' if gain_ok else 'NO'})")
+    print(
+        f"Synthetic(1,1), authors' protocol, 10 seeds, final train accuracy: FedProx {prox_mean:.2f}% (authors' "
+        f"code {ref['fedprox']:.2f}, within {FEDPROX_TOLERANCE:g}: {'ok' if prox_ok else 'NO'}); gain "
+        f"{ci.mean:+.2f} [{ci.low:+.2f}, {ci.high:+.2f}] pp (authors' interval [{ref['gain_ci_low']:+.2f}, "
+        f"{ref['gain_ci_high']:+.2f}] +- {GAIN_TOLERANCE:g}: {'ok' if gain_ok else 'NO'})"
+    )
     return 0 if gain_ok and prox_ok else 1
 
 

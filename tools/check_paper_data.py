@@ -43,14 +43,24 @@ def table2_rows(resources: Path) -> list[tuple[str, dict, dict]]:
     rows = []
     for setting in PAPER_SYNTHETIC_SETS:
         st = dataset_stats(load_leaf(dataset_folder(resources, "paper", setting)))
-        ours = {"samples": st["samples_total"], "test": st["samples_test"], "devices": st["devices"],
-                "mean": half_up(st["per_device_total_mean"]), "std": half_up(st["per_device_total_std"])}
+        ours = {
+            "samples": st["samples_total"],
+            "test": st["samples_test"],
+            "devices": st["devices"],
+            "mean": half_up(st["per_device_total_mean"]),
+            "std": half_up(st["per_device_total_std"]),
+        }
         paper = {k: int(pv.loc[setting, k]) for k in ours}
         rows.append((setting, ours, paper))
     train, test, _ = femnist_device_counts(resources)
     n_train, n_test = device_sizes(FemnistSpec(num_devices=len(train), train_counts=train, test_counts=test))
-    ours = {"samples": int(n_train.sum()), "test": int(n_test.sum()), "devices": len(n_train),
-            "mean": half_up(float(np.mean(n_train))), "std": half_up(float(np.std(n_train)))}
+    ours = {
+        "samples": int(n_train.sum()),
+        "test": int(n_test.sum()),
+        "devices": len(n_train),
+        "mean": half_up(float(np.mean(n_train))),
+        "std": half_up(float(np.std(n_train))),
+    }
     rows.append(("femnist", ours, {k: int(pv.loc["femnist", k]) for k in ours}))
     return rows
 
@@ -75,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     for setting, ours, paper in rows:
         same = ours == paper
         bad += not same
+
         def text(r):
             return f"{r['samples']} ({r['test']}), {r['devices']} devices, {r['mean']} +- {r['std']}"
 

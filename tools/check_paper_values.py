@@ -18,7 +18,7 @@ from upfl.report.paper_numbers import paper_values
 
 def main(path: str) -> int:
     text = Path(path).read_text(encoding="utf-8")
-    body = text[text.index("Dataset\tProximal term\tAccuracy(%)"):text.index("Convergence and Heterogeneity.")]
+    body = text[text.index("Dataset\tProximal term\tAccuracy(%)") : text.index("Convergence and Heterogeneity.")]
     cells = re.findall(r"(\d+\.\d\d)%\((\d+\.\d\d)%\)", body)
     pv = paper_values("table1")
     order = []
@@ -29,8 +29,11 @@ def main(path: str) -> int:
                 order.append(d[d["algorithm"] == "fedavg"].iloc[0])
             for alg in ("fedprox", "upcycled"):
                 order.append(d[(d["algorithm"] == alg) & np.isclose(d["mu"], mu)].iloc[0])
-    bad = [(row["dataset"], row["algorithm"], row["mu"], cell) for cell, row in zip(cells, order, strict=True)
-           if (float(cell[0]), float(cell[1])) != (row["train_acc"], row["test_acc"])]
+    bad = [
+        (row["dataset"], row["algorithm"], row["mu"], cell)
+        for cell, row in zip(cells, order, strict=True)
+        if (float(cell[0]), float(cell[1])) != (row["train_acc"], row["test_acc"])
+    ]
     print(f"{len(cells)} cells in the paper, {len(order)} typed; {len(bad)} differ")
     for b in bad:
         print("  differs:", b)
@@ -50,8 +53,10 @@ def check_quotes(text: str) -> list[str]:
             if value_col and f"{r[value_col]:g}" not in quote.replace(".0%", "%"):
                 problems.append(f"{name}.csv: {r[value_col]:g} not in its quote {quote!r}")
             if name == "figures" and f"{r['train_acc']:.2f}%({r['test_acc']:.2f}%)" not in quote:
-                problems.append(f"figures.csv: {r['figure']} {r['dataset']} {r['mechanism']} {r['algorithm']}: "
-                                f"{r['train_acc']:.2f}%({r['test_acc']:.2f}%) not in its quote")
+                problems.append(
+                    f"figures.csv: {r['figure']} {r['dataset']} {r['mechanism']} {r['algorithm']}: "
+                    f"{r['train_acc']:.2f}%({r['test_acc']:.2f}%) not in its quote"
+                )
     print(f"quoted values: {len(problems)} problems")
     for p in problems:
         print("  ", p)
@@ -59,4 +64,10 @@ def check_quotes(text: str) -> list[str]:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else str(Path(__file__).resolve().parents[2] / "shared/paper/upcycled-fl.md")))
+    sys.exit(
+        main(
+            sys.argv[1]
+            if len(sys.argv) > 1
+            else str(Path(__file__).resolve().parents[2] / "shared/paper/upcycled-fl.md")
+        )
+    )

@@ -12,8 +12,15 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from upfl.files import write_text  # noqa: E402
 from upfl.pipeline.baselines import OUTPUTS_SECTION, SETUP_SECTION, outputs_section, setup_section  # noqa: E402
-from upfl.pipeline.doc_numbers import (README_SECTION, TESTING_SECTION, numbers, numbers_page, readme_section,  # noqa: E402
-                                      replace_section, testing_section)
+from upfl.pipeline.doc_numbers import (  # noqa: E402
+    README_SECTION,
+    TESTING_SECTION,
+    numbers,
+    numbers_page,
+    readme_section,
+    replace_section,
+    testing_section,
+)
 
 
 def main() -> None:

@@ -26,11 +26,30 @@ from upfl.files import write_text  # noqa: E402
 OUT = ROOT / "src" / "upfl" / "report" / "paper_values" / "authors_code.csv"
 REPORTING = {"final": "final", "best": "max", "last10": "last10"}
 """The measured file's metric prefix -> upfl's reporting choice (upfl.report.collect.REPORTING_CHOICES)."""
-VARIANTS = {"paper": ("as released", 0.05, 20), "lr5e-3": ("lr 5e-3", 0.005, 20),
-            "lr5e-3_E10": ("lr 5e-3, E 10", 0.005, 10)}
+VARIANTS = {
+    "paper": ("as released", 0.05, 20),
+    "lr5e-3": ("lr 5e-3", 0.005, 20),
+    "lr5e-3_E10": ("lr 5e-3, E 10", 0.005, 10),
+}
 """The measured file's variant -> (name in upfl's table, lr, local epochs E); the step is the row's ``c``."""
-COLUMNS = ["dataset", "variant", "lr", "step", "epochs", "reporting", "split", "seeds", "seed_list", "fedprox",
-           "fedprox_std", "upcycled", "upcycled_std", "gain", "gain_ci_low", "gain_ci_high"]
+COLUMNS = [
+    "dataset",
+    "variant",
+    "lr",
+    "step",
+    "epochs",
+    "reporting",
+    "split",
+    "seeds",
+    "seed_list",
+    "fedprox",
+    "fedprox_std",
+    "upcycled",
+    "upcycled_std",
+    "gain",
+    "gain_ci_low",
+    "gain_ci_high",
+]
 DIGITS = 4
 
 
@@ -40,7 +59,7 @@ class ImportError_(ValueError):
 
 def variant_name(variant: str, step: float) -> str:
     name = VARIANTS[variant][0]
-    return "tuning comment" + name[len("lr 5e-3"):] if name.startswith("lr 5e-3") and step == 0.9 else name
+    return "tuning comment" + name[len("lr 5e-3") :] if name.startswith("lr 5e-3") and step == 0.9 else name
 
 
 def convert(text: str, source: str) -> str:
@@ -56,10 +75,29 @@ def convert(text: str, source: str) -> str:
             prefix, split = row["metric"].rsplit("_", 1)
             step = float(row["c"])
             _, lr, epochs = VARIANTS[row["variant"]]
-            values = [row["dataset"], variant_name(row["variant"], step), lr, step, epochs, REPORTING[prefix], split,
-                      int(row["n"]), row["seeds"]]
-            values += [round(float(row[k]), DIGITS) for k in ("fedprox_mean", "fedprox_std", "upcycled_mean",
-                                                                "upcycled_std", "gain_mean", "gain_lo", "gain_hi")]
+            values = [
+                row["dataset"],
+                variant_name(row["variant"], step),
+                lr,
+                step,
+                epochs,
+                REPORTING[prefix],
+                split,
+                int(row["n"]),
+                row["seeds"],
+            ]
+            values += [
+                round(float(row[k]), DIGITS)
+                for k in (
+                    "fedprox_mean",
+                    "fedprox_std",
+                    "upcycled_mean",
+                    "upcycled_std",
+                    "gain_mean",
+                    "gain_lo",
+                    "gain_hi",
+                )
+            ]
         except (KeyError, ValueError) as e:
             raise ImportError_(f"{source}, line {number}: cannot convert ({type(e).__name__}: {e})") from None
         if split not in ("train", "test"):

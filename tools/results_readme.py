@@ -5,8 +5,8 @@ from pathlib import Path
 
 import yaml
 
-from upfl.pipeline.results_readme import results_readme
 from upfl.files import write_text
+from upfl.pipeline.results_readme import results_readme
 
 ROOT = Path(__file__).resolve().parents[1]
 

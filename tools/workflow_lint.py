@@ -27,8 +27,12 @@ def unaccepted(text: str) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     folder = Path(args[0]) if args else Path(__file__).resolve().parents[1]
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "--lint", "--workflow-profile", "none"], cwd=folder,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--lint", "--workflow-profile", "none"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+    )
     text = proc.stdout + proc.stderr
     if "Congratulations" not in text and not lints(text):
         print(text[-3000:], file=sys.stderr)

@@ -10,22 +10,35 @@ import os
 import pkgutil
 import sys
 
-
 from . import __version__
 from . import config as cfgmod
 from .errors import EXIT_BUSY, EXIT_INPUT
 from .names import DEFAULT_STEP
 
 RUN_FLAGS = {
-    "data": ("data.path", str), "algorithm": ("algorithm.name", str), "mu": ("algorithm.mu", float),
-    "lam": ("algorithm.lam", float), "step": ("algorithm.step", float), "schedule": ("algorithm.schedule", str),
-    "rounds": ("rounds", int), "frac": ("devices.frac", float), "straggler": ("devices.straggler", float),
-    "straggler_policy": ("devices.straggler_policy", str), "straggler_draw": ("devices.straggler_draw", str),
+    "data": ("data.path", str),
+    "algorithm": ("algorithm.name", str),
+    "mu": ("algorithm.mu", float),
+    "lam": ("algorithm.lam", float),
+    "step": ("algorithm.step", float),
+    "schedule": ("algorithm.schedule", str),
+    "rounds": ("rounds", int),
+    "frac": ("devices.frac", float),
+    "straggler": ("devices.straggler", float),
+    "straggler_policy": ("devices.straggler_policy", str),
+    "straggler_draw": ("devices.straggler_draw", str),
     "epochs": ("solver.epochs", int),
-    "batch_size": ("solver.batch_size", int), "lr": ("solver.lr", float), "momentum": ("solver.momentum", float),
-    "seed": ("seed", int), "eval_every": ("evaluation.every", int), "eval_last": ("evaluation.last", int),
-    "device": ("device", str), "model": ("model.name", str), "threads": ("threads", int),
-    "checkpoint_seconds": ("checkpoint.seconds", float), "checkpoint_every": ("checkpoint.every", int),
+    "batch_size": ("solver.batch_size", int),
+    "lr": ("solver.lr", float),
+    "momentum": ("solver.momentum", float),
+    "seed": ("seed", int),
+    "eval_every": ("evaluation.every", int),
+    "eval_last": ("evaluation.last", int),
+    "device": ("device", str),
+    "model": ("model.name", str),
+    "threads": ("threads", int),
+    "checkpoint_seconds": ("checkpoint.seconds", float),
+    "checkpoint_every": ("checkpoint.every", int),
     "checkpoint_dir": ("checkpoint.dir", str),
 }
 
@@ -33,15 +46,25 @@ RUN_FLAGS = {
 RUN_FLAG_HELP = {
     "data": "data set folder (LEAF layout, e.g. resources/data/paper/synthetic_1_1)",
     "algorithm": "algorithm (upcycled_<base> upcycles any base)",
-    "mu": "proximal coefficient μ (Eq. 3)", "lam": "Upcycled-FL's λ: the even step is μ/(μ+λ) (Eq. 5)",
-    "step": f"even-iteration step, instead of μ/(μ+λ); with neither, {DEFAULT_STEP} (Table 1's μ/(μ+λ))", "schedule": "step schedule over the iterations",
+    "mu": "proximal coefficient μ (Eq. 3)",
+    "lam": "Upcycled-FL's λ: the even step is μ/(μ+λ) (Eq. 5)",
+    "step": f"even-iteration step, instead of μ/(μ+λ); with neither, {DEFAULT_STEP} (Table 1's μ/(μ+λ))",
+    "schedule": "step schedule over the iterations",
     "rounds": "iterations T, even (upcycling) ones included: FedProx 80 = Upcycled-FL 160",
-    "frac": "fraction of devices sampled per iteration (0..1]", "straggler": "fraction of sampled devices that straggle [0..1]",
-    "straggler_policy": "what a straggler does", "straggler_draw": "how stragglers are drawn",
-    "epochs": "local epochs per training iteration", "batch_size": "local mini-batch size in samples",
-    "lr": "local learning rate", "momentum": "local SGD momentum", "seed": "run seed (every random stream)",
-    "eval_every": "evaluate every N iterations", "eval_last": "evaluate only among the last N iterations",
-    "device": "torch device", "model": "model name", "threads": "torch CPU threads (0: torch's default)",
+    "frac": "fraction of devices sampled per iteration (0..1]",
+    "straggler": "fraction of sampled devices that straggle [0..1]",
+    "straggler_policy": "what a straggler does",
+    "straggler_draw": "how stragglers are drawn",
+    "epochs": "local epochs per training iteration",
+    "batch_size": "local mini-batch size in samples",
+    "lr": "local learning rate",
+    "momentum": "local SGD momentum",
+    "seed": "run seed (every random stream)",
+    "eval_every": "evaluate every N iterations",
+    "eval_last": "evaluate only among the last N iterations",
+    "device": "torch device",
+    "model": "model name",
+    "threads": "torch CPU threads (0: torch's default)",
     "checkpoint_seconds": "checkpoint once N seconds have passed since the last one (0: every training round)",
     "checkpoint_every": "also checkpoint every N training rounds (0: never checkpoint)",
     "checkpoint_dir": "checkpoint root folder (default: OUT/.checkpoints)",
@@ -56,8 +79,11 @@ def run_flag_help(flag: str, key: str) -> str:
     default = cfgmod.get_key(cfgmod.RunConfig(), key)
     algorithms = (*ALGORITHM_KEYS, "upcycled", "upcycled_<base>")
     choices = cfgmod.CHOICES.get(key) or (algorithms if key == "algorithm.name" else None)
-    parts = [key] + ([f"default {default}"] if default not in (None, "") else []) + \
-        ([f"one of {', '.join(choices)}"] if choices else [])
+    parts = (
+        [key]
+        + ([f"default {default}"] if default not in (None, "") else [])
+        + ([f"one of {', '.join(choices)}"] if choices else [])
+    )
     return f"{RUN_FLAG_HELP[flag]} ({'; '.join(parts)})".replace("%", "%%")
 
 
@@ -67,8 +93,9 @@ def check_data_first(doc: dict) -> None:
     data = doc.get("data")
     path = data.get("path") if isinstance(data, dict) else None
     if path and not os.path.isdir(str(path)):
-        raise cfgmod.ConfigError(f"data.path: data set folder {path} not found (make it with 'upfl synth' or "
-                                 "'upfl data fetch')")
+        raise cfgmod.ConfigError(
+            f"data.path: data set folder {path} not found (make it with 'upfl synth' or 'upfl data fetch')"
+        )
 
 
 def resolve_run_config(args: argparse.Namespace) -> cfgmod.RunConfig:
@@ -80,9 +107,6 @@ def resolve_run_config(args: argparse.Namespace) -> cfgmod.RunConfig:
     cfgmod.apply_settings(doc, args.set)
     check_data_first(doc)
     return cfgmod.from_dict(doc)
-
-
-
 
 
 def _acc(value) -> str:
@@ -106,11 +130,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     f = summary["final"]
     if summary["diverged"]:
         d = summary["diverged"]
-        print(f"upfl run: diverged at iteration {d['iteration']} ({d['kind']}): {d['what']}; "
-              f"summary.json records it -> {args.out}", file=sys.stderr)
+        print(
+            f"upfl run: diverged at iteration {d['iteration']} ({d['kind']}): {d['what']}; "
+            f"summary.json records it -> {args.out}",
+            file=sys.stderr,
+        )
         return EXIT_DIVERGED
-    print(f"final iteration {f['iteration']}: train_acc {_acc(f['train_acc'])} test_acc {_acc(f['test_acc'])} "
-          f"-> {args.out}")
+    print(
+        f"final iteration {f['iteration']}: train_acc {_acc(f['train_acc'])} test_acc {_acc(f['test_acc'])} "
+        f"-> {args.out}"
+    )
     return 0
 
 
@@ -146,9 +175,17 @@ def cmd_synth(args: argparse.Namespace) -> int:
     check_synth_flags(args)
 
     out = args.out or dataset_folder(args.resources, "synthetic", args.name)
-    path = generate_synthetic(args.name, out, data_seed=args.data_seed, num_devices=args.devices,
-                              dim=args.dim, num_classes=args.classes, alpha=args.alpha, beta=args.beta,
-                              setting=args.setting)
+    path = generate_synthetic(
+        args.name,
+        out,
+        data_seed=args.data_seed,
+        num_devices=args.devices,
+        dim=args.dim,
+        num_classes=args.classes,
+        alpha=args.alpha,
+        beta=args.beta,
+        setting=args.setting,
+    )
     print(f"wrote {path}")
     return 0
 
@@ -167,31 +204,52 @@ BUILT_IN_COMMANDS = ("run", "synth", "stats")
 def build_parser(commands: bool = True) -> argparse.ArgumentParser:
     """The ``upfl`` parser; ``commands=False`` leaves out the sub-commands of ``upfl/commands/`` (not imported: a
     command line naming a built-in one does not pay for them)."""
-    p = argparse.ArgumentParser(prog="upfl", description="Upcycled-FL federated simulation",
-                                epilog="exit status of 'upfl run': 0 done, 2 bad input (config, flags, data, --out, "
-                                       "checkpoint), 3 diverged (summary.json written, see docs/faults.md), 4 another run "
-                                       "holds this run's checkpoint")
+    p = argparse.ArgumentParser(
+        prog="upfl",
+        description="Upcycled-FL federated simulation",
+        epilog="exit status of 'upfl run': 0 done, 2 bad input (config, flags, data, --out, "
+        "checkpoint), 3 diverged (summary.json written, see docs/faults.md), 4 another run "
+        "holds this run's checkpoint",
+    )
     p.add_argument("--version", action="version", version=f"upfl {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="train one configuration")
     r.add_argument("--config", help="run config YAML (flags override it)")
     r.add_argument("--out", required=True, help="result folder (metrics.csv, summary.json)")
     for flag, (key, typ) in RUN_FLAGS.items():
-        r.add_argument("--" + flag.replace("_", "-"), dest=flag, type=typ, default=None,
-                       metavar=typ.__name__.upper(), help=run_flag_help(flag, key))
-    r.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help="any run-config key, dotted (privacy.sigma=0.8); the value is read as YAML; repeatable")
+        r.add_argument(
+            "--" + flag.replace("_", "-"),
+            dest=flag,
+            type=typ,
+            default=None,
+            metavar=typ.__name__.upper(),
+            help=run_flag_help(flag, key),
+        )
+    r.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="any run-config key, dotted (privacy.sigma=0.8); the value is read as YAML; repeatable",
+    )
     r.add_argument("--force", action="store_true", help="overwrite an OUT that holds another config's results")
     r.set_defaults(func=cmd_run)
     s = sub.add_parser("synth", help="generate a FedProx synthetic data set")
     s.add_argument("--name", required=True, help="the data set's name (meta.json)")
-    s.add_argument("--setting", default=None,
-                   help="generator setting (synthetic_iid, synthetic_0_0, synthetic_0.5_0.5, synthetic_1_1); "
-                        "default: --name. The draw depends on the setting and --data-seed only")
-    s.add_argument("--out", default=None,
-                   help="output data set folder (default: RESOURCES/data/generated/NAME, apart from the paper's "
-                        "released draws under RESOURCES/data/paper/)")
-    s.add_argument("--resources", default="resources", help="resources folder for the default --out (default: %(default)s)")
+    s.add_argument(
+        "--setting",
+        default=None,
+        help="generator setting (synthetic_iid, synthetic_0_0, synthetic_0.5_0.5, synthetic_1_1); "
+        "default: --name. The draw depends on the setting and --data-seed only",
+    )
+    s.add_argument(
+        "--out",
+        default=None,
+        help="output data set folder (default: RESOURCES/data/generated/NAME, apart from the paper's "
+        "released draws under RESOURCES/data/paper/)",
+    )
+    s.add_argument(
+        "--resources", default="resources", help="resources folder for the default --out (default: %(default)s)"
+    )
     s.add_argument("--data-seed", type=int, default=0, help="seed of the draw (default: %(default)s)")
     s.add_argument("--devices", type=int, default=30, help="number of devices (default: %(default)s)")
     s.add_argument("--dim", type=int, default=20, help="feature dimension (default: %(default)s)")

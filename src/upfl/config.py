@@ -258,8 +258,10 @@ def _from_dict(cls: type, doc: Any, prefix: str) -> Any:
         where = f"{prefix}." if prefix else ""
         close = difflib.get_close_matches(str(unknown[0]), sorted(names), n=1)
         hint = f"; did you mean '{where}{close[0]}'?" if close else ""
-        raise ConfigError(f"unknown config key '{where}{unknown[0]}'; known keys{' of ' + prefix if prefix else ''}: "
-                          f"{', '.join(sorted(names))}{hint}")
+        raise ConfigError(
+            f"unknown config key '{where}{unknown[0]}'; known keys{' of ' + prefix if prefix else ''}: "
+            f"{', '.join(sorted(names))}{hint}"
+        )
     values = {}
     for name, value in doc.items():
         key = f"{prefix}.{name}" if prefix else name
@@ -295,8 +297,10 @@ def validate(cfg: RunConfig) -> RunConfig:
         known = (*algorithm_names(), "default")
         unknown = [k for k in policy if k not in known]
         if unknown:
-            raise ConfigError(f"devices.straggler_policy.{unknown[0]}: not an algorithm; keys are algorithm names "
-                              f"or 'default' ({', '.join(known)})")
+            raise ConfigError(
+                f"devices.straggler_policy.{unknown[0]}: not an algorithm; keys are algorithm names "
+                f"or 'default' ({', '.join(known)})"
+            )
     try:
         resolved = resolve_straggler_policy(cfg.devices.straggler_policy, cfg.algorithm.name)
     except ValueError as e:
@@ -342,8 +346,10 @@ def validate(cfg: RunConfig) -> RunConfig:
     if not cfg.data.path:
         raise ConfigError("data.path: required (a LEAF-format data set folder)")
     if d.straggler > 0 and s.epochs < 2:
-        raise ConfigError(f"devices.straggler: stragglers run 1..E-1 epochs, so they need solver.epochs >= 2 "
-                          f"(got epochs {s.epochs} with straggler probability {d.straggler})")
+        raise ConfigError(
+            f"devices.straggler: stragglers run 1..E-1 epochs, so they need solver.epochs >= 2 "
+            f"(got epochs {s.epochs} with straggler probability {d.straggler})"
+        )
     check_algorithm_config(cfg)
     if is_upcycled(a.name) and a.lam is None and a.step is None:
         cfg = dataclasses.replace(cfg, algorithm=dataclasses.replace(a, step=DEFAULT_STEP))
@@ -353,8 +359,9 @@ def validate(cfg: RunConfig) -> RunConfig:
     for key, value in (("privacy.sigma", p.sigma), ("privacy.alpha", p.alpha)):
         if value is not None:  # checked whether or not the mechanism uses it
             _check_number_list(value, key)
-    if p.tau is not None and (isinstance(p.tau, bool) or not isinstance(p.tau, (int, float))
-                              or not 0 < p.tau < math.inf):
+    if p.tau is not None and (
+        isinstance(p.tau, bool) or not isinstance(p.tau, (int, float)) or not 0 < p.tau < math.inf
+    ):
         raise ConfigError(f"privacy.tau: must be a positive number, got {p.tau!r}")
     if p.mechanism == "output":
         if p.tau is None:

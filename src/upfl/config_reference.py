@@ -23,8 +23,13 @@ def attribute_docs(cls: type) -> dict[str, str]:
     body = definition.body
     docs = {}
     for node, after in itertools.pairwise(body):
-        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(after, ast.Expr)
-                and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
             docs[node.target.id] = " ".join(after.value.value.split())
     return docs
 
@@ -32,13 +37,18 @@ def attribute_docs(cls: type) -> dict[str, str]:
 def reference_markdown() -> str:
     """docs/run-config.md: every run-config key with its default, allowed values and meaning, from this module."""
     default = RunConfig()
-    lines = ["# Run config reference", "",
-             "The keys of `upfl run --config run.yaml` and `--set KEY=VALUE`, of `run_defaults` and `set` in the",
-             "workflow config, and of the Flower apps' run config. Generated from `src/upfl/config.py` by",
-             "`python tools/run_config_reference.py` (a test checks it is current). Unknown keys are errors naming",
-             "the key; `algorithm.*` keys an algorithm does not read are refused ([algorithms.md](algorithms.md)).",
-             "Keys marked *not hashed* do not change a run's results and are left out of its config hash.", "",
-             "| key | default | meaning |", "|---|---|---|"]
+    lines = [
+        "# Run config reference",
+        "",
+        "The keys of `upfl run --config run.yaml` and `--set KEY=VALUE`, of `run_defaults` and `set` in the",
+        "workflow config, and of the Flower apps' run config. Generated from `src/upfl/config.py` by",
+        "`python tools/run_config_reference.py` (a test checks it is current). Unknown keys are errors naming",
+        "the key; `algorithm.*` keys an algorithm does not read are refused ([algorithms.md](algorithms.md)).",
+        "Keys marked *not hashed* do not change a run's results and are left out of its config hash.",
+        "",
+        "| key | default | meaning |",
+        "|---|---|---|",
+    ]
 
     def cell(value: Any) -> str:
         if value is None or value == "":

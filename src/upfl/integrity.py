@@ -34,8 +34,14 @@ def sha256_bytes(data: bytes) -> str:
 
 def record_text(config_hash: str, files: dict[str, bytes]) -> str:
     """The text of ``checksums.json`` for result files ``files`` (name -> bytes) of a run of ``config_hash``."""
-    return json.dumps({"config_hash": config_hash, "files": {n: sha256_bytes(files[n]) for n in RESULT_FILES}},
-                      indent=1, sort_keys=True) + "\n"
+    return (
+        json.dumps(
+            {"config_hash": config_hash, "files": {n: sha256_bytes(files[n]) for n in RESULT_FILES}},
+            indent=1,
+            sort_keys=True,
+        )
+        + "\n"
+    )
 
 
 def read_record(run_dir: str | os.PathLike) -> dict[str, Any] | None:
@@ -48,10 +54,14 @@ def read_record(run_dir: str | os.PathLike) -> dict[str, Any] | None:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise IntegrityError(f"{path}: unreadable ({e})") from None
     files = record.get("files") if isinstance(record, dict) else None
-    if not isinstance(files, dict) or sorted(files) != sorted(RESULT_FILES) or \
-            not isinstance(record.get("config_hash"), str):
-        raise IntegrityError(f"{path}: not a checksum record (config_hash and the SHA-256 of "
-                             f"{', '.join(RESULT_FILES)})")
+    if (
+        not isinstance(files, dict)
+        or sorted(files) != sorted(RESULT_FILES)
+        or not isinstance(record.get("config_hash"), str)
+    ):
+        raise IntegrityError(
+            f"{path}: not a checksum record (config_hash and the SHA-256 of {', '.join(RESULT_FILES)})"
+        )
     return record
 
 
@@ -66,8 +76,10 @@ def mismatches(run_dir: str | os.PathLike, record: dict[str, Any]) -> list[str]:
             problems.append(f"{path}: unreadable ({e.strerror})")
             continue
         if digest != record["files"][name]:
-            problems.append(f"{path}: checksum {digest[:16]} is not the {str(record['files'][name])[:16]} recorded "
-                            f"in {RECORD} when the run was trained (the file was changed since)")
+            problems.append(
+                f"{path}: checksum {digest[:16]} is not the {str(record['files'][name])[:16]} recorded "
+                f"in {RECORD} when the run was trained (the file was changed since)"
+            )
     return problems
 
 
@@ -79,6 +91,8 @@ def check_file(run_dir: str | os.PathLike, name: str) -> None:
     path = Path(run_dir) / name
     digest = sha256_bytes(path.read_bytes())
     if digest != record["files"][name]:
-        raise IntegrityError(f"{path}: checksum {digest[:16]} is not the {str(record['files'][name])[:16]} recorded "
-                             f"in {RECORD} when the run was trained (the file was changed since; rebuild runs.csv, "
-                             "which restores or retrains the run)")
+        raise IntegrityError(
+            f"{path}: checksum {digest[:16]} is not the {str(record['files'][name])[:16]} recorded "
+            f"in {RECORD} when the run was trained (the file was changed since; rebuild runs.csv, "
+            "which restores or retrains the run)"
+        )

@@ -11,13 +11,13 @@ compiles it again and names the folder. That cache also loads a kernel without l
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import glob
 import os
 import sys
 import tempfile
 from typing import Any
-import contextlib
 
 
 def _probe() -> None:
@@ -65,9 +65,11 @@ def prepare(source_file: str) -> None:
         return
     cache_dir = temporary_cache_dir()
     setattr(config, "CACHE_DIR", cache_dir)  # noqa: B010 - numba.core.config declares its options at run time
-    notice(f"numba cannot write its cache next to {os.path.dirname(os.path.abspath(source_file))} nor under HOME; "
-           f"the compiled kernels are cached in {cache_dir} instead (set NUMBA_CACHE_DIR to keep them "
-           "elsewhere)")
+    notice(
+        f"numba cannot write its cache next to {os.path.dirname(os.path.abspath(source_file))} nor under HOME; "
+        f"the compiled kernels are cached in {cache_dir} instead (set NUMBA_CACHE_DIR to keep them "
+        "elsewhere)"
+    )
 
 
 @functools.lru_cache(maxsize=1)
@@ -102,14 +104,16 @@ def checked_cache_class() -> type:
                 folder = self._cache_path
                 if folder not in self.noticed:
                     self.noticed.add(folder)
-                    notice(f"numba's cache in {folder} held damaged files ({type(e).__name__} loading "
-                           f"{self.kernel}); they were removed and the kernels compiled again. To clear that cache: "
-                           f"delete the *.nbi and *.nbc files in {folder}")
+                    notice(
+                        f"numba's cache in {folder} held damaged files ({type(e).__name__} loading "
+                        f"{self.kernel}); they were removed and the kernels compiled again. To clear that cache: "
+                        f"delete the *.nbi and *.nbc files in {folder}"
+                    )
                 return None
 
         def remove_files(self) -> None:
             index = self._cache_file._index_path
-            for path in [index, *glob.glob(glob.escape(index[:-len(".nbi")]) + ".*.nbc")]:
+            for path in [index, *glob.glob(glob.escape(index[: -len(".nbi")]) + ".*.nbc")]:
                 with contextlib.suppress(OSError):
                     os.remove(path)
 

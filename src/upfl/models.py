@@ -22,8 +22,8 @@ from __future__ import annotations
 import copy
 import itertools
 import math
-from typing import Any, ClassVar
 from collections.abc import Callable
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -89,8 +89,9 @@ class LogisticRegression:
             return x @ w + b
         return torch.baddbmm(b.unsqueeze(1), x, w)
 
-    def loss_and_grad(self, params: torch.Tensor, x: torch.Tensor, y_onehot: torch.Tensor,
-                      weights: torch.Tensor) -> torch.Tensor:
+    def loss_and_grad(
+        self, params: torch.Tensor, x: torch.Tensor, y_onehot: torch.Tensor, weights: torch.Tensor
+    ) -> torch.Tensor:
         """Gradient (k, P) of the weighted cross-entropy sum_b weights[:, b] * CE_b.
 
         ``x`` (k, B, d), ``y_onehot`` (k, B, C), ``weights`` (k, B): 1/(batch size) for real samples, 0 for
@@ -142,8 +143,9 @@ class BinaryLogisticRegression:
             return x
         return torch.cat([x, torch.ones_like(x[..., :1])], dim=-1) * BIAS_FEATURE_SCALE
 
-    def loss_and_grad(self, params: torch.Tensor, x: torch.Tensor, y_onehot: torch.Tensor,
-                      weights: torch.Tensor) -> torch.Tensor:
+    def loss_and_grad(
+        self, params: torch.Tensor, x: torch.Tensor, y_onehot: torch.Tensor, weights: torch.Tensor
+    ) -> torch.Tensor:
         """Gradient (k, P) of sum_b weights[:, b] * log(1 + exp(-y_b z_b)): sum_b w_b (-y_b sigma(-y_b z_b)) x~_b."""
         xt = self.features(x)
         sign = 2.0 * y_onehot[..., 1:].sum(-1) - 1.0
@@ -174,8 +176,9 @@ def torch_default_bound(module: nn.Module, name: str) -> float:
     raise TypeError(f"{name}: no default initialisation for {type(owner).__name__}")
 
 
-def init_tensor(module: nn.Module, name: str, shape: torch.Size, scheme: str,
-                generator: torch.Generator) -> torch.Tensor:
+def init_tensor(
+    module: nn.Module, name: str, shape: torch.Size, scheme: str, generator: torch.Generator
+) -> torch.Tensor:
     """One parameter's initial value, drawn from ``generator`` only.
 
     ``torch``: PyTorch's default U(-b, b) (:func:`torch_default_bound`); ``normal``: weights
@@ -189,8 +192,13 @@ def init_tensor(module: nn.Module, name: str, shape: torch.Size, scheme: str,
     return (torch.rand(shape, generator=generator) * 2.0 - 1.0) * bound
 
 
-def dropout_masks(generator: torch.Generator, leading: tuple[int, ...], shapes: tuple[tuple[int, ...], ...],
-                  rate: float, device: torch.device) -> tuple[torch.Tensor, ...]:
+def dropout_masks(
+    generator: torch.Generator,
+    leading: tuple[int, ...],
+    shapes: tuple[tuple[int, ...], ...],
+    rate: float,
+    device: torch.device,
+) -> tuple[torch.Tensor, ...]:
     """Inverted-dropout masks, one per site: 0 with probability ``rate``, else 1 / (1 - rate).
 
     Drawn on the generator's device in site order, then moved to ``device``: the same generator
@@ -198,8 +206,13 @@ def dropout_masks(generator: torch.Generator, leading: tuple[int, ...], shapes: 
     """
     if rate == 0.0:
         return ()
-    return tuple(((torch.rand(leading + tuple(s), generator=generator, device=generator.device) >= rate)
-                  .to(torch.float32) / (1.0 - rate)).to(device) for s in shapes)
+    return tuple(
+        (
+            (torch.rand(leading + tuple(s), generator=generator, device=generator.device) >= rate).to(torch.float32)
+            / (1.0 - rate)
+        ).to(device)
+        for s in shapes
+    )
 
 
 def weighted_cross_entropy(z: torch.Tensor, y_onehot: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -225,9 +238,15 @@ class TorchModel:
 
     glm_constants = None
 
-    def __init__(self, module: DeviceNet, buffers: dict[str, torch.Tensor] | None = None,
-                 dropout: float = 0.0, init: str = "torch", batching: str = "auto",
-                 softmax_before_loss: bool = False):
+    def __init__(
+        self,
+        module: DeviceNet,
+        buffers: dict[str, torch.Tensor] | None = None,
+        dropout: float = 0.0,
+        init: str = "torch",
+        batching: str = "auto",
+        softmax_before_loss: bool = False,
+    ):
         self.module, self.dropout, self.init, self.batching = module, dropout, init, batching
         self.softmax_before_loss = softmax_before_loss
         self.buffers = dict(buffers or {})
@@ -240,8 +259,12 @@ class TorchModel:
 
     def init_params(self, generator: torch.Generator) -> torch.Tensor:
         """The ``init`` scheme (:func:`init_tensor`) for every parameter in flat order, from ``generator`` only."""
-        return torch.cat([init_tensor(self.module, n, s, self.init, generator).flatten()
-                          for n, s in zip(self.names, self.shapes, strict=True)])
+        return torch.cat(
+            [
+                init_tensor(self.module, n, s, self.init, generator).flatten()
+                for n, s in zip(self.names, self.shapes, strict=True)
+            ]
+        )
 
     def unflatten(self, params: torch.Tensor) -> dict[str, torch.Tensor]:
         """Views of ``params`` (``(..., P)``) shaped like each parameter (with the leading dims)."""
@@ -259,8 +282,14 @@ class TorchModel:
         state = {**self.unflatten(params), **self.buffers_on(x.device)}
         return functional_call(self.module, state, (x, masks))
 
-    def batch_loss(self, params: torch.Tensor, x: torch.Tensor, y_onehot: torch.Tensor, weights: torch.Tensor,
-                   masks: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    def batch_loss(
+        self,
+        params: torch.Tensor,
+        x: torch.Tensor,
+        y_onehot: torch.Tensor,
+        weights: torch.Tensor,
+        masks: tuple[torch.Tensor, ...],
+    ) -> torch.Tensor:
         """sum_b weights_b * CE_b of one device (the function whose gradient the solver needs)."""
         z = class_scores(self.logits(params, x, masks), self.softmax_before_loss)
         return weighted_cross_entropy(z, y_onehot, weights)
@@ -271,16 +300,23 @@ class TorchModel:
             return self.batching
         return self.module.batching.get(device.type, "vmap")
 
-    def loss_and_grad(self, params: torch.Tensor, x: torch.Tensor, y_onehot: torch.Tensor, weights: torch.Tensor,
-                      generator: torch.Generator | None = None) -> torch.Tensor:
+    def loss_and_grad(
+        self,
+        params: torch.Tensor,
+        x: torch.Tensor,
+        y_onehot: torch.Tensor,
+        weights: torch.Tensor,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
         """Gradient (k, P) of each device's sum_b weights[:, b] * CE_b (dropout masks from ``generator``)."""
         masks = self.draw_masks(generator, params.shape[0], x.shape[1], x.device)
         if self.strategy(params.device) == "vmap":
             return self.grad_vmap(params, x, y_onehot, weights, masks)
         return self.grad_loop(params, x, y_onehot, weights, masks)
 
-    def draw_masks(self, generator: torch.Generator | None, k: int, batch: int,
-                   device: torch.device) -> tuple[torch.Tensor, ...]:
+    def draw_masks(
+        self, generator: torch.Generator | None, k: int, batch: int, device: torch.device
+    ) -> tuple[torch.Tensor, ...]:
         if not self.needs_generator:
             return ()
         if generator is None:
@@ -307,8 +343,8 @@ class TorchModel:
         loss = torch.zeros((), dtype=torch.float64, device=x.device)
         correct = torch.zeros((), dtype=torch.long, device=x.device)
         for i in range(0, x.shape[0], EVAL_CHUNK):
-            z = class_scores(self.logits(params, x[i:i + EVAL_CHUNK]), self.softmax_before_loss)
-            yc = y[i:i + EVAL_CHUNK]
+            z = class_scores(self.logits(params, x[i : i + EVAL_CHUNK]), self.softmax_before_loss)
+            yc = y[i : i + EVAL_CHUNK]
             loss += F.cross_entropy(z, yc, reduction="sum").double()
             correct += (z.argmax(1) == yc).sum()
         return float(loss), int(correct)
@@ -430,7 +466,11 @@ def positive_int(opts: dict, key: str) -> int:
 
 def positive_ints(opts: dict, key: str) -> tuple[int, ...]:
     v = opts[key]
-    if not isinstance(v, (list, tuple)) or not v or any(isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in v):
+    if (
+        not isinstance(v, (list, tuple))
+        or not v
+        or any(isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in v)
+    ):
         raise ConfigError(f"model.options.{key}: expected a non-empty list of positive integers, got {v!r}")
     return tuple(v)
 
@@ -477,8 +517,10 @@ def image_side(dataset) -> int:
     n = math.prod(shape)
     side = math.isqrt(n)
     if (len(shape) == 2 and shape[0] != shape[1]) or len(shape) > 2 or side * side != n:
-        raise ConfigError(f"model.name: cnn needs square greyscale images (e.g. 784 = 28 x 28 features); "
-                          f"data set has x rows of shape {shape}")
+        raise ConfigError(
+            f"model.name: cnn needs square greyscale images (e.g. 784 = 28 x 28 features); "
+            f"data set has x rows of shape {shape}"
+        )
     return side
 
 
@@ -491,13 +533,17 @@ def build_logreg(dataset, options: dict | None, softmax_before_loss: bool = Fals
 def build_binary_logreg(dataset, options: dict | None, softmax_before_loss: bool = False) -> BinaryLogisticRegression:
     """``binary_logreg`` options: ``bias`` (true: fold the bias into the features, see the class)."""
     if softmax_before_loss:
-        raise ConfigError("model.softmax_before_loss: binary_logreg has a single logit (log loss); the switch "
-                          "applies to the multinomial models (logreg, mlp, cnn, lstm)")
+        raise ConfigError(
+            "model.softmax_before_loss: binary_logreg has a single logit (log loss); the switch "
+            "applies to the multinomial models (logreg, mlp, cnn, lstm)"
+        )
     opts = check_options("binary_logreg", options, {"bias": True})
     bias = flag(opts, "bias")
     if dataset.num_classes > 2:
-        raise ConfigError(f"model.name: binary_logreg is a two-class model (labels 0 and 1); data set "
-                          f"{dataset.path or ''} has {dataset.num_classes} classes")
+        raise ConfigError(
+            f"model.name: binary_logreg is a two-class model (labels 0 and 1); data set "
+            f"{dataset.path or ''} has {dataset.num_classes} classes"
+        )
     return BinaryLogisticRegression(flat_features("binary_logreg", dataset), bias)
 
 
@@ -505,21 +551,28 @@ def build_mlp(dataset, options: dict | None, softmax_before_loss: bool = False) 
     """``mlp`` options: ``hidden`` (196 = 14*14), ``dropout`` (0.5, the authors' code), ``init`` (normal), ``batching``."""
     opts = check_options("mlp", options, {"hidden": 196, "dropout": 0.5, "init": "normal", "batching": "auto"})
     d, hidden = math.prod(dataset.feature_shape), positive_int(opts, "hidden")
-    dropout, init, batching = unit_rate(opts, "dropout"), choice(opts, "init", INIT_SCHEMES), choice(opts, "batching", BATCHING)
+    dropout, init, batching = (
+        unit_rate(opts, "dropout"),
+        choice(opts, "init", INIT_SCHEMES),
+        choice(opts, "batching", BATCHING),
+    )
     module = on_meta(lambda: MLPNet(d, hidden, dataset.num_classes))
-    return TorchModel(module, dropout=dropout, init=init, batching=batching,
-                      softmax_before_loss=softmax_before_loss)
+    return TorchModel(module, dropout=dropout, init=init, batching=batching, softmax_before_loss=softmax_before_loss)
 
 
 def build_cnn(dataset, options: dict | None, softmax_before_loss: bool = False) -> TorchModel:
     """``cnn`` options: ``channels`` (3), ``hidden`` ([1000, 100]), ``dropout`` (0.5), ``init`` (torch), ``batching``."""
-    opts = check_options("cnn", options, {"channels": 3, "hidden": [1000, 100], "dropout": 0.5, "init": "torch",
-                                          "batching": "auto"})
+    opts = check_options(
+        "cnn", options, {"channels": 3, "hidden": [1000, 100], "dropout": 0.5, "init": "torch", "batching": "auto"}
+    )
     side, channels, hidden = image_side(dataset), positive_int(opts, "channels"), positive_ints(opts, "hidden")
-    dropout, init, batching = unit_rate(opts, "dropout"), choice(opts, "init", INIT_SCHEMES), choice(opts, "batching", BATCHING)
+    dropout, init, batching = (
+        unit_rate(opts, "dropout"),
+        choice(opts, "init", INIT_SCHEMES),
+        choice(opts, "batching", BATCHING),
+    )
     module = on_meta(lambda: CNNNet(side, channels, hidden, dataset.num_classes))
-    return TorchModel(module, dropout=dropout, init=init, batching=batching,
-                      softmax_before_loss=softmax_before_loss)
+    return TorchModel(module, dropout=dropout, init=init, batching=batching, softmax_before_loss=softmax_before_loss)
 
 
 def sent140_embeddings(dataset) -> torch.Tensor:
@@ -536,24 +589,38 @@ def sent140_embeddings(dataset) -> torch.Tensor:
     top = max((int(x.max()) for x in ids), default=0)
     low = min((int(x.min()) for x in ids), default=0)
     if low < 0 or top >= matrix.shape[0]:
-        raise DatasetError(f"{dataset.path}: token ids span {low}..{top} but the embedding matrix has "
-                           f"{matrix.shape[0]} rows")
+        raise DatasetError(
+            f"{dataset.path}: token ids span {low}..{top} but the embedding matrix has {matrix.shape[0]} rows"
+        )
     return torch.as_tensor(matrix, dtype=torch.float32)
 
 
 def build_lstm(dataset, options: dict | None, softmax_before_loss: bool = False) -> TorchModel:
     """``lstm`` options: ``hidden`` (128), ``layers`` (2), ``dropout`` (0.0, on the last hidden state),
     ``init`` (torch), ``batching``. The embeddings come from the folder (:func:`upfl.data.glove.load_embeddings`)."""
-    opts = check_options("lstm", options, {"hidden": 128, "layers": 2, "dropout": 0.0, "init": "torch",
-                                           "batching": "auto"})
+    opts = check_options(
+        "lstm", options, {"hidden": 128, "layers": 2, "dropout": 0.0, "init": "torch", "batching": "auto"}
+    )
     if len(dataset.feature_shape) != 1:
-        raise ConfigError(f"model.name: lstm needs token-id sequences; data set has x rows of shape {dataset.feature_shape}")
+        raise ConfigError(
+            f"model.name: lstm needs token-id sequences; data set has x rows of shape {dataset.feature_shape}"
+        )
     hidden, layers = positive_int(opts, "hidden"), positive_int(opts, "layers")
-    dropout, init, batching = unit_rate(opts, "dropout"), choice(opts, "init", INIT_SCHEMES), choice(opts, "batching", BATCHING)
+    dropout, init, batching = (
+        unit_rate(opts, "dropout"),
+        choice(opts, "init", INIT_SCHEMES),
+        choice(opts, "batching", BATCHING),
+    )
     matrix = sent140_embeddings(dataset)
     module = on_meta(lambda: StackedLSTMNet(matrix.shape[0], matrix.shape[1], hidden, layers, dataset.num_classes))
-    return TorchModel(module, buffers={"embedding": matrix}, dropout=dropout, init=init, batching=batching,
-                      softmax_before_loss=softmax_before_loss)
+    return TorchModel(
+        module,
+        buffers={"embedding": matrix},
+        dropout=dropout,
+        init=init,
+        batching=batching,
+        softmax_before_loss=softmax_before_loss,
+    )
 
 
 BUILDERS: dict[str, Callable[[Any, dict | None, bool], Any]] = {

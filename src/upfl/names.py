@@ -46,17 +46,23 @@ USES_MU = frozenset({"fedprox", "fedavgm", "fedadam", "fedyogi"})
 
 PRIVACY_REFUSALS: dict[str, dict[str, str]] = {
     "fedavg": {"objective": "Theorem C.2 needs the FedProx objective with mu > 0; FedAvg has mu = 0"},
-    "fednova": {"objective": "Theorem C.2 needs the FedProx objective with mu > 0; FedNova's clients run FedAvg's "
-                             "(mu = 0)"},
-    "scaffold": {"output": "the device also releases its control-variate update c_i+ - c_i, which output "
-                           "perturbation does not cover",
-                 "objective": "the correction <c - c_i, w> changes the local objective; Theorem C.2 needs the "
-                              "FedProx objective"},
-    "feddyn": {"objective": "the data-dependent term -<h_i, w> changes the local objective; Theorem C.2 needs "
-                            "the FedProx objective"},
-    "pfedme": {"output": "the paper's analysis covers one local solve of the FedProx objective; pFedMe's bi-level "
-                         "local problem is not analysed",
-               "objective": "Theorem C.2 needs the FedProx objective; pFedMe's local problem is a Moreau envelope"},
+    "fednova": {
+        "objective": "Theorem C.2 needs the FedProx objective with mu > 0; FedNova's clients run FedAvg's (mu = 0)"
+    },
+    "scaffold": {
+        "output": "the device also releases its control-variate update c_i+ - c_i, which output "
+        "perturbation does not cover",
+        "objective": "the correction <c - c_i, w> changes the local objective; Theorem C.2 needs the FedProx objective",
+    },
+    "feddyn": {
+        "objective": "the data-dependent term -<h_i, w> changes the local objective; Theorem C.2 needs "
+        "the FedProx objective"
+    },
+    "pfedme": {
+        "output": "the paper's analysis covers one local solve of the FedProx objective; pFedMe's bi-level "
+        "local problem is not analysed",
+        "objective": "Theorem C.2 needs the FedProx objective; pFedMe's local problem is a Moreau envelope",
+    },
 }
 """Base -> privacy mechanism -> why the paper's analysis does not apply (mechanisms absent here are admitted)."""
 
@@ -105,7 +111,7 @@ def base_name(name: str) -> str:
     """The base algorithm of an algorithm name: ``upcycled`` -> ``fedprox``, ``upcycled_fedavgm`` -> ``fedavgm``."""
     if name == PREFIX:
         return "fedprox"
-    return name[len(PREFIX) + 1:] if name.startswith(PREFIX + "_") else name
+    return name[len(PREFIX) + 1 :] if name.startswith(PREFIX + "_") else name
 
 
 def upcycled_name(base: str) -> str:
@@ -184,11 +190,14 @@ def check_algorithm_config(cfg) -> None:
         if a.step is None and a.lam is not None and extrapolation_mu(base, a.mu, a.alpha) + a.lam == 0:
             raise ConfigError("algorithm.lam: mu + lambda must be > 0 (with mu = 0, give algorithm.step)")
     elif a.lam is not None or a.step is not None:
-        raise ConfigError(f"algorithm.{'lam' if a.lam is not None else 'step'}: only used by upcycled algorithms "
-                          f"({PREFIX}, {PREFIX}_<base>)")
+        raise ConfigError(
+            f"algorithm.{'lam' if a.lam is not None else 'step'}: only used by upcycled algorithms "
+            f"({PREFIX}, {PREFIX}_<base>)"
+        )
     mechanism = cfg.privacy.mechanism
     if mechanism != "none":
         reason = privacy_refusals(base).get(mechanism)
         if reason is not None:
-            raise AlgorithmPrivacyError(f"privacy.mechanism: {mechanism} perturbation is not supported for "
-                                        f"{a.name}: {reason}")
+            raise AlgorithmPrivacyError(
+                f"privacy.mechanism: {mechanism} perturbation is not supported for {a.name}: {reason}"
+            )

@@ -24,7 +24,8 @@ class UniqueKeys:
                 continue  # an unhashable key: SafeLoader names it
             if duplicate:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r} (first given on line {seen[key] + 1})", key_node.start_mark)
+                    None, None, f"duplicate key {key!r} (first given on line {seen[key] + 1})", key_node.start_mark
+                )
             seen[key] = key_node.start_mark.line
         return super().construct_mapping(node, deep)
 
@@ -37,8 +38,11 @@ class DataLoader(UniqueKeys, yaml.SafeLoader):
         event = self.peek_event()
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
             raise yaml.composer.ComposerError(
-                None, None, f"anchor or alias {event.anchor!r}: refused (configs are data; write the value out)",
-                event.start_mark)
+                None,
+                None,
+                f"anchor or alias {event.anchor!r}: refused (configs are data; write the value out)",
+                event.start_mark,
+            )
         return super().compose_node(parent, index)
 
 
@@ -81,8 +85,10 @@ def check_workflow_yaml(path: str | Path) -> None:
             if root is not None:
                 size = _expanded_nodes(root, {})
                 if size > MAX_EXPANDED_NODES:
-                    raise ConfigError(f"{path}: expands to {size:,} YAML nodes once its aliases are written out "
-                                      f"(at most {MAX_EXPANDED_NODES:,}): an alias bomb?")
+                    raise ConfigError(
+                        f"{path}: expands to {size:,} YAML nodes once its aliases are written out "
+                        f"(at most {MAX_EXPANDED_NODES:,}): an alias bomb?"
+                    )
                 loader.construct_document(root)  # duplicate keys
         finally:
             loader.dispose()

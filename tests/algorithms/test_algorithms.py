@@ -9,26 +9,40 @@ import pandas as pd
 import pytest
 import torch
 
+from fixtures_runs import metrics_rows, metrics_without_time
 from upfl import config as cfgmod
-from upfl.algorithms import (ALGORITHMS, AlgorithmPrivacyError, ClientRound, algorithm_names, build_algorithm,
-                             is_upcycled)
+from upfl.algorithms import (
+    ALGORITHMS,
+    AlgorithmPrivacyError,
+    ClientRound,
+    algorithm_names,
+    build_algorithm,
+    is_upcycled,
+)
 from upfl.algorithms.fednova import momentum_work
-from upfl.names import DEFAULT_STEP
 from upfl.cli import main
 from upfl.data import generate_synthetic, load_leaf
 from upfl.data.leaf import write_leaf
+from upfl.draws.batch_plans import batch_plan
 from upfl.draws.rounds import round_participants
-from upfl.models import LogisticRegression
 from upfl.draws.streams import generator
 from upfl.engine.simulation import InjectedStop, Simulation, run
-from upfl.draws.batch_plans import batch_plan
+from upfl.models import LogisticRegression
+from upfl.names import DEFAULT_STEP
 from upfl.solvers.torch_backend import local_solve
-from fixtures_runs import metrics_rows, metrics_without_time
 
 QUIET = {"log": lambda s: None}
-BASE_OPTIONS = {"fedavg": {}, "fedprox": {"mu": 0.5}, "fedavgm": {"mu": 0.5, "server_momentum": 0.5},
-                "fednova": {}, "scaffold": {}, "fedadam": {}, "fedyogi": {}, "feddyn": {"alpha": 0.1},
-                "pfedme": {"personal_steps": 2}}
+BASE_OPTIONS = {
+    "fedavg": {},
+    "fedprox": {"mu": 0.5},
+    "fedavgm": {"mu": 0.5, "server_momentum": 0.5},
+    "fednova": {},
+    "scaffold": {},
+    "fedadam": {},
+    "fedyogi": {},
+    "feddyn": {"alpha": 0.1},
+    "pfedme": {"personal_steps": 2},
+}
 
 
 @pytest.fixture(scope="module")
@@ -52,9 +66,14 @@ def equal_data(tmp_path_factory):
 
 
 def make_cfg(data, tmp_path, name="fedprox", rounds=4, **algorithm):
-    doc = {"data": {"path": data}, "rounds": rounds, "algorithm": {"name": name, **algorithm},
-           "devices": {"frac": 0.5, "straggler": 0.5}, "solver": {"epochs": 2, "backend": "torch"},
-           "checkpoint": {"every": 1, "dir": str(tmp_path / "ck")}}
+    doc = {
+        "data": {"path": data},
+        "rounds": rounds,
+        "algorithm": {"name": name, **algorithm},
+        "devices": {"frac": 0.5, "straggler": 0.5},
+        "solver": {"epochs": 2, "backend": "torch"},
+        "checkpoint": {"every": 1, "dir": str(tmp_path / "ck")},
+    }
     return cfgmod.from_dict(doc)
 
 
@@ -98,15 +117,29 @@ def reference_local(x, y_onehot, w0, plan, lr, momentum, mu=0.0, linear=None):
 def reference_locals(sim, w, k, mu=0.0, linears=None):
     chosen, plans = round_inputs(sim, k)
     c = sim.cfg.solver
-    locals_ = torch.stack([reference_local(sim.xs[i], sim.ys[i], w, plans[j], c.lr, c.momentum, mu,
-                                           None if linears is None else linears[j])
-                           for j, i in enumerate(chosen)])
+    locals_ = torch.stack(
+        [
+            reference_local(
+                sim.xs[i], sim.ys[i], w, plans[j], c.lr, c.momentum, mu, None if linears is None else linears[j]
+            )
+            for j, i in enumerate(chosen)
+        ]
+    )
     return chosen, plans, locals_, sim.sizes[chosen]
 
 
 def test_registry_names_and_config_errors(small_data, tmp_path):
-    assert set(ALGORITHMS) == {"fedavg", "fedprox", "fedavgm", "fednova", "scaffold", "fedadam", "fedyogi",
-                               "feddyn", "pfedme"}
+    assert set(ALGORITHMS) == {
+        "fedavg",
+        "fedprox",
+        "fedavgm",
+        "fednova",
+        "scaffold",
+        "fedadam",
+        "fedyogi",
+        "feddyn",
+        "pfedme",
+    }
     assert "upcycled" in algorithm_names() and "upcycled_scaffold" in algorithm_names()
     assert "upcycled_fedprox" not in algorithm_names()
     with pytest.raises(cfgmod.ConfigError, match="algorithm.name: unknown algorithm 'fedfoo'"):
@@ -121,8 +154,19 @@ def test_registry_names_and_config_errors(small_data, tmp_path):
     assert make_cfg(small_data, tmp_path, name="upcycled_feddyn", lam=0.1).algorithm.alpha == 0.01
 
 
-OTHER_VALUES = {"mu": 0.5, "server_lr": 0.37, "server_momentum": 0.7, "nesterov": False, "beta1": 0.5, "beta2": 0.9,
-                "tau": 0.01, "alpha": 0.1, "personal_lambda": 5.0, "personal_steps": 2, "personal_lr": 0.05}
+OTHER_VALUES = {
+    "mu": 0.5,
+    "server_lr": 0.37,
+    "server_momentum": 0.7,
+    "nesterov": False,
+    "beta1": 0.5,
+    "beta2": 0.9,
+    "tau": 0.01,
+    "alpha": 0.1,
+    "personal_lambda": 5.0,
+    "personal_steps": 2,
+    "personal_lr": 0.05,
+}
 """A value of each ``algorithm.*`` key other than its default (and than every class's ``server_lr_default``)."""
 
 
@@ -134,8 +178,9 @@ def test_every_key_an_algorithm_declares_changes_its_training(small_data, tmp_pa
     _, (_, before) = training_rounds(make_cfg(small_data, tmp_path, name=base), small_data, 2)
     declared = cls.keys + (("mu",) if cls.uses_mu else ())
     for key in declared:
-        _, (_, after) = training_rounds(make_cfg(small_data, tmp_path, name=base, **{key: OTHER_VALUES[key]}),
-                                        small_data, 2)
+        _, (_, after) = training_rounds(
+            make_cfg(small_data, tmp_path, name=base, **{key: OTHER_VALUES[key]}), small_data, 2
+        )
         assert not torch.allclose(before, after), f"{base} does not read algorithm.{key}"
     for key in sorted(set(OTHER_VALUES) - set(declared)):
         with pytest.raises(cfgmod.ConfigError, match=f"algorithm.{key}"):
@@ -156,12 +201,18 @@ def test_objective_perturbation_is_admitted_exactly_for_the_fedprox_objective(ba
 
 def test_privacy_is_refused_where_the_analysis_does_not_apply(small_data, tmp_path):
     def cfg(name, mechanism, **alg):
-        privacy = {"mechanism": mechanism, "tau": 10, "sigma": 1.0} if mechanism == "output" else \
-            {"mechanism": mechanism, "alpha": 10}
-        return cfgmod.from_dict({"data": {"path": small_data}, "algorithm": {"name": name, **alg},
-                                 "privacy": privacy})
-    with pytest.raises(AlgorithmPrivacyError, match="privacy.mechanism: output perturbation is not supported for "
-                                                    "scaffold: the device also releases its control-variate"):
+        privacy = (
+            {"mechanism": mechanism, "tau": 10, "sigma": 1.0}
+            if mechanism == "output"
+            else {"mechanism": mechanism, "alpha": 10}
+        )
+        return cfgmod.from_dict({"data": {"path": small_data}, "algorithm": {"name": name, **alg}, "privacy": privacy})
+
+    with pytest.raises(
+        AlgorithmPrivacyError,
+        match="privacy.mechanism: output perturbation is not supported for "
+        "scaffold: the device also releases its control-variate",
+    ):
         cfg("scaffold", "output")
     with pytest.raises(AlgorithmPrivacyError, match="objective perturbation is not supported for upcycled_feddyn"):
         cfg("upcycled_feddyn", "objective", lam=0.1)
@@ -175,8 +226,9 @@ def test_privacy_is_refused_where_the_analysis_does_not_apply(small_data, tmp_pa
 @pytest.mark.parametrize("nesterov", [False, True])
 def test_server_momentum_beta0_equals_its_base(small_data, tmp_path, nesterov):
     _, prox = training_rounds(make_cfg(small_data, tmp_path, "fedprox", mu=0.5), small_data, 3)
-    _, mom = training_rounds(make_cfg(small_data, tmp_path, "fedavgm", mu=0.5, server_momentum=0.0,
-                                      nesterov=nesterov), small_data, 3)
+    _, mom = training_rounds(
+        make_cfg(small_data, tmp_path, "fedavgm", mu=0.5, server_momentum=0.0, nesterov=nesterov), small_data, 3
+    )
     for a, b in zip(prox, mom, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
 
@@ -197,8 +249,15 @@ def test_server_momentum_matches_reference_loop(small_data, tmp_path, nesterov):
 
 def test_fednova_equals_fedavg_when_every_device_runs_the_same_steps(equal_data, tmp_path):
     def cfg(name):
-        return cfgmod.from_dict({"data": {"path": equal_data}, "algorithm": {"name": name},
-                                 "devices": {"frac": 0.5, "straggler": 0.0}, "solver": {"epochs": 3}})
+        return cfgmod.from_dict(
+            {
+                "data": {"path": equal_data},
+                "algorithm": {"name": name},
+                "devices": {"frac": 0.5, "straggler": 0.0},
+                "solver": {"epochs": 3},
+            }
+        )
+
     sim, avg = training_rounds(cfg("fedavg"), equal_data, 4)
     assert len({p.shape[0] for p in round_inputs(sim, 1)[1]}) == 1
     _, nova = training_rounds(cfg("fednova"), equal_data, 4)
@@ -218,7 +277,7 @@ def test_fednova_matches_reference_loop_with_stragglers(small_data, tmp_path):
         work = []
         for plan in plans:  # ||a_i||_1 summed term by term: step s's gradient has weight sum_{r<=tau-1-s} rho^r
             tau = plan.shape[0]
-            work.append(sum(sum(rho ** r for r in range(tau - s)) for s in range(tau)))
+            work.append(sum(sum(rho**r for r in range(tau - s)) for s in range(tau)))
         work = torch.tensor(work)
         torch.testing.assert_close(work, torch.tensor([momentum_work(pl.shape[0], rho) for pl in plans]))
         d = (w - locals_) / work.unsqueeze(1)
@@ -286,12 +345,12 @@ def test_adaptive_server_optimisers_match_reference_loop(small_data, tmp_path, n
     cfg = make_cfg(small_data, tmp_path, name, server_lr=0.05, beta1=0.8, beta2=0.9, tau=0.01)
     sim, got = training_rounds(cfg, small_data, 3)
     w = sim.model.init_params(generator(cfg.seed, "init"))
-    m, v = torch.zeros_like(w), torch.full_like(w, 0.01 ** 2)
+    m, v = torch.zeros_like(w), torch.full_like(w, 0.01**2)
     for k in range(1, 4):
         _, _, locals_, sizes = reference_locals(sim, w, k)
         delta = (sizes / sizes.sum()) @ locals_ - w
         m = 0.8 * m + 0.2 * delta
-        v = 0.9 * v + 0.1 * delta ** 2 if name == "fedadam" else v - 0.1 * delta ** 2 * torch.sign(v - delta ** 2)
+        v = 0.9 * v + 0.1 * delta**2 if name == "fedadam" else v - 0.1 * delta**2 * torch.sign(v - delta**2)
         w = w + 0.05 * m / (v.sqrt() + 0.01)
         torch.testing.assert_close(got[k - 1], w, rtol=0, atol=1e-5)
 
@@ -313,8 +372,9 @@ def test_pfedme_local_solve_matches_per_device_loop(small_data, tmp_path, backen
             idx = batch[batch >= 0]
             for _ in range(3):
                 t = theta.clone().requires_grad_(True)
-                loss = torch.nn.functional.cross_entropy(sim.xs[i][idx] @ t[:-classes].view(-1, classes)
-                                                         + t[-classes:], labels[idx])
+                loss = torch.nn.functional.cross_entropy(
+                    sim.xs[i][idx] @ t[:-classes].view(-1, classes) + t[-classes:], labels[idx]
+                )
                 (grad,) = torch.autograd.grad(loss, t)
                 theta = theta - 0.02 * (grad + 5.0 * (theta - local))
             local = local - cfg.solver.lr * 5.0 * (local - theta)
@@ -381,33 +441,86 @@ def test_pfedme_reports_global_and_personal_accuracy(small_data, tmp_path):
 
 def test_cli_algorithm_and_set(small_data, tmp_path):
     out = tmp_path / "cli"
-    assert main(["run", "--data", small_data, "--out", str(out), "--algorithm", "upcycled_fedavgm", "--rounds", "3",
-                 "--step", "0.5", "--epochs", "2", "--set", "algorithm.server_momentum=0.9",
-                 "--set", "algorithm.nesterov=false", "--checkpoint-every", "0"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--data",
+                small_data,
+                "--out",
+                str(out),
+                "--algorithm",
+                "upcycled_fedavgm",
+                "--rounds",
+                "3",
+                "--step",
+                "0.5",
+                "--epochs",
+                "2",
+                "--set",
+                "algorithm.server_momentum=0.9",
+                "--set",
+                "algorithm.nesterov=false",
+                "--checkpoint-every",
+                "0",
+            ]
+        )
+        == 0
+    )
     alg = json.loads((out / "summary.json").read_text())["config"]["algorithm"]
     assert alg["name"] == "upcycled_fedavgm" and alg["server_momentum"] == 0.9 and alg["nesterov"] is False
-    assert main(["run", "--data", small_data, "--out", str(tmp_path / "bad"), "--algorithm", "fedprox",
-                 "--set", "algorithm.tau=0.1"]) == 2
+    assert (
+        main(
+            [
+                "run",
+                "--data",
+                small_data,
+                "--out",
+                str(tmp_path / "bad"),
+                "--algorithm",
+                "fedprox",
+                "--set",
+                "algorithm.tau=0.1",
+            ]
+        )
+        == 2
+    )
 
 
 def fake_run(root, name, seed, accs, walls, straggler=0.9, **alg):
     """A run folder with a hand-made metrics.csv (one row per iteration) and summary.json."""
     from upfl.pipeline.plan import run_id
 
-    doc = {"data": {"path": "/x/synthetic_1_1"}, "algorithm": {"name": name, **alg},
-           "devices": {"straggler": straggler, "frac": 0.3}, "model": {"name": "logreg"}, "rounds": len(accs)}
+    doc = {
+        "data": {"path": "/x/synthetic_1_1"},
+        "algorithm": {"name": name, **alg},
+        "devices": {"straggler": straggler, "frac": 0.3},
+        "model": {"name": "logreg"},
+        "rounds": len(accs),
+    }
     out = root / run_id("synthetic_1_1", doc, seed)
     out.mkdir(parents=True)
-    lines = ["iteration,kind,train_loss,train_acc,test_loss,test_acc,devices,local_steps,data_accesses,wall_s,cum_wall_s",
-             "0,init,1,0,1,0,0,0,0,0,0"]
+    lines = [
+        "iteration,kind,train_loss,train_acc,test_loss,test_acc,devices,local_steps,data_accesses,wall_s,cum_wall_s",
+        "0,init,1,0,1,0,0,0,0,0,0",
+    ]
     upcycled = is_upcycled(name)
     for t, (acc, wall) in enumerate(zip(accs, walls, strict=True), start=1):
         kind = "upcycle" if upcycled and t % 2 == 0 else "train"
         lines.append(f"{t},{kind},1,{acc},1,{acc},3,10,3,0.1,{wall}")
     (out / "metrics.csv").write_text("\n".join(lines) + "\n")
     final = {"iteration": len(accs), "train_loss": 1, "train_acc": accs[-1], "test_loss": 1, "test_acc": accs[-1]}
-    (out / "summary.json").write_text(json.dumps({"config": doc, "final": final, "best": final, "seed": seed,
-                                                  "training_rounds": (len(accs) + 1) // 2 if upcycled else len(accs)}))
+    (out / "summary.json").write_text(
+        json.dumps(
+            {
+                "config": doc,
+                "final": final,
+                "best": final,
+                "seed": seed,
+                "training_rounds": (len(accs) + 1) // 2 if upcycled else len(accs),
+            }
+        )
+    )
     return str(out)
 
 
@@ -418,11 +531,23 @@ def test_ablation_reports_pair_on_seed_and_measure_equal_wall_time(tmp_path):
     pairs = []
     for seed, shift in ((0, 0.0), (1, 0.02), (2, 0.04)):
         pairs.append(fake_run(tmp_path, "fedprox", seed, [0.5, 0.6 + shift], [1.0, 2.0], mu=1.0))
-        pairs.append(fake_run(tmp_path, "fedavgm", seed, [0.5, 0.65 + shift], [1.0, 2.0], mu=1.0,
-                              server_momentum=0.5, nesterov=True))
+        pairs.append(
+            fake_run(
+                tmp_path, "fedavgm", seed, [0.5, 0.65 + shift], [1.0, 2.0], mu=1.0, server_momentum=0.5, nesterov=True
+            )
+        )
         # Upcycled: 4 iterations; at FedProx's wall time (2.0 s) it has reached iteration 3
-        pairs.append(fake_run(tmp_path, "upcycled", seed, [0.5, 0.55, 0.7 + shift, 0.8 + 2 * shift],
-                              [1.0, 1.01, 2.0, 2.01], mu=1.0, lam=0.43))
+        pairs.append(
+            fake_run(
+                tmp_path,
+                "upcycled",
+                seed,
+                [0.5, 0.55, 0.7 + shift, 0.8 + 2 * shift],
+                [1.0, 1.01, 2.0, 2.01],
+                mu=1.0,
+                lam=0.43,
+            )
+        )
     runs = collect_runs([("ablation_momentum", p) for p in pairs])
     assert set(runs["algorithm_options"].fillna("")) == {"", "server_momentum=0.5;nesterov=True"}
     frame = momentum_frame(runs).set_index("variant")
@@ -454,12 +579,27 @@ def test_momentum_figure_keeps_each_family_in_its_panel_and_colour(tmp_path):
     for seed in (0, 1):
         paths.append(fake_run(tmp_path, "fedprox", seed, [0.5, 0.6], [1.0, 2.0], mu=1.0))
         for beta in (0.3, 0.9):
-            paths.append(fake_run(tmp_path, "fedavgm", seed, [0.5, 0.62], [1.0, 2.0], mu=1.0, server_momentum=beta,
-                                  nesterov=True))
-            paths.append(fake_run(tmp_path, "upcycled_fedavgm", seed, [0.5, 0.55, 0.7, 0.75], [1.0, 1.01, 2.0, 2.01],
-                                  mu=1.0, lam=0.43, server_momentum=beta, nesterov=True))
-        paths.append(fake_run(tmp_path, "upcycled", seed, [0.5, 0.55, 0.7, 0.8], [1.0, 1.01, 2.0, 2.01], mu=1.0,
-                              lam=0.43))
+            paths.append(
+                fake_run(
+                    tmp_path, "fedavgm", seed, [0.5, 0.62], [1.0, 2.0], mu=1.0, server_momentum=beta, nesterov=True
+                )
+            )
+            paths.append(
+                fake_run(
+                    tmp_path,
+                    "upcycled_fedavgm",
+                    seed,
+                    [0.5, 0.55, 0.7, 0.75],
+                    [1.0, 1.01, 2.0, 2.01],
+                    mu=1.0,
+                    lam=0.43,
+                    server_momentum=beta,
+                    nesterov=True,
+                )
+            )
+        paths.append(
+            fake_run(tmp_path, "upcycled", seed, [0.5, 0.55, 0.7, 0.8], [1.0, 1.01, 2.0, 2.01], mu=1.0, lam=0.43)
+        )
     runs = collect_runs([("ablation_momentum", p) for p in paths])
     momentum_figure(runs, str(tmp_path / "ablation_momentum_curves"), "prov")
     assert (tmp_path / "ablation_momentum_curves.png").stat().st_size > 0
@@ -470,15 +610,20 @@ def test_momentum_figure_keeps_each_family_in_its_panel_and_colour(tmp_path):
     assert colours["Upcycled-FL"] == csv_colour(ALGORITHM_COLOURS["Upcycled-FL"])
     assert colours.nunique() == len(colours) == 6
     assert {v for v in panels.index if panels[v] == "FedProx"} == {
-        "FedProx", "FedProx + momentum (β = 0.3, Nesterov)", "FedProx + momentum (β = 0.9, Nesterov)"}
+        "FedProx",
+        "FedProx + momentum (β = 0.3, Nesterov)",
+        "FedProx + momentum (β = 0.9, Nesterov)",
+    }
     assert set(lines["x_axis"]) == {"round", "time"}
+
 
 @pytest.mark.parametrize("name", ["scaffold", "feddyn", "fednova"])
 def test_compiled_solver_gives_the_torch_solver_numbers_for_corrected_objectives(small_data, tmp_path, name):
     options = BASE_OPTIONS[name]
     torch_cfg = make_cfg(small_data, tmp_path, name, **options)
-    numba_cfg = cfgmod.from_dict({**cfgmod.to_dict(torch_cfg), "solver": {**cfgmod.to_dict(torch_cfg)["solver"],
-                                                                          "backend": "numba"}})
+    numba_cfg = cfgmod.from_dict(
+        {**cfgmod.to_dict(torch_cfg), "solver": {**cfgmod.to_dict(torch_cfg)["solver"], "backend": "numba"}}
+    )
     _, a = training_rounds(torch_cfg, small_data, 3)
     sim, b = training_rounds(numba_cfg, small_data, 3)
     assert sim.local_solve is not local_solve

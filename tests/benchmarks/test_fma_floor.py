@@ -12,14 +12,17 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import fma_floor  # noqa: E402
 
 
-@pytest.mark.parametrize("features, machine, isa, lanes", [
-    ({"avx512f", "avx2", "avx", "fma", "sse2"}, "x86_64", "AVX-512", 16),
-    ({"avx2", "avx", "fma", "sse2"}, "x86_64", "AVX2 + FMA", 8),
-    ({"avx", "sse2"}, "x86_64", "AVX", 8),
-    ({"sse2"}, "x86_64", "SSE2", 4),
-    ({"fp", "asimd"}, "aarch64", "NEON", 4),
-    ({"fp", "asimd"}, "arm64", "NEON", 4),
-])
+@pytest.mark.parametrize(
+    "features, machine, isa, lanes",
+    [
+        ({"avx512f", "avx2", "avx", "fma", "sse2"}, "x86_64", "AVX-512", 16),
+        ({"avx2", "avx", "fma", "sse2"}, "x86_64", "AVX2 + FMA", 8),
+        ({"avx", "sse2"}, "x86_64", "AVX", 8),
+        ({"sse2"}, "x86_64", "SSE2", 4),
+        ({"fp", "asimd"}, "aarch64", "NEON", 4),
+        ({"fp", "asimd"}, "arm64", "NEON", 4),
+    ],
+)
 def test_isa_and_vector_width_follow_the_cpu_features(features, machine, isa, lanes):
     assert fma_floor.isa_name(features, machine) == isa
     assert fma_floor.native_lanes(features, machine) == lanes

@@ -10,8 +10,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_gpu_benchmark_smoke_mode_runs_every_part(tmp_path):
     out = tmp_path / "gpu.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu.py"), "--smoke", "--out", str(out)],
-                          capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "gpu.py"), "--smoke", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["smoke"] and result["device"] == "cpu"

@@ -25,32 +25,44 @@ def test_set_data_to_a_non_mapping_is_named(data, tmp_path, capsys, value):
     assert not (tmp_path / "o").exists()
 
 
-@pytest.mark.parametrize("flags, named", [
-    (["--beta", "inf"], "--beta inf"),
-    (["--alpha", "nan"], "--alpha nan"),
-    (["--alpha", "-1"], "--alpha -1"),
-    (["--devices", "1000000000"], "--devices 1000000000"),
-    (["--devices", "10000", "--dim", "10000"], "--devices 10000 x --dim 10000"),
-    (["--classes", "1"], "--classes 1"),
-])
+@pytest.mark.parametrize(
+    "flags, named",
+    [
+        (["--beta", "inf"], "--beta inf"),
+        (["--alpha", "nan"], "--alpha nan"),
+        (["--alpha", "-1"], "--alpha -1"),
+        (["--devices", "1000000000"], "--devices 1000000000"),
+        (["--devices", "10000", "--dim", "10000"], "--devices 10000 x --dim 10000"),
+        (["--classes", "1"], "--classes 1"),
+    ],
+)
 def test_synth_flags_out_of_range_exit_2_naming_the_flag(tmp_path, flags, named):
     # a fresh process with its memory capped: the check comes before anything is drawn
-    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30)); "
-            "from upfl.cli import main; sys.exit(main(sys.argv[1:]))")
-    proc = subprocess.run([sys.executable, "-c", code, "synth", "--name", "synthetic_iid",
-                           "--out", str(tmp_path / "x"), *flags], capture_output=True, text=True, timeout=120)
+    code = (
+        "import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30)); "
+        "from upfl.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "synth", "--name", "synthetic_iid", "--out", str(tmp_path / "x"), *flags],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert f"upfl synth: error: {named}" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "x").exists()
 
 
-@pytest.mark.parametrize("spec, named", [
-    ("null", "not null"),
-    ("[1]", "not an array"),
-    ('{"runs": [1]}', "runs[0] is a number"),
-    ('{"runs": []}', "'runs' must be a non-empty array"),
-    ('{"runs": [{"id": "a", "data": "d", "out": "o", "config": 3}]}', "'config' must be an object"),
-])
+@pytest.mark.parametrize(
+    "spec, named",
+    [
+        ("null", "not null"),
+        ("[1]", "not an array"),
+        ('{"runs": [1]}', "runs[0] is a number"),
+        ('{"runs": []}', "'runs' must be a non-empty array"),
+        ('{"runs": [{"id": "a", "data": "d", "out": "o", "config": 3}]}', "'config' must be an object"),
+    ],
+)
 def test_run_many_spec_of_the_wrong_shape_exits_2_naming_the_spec(tmp_path, capsys, spec, named):
     path = tmp_path / "spec.json"
     path.write_text(spec)

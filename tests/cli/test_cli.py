@@ -46,8 +46,10 @@ def test_misspelt_workflow_target_gets_the_closest_one():
 
     known = ["fig5", "fig2", "table1", "time", "all"]
     argv = ["snakemake", "--cores", "all", "-n", "fig55", "table1", "--configfile", "config/quick.yaml", "tabel1"]
-    assert misspelt_targets(argv, known) == ["fig55: not a target of this config; did you mean fig5?",
-                                             "tabel1: not a target of this config; did you mean table1?"]
+    assert misspelt_targets(argv, known) == [
+        "fig55: not a target of this config; did you mean fig5?",
+        "tabel1: not a target of this config; did you mean table1?",
+    ]
 
 
 def test_misspelt_run_config_key_gets_the_closest_one(tmp_path, capsys):
@@ -101,8 +103,10 @@ def test_the_default_algorithm_runs_without_lam_at_table1s_step(tmp_path, capsys
     from upfl.data import generate_synthetic
     from upfl.names import DEFAULT_STEP, even_step_coefficient
 
-    assert all(abs(even_step_coefficient(mu, lam) - DEFAULT_STEP) < 0.02
-               for mu, lam in ((0.1, 0.04), (0.3, 0.12), (0.5, 0.21), (1, 0.43)))
+    assert all(
+        abs(even_step_coefficient(mu, lam) - DEFAULT_STEP) < 0.02
+        for mu, lam in ((0.1, 0.04), (0.3, 0.12), (0.5, 0.21), (1, 0.43))
+    )
     data = generate_synthetic("synthetic_1_1", tmp_path / "d", data_seed=0, num_devices=3)
     rc = main(["run", "--data", str(data), "--rounds", "2", "--epochs", "2", "--out", str(tmp_path / "o")])
     assert rc == 0, capsys.readouterr().err
@@ -110,9 +114,25 @@ def test_the_default_algorithm_runs_without_lam_at_table1s_step(tmp_path, capsys
     assert algorithm["name"] == "upcycled" and algorithm["step"] == DEFAULT_STEP and algorithm["lam"] is None
 
 
-@pytest.mark.parametrize("command", [["run"], ["synth"], ["stats"], ["privacy"], ["data"], ["data", "fetch"],
-                                     ["data", "prepare"], ["data", "extract"], ["report"], ["report", "claims"],
-                                     ["report", "figure"], ["kernels"], ["store"], ["run-many"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["run"],
+        ["synth"],
+        ["stats"],
+        ["privacy"],
+        ["data"],
+        ["data", "fetch"],
+        ["data", "prepare"],
+        ["data", "extract"],
+        ["report"],
+        ["report", "claims"],
+        ["report", "figure"],
+        ["kernels"],
+        ["store"],
+        ["run-many"],
+    ],
+)
 def test_no_help_prints_restructuredtext(command, capsys):
     with pytest.raises(SystemExit) as stop:
         main([*command, "--help"])

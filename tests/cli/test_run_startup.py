@@ -40,8 +40,13 @@ print("LOADED=" + json.dumps(before_round))
 
 def loaded_before_first_round(data: Path, algorithm: str, out: Path, entries=None) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "NUMBA_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-c", LOADED, str(data), algorithm, str(out), json.dumps(entries)],
-                          env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", LOADED, str(data), algorithm, str(out), json.dumps(entries)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.split("LOADED=")[-1])
 
@@ -52,9 +57,13 @@ def metrics_without_wall_time(out: Path) -> list[list[str]]:
     return [[v for j, v in enumerate(row) if j not in drop] for row in rows]
 
 
-@pytest.mark.parametrize("algorithm, entry, other", [("fedprox", "solve_devices_serial", "personal_devices_serial"),
-                                                     ("upcycled_pfedme", "personal_devices_serial",
-                                                      "solve_devices_serial")])
+@pytest.mark.parametrize(
+    "algorithm, entry, other",
+    [
+        ("fedprox", "solve_devices_serial", "personal_devices_serial"),
+        ("upcycled_pfedme", "personal_devices_serial", "solve_devices_serial"),
+    ],
+)
 def test_a_compiled_run_loads_only_the_training_kernel_its_algorithm_uses(tmp_path, algorithm, entry, other):
     data = generate_synthetic("synthetic_1_1", tmp_path / "data", data_seed=1, num_devices=6)
     loaded = loaded_before_first_round(data, algorithm, tmp_path / "lean")
@@ -73,12 +82,15 @@ def test_warm_up_names_an_unknown_entry():
 
 
 def test_a_built_in_command_line_does_not_import_the_other_sub_commands(tmp_path):
-    probe = ("import sys\nfrom upfl.cli import main\nmain(['stats', sys.argv[1]])\n"
-             "print('OTHERS=' + str(sorted(m for m in sys.modules if m.startswith('upfl.commands.'))))")
+    probe = (
+        "import sys\nfrom upfl.cli import main\nmain(['stats', sys.argv[1]])\n"
+        "print('OTHERS=' + str(sorted(m for m in sys.modules if m.startswith('upfl.commands.'))))"
+    )
     data = generate_synthetic("synthetic_1_1", tmp_path / "data", data_seed=1, num_devices=4)
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    proc = subprocess.run([sys.executable, "-c", probe, str(data)], env=env, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", probe, str(data)], env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "OTHERS=[]" in proc.stdout
 
@@ -111,10 +123,26 @@ def test_a_compiled_run_from_the_cache_loads_no_registries_of_numbas_cpu_target(
     outs = []
     for attempt in ("first", "cached"):
         out = tmp_path / attempt
-        argv = ["run", "--data", str(data), "--algorithm", "fedprox", "--mu", "1", "--rounds", "4", "--frac", "0.5",
-                "--threads", str(threads), "--out", str(out)]
-        proc = subprocess.run([sys.executable, "-c", TARGET_PROBE, *argv], env=env, capture_output=True, text=True,
-                              timeout=600)
+        argv = [
+            "run",
+            "--data",
+            str(data),
+            "--algorithm",
+            "fedprox",
+            "--mu",
+            "1",
+            "--rounds",
+            "4",
+            "--frac",
+            "0.5",
+            "--threads",
+            str(threads),
+            "--out",
+            str(out),
+        ]
+        proc = subprocess.run(
+            [sys.executable, "-c", TARGET_PROBE, *argv], env=env, capture_output=True, text=True, timeout=600
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         outs.append((out, json.loads(proc.stdout.split("TARGET=")[-1])))
     assert outs[1][1] == {"rc": 0, "imported": []}, outs[1][1]
@@ -131,8 +159,9 @@ def test_upfl_run_as_a_command_ends_without_teardown_and_keeps_its_output_and_st
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.splitlines()[-1].startswith("final iteration 2: train_acc ")
     assert json.loads((tmp_path / "o" / "summary.json").read_text())["final"]["iteration"] == 2
-    bad = subprocess.run(argv[:-2] + ["--out", str(tmp_path / "o"), "--frac", "2"], env=env, capture_output=True,
-                         text=True, timeout=600)
+    bad = subprocess.run(
+        argv[:-2] + ["--out", str(tmp_path / "o"), "--frac", "2"], env=env, capture_output=True, text=True, timeout=600
+    )
     assert bad.returncode == 2 and "upfl run: error: " in bad.stderr, bad.stderr[-3000:]
 
 

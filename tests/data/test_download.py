@@ -13,8 +13,17 @@ import pytest
 
 from fixtures_leaf import ArchiveServer, etag_of, make_glove_zip, run_data_cli
 from upfl.data.archive import ArchiveError, extract_zip, open_zip
-from upfl.data.download import (CACHE_DIR, DownloadError, copy_archive, download, fetch_source,
-                                read_recorded_sha256, sidecar, state_file, verify_file)
+from upfl.data.download import (
+    CACHE_DIR,
+    DownloadError,
+    copy_archive,
+    download,
+    fetch_source,
+    read_recorded_sha256,
+    sidecar,
+    state_file,
+    verify_file,
+)
 from upfl.data.sources import SOURCES, resolve_sources
 
 
@@ -43,8 +52,9 @@ def test_interrupted_download_resumes_with_range(tmp_path):
     data = _payload()
     with ArchiveServer({"/a.bin": data}) as srv:
         srv.drop_once["/a.bin"] = len(data) // 2
-        dest = download(srv.url("/a.bin"), tmp_path / "a.bin", progress=False, backoff=0,
-                        sha256=hashlib.sha256(data).hexdigest())
+        dest = download(
+            srv.url("/a.bin"), tmp_path / "a.bin", progress=False, backoff=0, sha256=hashlib.sha256(data).hexdigest()
+        )
         ranges = [r for _, r in srv.log.requests]
     assert dest.read_bytes() == data
     assert ranges[0] is None and ranges[1] == f"bytes={len(data) // 2}-"
@@ -56,8 +66,9 @@ def test_resume_across_calls_from_part_file(tmp_path):
     with ArchiveServer({"/a.bin": data}) as srv:
         srv.truncate["/a.bin"] = 100_000
         with pytest.raises(DownloadError, match="incomplete.*run again to resume"):
-            download(srv.url("/a.bin"), tmp_path / "res" / "a.bin", cache_dir=cache, retries=1,
-                     backoff=0, progress=False)
+            download(
+                srv.url("/a.bin"), tmp_path / "res" / "a.bin", cache_dir=cache, retries=1, backoff=0, progress=False
+            )
         assert (cache / "a.bin.part").stat().st_size == 100_000
         del srv.truncate["/a.bin"]
         download(srv.url("/a.bin"), tmp_path / "res" / "a.bin", cache_dir=cache, progress=False)
@@ -130,8 +141,7 @@ def test_from_archive_and_placed_archive(tmp_path):
 
 def test_resolve_sources_overrides_and_errors():
     srcs = resolve_sources(["femnist", "glove"], urls={"glove": "http://mirror/g.zip"})
-    assert [s.name for s in srcs] == ["by_class", "paper_femnist_train_groups",
-                                      "paper_femnist_test_groups", "glove"]
+    assert [s.name for s in srcs] == ["by_class", "paper_femnist_train_groups", "paper_femnist_test_groups", "glove"]
     assert srcs[-1].url == "http://mirror/g.zip"
     with pytest.raises(KeyError, match="unknown data set or source 'mnist'"):
         resolve_sources(["mnist"])
@@ -180,12 +190,29 @@ def test_cli_fetch_download_and_offline(tmp_path, capsys):
     glove = make_glove_zip(folder, dim=5)
     res = tmp_path / "res"
     with ArchiveServer({"/s.zip": (folder / "trainingandtestdata.zip").read_bytes()}) as srv:
-        rc = run_data_cli(["data", "fetch", "sent140", "--resources", str(res), "--no-progress",
-                           "--url", f"sent140={srv.url('/s.zip')}", "--url", "glove=http://127.0.0.1:9/none",
-                           "--from-archive", str(glove)])
+        rc = run_data_cli(
+            [
+                "data",
+                "fetch",
+                "sent140",
+                "--resources",
+                str(res),
+                "--no-progress",
+                "--url",
+                f"sent140={srv.url('/s.zip')}",
+                "--url",
+                "glove=http://127.0.0.1:9/none",
+                "--from-archive",
+                str(glove),
+            ]
+        )
     assert rc == 0
     assert sorted(p.name for p in res.iterdir() if p.is_file()) == [
-        "glove.6B.zip", "glove.6B.zip.sha256", "trainingandtestdata.zip", "trainingandtestdata.zip.sha256"]
+        "glove.6B.zip",
+        "glove.6B.zip.sha256",
+        "trainingandtestdata.zip",
+        "trainingandtestdata.zip.sha256",
+    ]
     (res / "glove.6B.zip").write_bytes(b"not the recorded archive")
     assert run_data_cli(["data", "fetch", "glove", "--resources", str(res), "--no-progress"]) == 1
     assert "glove.6B.zip" in capsys.readouterr().err
@@ -211,9 +238,6 @@ def test_negative_retries_is_a_named_error(tmp_path, capsys):
     assert not res.exists()
     with pytest.raises(DownloadError, match="retries must be an integer >= 0"):
         download("http://127.0.0.1:9/x", tmp_path / "x", retries=-1)
-
-
-
 
 
 def _half_downloaded(srv: ArchiveServer, dest: Path, cache: Path, cut: int = 100_000) -> Path:
@@ -352,8 +376,11 @@ def test_a_full_disk_is_named_and_publishes_nothing(tmp_path, monkeypatch):
             return super().write(block)
 
     def filling_open(path, mode="r", *args, **kwargs):
-        return FillingFile(path, mode.replace("b", "")) if "b" in mode and ("w" in mode or "a" in mode) \
+        return (
+            FillingFile(path, mode.replace("b", ""))
+            if "b" in mode and ("w" in mode or "a" in mode)
             else open(path, mode, *args, **kwargs)
+        )
 
     monkeypatch.setattr(download_module, "open", filling_open, raising=False)
     dest = tmp_path / "a.bin"

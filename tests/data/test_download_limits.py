@@ -46,16 +46,33 @@ def server():
 
 def test_a_body_without_length_is_capped_and_nothing_is_left(server, tmp_path):
     with pytest.raises(dl.DownloadError, match=r"more than the cap of 1000000 bytes \(--max-bytes\)"):
-        dl.download(f"{server}/endless", tmp_path / "f.zip", cache_dir=tmp_path / "c", max_bytes=1_000_000,
-                    retries=3, backoff=0, progress=False, log=lambda m: None)
+        dl.download(
+            f"{server}/endless",
+            tmp_path / "f.zip",
+            cache_dir=tmp_path / "c",
+            max_bytes=1_000_000,
+            retries=3,
+            backoff=0,
+            progress=False,
+            log=lambda m: None,
+        )
     assert not (tmp_path / "f.zip").exists() and not (tmp_path / "c" / "f.zip.part").exists()
 
 
 def test_a_dripping_server_meets_the_total_deadline(server, tmp_path):
     start = time.monotonic()
     with pytest.raises(dl.DownloadError, match=r"total deadline \(--deadline\)"):
-        dl.download(f"{server}/drip", tmp_path / "f.zip", cache_dir=tmp_path / "c", timeout=3, deadline=1.5,
-                    retries=5, backoff=0, progress=False, log=lambda m: None)
+        dl.download(
+            f"{server}/drip",
+            tmp_path / "f.zip",
+            cache_dir=tmp_path / "c",
+            timeout=3,
+            deadline=1.5,
+            retries=5,
+            backoff=0,
+            progress=False,
+            log=lambda m: None,
+        )
     assert time.monotonic() - start < 6
     assert not (tmp_path / "f.zip").exists()
 
@@ -70,8 +87,15 @@ def test_a_failed_name_lookup_is_not_retried_and_names_from_mirror(tmp_path, mon
     monkeypatch.setattr(dl.urllib.request, "urlopen", unresolvable)
     start = time.monotonic()
     with pytest.raises(dl.DownloadError, match=r"host name lookup failed.*--from-mirror DIR"):
-        dl.download("http://no-such-host.invalid/f.zip", tmp_path / "f.zip", cache_dir=tmp_path / "c", retries=5,
-                    backoff=1, progress=False, log=lambda m: None)
+        dl.download(
+            "http://no-such-host.invalid/f.zip",
+            tmp_path / "f.zip",
+            cache_dir=tmp_path / "c",
+            retries=5,
+            backoff=1,
+            progress=False,
+            log=lambda m: None,
+        )
     assert len(calls) == 1 and time.monotonic() - start < 1
 
 

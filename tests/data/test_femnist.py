@@ -11,14 +11,23 @@ import pytest
 from PIL import Image
 
 from fixtures_leaf import fetch_served, make_nist_zips, png_bytes
-from upfl.data.femnist import (FemnistSpec, build_femnist, device_sizes, image_vector,
-                               keep_by_class_subfolder, leaf_label, parse_by_class, select_devices)
+from upfl.data.femnist import (
+    FemnistSpec,
+    build_femnist,
+    device_sizes,
+    image_vector,
+    keep_by_class_subfolder,
+    leaf_label,
+    parse_by_class,
+    select_devices,
+)
 from upfl.data.leaf import DatasetError, load_leaf, verify_checksums
 from upfl.data.shapes import leaf_train_count
 from upfl.data.stats import dataset_stats
 
-SMALL = FemnistSpec(num_devices=6, classes_per_device=5, train_total=62, train_min=5,
-                    train_median=9, train_max=20, sizes="table2_shape")
+SMALL = FemnistSpec(
+    num_devices=6, classes_per_device=5, train_total=62, train_min=5, train_median=9, train_max=20, sizes="table2_shape"
+)
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +40,7 @@ def built(nist, tmp_path_factory):
     """The fixture archives downloaded through the real code path, then preprocessed."""
     res = tmp_path_factory.mktemp("resources")
     paths = fetch_served(nist.by_class.parent, "femnist", {"by_class": "by_class.zip"}, res)
-    out = build_femnist(paths[0], tmp_path_factory.mktemp("data") / "femnist", seed=0,
-                        spec=SMALL, progress=False)
+    out = build_femnist(paths[0], tmp_path_factory.mktemp("data") / "femnist", seed=0, spec=SMALL, progress=False)
     return out, load_leaf(out)
 
 
@@ -115,6 +123,7 @@ def test_seeded_and_reproducible(nist, built, tmp_path):
     out, _ = built
     again = build_femnist(nist.by_class, tmp_path / "again", seed=0, spec=SMALL, progress=False)
     other = build_femnist(nist.by_class, tmp_path / "other", seed=1, spec=SMALL, progress=False)
+
     def sha(p):
         return json.loads((p / "meta.json").read_text())["sha256"]
 
@@ -142,10 +151,30 @@ def test_cli_prepare_femnist(nist, tmp_path):
     res = tmp_path / "res"
     res.mkdir()
     shutil.copy(nist.by_class, res)
-    rc = run_data_cli(["data", "prepare", "femnist", "--resources", str(res), "--out", str(tmp_path / "f"),
-                       "--no-progress", "--num-devices", "6", "--set", "sizes=table2_shape",
-                       "--set", "train_total=62", "--set", "train_min=5",
-                       "--set", "train_median=9", "--set", "train_max=20"])
+    rc = run_data_cli(
+        [
+            "data",
+            "prepare",
+            "femnist",
+            "--resources",
+            str(res),
+            "--out",
+            str(tmp_path / "f"),
+            "--no-progress",
+            "--num-devices",
+            "6",
+            "--set",
+            "sizes=table2_shape",
+            "--set",
+            "train_total=62",
+            "--set",
+            "train_min=5",
+            "--set",
+            "train_median=9",
+            "--set",
+            "train_max=20",
+        ]
+    )
     assert rc == 0 and len(load_leaf(tmp_path / "f").users) == 6
     assert (res / "by_class.zip.sha256").exists()
 
@@ -179,8 +208,12 @@ def test_device_counts_are_exactly_the_authors_index(nist, tmp_path):
 
     res, flags = _resources_with_index(nist, tmp_path)
     out = tmp_path / "femnist"
-    assert run_data_cli(["data", "prepare", "femnist", "--resources", str(res), "--out", str(out),
-                         "--no-progress", *flags]) == 0
+    assert (
+        run_data_cli(
+            ["data", "prepare", "femnist", "--resources", str(res), "--out", str(out), "--no-progress", *flags]
+        )
+        == 0
+    )
     ds = load_leaf(out)
     assert [len(ds.train_y[u]) for u in ds.users] == INDEX_TRAIN
     assert [len(ds.test_y[u]) for u in ds.users] == INDEX_TEST
@@ -189,8 +222,10 @@ def test_device_counts_are_exactly_the_authors_index(nist, tmp_path):
     meta = json.loads((out / "meta.json").read_text())
     assert meta["parameters"]["sizes"] == "paper_index"
     assert meta["parameters"]["train_counts"] == INDEX_TRAIN
-    assert set(meta["device_index"]) == {"data/femnist/data/train/user_groups.json",
-                                         "data/femnist/data/test/user_groups.json"}
+    assert set(meta["device_index"]) == {
+        "data/femnist/data/train/user_groups.json",
+        "data/femnist/data/test/user_groups.json",
+    }
     row = dataset_stats(ds)
     assert (row["samples_train"], row["samples_test"], row["devices"]) == (63, 9, 6)
     assert row["per_device_train_std"] == pytest.approx(np.std(INDEX_TRAIN))
@@ -200,11 +235,22 @@ def test_index_with_pinned_checksum_or_missing_is_refused(nist, tmp_path, capsys
     from fixtures_leaf import run_data_cli
 
     res, _ = _resources_with_index(nist, tmp_path)
-    rc = run_data_cli(["data", "prepare", "femnist", "--resources", str(res), "--out", str(tmp_path / "a"),
-                       "--no-progress"])
+    rc = run_data_cli(
+        ["data", "prepare", "femnist", "--resources", str(res), "--out", str(tmp_path / "a"), "--no-progress"]
+    )
     assert rc == 2 and "user_groups.json: sha256 mismatch" in capsys.readouterr().err
-    rc = run_data_cli(["data", "prepare", "femnist", "--resources", str(nist.by_class.parent),
-                       "--out", str(tmp_path / "b"), "--no-progress"])
+    rc = run_data_cli(
+        [
+            "data",
+            "prepare",
+            "femnist",
+            "--resources",
+            str(nist.by_class.parent),
+            "--out",
+            str(tmp_path / "b"),
+            "--no-progress",
+        ]
+    )
     assert rc == 2 and "upfl data fetch paper_femnist" in capsys.readouterr().err
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
     with pytest.raises(ValueError, match="paper_index"):

@@ -21,8 +21,9 @@ from upfl.pipeline.plan import ExperimentError, build_plan
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def write_leaf_folder(root: Path, users: int = 6, dim: int = 8, classes: int = 3, seed: int = 0,
-                      files_per_split: int = 2) -> Path:
+def write_leaf_folder(
+    root: Path, users: int = 6, dim: int = 8, classes: int = 3, seed: int = 0, files_per_split: int = 2
+) -> Path:
     """A small data set as LEAF's scripts leave it: `train/` and `test/` with several JSON files each (LEAF's
     names and keys, `hierarchies` included), beside `all_data/` and `sampled_data/`, which are not the data set.
     Labels depend on the features, so a model can learn them; no meta.json (as LEAF writes none)."""
@@ -39,8 +40,12 @@ def write_leaf_folder(root: Path, users: int = 6, dim: int = 8, classes: int = 3
                 y = rng.integers(0, classes, size=n)
                 x = centers[y] + rng.normal(size=(n, dim))
                 data[user] = {"x": np.round(x, 4).tolist(), "y": y.tolist()}
-            doc = {"users": mine, "num_samples": [len(data[u]["y"]) for u in mine], "hierarchies": [],
-                   "user_data": data}
+            doc = {
+                "users": mine,
+                "num_samples": [len(data[u]["y"]) for u in mine],
+                "hierarchies": [],
+                "user_data": data,
+            }
             name = f"all_data_{part}_niid_0_keep_0_{split}_9.json"
             (root / split / name).write_text(json.dumps(doc), encoding="utf-8")
     for other in ("all_data", "sampled_data"):
@@ -67,8 +72,9 @@ def test_side_files_named_by_meta_are_copied(tmp_path):
     src = write_leaf_folder(tmp_path / "src")
     np.save(src / "embeddings.npy", np.zeros((3, 2), dtype=np.float32))
     (src / "vocab.txt").write_text("a\nb\n", encoding="utf-8")
-    (src / "meta.json").write_text(json.dumps({"num_classes": 4, "embeddings": {"file": "embeddings.npy",
-                                                                                "vocab_file": "vocab.txt"}}))
+    (src / "meta.json").write_text(
+        json.dumps({"num_classes": 4, "embeddings": {"file": "embeddings.npy", "vocab_file": "vocab.txt"}})
+    )
     out = import_leaf_folder(src, tmp_path / "copy")
     assert (out / "embeddings.npy").read_bytes() == (src / "embeddings.npy").read_bytes()
     assert (out / "vocab.txt").exists() and load_leaf(out).num_classes == 4
@@ -113,11 +119,14 @@ def test_cli_prepare_reads_the_registry_and_refuses_flags_a_data_set_does_not_re
     src = write_leaf_folder(tmp_path / "src")
     assert run_data_cli(["data", "prepare", "leaf", "--path", str(src), "--out", str(tmp_path / "a")]) == 0
     assert load_leaf(tmp_path / "a").meta["name"] == "src"
-    assert run_data_cli(["data", "prepare", "leaf", "--path", str(src), "--out", str(tmp_path / "b"),
-                         "--seed", "3"]) == 2
+    assert (
+        run_data_cli(["data", "prepare", "leaf", "--path", str(src), "--out", str(tmp_path / "b"), "--seed", "3"]) == 2
+    )
     assert "--seed: not read by 'upfl data prepare leaf' (it reads: --name, --path)" in capsys.readouterr().err
-    assert run_data_cli(["data", "prepare", "paper_synthetic_iid", "--out", str(tmp_path / "c"),
-                         "--set", "num_devices=3"]) == 2
+    assert (
+        run_data_cli(["data", "prepare", "paper_synthetic_iid", "--out", str(tmp_path / "c"), "--set", "num_devices=3"])
+        == 2
+    )
     assert "--set: not read by 'upfl data prepare paper_synthetic_iid'" in capsys.readouterr().err
     assert run_data_cli(["data", "prepare", "leaf", "--out", str(tmp_path / "d")]) == 2
     assert "--path: required" in capsys.readouterr().err
@@ -153,13 +162,17 @@ def test_every_experiment_of_the_paper_plans_runs_on_a_config_only_data_set():
     group's own runs have the default (logreg), else what the entry or the experiment's `set` names."""
     config = full_config_with({"source": "leaf", "path": "/data/mine", "model": "mlp"})
     plan = build_plan(config)
-    assert {e for e, ids in plan.experiments.items() for r in ids if plan.runs[r].dataset == "mine"} == \
-        set(plan.experiments)
+    assert {e for e, ids in plan.experiments.items() for r in ids if plan.runs[r].dataset == "mine"} == set(
+        plan.experiments
+    )
     models = set()
     for name, ids in plan.experiments.items():
         first = set(config["experiments"][name]["groups"][0]["datasets"]) - {"mine"}
-        twins = {without_model(plan.runs[r].doc): plan.runs[r].doc["model"]["name"] for r in ids
-                 if plan.runs[r].dataset in first}
+        twins = {
+            without_model(plan.runs[r].doc): plan.runs[r].doc["model"]["name"]
+            for r in ids
+            if plan.runs[r].dataset in first
+        }
         for r in ids:
             if plan.runs[r].dataset == "mine":
                 twin = twins[without_model(plan.runs[r].doc)]
@@ -168,11 +181,14 @@ def test_every_experiment_of_the_paper_plans_runs_on_a_config_only_data_set():
     assert {"mlp", "binary_logreg", "cnn", "lstm"} == models
 
 
-@pytest.mark.parametrize("entry, message", [
-    ({"source": "leaf"}, "datasets.mine.path: required for source leaf"),
-    ({"source": "paper", "path": "/x"}, "datasets.mine.path: not read for source paper (only leaf)"),
-    ({"source": "leaf", "path": "/x", "data_seed": 1}, "datasets.mine.data_seed: not read for source leaf"),
-])
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        ({"source": "leaf"}, "datasets.mine.path: required for source leaf"),
+        ({"source": "paper", "path": "/x"}, "datasets.mine.path: not read for source paper (only leaf)"),
+        ({"source": "leaf", "path": "/x", "data_seed": 1}, "datasets.mine.data_seed: not read for source leaf"),
+    ],
+)
 def test_a_data_set_key_its_source_does_not_read_is_named(entry, message):
     with pytest.raises(ExperimentError, match=message.replace("(", r"\(").replace(")", r"\)")):
         build_plan(full_config_with(entry))
@@ -245,10 +261,31 @@ def test_workflow_trains_and_reports_on_a_leaf_folder_added_by_config(tmp_path):
     assert re.search(r"^leaf_folder_dataset\s+1$", again.stdout, re.M), again.stdout[-3000:]
     assert re.search(r"^train\s+3$", again.stdout, re.M), again.stdout[-3000:]
     out = tmp_path / "direct"
-    direct = subprocess.run([sys.executable, "-m", "upfl.cli", "run", "--data", str(src), "--out", str(out),
-                             "--set", "model.name=mlp", "--set", "algorithm.name=fedavg", "--set", "rounds=2",
-                             "--set", "solver.epochs=1",
-                             "--set", "device=cpu"], capture_output=True, text=True, timeout=300)
+    direct = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "upfl.cli",
+            "run",
+            "--data",
+            str(src),
+            "--out",
+            str(out),
+            "--set",
+            "model.name=mlp",
+            "--set",
+            "algorithm.name=fedavg",
+            "--set",
+            "rounds=2",
+            "--set",
+            "solver.epochs=1",
+            "--set",
+            "device=cpu",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert direct.returncode == 0, direct.stderr[-3000:]
     assert (out / "metrics.csv").exists()
 
@@ -257,7 +294,12 @@ def test_workflow_trains_and_reports_on_a_leaf_folder_added_by_config(tmp_path):
 def test_a_missing_folder_is_named_by_its_config_key_before_anything_runs(tmp_path):
     missing = tmp_path / "nowhere" / "data"
     wd = workflow_with(tmp_path, missing)
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "--workflow-profile", "none", "-n"], cwd=wd,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--workflow-profile", "none", "-n"],
+        cwd=wd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode != 0
     assert f"config: datasets.mine.path: {missing}: data set folder does not exist" in proc.stdout + proc.stderr

@@ -10,8 +10,15 @@ import numpy as np
 import pytest
 
 from fixtures_leaf import ArchiveServer, run_data_cli
-from fixtures_paper import (checksum_flags, make_paper_mirror, make_paper_set, mirror_root, save_tensor_dataset,
-                            set_arrays, write_groups)
+from fixtures_paper import (
+    checksum_flags,
+    make_paper_mirror,
+    make_paper_set,
+    mirror_root,
+    save_tensor_dataset,
+    set_arrays,
+    write_groups,
+)
 from upfl.data.leaf import load_leaf
 from upfl.data.paper import PaperDataError, build_paper_synthetic, load_tensor_dataset, load_user_groups
 from upfl.data.sources import PAPER_COMMIT, PAPER_REPO, SOURCES, paper_file_path, resolve_sources
@@ -66,8 +73,10 @@ def test_stats_print_the_table2_row_in_the_papers_reading(one_set, tmp_path):
     row = dataset_stats(ds)
     totals = [len(ds.train_y[u]) + len(ds.test_y[u]) for u in ds.users]
     text = format_stats(row)
-    expected = (f"{sum(totals)} ({row['samples_test']} test), 4 devices, "
-                f"{np.mean(totals):.0f} +- {np.std(totals):.0f} per device (train + test)")
+    expected = (
+        f"{sum(totals)} ({row['samples_test']} test), 4 devices, "
+        f"{np.mean(totals):.0f} +- {np.std(totals):.0f} per device (train + test)"
+    )
     assert f"Table 2 row        {expected}" in text
 
 
@@ -118,13 +127,16 @@ def _bad_tensors(kind: str, x, y):
     raise AssertionError(kind)
 
 
-@pytest.mark.parametrize("kind, message", [
-    ("shape", r"x is torch\.float64 of shape \(\d+, 3\), expected float64 \(n, 20\)"),
-    ("dtype", r"x is torch\.int64"),
-    ("rows", r"y has shape"),
-    ("label", r"label of row 2 is 0\.5, not a whole number"),
-    ("negative", r"label of row 1 is -1\.0, not a whole number >= 0"),
-])
+@pytest.mark.parametrize(
+    "kind, message",
+    [
+        ("shape", r"x is torch\.float64 of shape \(\d+, 3\), expected float64 \(n, 20\)"),
+        ("dtype", r"x is torch\.int64"),
+        ("rows", r"y has shape"),
+        ("label", r"label of row 2 is 0\.5, not a whole number"),
+        ("negative", r"label of row 1 is -1\.0, not a whole number >= 0"),
+    ],
+)
 def test_bad_tensors_are_named_errors_and_nothing_is_written(one_set, tmp_path, kind, message):
     files, res = one_set
     x, y, _ = set_arrays("synthetic_1_1")["train"]
@@ -137,13 +149,16 @@ def test_bad_tensors_are_named_errors_and_nothing_is_written(one_set, tmp_path, 
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("kind, message", [
-    ("out_of_range", r"device '1': row index \d+ out of range \[0, \d+\)"),
-    ("duplicate_across", r"device '1': row \d+ is duplicated \(also in device '0'\)"),
-    ("duplicate_within", r"device '0': row \d+ is duplicated \(twice in this device\)"),
-    ("missing", r"1 of \d+ rows belong to no device"),
-    ("not_int", r"row index 1\.5 is not an integer"),
-])
+@pytest.mark.parametrize(
+    "kind, message",
+    [
+        ("out_of_range", r"device '1': row index \d+ out of range \[0, \d+\)"),
+        ("duplicate_across", r"device '1': row \d+ is duplicated \(also in device '0'\)"),
+        ("duplicate_within", r"device '0': row \d+ is duplicated \(twice in this device\)"),
+        ("missing", r"1 of \d+ rows belong to no device"),
+        ("not_int", r"row index 1\.5 is not an integer"),
+    ],
+)
 def test_bad_index_is_named_error_and_nothing_is_written(one_set, tmp_path, kind, message):
     files, res = one_set
     x, _, groups = set_arrays("synthetic_1_1")["test"]
@@ -191,8 +206,21 @@ def test_fetch_from_a_local_mirror_converts_every_set(tmp_path):
     res = tmp_path / "res"
     with ArchiveServer(served) as srv:
         srv.drop_once["/" + str(files["paper_synthetic_0_0_train"].relative_to(mirror))] = 200
-        rc = run_data_cli(["data", "fetch", "paper_synthetic", "--resources", str(res), "--no-progress",
-                           "--backoff", "0", "--url", f"paper={srv.base}/", *checksum_flags(files)])
+        rc = run_data_cli(
+            [
+                "data",
+                "fetch",
+                "paper_synthetic",
+                "--resources",
+                str(res),
+                "--no-progress",
+                "--backoff",
+                "0",
+                "--url",
+                f"paper={srv.base}/",
+                *checksum_flags(files),
+            ]
+        )
         requested = [p for p, _ in srv.log.requests]
     assert rc == 0
     assert len(set(requested)) == 16 and len(requested) == 17, "one resumed download, nothing else twice"
@@ -205,10 +233,24 @@ def test_fetch_from_a_local_mirror_converts_every_set(tmp_path):
     other = tmp_path / "res2"
     with ArchiveServer(served) as srv:
         flags = checksum_flags(files)
-        flags[flags.index(f"paper_synthetic_iid_test={sha256_file(files['paper_synthetic_iid_test'])}")] = \
+        flags[flags.index(f"paper_synthetic_iid_test={sha256_file(files['paper_synthetic_iid_test'])}")] = (
             "paper_synthetic_iid_test=" + "0" * 64
-        rc = run_data_cli(["data", "fetch", "paper_synthetic", "--resources", str(other), "--no-progress",
-                           "--backoff", "0", "--url", f"paper={srv.base}/", *flags])
+        )
+        rc = run_data_cli(
+            [
+                "data",
+                "fetch",
+                "paper_synthetic",
+                "--resources",
+                str(other),
+                "--no-progress",
+                "--backoff",
+                "0",
+                "--url",
+                f"paper={srv.base}/",
+                *flags,
+            ]
+        )
     assert rc == 1
     assert not (other / "data").exists()
     assert not (other / SOURCES["paper_synthetic_iid_test"].filename).exists()
@@ -219,21 +261,54 @@ def test_prepare_from_a_copied_mirror_folder(tmp_path, capsys):
     mirror = tmp_path / "mirror"
     files = make_paper_set(mirror, "synthetic_iid")
     res = tmp_path / "res"
-    assert run_data_cli(["data", "fetch", "--source", *files, "--resources", str(res), "--no-progress",
-                         "--from-mirror", str(mirror), *checksum_flags(files)]) == 0
+    assert (
+        run_data_cli(
+            [
+                "data",
+                "fetch",
+                "--source",
+                *files,
+                "--resources",
+                str(res),
+                "--no-progress",
+                "--from-mirror",
+                str(mirror),
+                *checksum_flags(files),
+            ]
+        )
+        == 0
+    )
     out = tmp_path / "data" / "mine"
-    assert run_data_cli(["data", "prepare", "paper_synthetic_iid", "--resources", str(res), "--out", str(out),
-                         "--name", "mine", *checksum_flags(files)]) == 0
+    assert (
+        run_data_cli(
+            [
+                "data",
+                "prepare",
+                "paper_synthetic_iid",
+                "--resources",
+                str(res),
+                "--out",
+                str(out),
+                "--name",
+                "mine",
+                *checksum_flags(files),
+            ]
+        )
+        == 0
+    )
     assert load_leaf(out).meta["name"] == "mine"
-    assert run_data_cli(["data", "prepare", "paper_synthetic_iid", "--resources", str(res),
-                         "--out", str(tmp_path / "x")]) == 2  # the files are not the pinned ones: bad input
+    assert (
+        run_data_cli(["data", "prepare", "paper_synthetic_iid", "--resources", str(res), "--out", str(tmp_path / "x")])
+        == 2
+    )  # the files are not the pinned ones: bad input
     assert "sha256 mismatch" in capsys.readouterr().err and not (tmp_path / "x").exists()
 
 
 def test_mirror_base_url_keeps_the_upstream_layout():
     src = resolve_sources(["paper_synthetic_1_1"], urls={"paper": "http://127.0.0.1:9/m/"})
-    assert [s.url for s in src][0] == (f"http://127.0.0.1:9/m/{PAPER_REPO}/{PAPER_COMMIT}/"
-                                       "data/synthetic_1_1/data/train/mytrain.pt")
+    assert [s.url for s in src][0] == (
+        f"http://127.0.0.1:9/m/{PAPER_REPO}/{PAPER_COMMIT}/data/synthetic_1_1/data/train/mytrain.pt"
+    )
     assert len(resolve_sources(["paper_synthetic"])) == 16
     assert all(s.sha256 and len(s.sha256) == 64 for s in resolve_sources(["paper_synthetic", "paper_femnist"]))
     assert mirror_root(Path("m")) == Path("m") / PAPER_REPO / PAPER_COMMIT
@@ -254,8 +329,16 @@ def test_every_synthetic_experiment_defaults_to_the_papers_data_and_table1_has_f
     synthetic = ["synthetic_iid", "synthetic_0_0", "synthetic_0.5_0.5", "synthetic_1_1"]
     assert all(config["datasets"][n]["source"] == "paper" for n in synthetic)
     plan = build_plan(config)
-    for name in ("table1", "fig2_convergence", "fig2_lambda", "fig5", "fig8", "privacy_output",
-                 "privacy_objective", "privacy_tradeoff"):
+    for name in (
+        "table1",
+        "fig2_convergence",
+        "fig2_lambda",
+        "fig5",
+        "fig8",
+        "privacy_output",
+        "privacy_objective",
+        "privacy_tradeoff",
+    ):
         used = {plan.runs[r].dataset for r in plan.experiments[name]}
         assert used & set(synthetic) and not used - set(synthetic) - {"femnist", "sent140"}, name
     seeds = {(plan.runs[r].dataset, plan.runs[r].seed) for r in plan.experiments["table1"]}
@@ -277,10 +360,12 @@ def test_generator_draw_depends_on_setting_and_seed_not_on_the_name(tmp_path):
     from upfl.data.synthetic import generate_synthetic
 
     a = load_leaf(generate_synthetic("synthetic_1_1", tmp_path / "a", data_seed=3, num_devices=4))
-    b = load_leaf(generate_synthetic("synthetic_1_1_draw3", tmp_path / "b", data_seed=3, num_devices=4,
-                                     setting="synthetic_1_1"))
-    c = load_leaf(generate_synthetic("synthetic_1_1_draw4", tmp_path / "c", data_seed=4, num_devices=4,
-                                     setting="synthetic_1_1"))
+    b = load_leaf(
+        generate_synthetic("synthetic_1_1_draw3", tmp_path / "b", data_seed=3, num_devices=4, setting="synthetic_1_1")
+    )
+    c = load_leaf(
+        generate_synthetic("synthetic_1_1_draw4", tmp_path / "c", data_seed=4, num_devices=4, setting="synthetic_1_1")
+    )
     assert all(np.array_equal(a.train_x[u], b.train_x[u]) for u in a.users)
     assert b.meta["name"] == "synthetic_1_1_draw3" and b.meta["setting"] == "synthetic_1_1"
     assert not any(np.array_equal(a.train_x[u], c.train_x[u]) for u in a.users), "another seed, another draw"

@@ -6,9 +6,9 @@ import os
 import stat
 
 import pytest
+
 from fixtures_leaf import ArchiveServer, make_glove_zip
 from fixtures_runs import cfg_for
-
 from upfl.data import generate_synthetic
 from upfl.data.download import fetch_source
 from upfl.data.sources import resolve_sources
@@ -29,8 +29,14 @@ def test_published_files_follow_the_umask(tmp_path, monkeypatch, umask, file_mod
             archive = fetch_source(src, tmp_path / "res", progress=False, backoff=0)
     finally:
         os.umask(old)
-    files = [out / "metrics.csv", out / "summary.json", data / "meta.json", data / "train" / "data.json",
-             archive, archive.with_name(archive.name + ".sha256")]
+    files = [
+        out / "metrics.csv",
+        out / "summary.json",
+        data / "meta.json",
+        data / "train" / "data.json",
+        archive,
+        archive.with_name(archive.name + ".sha256"),
+    ]
     for f in files:
         assert stat.S_IMODE(f.stat().st_mode) == file_mode, f
     for d in (data, data / "train", out):

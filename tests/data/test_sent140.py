@@ -12,8 +12,17 @@ import pytest
 from fixtures_leaf import fetch_served, glove_vectors, make_glove_zip, make_sent140_zip
 from upfl.data.glove import glove_subset, load_embeddings
 from upfl.data.leaf import DatasetError, load_leaf, verify_checksums
-from upfl.data.sent140 import (Malformed, Sent140Spec, build_sent140, device_sizes, encode, group_users,
-                               parse_line, read_tweets, tokenize)
+from upfl.data.sent140 import (
+    Malformed,
+    Sent140Spec,
+    build_sent140,
+    device_sizes,
+    encode,
+    group_users,
+    parse_line,
+    read_tweets,
+    tokenize,
+)
 from upfl.data.stats import dataset_stats
 
 SMALL = Sent140Spec(num_devices=5, train_total=120, test_total=32, train_std=6.0, min_user_samples=3)
@@ -29,10 +38,12 @@ def archives(tmp_path_factory):
 def built(archives, tmp_path_factory):
     sent, glove = archives
     res = tmp_path_factory.mktemp("resources")
-    paths = fetch_served(sent.path.parent, "sent140",
-                         {"sent140": "trainingandtestdata.zip", "glove": "glove.6B.zip"}, res)
-    out = build_sent140(paths[0], paths[1], tmp_path_factory.mktemp("data") / "sent140", seed=0,
-                        spec=SMALL, progress=False)
+    paths = fetch_served(
+        sent.path.parent, "sent140", {"sent140": "trainingandtestdata.zip", "glove": "glove.6B.zip"}, res
+    )
+    out = build_sent140(
+        paths[0], paths[1], tmp_path_factory.mktemp("data") / "sent140", seed=0, spec=SMALL, progress=False
+    )
     return out, load_leaf(out)
 
 
@@ -106,6 +117,7 @@ def test_embeddings_restricted_to_used_vocabulary(built, archives):
     assert ids.max() == len(vocab) == meta["embeddings"]["pad_id"]
     assert set(ids.tolist()) <= set(range(len(vocab) + 1))
     from upfl.files import sha256_file
+
     assert sha256_file(out / "embeddings.npy") == meta["extra_files"]["embeddings.npy"]
 
 
@@ -120,6 +132,7 @@ def test_seeded_and_reproducible(archives, built, tmp_path):
     out, _ = built
     again = build_sent140(sent.path, glove, tmp_path / "a", seed=0, spec=SMALL, progress=False)
     other = build_sent140(sent.path, glove, tmp_path / "b", seed=3, spec=SMALL, progress=False)
+
     def sha(p):
         return json.loads((p / "meta.json").read_text())["sha256"]
 
@@ -143,16 +156,55 @@ def test_cli_prepare_sent140_reports_malformed(archives, tmp_path, capsys):
     res = tmp_path / "res"
     res.mkdir()
     # the fixture is not the upstream archive (whose sha256 upfl knows): place it with its own checksum
-    assert run_data_cli(["data", "fetch", "--source", "sent140", "--resources", str(res), "--no-progress",
-                         "--from-archive", str(sent.path), "--sha256", f"sent140={sha256_file(sent.path)}"]) == 0
+    assert (
+        run_data_cli(
+            [
+                "data",
+                "fetch",
+                "--source",
+                "sent140",
+                "--resources",
+                str(res),
+                "--no-progress",
+                "--from-archive",
+                str(sent.path),
+                "--sha256",
+                f"sent140={sha256_file(sent.path)}",
+            ]
+        )
+        == 0
+    )
     shutil.copy(glove, res)
-    rc = run_data_cli(["data", "prepare", "sent140", "--resources", str(res), "--out", str(tmp_path / "s"),
-                       "--no-progress", "--num-devices", "5", "--set", "train_total=120", "--set", "test_total=32",
-                       "--set", "train_std=6", "--set", "min_user_samples=3"])
+    rc = run_data_cli(
+        [
+            "data",
+            "prepare",
+            "sent140",
+            "--resources",
+            str(res),
+            "--out",
+            str(tmp_path / "s"),
+            "--no-progress",
+            "--num-devices",
+            "5",
+            "--set",
+            "train_total=120",
+            "--set",
+            "test_total=32",
+            "--set",
+            "train_std=6",
+            "--set",
+            "min_user_samples=3",
+        ]
+    )
     assert rc == 0
     err = capsys.readouterr().err
     first = min(sent.malformed_lines)
     assert "skipped 7 malformed rows" in err and f"line {first} (" in err
-    assert run_data_cli(["data", "prepare", "sent140", "--resources", str(tmp_path / "none"),
-                         "--out", str(tmp_path / "z")]) == 1
+    assert (
+        run_data_cli(
+            ["data", "prepare", "sent140", "--resources", str(tmp_path / "none"), "--out", str(tmp_path / "z")]
+        )
+        == 1
+    )
     assert "run 'upfl data fetch sent140'" in capsys.readouterr().err

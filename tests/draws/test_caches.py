@@ -3,13 +3,13 @@
 import pytest
 import torch
 
-from upfl import config as cfgmod
-from upfl.draws import rounds as draws
-from upfl.engine import simulation
-from upfl.data import generate_synthetic
-from upfl.draws.streams import derive_seed, generator
-from upfl.draws.batch_plans import DrawCache, batch_plan
 from fixtures_runs import metrics_without_time
+from upfl import config as cfgmod
+from upfl.data import generate_synthetic
+from upfl.draws import rounds as draws
+from upfl.draws.batch_plans import DrawCache, batch_plan
+from upfl.draws.streams import derive_seed, generator
+from upfl.engine import simulation
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +39,14 @@ def test_plan_cache_gives_the_plans_batch_plan_draws_and_keeps_to_its_budget():
 
 
 def make_cfg(data, **over):
-    doc = {"data": {"path": data}, "rounds": 8, "algorithm": {"name": "upcycled", "mu": 1.0, "lam": 0.43},
-           "devices": {"frac": 0.5, "straggler": 0.5}, "solver": {"epochs": 3}, "checkpoint": {"every": 0}}
+    doc = {
+        "data": {"path": data},
+        "rounds": 8,
+        "algorithm": {"name": "upcycled", "mu": 1.0, "lam": 0.43},
+        "devices": {"frac": 0.5, "straggler": 0.5},
+        "solver": {"epochs": 3},
+        "checkpoint": {"every": 0},
+    }
     for key, value in over.items():
         cfgmod.set_key(doc, key, value)
     return cfgmod.from_dict(doc)
@@ -48,13 +54,14 @@ def make_cfg(data, **over):
 
 @pytest.mark.parametrize("backend", ["numba", "torch"])
 def test_a_run_gives_the_same_numbers_with_warm_or_cold_caches(small_data, tmp_path, monkeypatch, backend):
-    fedprox = make_cfg(small_data, **{"algorithm.name": "fedprox", "algorithm.lam": None, "rounds": 4,
-                                      "solver.backend": backend})
+    fedprox = make_cfg(
+        small_data, **{"algorithm.name": "fedprox", "algorithm.lam": None, "rounds": 4, "solver.backend": backend}
+    )
     upcycled = make_cfg(small_data, **{"solver.backend": backend})
     warm_cache = DrawCache()
     monkeypatch.setattr(simulation, "DRAW_CACHE", warm_cache)
     draws._round_draws.cache_clear()
-    simulation.run(fedprox, tmp_path / "warm_up", log=lambda s: None)   # fills the caches with the shared rounds 1-4
+    simulation.run(fedprox, tmp_path / "warm_up", log=lambda s: None)  # fills the caches with the shared rounds 1-4
     kept = len(warm_cache.entries)
     hits_before = draws._round_draws.cache_info().hits
     simulation.run(upcycled, tmp_path / "warm", log=lambda s: None)
@@ -65,14 +72,23 @@ def test_a_run_gives_the_same_numbers_with_warm_or_cold_caches(small_data, tmp_p
     assert metrics_without_time(tmp_path / "warm") == metrics_without_time(tmp_path / "cold")
 
 
-@pytest.mark.parametrize("mechanism,scale_key,first,second", [("objective", "privacy.alpha", 5.0, 20.0),
-                                                             ("output", "privacy.sigma", 0.5, 2.0)])
+@pytest.mark.parametrize(
+    "mechanism,scale_key,first,second",
+    [("objective", "privacy.alpha", 5.0, 20.0), ("output", "privacy.sigma", 0.5, 2.0)],
+)
 def test_private_runs_reuse_the_noise_draws_of_their_seed_and_give_the_same_numbers(
-        small_data, tmp_path, monkeypatch, mechanism, scale_key, first, second):
+    small_data, tmp_path, monkeypatch, mechanism, scale_key, first, second
+):
     """Runs that differ only in the noise scale share the draws of (seed, round, device): the second run of a
     process takes every noise draw from the cache, and its numbers equal a run with nothing kept."""
-    private = {"privacy.mechanism": mechanism, "devices.frac": 1.0, "devices.straggler": 0.0, "rounds": 6,
-               "model.name": "binary_logreg", "data.feature_scaling": "unit_norm"}
+    private = {
+        "privacy.mechanism": mechanism,
+        "devices.frac": 1.0,
+        "devices.straggler": 0.0,
+        "rounds": 6,
+        "model.name": "binary_logreg",
+        "data.feature_scaling": "unit_norm",
+    }
     if mechanism == "output":
         private["privacy.tau"] = 10.0
     warm_cache = DrawCache()

@@ -18,7 +18,7 @@ from upfl.draws.streams import derive_seed, derive_seeds, generator
 def test_derived_seeds_are_derive_seeds_numbers(seed, stream):
     rng = np.random.default_rng(abs(seed) + 1)
     for width in (1, 2, 3, 9):
-        keys = rng.integers(-10**6, 10**12, size=(40, width)).tolist() + [[0] * width, [10**18] * width]
+        keys = rng.integers(-(10**6), 10**12, size=(40, width)).tolist() + [[0] * width, [10**18] * width]
         got = derive_seeds(seed, stream, keys)
         assert got.dtype == np.uint64
         assert got.tolist() == [derive_seed(seed, stream, *row) for row in keys]
@@ -70,8 +70,17 @@ def torch_round(seed, k, n, frac, prob, epochs, draw):
 
 
 @pytest.mark.parametrize("draw", ["bernoulli", "exact"])
-@pytest.mark.parametrize("n,frac,prob,epochs", [(30, 0.3, 0.9, 20), (30, 1.0, 0.5, 1), (1, 0.1, 0.0, 2),
-                                                (7, 0.5, 1.0, 3), (100, 0.25, 0.33, 10), (1000, 0.02, 0.9, 40)])
+@pytest.mark.parametrize(
+    "n,frac,prob,epochs",
+    [
+        (30, 0.3, 0.9, 20),
+        (30, 1.0, 0.5, 1),
+        (1, 0.1, 0.0, 2),
+        (7, 0.5, 1.0, 3),
+        (100, 0.25, 0.33, 10),
+        (1000, 0.02, 0.9, 40),
+    ],
+)
 def test_block_draws_are_torchs_draws(draw, n, frac, prob, epochs):
     for seed in (0, 3, 2**33 + 1):
         block = draws.block_draws(seed, 17, n, frac, prob, epochs, draw)
@@ -93,8 +102,9 @@ def test_round_draws_without_numba_are_the_same(monkeypatch):
 
 def test_a_rounds_draws_come_from_its_block():
     for k in (1, 16, 17, 40):
-        assert draws._round_draws(9, k, 30, 0.3, 0.9, 20, "bernoulli") == torch_round(9, k, 30, 0.3, 0.9, 20,
-                                                                                         "bernoulli")
+        assert draws._round_draws(9, k, 30, 0.3, 0.9, 20, "bernoulli") == torch_round(
+            9, k, 30, 0.3, 0.9, 20, "bernoulli"
+        )
     with pytest.raises(ValueError, match="devices.straggler_draw"):
         draws.block_draws(9, 1, 30, 0.3, 0.9, 20, "some")
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from upfl import config as cfgmod
-from upfl.engine.checkpoints import Checkpoint, open_checkpoint
-from upfl.data import generate_synthetic
-from upfl.engine.simulation import InjectedStop, checkpoint_due, run
 from fixtures_runs import metrics_without_time
+from upfl import config as cfgmod
+from upfl.data import generate_synthetic
+from upfl.engine.checkpoints import Checkpoint, open_checkpoint
+from upfl.engine.simulation import InjectedStop, checkpoint_due, run
 
 
 @pytest.fixture(scope="module")
@@ -23,10 +23,17 @@ def data(tmp_path_factory) -> Path:
 
 
 def cfg_for(data: Path, **checkpoint) -> cfgmod.RunConfig:
-    return cfgmod.from_dict({"data": {"path": str(data)}, "rounds": 8, "algorithm": {"name": "upcycled", "mu": 0.1,
-                                                                                        "lam": 0.5},
-                             "devices": {"frac": 0.5, "straggler": 0.5}, "solver": {"epochs": 2}, "seed": 0,
-                             "checkpoint": checkpoint})
+    return cfgmod.from_dict(
+        {
+            "data": {"path": str(data)},
+            "rounds": 8,
+            "algorithm": {"name": "upcycled", "mu": 0.1, "lam": 0.5},
+            "devices": {"frac": 0.5, "straggler": 0.5},
+            "solver": {"epochs": 2},
+            "seed": 0,
+            "checkpoint": checkpoint,
+        }
+    )
 
 
 @pytest.fixture
@@ -76,8 +83,9 @@ def test_checkpoint_due_reads_both_triggers():
     assert checkpoint_due(both, 6, 0.0) and not checkpoint_due(both, 7, 0.0) and checkpoint_due(both, 7, 6.0)
 
 
-@pytest.mark.parametrize("key, value", [("checkpoint.seconds", -1), ("checkpoint.every", -1),
-                                        ("checkpoint.seconds", "often")])
+@pytest.mark.parametrize(
+    "key, value", [("checkpoint.seconds", -1), ("checkpoint.every", -1), ("checkpoint.seconds", "often")]
+)
 def test_bad_values_name_the_key(data, key, value):
     doc = {"data": {"path": str(data)}}
     cfgmod.set_key(doc, key, value)
@@ -86,8 +94,9 @@ def test_bad_values_name_the_key(data, key, value):
 
 
 def test_checkpoint_keys_leave_the_config_hash_alone(data):
-    hashes = {cfgmod.config_hash(cfg_for(data, **c)) for c in ({}, {"seconds": 0}, {"seconds": 600, "every": 3},
-                                                               {"every": 0})}
+    hashes = {
+        cfgmod.config_hash(cfg_for(data, **c)) for c in ({}, {"seconds": 0}, {"seconds": 600, "every": 3}, {"every": 0})
+    }
     assert len(hashes) == 1
 
 

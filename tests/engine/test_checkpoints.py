@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from fixtures_runs import RUN, cfg_for, cli, interrupted, metrics_without_time, snapshot
 
+from fixtures_runs import RUN, cfg_for, cli, interrupted, metrics_without_time, snapshot
 from upfl.cli import EXIT_BUSY, EXIT_INPUT
 from upfl.data import generate_synthetic
 from upfl.engine.checkpoints import open_checkpoint
@@ -124,12 +124,17 @@ def test_concurrent_run_with_same_out_is_refused(world, capsys):
 # 4. a private run's folder holds nothing beyond its releases, even when interrupted
 
 
-PRIVATE = {"privacy.mechanism": "output", "privacy.tau": 1.0, "privacy.sigma": 0.05, "devices.frac": 1.0,
-           "rounds": 4}
-PRIVATE_BASES = {"fedavg": {"algorithm.mu": 0.0}, "fedprox": {}, "fednova": {"algorithm.mu": 0.0},
-                 "feddyn": {"algorithm.mu": 0.0, "algorithm.alpha": 0.1},
-                 "upcycled_feddyn": {"algorithm.mu": 0.0, "algorithm.alpha": 0.1, "algorithm.lam": 0.05},
-                 "fedavgm": {}, "fedadam": {}, "fedyogi": {}}
+PRIVATE = {"privacy.mechanism": "output", "privacy.tau": 1.0, "privacy.sigma": 0.05, "devices.frac": 1.0, "rounds": 4}
+PRIVATE_BASES = {
+    "fedavg": {"algorithm.mu": 0.0},
+    "fedprox": {},
+    "fednova": {"algorithm.mu": 0.0},
+    "feddyn": {"algorithm.mu": 0.0, "algorithm.alpha": 0.1},
+    "upcycled_feddyn": {"algorithm.mu": 0.0, "algorithm.alpha": 0.1, "algorithm.lam": 0.05},
+    "fedavgm": {},
+    "fedadam": {},
+    "fedyogi": {},
+}
 """Every base that admits a private run (output perturbation), with its keys."""
 
 
@@ -219,6 +224,7 @@ def test_private_run_without_its_device_state_starts_over(world, monkeypatch):
     out = root / "runs" / "lost"
     ckpt = interrupted(data, out, after=1, **over)
     import shutil
+
     shutil.rmtree(ckpt.device_dir)  # another machine, or removed by hand
     logs: list[str] = []
     run(cfg_for(data, **over), out, log=logs.append)
@@ -250,5 +256,13 @@ def test_bases_whose_device_state_no_mechanism_covers_refuse_private_runs(world,
     assert algorithm_class(name).device_state
     for mechanism, key, value in (("output", "privacy.sigma", 0.05), ("objective", "privacy.alpha", 10.0)):
         with pytest.raises(AlgorithmPrivacyError, match=f"not supported for {name}"):
-            cfg_for(data, **{"algorithm.name": name, "algorithm.mu": 0.0, "privacy.mechanism": mechanism,
-                             "privacy.tau": 1.0, key: value})
+            cfg_for(
+                data,
+                **{
+                    "algorithm.name": name,
+                    "algorithm.mu": 0.0,
+                    "privacy.mechanism": mechanism,
+                    "privacy.tau": 1.0,
+                    key: value,
+                },
+            )

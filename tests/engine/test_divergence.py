@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from fixtures_runs import RUN, cli, interrupted, snapshot, strict_json
 
+from fixtures_runs import RUN, cli, interrupted, snapshot, strict_json
 from upfl.cli import main
 from upfl.engine.divergence import EXIT_DIVERGED
 
@@ -27,7 +27,9 @@ def test_diverged_run_stops_flags_and_exits_3(world, capsys):
     assert summary["best"] is None and summary["final"]["iteration"] == d["iteration"]
     metrics = pd.read_csv(out / "metrics.csv")
     assert metrics["iteration"].iloc[-1] == d["iteration"] < 6, "the run stops at the first bad iteration"
-    assert sorted(p.name for p in out.iterdir()) == ["checksums.json", "metrics.csv", "summary.json"], "no checkpoint left behind"
+    assert sorted(p.name for p in out.iterdir()) == ["checksums.json", "metrics.csv", "summary.json"], (
+        "no checkpoint left behind"
+    )
     assert snapshot(root, skip=out) == before
 
 
@@ -63,8 +65,33 @@ def test_resumed_checkpoint_with_nan_weights_is_diverged(world, capsys):
 
 def _train(data: Path, out: Path, alg: str, seed: int) -> None:
     extra = ["--lam", "0.43"] if alg == "upcycled" else []
-    assert main(["run", "--data", str(data), "--out", str(out), "--rounds", "4", "--algorithm", alg, "--mu", "1",
-                 "--frac", "0.5", "--epochs", "2", "--checkpoint-every", "0", "--seed", str(seed), *extra]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--data",
+                str(data),
+                "--out",
+                str(out),
+                "--rounds",
+                "4",
+                "--algorithm",
+                alg,
+                "--mu",
+                "1",
+                "--frac",
+                "0.5",
+                "--epochs",
+                "2",
+                "--checkpoint-every",
+                "0",
+                "--seed",
+                str(seed),
+                *extra,
+            ]
+        )
+        == 0
+    )
 
 
 def _mark_diverged(out: Path, iteration: int = 3) -> None:
@@ -74,8 +101,13 @@ def _mark_diverged(out: Path, iteration: int = 3) -> None:
 
     summary = strict_json(out / "summary.json")
     summary["diverged"] = {"iteration": iteration, "kind": "train", "what": "train_loss = nan"}
-    summary["final"] = {"iteration": iteration, "train_loss": None, "train_acc": None, "test_loss": None,
-                        "test_acc": None}
+    summary["final"] = {
+        "iteration": iteration,
+        "train_loss": None,
+        "train_acc": None,
+        "test_loss": None,
+        "test_acc": None,
+    }
     summary["best"] = None
     write_json(out / "summary.json", summary)
     # as the simulation writes it: with the checksums of the files it wrote
@@ -93,8 +125,9 @@ def test_report_keeps_diverged_runs_out_of_means_and_marks_cells(world, capsys):
     runs_csv, prefix = root / "report" / "runs.csv", root / "report" / "table1"
     specs = [f"table1:{out}" for out in outs.values()]
     assert main(["report", "runs", "--out", str(runs_csv), *specs]) == 0
-    assert main(["report", "table1", "--runs", str(runs_csv), "--experiment", "table1",
-                 "--out-prefix", str(prefix)]) == 0
+    assert (
+        main(["report", "table1", "--runs", str(runs_csv), "--experiment", "table1", "--out-prefix", str(prefix)]) == 0
+    )
     frame = pd.read_csv(f"{prefix}.csv", comment="#")
     prox = frame[frame["algorithm"] == "fedprox"].iloc[0]
     up = frame[frame["algorithm"] == "upcycled"].iloc[0]
@@ -105,8 +138,9 @@ def test_report_keeps_diverged_runs_out_of_means_and_marks_cells(world, capsys):
     for s in range(3):
         _mark_diverged(outs[("upcycled", s)], iteration=2)
     assert main(["report", "runs", "--out", str(runs_csv), *specs]) == 0
-    assert main(["report", "table1", "--runs", str(runs_csv), "--experiment", "table1",
-                 "--out-prefix", str(prefix)]) == 0
+    assert (
+        main(["report", "table1", "--runs", str(runs_csv), "--experiment", "table1", "--out-prefix", str(prefix)]) == 0
+    )
     frame = pd.read_csv(f"{prefix}.csv", comment="#")
     up = frame[frame["algorithm"] == "upcycled"].iloc[0]
     assert up["n_seeds"] == 0 and pd.isna(up["train_acc_mean"]) and up["diverged"] == "diverged 3/3 seeds"

@@ -5,16 +5,16 @@ import json
 import pytest
 import torch
 
+from fixtures_runs import metrics_rows, metrics_without_time
 from upfl import config as cfgmod
 from upfl.algorithms import upcycle_coefficient, upcycle_step, weighted_average
 from upfl.cli import main
 from upfl.data import generate_synthetic, load_leaf
-from upfl.models import LogisticRegression
+from upfl.draws.batch_plans import batch_plan
 from upfl.draws.rounds import draw_stragglers, sample_clients
 from upfl.engine.simulation import InjectedStop, run
-from upfl.draws.batch_plans import batch_plan
+from upfl.models import LogisticRegression
 from upfl.solvers.torch_backend import local_solve
-from fixtures_runs import metrics_rows, metrics_without_time
 
 
 @pytest.fixture(scope="module")
@@ -24,9 +24,14 @@ def small_data(tmp_path_factory):
 
 
 def make_cfg(data, tmp_path, **over):
-    doc = {"data": {"path": data}, "rounds": 6, "algorithm": {"name": "upcycled", "mu": 1.0, "lam": 0.43},
-           "devices": {"frac": 0.5, "straggler": 0.5}, "solver": {"epochs": 3},
-           "checkpoint": {"every": 1, "dir": str(tmp_path / "ck")}}
+    doc = {
+        "data": {"path": data},
+        "rounds": 6,
+        "algorithm": {"name": "upcycled", "mu": 1.0, "lam": 0.43},
+        "devices": {"frac": 0.5, "straggler": 0.5},
+        "solver": {"epochs": 3},
+        "checkpoint": {"every": 1, "dir": str(tmp_path / "ck")},
+    }
     for key, value in over.items():
         cfgmod.set_key(doc, key, value)
     return cfgmod.from_dict(doc)
@@ -103,10 +108,16 @@ def test_batched_solver_matches_per_device_loop_with_stragglers_and_uneven_sizes
 
 
 def test_fedprox_mu0_equals_fedavg_exactly(small_data, tmp_path):
-    a = run(make_cfg(small_data, tmp_path, **{"algorithm.name": "fedavg", "algorithm.mu": 0.0,
-                                              "algorithm.lam": None}), tmp_path / "a", log=lambda s: None)
-    b = run(make_cfg(small_data, tmp_path, **{"algorithm.name": "fedprox", "algorithm.mu": 0.0,
-                                              "algorithm.lam": None}), tmp_path / "b", log=lambda s: None)
+    a = run(
+        make_cfg(small_data, tmp_path, **{"algorithm.name": "fedavg", "algorithm.mu": 0.0, "algorithm.lam": None}),
+        tmp_path / "a",
+        log=lambda s: None,
+    )
+    b = run(
+        make_cfg(small_data, tmp_path, **{"algorithm.name": "fedprox", "algorithm.mu": 0.0, "algorithm.lam": None}),
+        tmp_path / "b",
+        log=lambda s: None,
+    )
     assert a["final"] == b["final"]
 
 
@@ -119,7 +130,9 @@ def test_same_seed_same_metrics_and_shared_device_draws(small_data, tmp_path):
     assert sample_clients(0, 3, 30, 0.3) != sample_clients(0, 4, 30, 0.3)
     assert len(sample_clients(0, 1, 30, 0.3)) == 9
     flags, ep = draw_stragglers(0, 2, 30, 0.9, 20)
-    assert all(1 <= e <= 19 for e, f in zip(ep, flags, strict=True) if f) and all(e == 20 for e, f in zip(ep, flags, strict=True) if not f)
+    assert all(1 <= e <= 19 for e, f in zip(ep, flags, strict=True) if f) and all(
+        e == 20 for e, f in zip(ep, flags, strict=True) if not f
+    )
 
 
 def test_resume_after_interruption_gives_same_metrics(small_data, tmp_path):
@@ -137,8 +150,14 @@ def test_config_errors_name_the_key(small_data, tmp_path):
     with pytest.raises(cfgmod.ConfigError, match="algorithm.muu"):
         cfgmod.from_dict({"data": {"path": small_data}, "algorithm": {"muu": 1}})
     with pytest.raises(cfgmod.ConfigError, match="solver.epochs"):
-        cfgmod.from_dict({"data": {"path": small_data}, "algorithm": {"lam": 0.1, "mu": 1},
-                          "devices": {"straggler": 0.5}, "solver": {"epochs": 1}})
+        cfgmod.from_dict(
+            {
+                "data": {"path": small_data},
+                "algorithm": {"lam": 0.1, "mu": 1},
+                "devices": {"straggler": 0.5},
+                "solver": {"epochs": 1},
+            }
+        )
     with pytest.raises(cfgmod.ConfigError, match="algorithm.mu"):
         cfgmod.from_dict({"data": {"path": small_data}, "algorithm": {"mu": -1, "lam": 0.1}})
 
@@ -157,8 +176,10 @@ def test_malformed_dataset_and_bad_flags_write_nothing(tmp_path, capsys, small_d
     (bad / "train" / "d.json").write_text(json.dumps(doc))
     assert main(["run", "--data", str(bad), "--algorithm", "fedavg", "--out", str(out)]) == 2
     assert "labels must be >= 0" in capsys.readouterr().err
-    assert main(["run", "--data", small_data, "--algorithm", "upcycled", "--mu", "1", "--lam", "-1", "--out",
-                 str(out)]) == 2
+    assert (
+        main(["run", "--data", small_data, "--algorithm", "upcycled", "--mu", "1", "--lam", "-1", "--out", str(out)])
+        == 2
+    )
     assert "algorithm.lam: must be >= 0" in capsys.readouterr().err
     assert not out.exists()
 
@@ -171,6 +192,7 @@ def test_synthetic_generator_statistics(tmp_path):
         for u in ds.users:
             n_tr, n_te = len(ds.train_y[u]), len(ds.test_y[u])
             assert n_tr + n_te >= 50 and n_tr == int(0.9 * (n_tr + n_te))
+
     def spread(ds):
         return float(torch.tensor([ds.train_y[u].mean() for u in ds.users]).std())
 
@@ -179,8 +201,15 @@ def test_synthetic_generator_statistics(tmp_path):
 
 
 def test_drop_policy_keeps_model_on_empty_round_and_schedules_run(small_data, tmp_path):
-    s = run(make_cfg(small_data, tmp_path, **{"devices.straggler": 1.0, "devices.straggler_policy": "drop",
-                                              "algorithm.schedule": "inv_sqrt"}), tmp_path / "d", log=lambda m: None)
+    s = run(
+        make_cfg(
+            small_data,
+            tmp_path,
+            **{"devices.straggler": 1.0, "devices.straggler_policy": "drop", "algorithm.schedule": "inv_sqrt"},
+        ),
+        tmp_path / "d",
+        log=lambda m: None,
+    )
     rows = metrics_rows(tmp_path / "d")
     assert all(r["devices"] == "0" for r in rows)
     assert len({(r["train_loss"], r["train_acc"]) for r in rows}) == 1
@@ -188,10 +217,10 @@ def test_drop_policy_keeps_model_on_empty_round_and_schedules_run(small_data, tm
 
 
 def test_set_items_are_yaml_values_and_bad_items_are_named_errors():
-    doc = cfgmod.apply_settings({"algorithm": {"name": "fedprox"}},
-                                ["algorithm.mu=0.5", "privacy.sigma=[1, 2]", "model.name=mlp"])
-    assert doc == {"algorithm": {"name": "fedprox", "mu": 0.5}, "privacy": {"sigma": [1, 2]},
-                   "model": {"name": "mlp"}}
+    doc = cfgmod.apply_settings(
+        {"algorithm": {"name": "fedprox"}}, ["algorithm.mu=0.5", "privacy.sigma=[1, 2]", "model.name=mlp"]
+    )
+    assert doc == {"algorithm": {"name": "fedprox", "mu": 0.5}, "privacy": {"sigma": [1, 2]}, "model": {"name": "mlp"}}
     with pytest.raises(cfgmod.ConfigError, match=r"--set 'algorithm.mu': expected KEY=VALUE"):
         cfgmod.apply_settings({}, ["algorithm.mu"])
     with pytest.raises(cfgmod.ConfigError, match=r"--set privacy.sigma: value '\[1' is not valid YAML"):

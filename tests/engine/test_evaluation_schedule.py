@@ -19,9 +19,9 @@ import yaml
 from upfl import config as cfgmod
 from upfl.cli import main
 from upfl.data import generate_synthetic
+from upfl.engine.simulation import is_evaluated, run
 from upfl.pipeline.plan import build_plan, shared_run_doc
 from upfl.report.sensitivity import write_sensitivity
-from upfl.engine.simulation import is_evaluated, run
 
 ROOT = Path(__file__).resolve().parents[2]
 METRICS = ["train_loss", "train_acc", "test_loss", "test_acc"]
@@ -30,9 +30,19 @@ ROUNDS, LAST = 9, 3
 
 def cfg_for(data: Path, alg: str, seed: int, last: int | None) -> cfgmod.RunConfig:
     algorithm = {"name": alg, "mu": 1.0, **({"lam": 0.43} if alg == "upcycled" else {})}
-    return cfgmod.from_dict({"data": {"path": str(data)}, "rounds": ROUNDS, "seed": seed, "threads": 1,
-                             "algorithm": algorithm, "devices": {"frac": 0.5, "straggler": 0.5},
-                             "solver": {"epochs": 2}, "evaluation": {"last": last}, "checkpoint": {"every": 0}})
+    return cfgmod.from_dict(
+        {
+            "data": {"path": str(data)},
+            "rounds": ROUNDS,
+            "seed": seed,
+            "threads": 1,
+            "algorithm": algorithm,
+            "devices": {"frac": 0.5, "straggler": 0.5},
+            "solver": {"epochs": 2},
+            "evaluation": {"last": last},
+            "checkpoint": {"every": 0},
+        }
+    )
 
 
 @pytest.fixture(scope="module")

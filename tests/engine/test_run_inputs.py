@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fixtures_runs import RUN, cfg_for, cli, snapshot, strict_json
 
+from fixtures_runs import RUN, cfg_for, cli, snapshot, strict_json
 from upfl.cli import EXIT_INPUT
 from upfl.data import load_leaf
 from upfl.data.leaf import DatasetError, write_leaf
@@ -21,8 +21,13 @@ def _leaf_with_labels(path: Path, train_label: int, test_label: int, meta: dict 
     test_y = {"u0": [0, test_label], "u1": [1, 0]}
     import numpy as np
 
-    write_leaf(path, users, ({u: np.array(x[u]) for u in users}, {u: np.array(train_y[u]) for u in users}),
-               ({u: np.array(x[u]) for u in users}, {u: np.array(test_y[u]) for u in users}), meta or {})
+    write_leaf(
+        path,
+        users,
+        ({u: np.array(x[u]) for u in users}, {u: np.array(train_y[u]) for u in users}),
+        ({u: np.array(x[u]) for u in users}, {u: np.array(test_y[u]) for u in users}),
+        meta or {},
+    )
     if meta is None:
         (path / "meta.json").unlink()
     return path
@@ -31,8 +36,9 @@ def _leaf_with_labels(path: Path, train_label: int, test_label: int, meta: dict 
 @pytest.mark.parametrize("split", ["train", "test"])
 def test_label_outside_num_classes_names_file_and_user(world, capsys, split):
     root, _ = world
-    bad = _leaf_with_labels(root / "data" / "bad", 5 if split == "train" else 1, 5 if split == "test" else 1,
-                            {"num_classes": 2})
+    bad = _leaf_with_labels(
+        root / "data" / "bad", 5 if split == "train" else 1, 5 if split == "test" else 1, {"num_classes": 2}
+    )
     out = root / "runs" / "labels"
     before = snapshot(root, skip=out)
     rc, _, err = cli(["run", "--data", str(bad), "--out", str(out), *RUN], capsys)

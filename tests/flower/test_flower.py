@@ -17,9 +17,9 @@ from flwr.serverapp.strategy import FedAvg, FedProx  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 from upfl import config as cfgmod  # noqa: E402
-from upfl.engine import simulation  # noqa: E402
 from upfl.config import ConfigError  # noqa: E402
 from upfl.data import generate_synthetic, load_leaf  # noqa: E402
+from upfl.engine import simulation  # noqa: E402
 from upfl.flower import CountingGrid, UpcycledFL, make_client_app, make_server_app, run_config_to_upfl  # noqa: E402
 from upfl.flower.apps import RUN_CONFIG_KEYS  # noqa: E402
 
@@ -78,8 +78,12 @@ def test_upcycled_strategy_sends_nothing_in_even_rounds_and_extrapolates(task_id
     strategy = UpcycledFL(FedProx(proximal_mu=1.0, fraction_evaluate=1.0, min_evaluate_nodes=1), lam=0.43)
     seen = {}
     w0 = np.array([0.25, -1.0, 2.0], dtype=np.float32)
-    strategy.start(counting, ArrayRecord({"params": Array(w0)}), num_rounds=6,
-                   evaluate_fn=lambda t, arrays: seen.__setitem__(t, arrays["params"].numpy().copy()))
+    strategy.start(
+        counting,
+        ArrayRecord({"params": Array(w0)}),
+        num_rounds=6,
+        evaluate_fn=lambda t, arrays: seen.__setitem__(t, arrays["params"].numpy().copy()),
+    )
     want = expected_fedprox_rounds(w0.astype(np.float64), 6, 1.0 / 1.43)
     for t in range(7):
         np.testing.assert_allclose(seen[t], want[t], rtol=0, atol=1e-5)
@@ -97,8 +101,12 @@ def test_upcycled_strategy_on_fedavg_with_a_step_and_schedule(task_identity):
     strategy = UpcycledFL(FedAvg(fraction_evaluate=0.0), step=0.7, schedule="inv_sqrt")
     seen = {}
     w0 = np.zeros(2, dtype=np.float32)
-    strategy.start(ReplyGrid(), ArrayRecord({"params": Array(w0)}), num_rounds=4,
-                   evaluate_fn=lambda t, a: seen.__setitem__(t, a["params"].numpy().copy()))
+    strategy.start(
+        ReplyGrid(),
+        ArrayRecord({"params": Array(w0)}),
+        num_rounds=4,
+        evaluate_fn=lambda t, a: seen.__setitem__(t, a["params"].numpy().copy()),
+    )
     w1 = np.full(2, 14 / 6)
     w2 = w1 + 0.7 * (w1 - 0)
     w3 = 0.5 * w2 + 14 / 6
@@ -117,8 +125,9 @@ def test_upcycled_strategy_rejects_bad_coefficients():
 
 
 def test_run_config_maps_to_a_validated_upfl_config(tmp_path):
-    cfg = run_config_to_upfl({"data-path": str(tmp_path), "algorithm": "upcycled", "mu": 1.0, "lam": 0.43,
-                              "local-epochs": 3, "out-dir": "x"})
+    cfg = run_config_to_upfl(
+        {"data-path": str(tmp_path), "algorithm": "upcycled", "mu": 1.0, "lam": 0.43, "local-epochs": 3, "out-dir": "x"}
+    )
     assert (cfg.algorithm.mu, cfg.algorithm.lam, cfg.solver.epochs, cfg.checkpoint.every) == (1.0, 0.43, 3, 0)
     with pytest.raises(ConfigError, match="'local_epochs' is unknown"):
         run_config_to_upfl({"data-path": "d", "local_epochs": 3})
@@ -211,10 +220,15 @@ def flower_run(run_config, tmp_path, client_app=None, monkeypatch=None):
     models = {}
     with pytest.MonkeyPatch.context() as m:
         cut = ServerCutOff(run_config["data-path"]).install(m)
-        run_simulation(server_app=make_server_app(server_config, on_round=lambda t, w: models.__setitem__(t, w.clone())),
-                       client_app=client_app or make_client_app(run_config), num_supernodes=NUM_DEVICES,
-                       backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-                                       "init_args": {"num_cpus": 2, "num_gpus": 0}})
+        run_simulation(
+            server_app=make_server_app(server_config, on_round=lambda t, w: models.__setitem__(t, w.clone())),
+            client_app=client_app or make_client_app(run_config),
+            num_supernodes=NUM_DEVICES,
+            backend_config={
+                "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+                "init_args": {"num_cpus": 2, "num_gpus": 0},
+            },
+        )
     assert cut.attempts == [], cut.attempts
     with open(tmp_path / "flower" / "metrics.csv") as f:
         rows = list(csv.DictReader(f))
@@ -234,9 +248,19 @@ def test_flower_simulation_equals_upfl_run_and_even_rounds_send_nothing(flower_d
     """FedProx-based Upcycled-FL, every node sampled, no stragglers, full-batch steps: the same global model
     after every round as ``upfl run``; even rounds send zero messages."""
     rounds = 6
-    run_config = {"num-server-rounds": rounds, "data-path": flower_data, "algorithm": "upcycled", "mu": 1.0,
-                  "lam": 0.43, "fraction-train": 1.0, "straggler": 0.0, "local-epochs": 3, "batch-size": 10_000,
-                  "lr": 0.05, "seed": 2}
+    run_config = {
+        "num-server-rounds": rounds,
+        "data-path": flower_data,
+        "algorithm": "upcycled",
+        "mu": 1.0,
+        "lam": 0.43,
+        "fraction-train": 1.0,
+        "straggler": 0.0,
+        "local-epochs": 3,
+        "batch-size": 10_000,
+        "lr": 0.05,
+        "seed": 2,
+    }
     flower_models, rows = flower_run(run_config, tmp_path)
     assert_same_rounds(flower_models, upfl_run_models(run_config, tmp_path, monkeypatch), rounds)
     messages = {int(r["iteration"]): int(r["messages"]) for r in rows}
@@ -263,8 +287,10 @@ def assert_same_metrics(rows, tmp_path):
                 assert float(r[key]) == pytest.approx(float(upfl.loc[t, key]), abs=1e-5), (t, key)
             else:
                 assert r[key] == "", (t, key, r[key])
-    print("train_acc per round, Flower (federated) and upfl run:",
-          [(r["iteration"], r["train_acc"], round(float(upfl.loc[int(r["iteration"]), "train_acc"]), 6)) for r in rows])
+    print(
+        "train_acc per round, Flower (federated) and upfl run:",
+        [(r["iteration"], r["train_acc"], round(float(upfl.loc[int(r["iteration"]), "train_acc"]), 6)) for r in rows],
+    )
 
 
 def test_flower_private_stragglers_minibatches_equal_upfl_run(flower_data, tmp_path, monkeypatch):
@@ -272,10 +298,21 @@ def test_flower_private_stragglers_minibatches_equal_upfl_run(flower_data, tmp_p
     base with a given step: with the reproducible-noise switch (no privacy against the server) Flower reproduces
     ``upfl run`` bit for bit up to float rounding, since every draw is keyed (seed, round, device)."""
     rounds = 4
-    run_config = {"num-server-rounds": rounds, "data-path": flower_data, "algorithm": "upcycled", "step": 0.6,
-                  "fraction-train": 1.0, "straggler": 0.5, "local-epochs": 3, "batch-size": 8, "seed": 1,
-                  "privacy-mechanism": "output", "privacy-tau": 1.0, "privacy-sigma": 0.05,
-                  "privacy-noise-source": "seed-keyed-server-can-remove"}
+    run_config = {
+        "num-server-rounds": rounds,
+        "data-path": flower_data,
+        "algorithm": "upcycled",
+        "step": 0.6,
+        "fraction-train": 1.0,
+        "straggler": 0.5,
+        "local-epochs": 3,
+        "batch-size": 8,
+        "seed": 1,
+        "privacy-mechanism": "output",
+        "privacy-tau": 1.0,
+        "privacy-sigma": 0.05,
+        "privacy-noise-source": "seed-keyed-server-can-remove",
+    }
     flower_models, rows = flower_run(run_config, tmp_path)
     assert_same_rounds(flower_models, upfl_run_models(run_config, tmp_path, monkeypatch), rounds)
     assert [int(r["messages"]) for r in rows] == [0, 2 * NUM_DEVICES, 0, 2 * NUM_DEVICES, 0]
@@ -285,6 +322,7 @@ def test_flower_private_stragglers_minibatches_equal_upfl_run(flower_data, tmp_p
 
 def free_port() -> int:
     import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -312,13 +350,31 @@ def test_example_app_runs_with_flwr_run(tmp_path):
     data = generate_synthetic("synthetic_1_1", tmp_path / "data", data_seed=0, num_devices=6)
     port, control = free_port(), free_port()
     bindir = Path(sys.executable).parent
-    env = {**os.environ, "FLWR_HOME": str(tmp_path / "flwr"), "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(port),
-           "FLWR_LOCAL_CONTROL_API_PORT": str(control), "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
-           "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env = {
+        **os.environ,
+        "FLWR_HOME": str(tmp_path / "flwr"),
+        "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(port),
+        "FLWR_LOCAL_CONTROL_API_PORT": str(control),
+        "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+        "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
     out = tmp_path / "runs"
-    superlink = subprocess.Popen([str(bindir / "flower-superlink"), "--insecure", "--simulation", "--isolation",
-                                  "subprocess", "--host", "127.0.0.1", "--port", str(port)], env=env,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    superlink = subprocess.Popen(
+        [
+            str(bindir / "flower-superlink"),
+            "--insecure",
+            "--simulation",
+            "--isolation",
+            "subprocess",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 180
         while True:
@@ -329,8 +385,16 @@ def test_example_app_runs_with_flwr_run(tmp_path):
             except OSError:
                 assert time.monotonic() < deadline, "flower-superlink did not answer within 180 s"
                 time.sleep(0.5)
-        cmd = ["flwr", "run", ".", "--stream", "--federation-config", "num-supernodes=6", "--run-config",
-               f"num-server-rounds=4 local-epochs=2 data-path='{data}' out-dir='{out}'"]
+        cmd = [
+            "flwr",
+            "run",
+            ".",
+            "--stream",
+            "--federation-config",
+            "num-supernodes=6",
+            "--run-config",
+            f"num-server-rounds=4 local-epochs=2 data-path='{data}' out-dir='{out}'",
+        ]
         proc = subprocess.run(cmd, cwd=app, env=env, capture_output=True, text=True, timeout=900)
     finally:
         superlink.terminate()
@@ -351,12 +415,20 @@ def client_release(app, run_config, w, device_index, training_round):
     Flower calls it)."""
     from flwr.app import ConfigRecord, Context
 
-    content = RecordDict({"arrays": ArrayRecord({"params": Array(w.numpy())}),
-                          "config": ConfigRecord({"server-round": 2 * training_round - 1,
-                                                  "training-round": training_round})})
+    content = RecordDict(
+        {
+            "arrays": ArrayRecord({"params": Array(w.numpy())}),
+            "config": ConfigRecord({"server-round": 2 * training_round - 1, "training-round": training_round}),
+        }
+    )
     msg = Message(content, dst_node_id=device_index + 1, message_type="train")
-    context = Context(run_id=1, node_id=device_index + 1, node_config={"partition-id": device_index},
-                      state=RecordDict(), run_config=dict(run_config))
+    context = Context(
+        run_id=1,
+        node_id=device_index + 1,
+        node_config={"partition-id": device_index},
+        state=RecordDict(),
+        run_config=dict(run_config),
+    )
     reply = app(msg, context)
     assert int(reply.content["metrics"]["partition-id"]) == device_index
     return torch.from_numpy(reply.content["arrays"]["params"].numpy().copy())
@@ -365,14 +437,15 @@ def client_release(app, run_config, w, device_index, training_round):
 def regeneration_attack_residuals(run_config, device_index=1, training_round=1):
     """The server's attack: regenerate the client's noise from the run seed (upfl run's keyed stream), subtract
     it from the released model; the L2 distance to the client's clipped model is what the noise still hides."""
+    from upfl.draws.streams import generator
     from upfl.flower.apps import simulation_for
     from upfl.privacy.mechanisms import clip_to_norm, standard_normal_rows
-    from upfl.draws.streams import generator
 
     sim = simulation_for(run_config)
     w = sim.model.init_params(generator(sim.cfg.seed, "init"))
-    plain = client_release(make_client_app({**run_config, "privacy-mechanism": "none"}), {}, w, device_index,
-                           training_round)
+    plain = client_release(
+        make_client_app({**run_config, "privacy-mechanism": "none"}), {}, w, device_index, training_round
+    )
     clipped = clip_to_norm(plain.view(1, -1), run_config["privacy-tau"])[0]
     sigma, seed = run_config["privacy-sigma"], run_config["seed"]
     regenerated = sigma * standard_normal_rows(w.shape, [generator(seed, "noise", training_round, device_index)])[0]
@@ -383,9 +456,18 @@ def regeneration_attack_residuals(run_config, device_index=1, training_round=1):
 
 def test_default_noise_resists_the_servers_regeneration_attack(flower_data, task_identity):
     sigma = 0.05
-    run_config = {"num-server-rounds": 2, "data-path": flower_data, "algorithm": "upcycled", "step": 0.6,
-                  "local-epochs": 2, "batch-size": 8, "seed": 4, "privacy-mechanism": "output", "privacy-tau": 1.0,
-                  "privacy-sigma": sigma}
+    run_config = {
+        "num-server-rounds": 2,
+        "data-path": flower_data,
+        "algorithm": "upcycled",
+        "step": 0.6,
+        "local-epochs": 2,
+        "batch-size": 8,
+        "seed": 4,
+        "privacy-mechanism": "output",
+        "privacy-tau": 1.0,
+        "privacy-sigma": sigma,
+    }
     residuals, releases, params = regeneration_attack_residuals(run_config)
     # Two independent N(0, sigma^2 I) draws apart: norm about sigma sqrt(2 P), nothing like float rounding.
     expected = sigma * np.sqrt(2 * params)
@@ -395,9 +477,19 @@ def test_default_noise_resists_the_servers_regeneration_attack(flower_data, task
 
 
 def test_seed_keyed_noise_is_reproducible_and_removable_by_the_server(flower_data, task_identity):
-    run_config = {"num-server-rounds": 2, "data-path": flower_data, "algorithm": "upcycled", "step": 0.6,
-                  "local-epochs": 2, "batch-size": 8, "seed": 4, "privacy-mechanism": "output", "privacy-tau": 1.0,
-                  "privacy-sigma": 0.05, "privacy-noise-source": "seed-keyed-server-can-remove"}
+    run_config = {
+        "num-server-rounds": 2,
+        "data-path": flower_data,
+        "algorithm": "upcycled",
+        "step": 0.6,
+        "local-epochs": 2,
+        "batch-size": 8,
+        "seed": 4,
+        "privacy-mechanism": "output",
+        "privacy-tau": 1.0,
+        "privacy-sigma": 0.05,
+        "privacy-noise-source": "seed-keyed-server-can-remove",
+    }
     residuals, releases, _ = regeneration_attack_residuals(run_config)
     print(f"regeneration attack residual, seed-keyed noise: {residuals}")
     assert max(residuals) < 1e-5, residuals
@@ -405,8 +497,8 @@ def test_seed_keyed_noise_is_reproducible_and_removable_by_the_server(flower_dat
 
 
 def test_unknown_noise_source_and_unsupported_algorithms_are_refused_by_name(tmp_path):
-    from upfl.names import algorithm_names
     from upfl.flower.apps import FLOWER_ALGORITHMS
+    from upfl.names import algorithm_names
 
     with pytest.raises(ConfigError, match="'privacy-noise-source'.*'seeded'"):
         run_config_to_upfl({"data-path": str(tmp_path), "algorithm": "fedavg", "privacy-noise-source": "seeded"})
@@ -418,8 +510,9 @@ def test_unknown_noise_source_and_unsupported_algorithms_are_refused_by_name(tmp
             run_config_to_upfl({"data-path": str(tmp_path), "algorithm": name, **extra})
 
 
-@pytest.mark.parametrize("name, extra, base", [("upcycled", {"mu": 1.0, "lam": 0.43}, FedProx),
-                                               ("upcycled_fedavg", {"step": 0.5}, FedAvg)])
+@pytest.mark.parametrize(
+    "name, extra, base", [("upcycled", {"mu": 1.0, "lam": 0.43}, FedProx), ("upcycled_fedavg", {"step": 0.5}, FedAvg)]
+)
 def test_every_upcycled_base_of_flower_sends_nothing_in_even_rounds(name, extra, base, tmp_path, task_identity):
     from upfl.flower import strategy_for
 
@@ -468,11 +561,24 @@ def test_flower_release_counts_are_the_replies_received(flower_data, tmp_path):
     import json
 
     rounds = 8
-    run_config = {"num-server-rounds": rounds, "data-path": flower_data, "algorithm": "upcycled_fedavg",
-                  "step": 0.5, "fraction-train": 0.5, "straggler": 0.3, "straggler-policy": "drop",
-                  "local-epochs": 2, "batch-size": 8, "seed": 3, "privacy-mechanism": "output",
-                  "privacy-tau": 1.0, "privacy-sigma": 0.5, "privacy-release-train-metrics": False,
-                  "strategy": "FedAvgM", "strategy-args": '{"server_momentum": 0.5}'}
+    run_config = {
+        "num-server-rounds": rounds,
+        "data-path": flower_data,
+        "algorithm": "upcycled_fedavg",
+        "step": 0.5,
+        "fraction-train": 0.5,
+        "straggler": 0.3,
+        "straggler-policy": "drop",
+        "local-epochs": 2,
+        "batch-size": 8,
+        "seed": 3,
+        "privacy-mechanism": "output",
+        "privacy-tau": 1.0,
+        "privacy-sigma": 0.5,
+        "privacy-release-train-metrics": False,
+        "strategy": "FedAvgM",
+        "strategy-args": '{"server_momentum": 0.5}',
+    }
     log_path = tmp_path / "client-log.csv"
     _, rows = flower_run(run_config, tmp_path, logging_client_app(run_config, log_path))
     summary = json.loads((tmp_path / "flower" / "summary.json").read_text())
@@ -484,10 +590,18 @@ def test_flower_release_counts_are_the_replies_received(flower_data, tmp_path):
     privacy = summary["privacy"]
     releases = [d["releases"] for d in privacy["devices"]]
     errors = sum(summary["straggler_errors"].values())
-    print("messages per round", messages, "releases", releases, "logged by the clients", logged,
-          "straggler errors", errors)
+    print(
+        "messages per round",
+        messages,
+        "releases",
+        releases,
+        "logged by the clients",
+        logged,
+        "straggler errors",
+        errors,
+    )
     assert releases == logged
-    assert all(int(t) % 2 == 1 for t in summary["straggler_errors"])   # errors of training (odd) rounds only
+    assert all(int(t) % 2 == 1 for t in summary["straggler_errors"])  # errors of training (odd) rounds only
     assert sum(releases) == 8 - errors == sum(released for _, released in answered)
     assert privacy["releases_source"].startswith("observed")
     assert privacy["noise_source"].startswith("os-entropy")
@@ -497,8 +611,9 @@ def test_flower_release_counts_are_the_replies_received(flower_data, tmp_path):
     assert summary["algorithm"] == privacy["algorithm"] == summary["flower_strategy"]["name"] == "UpcycledFL(FedAvgM)"
     assert summary["flower_strategy"]["args"] == {"server_momentum": 0.5}
     assert [d["device"] for d in privacy["devices"]] == load_leaf(flower_data).train_users
-    assert [d["n_train"] for d in privacy["devices"]] == [len(load_leaf(flower_data).train_y[u])
-                                                         for u in load_leaf(flower_data).train_users]
+    assert [d["n_train"] for d in privacy["devices"]] == [
+        len(load_leaf(flower_data).train_y[u]) for u in load_leaf(flower_data).train_users
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -539,23 +654,30 @@ def reference_step(name, args):
             return w - args.get("server_learning_rate", 1.0) * state["velocity"]
         tau = args.get("tau", 1e-3)
         if name == "FedAdam":
-            m, v, b1, b2 = opt(t, w, lambda v, d, b2: b2 * v + (1 - b2) * d ** 2)
+            m, v, b1, b2 = opt(t, w, lambda v, d, b2: b2 * v + (1 - b2) * d**2)
             eta = args.get("eta", 0.1) * np.sqrt(1 - b2 ** (t + 1.0)) / (1 - b1 ** (t + 1.0))
             return w + eta * m / (np.sqrt(v) + tau)
         if name == "FedYogi":
-            m, v, _, _ = opt(t, w, lambda v, d, b2: v - (1 - b2) * d ** 2 * np.sign(v - d ** 2))
+            m, v, _, _ = opt(t, w, lambda v, d, b2: v - (1 - b2) * d**2 * np.sign(v - d**2))
             return w + args.get("eta", 0.01) * m / (np.sqrt(v) + tau)
         if name == "FedAdagrad":
-            m, v, _, _ = opt(t, w, lambda v, d, b2: v + d ** 2)
+            m, v, _, _ = opt(t, w, lambda v, d, b2: v + d**2)
             return w + args.get("eta", 0.1) * m / (np.sqrt(v) + tau)
         raise AssertionError(name)
 
     return step
 
 
-STRATEGY_ARGS = {"FedAvg": {}, "FedProx": {}, "FedAvgM": {"server_momentum": 0.7, "server_learning_rate": 0.8},
-                 "FedAdam": {"eta": 0.05}, "FedYogi": {"eta": 0.05}, "FedAdagrad": {"eta": 0.05}, "FedMedian": {},
-                 "FedTrimmedAvg": {}}
+STRATEGY_ARGS = {
+    "FedAvg": {},
+    "FedProx": {},
+    "FedAvgM": {"server_momentum": 0.7, "server_learning_rate": 0.8},
+    "FedAdam": {"eta": 0.05},
+    "FedYogi": {"eta": 0.05},
+    "FedAdagrad": {"eta": 0.05},
+    "FedMedian": {},
+    "FedTrimmedAvg": {},
+}
 
 
 @pytest.mark.parametrize("name", sorted(STRATEGY_ARGS))
@@ -570,8 +692,15 @@ def test_upcycled_over_every_flower_strategy(name, tmp_path, task_identity):
 
     assert name in FLOWER_STRATEGIES
     args = STRATEGY_ARGS[name]
-    run_config = {"data-path": str(tmp_path), "algorithm": "upcycled_fedavg", "step": 0.6, "schedule": "inv_sqrt",
-                  "fraction-train": 1.0, "strategy": name, "strategy-args": json.dumps(args)}
+    run_config = {
+        "data-path": str(tmp_path),
+        "algorithm": "upcycled_fedavg",
+        "step": 0.6,
+        "schedule": "inv_sqrt",
+        "fraction-train": 1.0,
+        "strategy": name,
+        "strategy-args": json.dumps(args),
+    }
     cfg = run_config_to_upfl(run_config)
     strategy = strategy_for(cfg, 3, 1.0, *strategy_choice(run_config))
     assert isinstance(strategy, UpcycledFL) and type(strategy.base).__name__ == name
@@ -580,10 +709,16 @@ def test_upcycled_over_every_flower_strategy(name, tmp_path, task_identity):
     counting = CountingGrid(ReplyGrid())
     seen = {}
     w0 = np.array([0.25, -1.0, 2.0], dtype=np.float32)
-    strategy.start(counting, ArrayRecord({"params": Array(w0)}), num_rounds=rounds,
-                   evaluate_fn=lambda t, a: seen.__setitem__(t, a["params"].numpy().astype(np.float64)))
+    strategy.start(
+        counting,
+        ArrayRecord({"params": Array(w0)}),
+        num_rounds=rounds,
+        evaluate_fn=lambda t, a: seen.__setitem__(t, a["params"].numpy().astype(np.float64)),
+    )
     per_round = [counting.sent[t] for t in range(1, rounds + 1)]
-    print(f"UpcycledFL({name}): messages per round {per_round} (training {[counting.train_sent[t] for t in range(1, rounds + 1)]})")
+    print(
+        f"UpcycledFL({name}): messages per round {per_round} (training {[counting.train_sent[t] for t in range(1, rounds + 1)]})"
+    )
     assert per_round == [6, 0, 6, 0, 6, 0]
     assert [counting.train_sent[t] for t in range(1, rounds + 1)] == [3, 0, 3, 0, 3, 0]
     assert dict(counting.released) == {0: 3, 1: 3, 2: 3}
@@ -608,15 +743,27 @@ def test_upcycled_fedadam_epsilons_follow_the_observed_counts(tmp_path, task_ide
             replies = super().send_and_receive(messages, timeout=timeout)
             out = []
             for m, r in zip(list(messages), replies, strict=True):
-                if m.metadata.dst_node_id == 3 and int(m.content["config"]["server-round"]) == 3 \
-                        and m.metadata.message_type == "train":
+                if (
+                    m.metadata.dst_node_id == 3
+                    and int(m.content["config"]["server-round"]) == 3
+                    and m.metadata.message_type == "train"
+                ):
                     from flwr.app import Error
+
                     r = Message(Error(code=0, reason="straggler"), reply_to=m)
                 out.append(r)
             return out
 
-    run_config = {"data-path": str(tmp_path), "algorithm": "upcycled_fedavg", "step": 0.5, "fraction-train": 1.0,
-                  "strategy": "FedAdam", "privacy-mechanism": "output", "privacy-tau": 1.0, "privacy-sigma": 0.8}
+    run_config = {
+        "data-path": str(tmp_path),
+        "algorithm": "upcycled_fedavg",
+        "step": 0.5,
+        "fraction-train": 1.0,
+        "strategy": "FedAdam",
+        "privacy-mechanism": "output",
+        "privacy-tau": 1.0,
+        "privacy-sigma": 0.8,
+    }
     cfg = run_config_to_upfl(run_config)
     strategy = strategy_for(cfg, 3, 0.0, *strategy_choice(run_config))
     counting = CountingGrid(DroppingGrid())
@@ -642,21 +789,45 @@ def test_strategy_keys_are_checked_by_name(tmp_path):
     with pytest.raises(ConfigError, match="'strategy': 'FedFancy' is not one of"):
         run_config_to_upfl({"data-path": str(tmp_path), "algorithm": "fedavg", "strategy": "FedFancy"})
     with pytest.raises(ConfigError, match="'strategy-args': FedAdam does not take lr_server"):
-        run_config_to_upfl({"data-path": str(tmp_path), "algorithm": "fedavg", "strategy": "FedAdam",
-                            "strategy-args": '{"lr_server": 1}'})
+        run_config_to_upfl(
+            {
+                "data-path": str(tmp_path),
+                "algorithm": "fedavg",
+                "strategy": "FedAdam",
+                "strategy-args": '{"lr_server": 1}',
+            }
+        )
     with pytest.raises(ConfigError, match="'strategy-args': FedAvgM does not take fraction_train"):
-        run_config_to_upfl({"data-path": str(tmp_path), "algorithm": "fedavg", "strategy": "FedAvgM",
-                            "strategy-args": '{"fraction_train": 0.5}'})
+        run_config_to_upfl(
+            {
+                "data-path": str(tmp_path),
+                "algorithm": "fedavg",
+                "strategy": "FedAvgM",
+                "strategy-args": '{"fraction_train": 0.5}',
+            }
+        )
     with pytest.raises(ConfigError, match="'strategy-args': not JSON"):
-        run_config_to_upfl({"data-path": str(tmp_path), "algorithm": "fedavg", "strategy": "FedAvgM",
-                            "strategy-args": "{server_momentum: 1}"})
+        run_config_to_upfl(
+            {
+                "data-path": str(tmp_path),
+                "algorithm": "fedavg",
+                "strategy": "FedAvgM",
+                "strategy-args": "{server_momentum: 1}",
+            }
+        )
     with pytest.raises(ConfigError, match="given without 'strategy'"):
         run_config_to_upfl({"data-path": str(tmp_path), "algorithm": "fedavg", "strategy-args": '{"eta": 1}'})
 
 
 def test_train_metrics_release_key_and_vanishing_sigma_are_checked_at_config_time(tmp_path):
-    base = {"data-path": str(tmp_path), "algorithm": "upcycled", "mu": 1.0, "lam": 0.4,
-            "privacy-mechanism": "output", "privacy-tau": 1.0}
+    base = {
+        "data-path": str(tmp_path),
+        "algorithm": "upcycled",
+        "mu": 1.0,
+        "lam": 0.4,
+        "privacy-mechanism": "output",
+        "privacy-tau": 1.0,
+    }
     cfg = run_config_to_upfl({**base, "privacy-sigma": 0.5, "privacy-release-train-metrics": False})
     assert cfg.privacy.release_train_metrics is False
     with pytest.raises(ConfigError, match="run config 'privacy-sigma'.*rounds to 0 in float32"):
@@ -668,8 +839,13 @@ def call_client(app, run_config, message_type, device_index, content):
     from flwr.app import Context
 
     msg = Message(RecordDict(content), dst_node_id=device_index + 1, message_type=message_type)
-    context = Context(run_id=1, node_id=device_index + 1, node_config={"partition-id": device_index},
-                      state=RecordDict(), run_config=dict(run_config))
+    context = Context(
+        run_id=1,
+        node_id=device_index + 1,
+        node_config={"partition-id": device_index},
+        state=RecordDict(),
+        run_config=dict(run_config),
+    )
     return app(msg, context)
 
 
@@ -682,8 +858,14 @@ def test_client_replies_to_the_servers_query_and_evaluation(flower_data, task_id
     from upfl.privacy.accounting import max_feature_norm
 
     ds = load_leaf(flower_data)
-    base = {"num-server-rounds": 2, "data-path": flower_data, "algorithm": "upcycled", "mu": 0.5, "lam": 0.5,
-            "local-epochs": 1}
+    base = {
+        "num-server-rounds": 2,
+        "data-path": flower_data,
+        "algorithm": "upcycled",
+        "mu": 0.5,
+        "lam": 0.5,
+        "local-epochs": 1,
+    }
     objective = {**base, "privacy-mechanism": "objective", "privacy-alpha": 50.0}
     reply = call_client(make_client_app(objective), {}, "query", 2, {"config": ConfigRecord({"server-round": 0})})
     user = ds.train_users[2]
@@ -692,8 +874,12 @@ def test_client_replies_to_the_servers_query_and_evaluation(flower_data, task_id
     sim = simulation_for(objective)
     one = type(ds)([user], {user: ds.train_x[user]}, {user: ds.train_y[user]}, {}, {})
     assert metrics["max-feature-norm"] == pytest.approx(max_feature_norm(sim.cfg, one, sim.model), rel=1e-12)
-    assert "max-feature-norm" not in call_client(make_client_app(base), {}, "query", 2,
-                                                 {"config": ConfigRecord({"server-round": 0})}).content["metrics"]
+    assert (
+        "max-feature-norm"
+        not in call_client(
+            make_client_app(base), {}, "query", 2, {"config": ConfigRecord({"server-round": 0})}
+        ).content["metrics"]
+    )
     w = sim.model.init_params(torch.Generator().manual_seed(0))
     content = {"arrays": ArrayRecord({"params": Array(w.numpy())}), "config": ConfigRecord({"server-round": 1})}
     private = {**base, "privacy-mechanism": "output", "privacy-tau": 1.0, "privacy-sigma": 0.5}
@@ -701,7 +887,8 @@ def test_client_replies_to_the_servers_query_and_evaluation(flower_data, task_id
     loss, correct = simulation_for(private).evaluate_model(w, sim.xs[2], torch.as_tensor(ds.train_y[user]))
     assert released["train-loss-sum"] == pytest.approx(loss, rel=1e-6) and released["train-correct"] == correct
     assert released["train-examples"] == len(ds.train_y[user])
-    withheld = call_client(make_client_app({**private, "privacy-release-train-metrics": False}), {}, "evaluate", 2,
-                           content).content["metrics"]
+    withheld = call_client(
+        make_client_app({**private, "privacy-release-train-metrics": False}), {}, "evaluate", 2, content
+    ).content["metrics"]
     assert not any(k.startswith("train-") for k in withheld)
     assert withheld["test-examples"] == len(ds.test_y[user])

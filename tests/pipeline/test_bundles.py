@@ -10,15 +10,21 @@ from pathlib import Path
 import pytest
 import yaml
 
-from upfl.pipeline.bundle_trainer import run_config, train_bundle
-from upfl.pipeline.bundles import (SOFTMAX_FIRST_COST, BundleError, bundle_priorities, bundle_spec, chunk_stably,
-                                   form_bundles, run_work)
+from fixtures_runs import metrics_without_time
 from upfl.cli import main
 from upfl.data import generate_synthetic
-from upfl.pipeline.plan import build_plan
 from upfl.engine.simulation import InjectedStop, run
-
-from fixtures_runs import metrics_without_time
+from upfl.pipeline.bundle_trainer import run_config, train_bundle
+from upfl.pipeline.bundles import (
+    SOFTMAX_FIRST_COST,
+    BundleError,
+    bundle_priorities,
+    bundle_spec,
+    chunk_stably,
+    form_bundles,
+    run_work,
+)
+from upfl.pipeline.plan import build_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,24 +36,44 @@ def data(tmp_path_factory):
 
 
 def entry(data, tmp_path, rid, **config):
-    doc = {"rounds": 6, "algorithm": {"name": "upcycled", "mu": 1.0, "lam": 0.43},
-           "devices": {"frac": 0.5, "straggler": 0.5}, "solver": {"epochs": 2}, "device": "cpu",
-           "checkpoint": {"every": 1, "dir": str(tmp_path / "ck")}, "seed": 0}
+    doc = {
+        "rounds": 6,
+        "algorithm": {"name": "upcycled", "mu": 1.0, "lam": 0.43},
+        "devices": {"frac": 0.5, "straggler": 0.5},
+        "solver": {"epochs": 2},
+        "device": "cpu",
+        "checkpoint": {"every": 1, "dir": str(tmp_path / "ck")},
+        "seed": 0,
+    }
     for key, value in config.items():
         section, _, name = key.partition("__")
         if name:
             doc.setdefault(section, {})[name] = value
         else:
             doc[section] = value
-    return {"id": rid, "data": data, "out": str(tmp_path / "runs" / rid), "log": str(tmp_path / "logs" / f"{rid}.log"),
-            "config": doc}
+    return {
+        "id": rid,
+        "data": data,
+        "out": str(tmp_path / "runs" / rid),
+        "log": str(tmp_path / "logs" / f"{rid}.log"),
+        "config": doc,
+    }
 
 
 def spec_of(data, tmp_path, concurrent=1):
-    runs = [entry(data, tmp_path, "up_s0"), entry(data, tmp_path, "up_s1", seed=1),
-            entry(data, tmp_path, "prox", algorithm={"name": "fedprox", "mu": 0.5}, rounds=3),
-            entry(data, tmp_path, "private", algorithm={"name": "fedprox", "mu": 0.1}, rounds=3,
-                  privacy={"mechanism": "output", "sigma": 0.5, "tau": 10.0})]
+    runs = [
+        entry(data, tmp_path, "up_s0"),
+        entry(data, tmp_path, "up_s1", seed=1),
+        entry(data, tmp_path, "prox", algorithm={"name": "fedprox", "mu": 0.5}, rounds=3),
+        entry(
+            data,
+            tmp_path,
+            "private",
+            algorithm={"name": "fedprox", "mu": 0.1},
+            rounds=3,
+            privacy={"mechanism": "output", "sigma": 0.5, "tau": 10.0},
+        ),
+    ]
     return {"bundle": "test", "threads": 1, "concurrent": concurrent, "runs": runs}
 
 
@@ -138,6 +164,7 @@ def test_run_many_names_a_run_whose_results_cannot_be_written_and_exits_1(data, 
     assert "1 of 2 runs failed" in err and "up_s0 (OSError: [Errno 28] No space left on device)" in err
     assert not (full / "metrics.csv").exists() and not (full / "summary.json").exists()
     assert (Path(spec["runs"][1]["out"]) / "summary.json").exists()
+
 
 def test_interrupted_bundle_resumes_and_finished_runs_are_restored(data, tmp_path):
     spec = spec_of(data, tmp_path)
@@ -230,8 +257,11 @@ def test_run_work_counts_training_rounds_epochs_and_inner_steps():
     assert run_work(fedavg) == 80 * 0.5 * 10 + 80 / 3
     upcycled = {"algorithm": {"name": "upcycled", "mu": 1, "lam": 0.43}, "rounds": 160}  # trains at odd t only
     assert run_work(upcycled) == 80 * 0.3 * 20 + 160 / 3  # frac and epochs: RunConfig's defaults
-    pfedme = {"algorithm": {"name": "upcycled_pfedme", "step": 0.7, "personal_steps": 3}, "rounds": 4,
-              "evaluation": {"every": 2}}
+    pfedme = {
+        "algorithm": {"name": "upcycled_pfedme", "step": 0.7, "personal_steps": 3},
+        "rounds": 4,
+        "evaluation": {"every": 2},
+    }
     assert run_work(pfedme) == 2 * 0.3 * 20 * 3 + 4 / 2 / 3
     authors_loss = {**fedavg, "model": {"softmax_before_loss": True}}
     assert run_work(authors_loss) == SOFTMAX_FIRST_COST * run_work(fedavg)
@@ -253,8 +283,13 @@ def test_bundle_spec_carries_each_runs_folder_log_and_config():
     plan = full_plan()
     bundles = form_bundles(plan.runs)
     gpu = next(b for b in bundles.values() if b.job["gpus"] == 1)
-    spec = bundle_spec(gpu, plan.runs, lambda d: f"resources/data/{d}", lambda r: f"results/runs/{r}",
-                       lambda r: f"results/logs/train/{r}.log")
+    spec = bundle_spec(
+        gpu,
+        plan.runs,
+        lambda d: f"resources/data/{d}",
+        lambda r: f"results/runs/{r}",
+        lambda r: f"results/logs/train/{r}.log",
+    )
     assert spec["concurrent"] == gpu.job["runs_per_gpu"] and spec["threads"] >= 1
     ids = [e["id"] for e in spec["runs"]]
     assert sorted(ids) == gpu.run_ids

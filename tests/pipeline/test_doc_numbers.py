@@ -9,10 +9,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from upfl.pipeline.baselines import OUTPUTS_SECTION, SETUP_SECTION, outputs_section, setup_section
-from upfl.pipeline.doc_numbers import (README_SECTION, TESTING_SECTION, numbers, numbers_page, quick_start_times,
-                                       readme_section, replace_section)
 from upfl.pipeline import doc_numbers
+from upfl.pipeline.baselines import OUTPUTS_SECTION, SETUP_SECTION, outputs_section, setup_section
+from upfl.pipeline.doc_numbers import (
+    README_SECTION,
+    TESTING_SECTION,
+    numbers,
+    numbers_page,
+    quick_start_times,
+    readme_section,
+    replace_section,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", ROOT / "config" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -26,11 +33,16 @@ def generated():
 
 def test_generated_pages_match_their_sources(generated):
     config, n = generated
-    assert (ROOT / "docs" / "numbers.md").read_text(encoding="utf-8") == numbers_page(n), \
+    assert (ROOT / "docs" / "numbers.md").read_text(encoding="utf-8") == numbers_page(n), (
         "docs/numbers.md is stale: python tools/doc_numbers.py"
+    )
     pipeline = (ROOT / "docs" / "pipeline.md").read_text(encoding="utf-8")
-    assert replace_section(replace_section(pipeline, SETUP_SECTION, setup_section(config)), OUTPUTS_SECTION,
-                           outputs_section(config)) == pipeline, "docs/pipeline.md is stale: python tools/doc_numbers.py"
+    assert (
+        replace_section(
+            replace_section(pipeline, SETUP_SECTION, setup_section(config)), OUTPUTS_SECTION, outputs_section(config)
+        )
+        == pipeline
+    ), "docs/pipeline.md is stale: python tools/doc_numbers.py"
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert replace_section(readme, README_SECTION, readme_section(n)) == readme, "README's time table is stale"
     testing = (ROOT / "docs" / "testing.md").read_text(encoding="utf-8")
@@ -72,27 +84,50 @@ def test_no_page_states_a_preset_count_differently(generated):
 
 
 def test_the_count_check_finds_a_stale_number():
-    assert stated_counts("The quick preset has 350 (it leaves out x) runs; the quick preset has 350 runs.",
-                         "quick preset") == [350]
+    assert stated_counts(
+        "The quick preset has 350 (it leaves out x) runs; the quick preset has 350 runs.", "quick preset"
+    ) == [350]
     assert stated_counts("the full config's 2098 runs 111 training jobs", "full config") == [2098]
 
 
 def test_times_are_ranges_with_their_machine(tmp_path):
-    record = {"machine": {"cpu": "Intel Xeon", "vector": "AVX2", "cores": 2}, "numba_cache": "cold",
-              "kernels_warm_up": {"seconds": 96.0}, "load_average_before": [2.0], "load_average_after": [3.5]}
+    record = {
+        "machine": {"cpu": "Intel Xeon", "vector": "AVX2", "cores": 2},
+        "numba_cache": "cold",
+        "kernels_warm_up": {"seconds": 96.0},
+        "load_average_before": [2.0],
+        "load_average_after": [3.5],
+    }
     runs = [{**record, "wall_s": 120.4, "cpu_s": 180.0}, {**record, "wall_s": 75.2, "cpu_s": 150.0}]
     (tmp_path / "quick_start.json").write_text(json.dumps({"measurements": runs}))
     [row] = quick_start_times(tmp_path)
-    assert row == {"machine": "2 cores of an Intel Xeon (AVX2)", "cache": "cold", "n": 2, "wall": "75-120 s",
-                   "cpu": "150-180 s", "kernels": "96 s", "load": "2.0-3.5"}
+    assert row == {
+        "machine": "2 cores of an Intel Xeon (AVX2)",
+        "cache": "cold",
+        "n": 2,
+        "wall": "75-120 s",
+        "cpu": "150-180 s",
+        "kernels": "96 s",
+        "load": "2.0-3.5",
+    }
 
 
 def test_the_readme_times_come_from_quiet_machines_where_measured(tmp_path):
     """A run started under load (one-minute load average of half the cores or more) is left out of the README's
     range where the same machine and cache state has a quiet one; docs/numbers.md keeps every run."""
     machine = {"cpu": "Intel Xeon", "vector": "AVX-512", "cores": 2}
-    runs = [{"machine": machine, "numba_cache": "cold", "kernels_warm_up": {}, "wall_s": wall, "cpu_s": 190.0,
-             "load_average_before": [before], "load_average_after": [2.0]} for wall, before in [(129.0, 0.1), (1306.0, 8.9)]]
+    runs = [
+        {
+            "machine": machine,
+            "numba_cache": "cold",
+            "kernels_warm_up": {},
+            "wall_s": wall,
+            "cpu_s": 190.0,
+            "load_average_before": [before],
+            "load_average_after": [2.0],
+        }
+        for wall, before in [(129.0, 0.1), (1306.0, 8.9)]
+    ]
     (tmp_path / "quick_start.json").write_text(json.dumps({"measurements": runs}))
     assert [r["wall"] for r in quick_start_times(tmp_path)] == ["129-1306 s"]
     assert [r["wall"] for r in quick_start_times(tmp_path, quiet=True)] == ["129 s"]

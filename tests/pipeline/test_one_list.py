@@ -41,8 +41,11 @@ def test_readme_lists_every_output_kind_and_no_other():
 
 
 def test_job_keys_of_schema_and_readme_are_the_plans():
-    job = next(d for d in SCHEMA["definitions"].values() if isinstance(d, dict)
-               and set(d.get("properties", {})) >= {"gpus", "threads"})
+    job = next(
+        d
+        for d in SCHEMA["definitions"].values()
+        if isinstance(d, dict) and set(d.get("properties", {})) >= {"gpus", "threads"}
+    )
     assert list(job["properties"]) == list(JOB_DEFAULTS)
     for key, default in JOB_DEFAULTS.items():
         cells = [c.strip() for c in readme_row(f"job_defaults.{key}").split("|")]

@@ -23,11 +23,21 @@ def data(tmp_path_factory):
 
 def trained(data, tmp_path):
     """One run trained by a bundle (saved to the store), its folder and store."""
-    doc = {"rounds": 3, "algorithm": {"name": "fedprox", "mu": 0.5}, "devices": {"frac": 0.5},
-           "solver": {"epochs": 1}, "device": "cpu", "seed": 0}
+    doc = {
+        "rounds": 3,
+        "algorithm": {"name": "fedprox", "mu": 0.5},
+        "devices": {"frac": 0.5},
+        "solver": {"epochs": 1},
+        "device": "cpu",
+        "seed": 0,
+    }
     out, st = tmp_path / "runs" / "r", tmp_path / "finished"
-    spec = {"bundle": "t", "threads": 1, "concurrent": 1,
-            "runs": [{"id": "r", "data": data, "out": str(out), "log": str(tmp_path / "r.log"), "config": doc}]}
+    spec = {
+        "bundle": "t",
+        "threads": 1,
+        "concurrent": 1,
+        "runs": [{"id": "r", "data": data, "out": str(out), "log": str(tmp_path / "r.log"), "config": doc}],
+    }
     assert train_bundle(spec, store=str(st), echo=lambda s: None)[0]["status"] == "trained"
     return out, st, run_config(spec["runs"][0], 1)
 
@@ -107,5 +117,22 @@ def test_a_run_trained_before_records_were_kept_is_adopted_from_the_store(data, 
 
 def test_upfl_run_records_checksums_too(data, tmp_path):
     out = tmp_path / "single"
-    assert main(["run", "--data", data, "--out", str(out), "--rounds", "2", "--set", "device=cpu", "--set", "algorithm.name=fedavg"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--data",
+                data,
+                "--out",
+                str(out),
+                "--rounds",
+                "2",
+                "--set",
+                "device=cpu",
+                "--set",
+                "algorithm.name=fedavg",
+            ]
+        )
+        == 0
+    )
     assert json.loads((out / RECORD).read_text())["files"]["summary.json"]

@@ -6,10 +6,10 @@ import json
 import pytest
 import yaml
 
+from fixtures_workflow import ROOT
 from upfl.pipeline.bundle_trainer import load_spec
 from upfl.pipeline.bundles import SpecError
 from upfl.pipeline.specs import CONFIG_ENV, encode_config, spec_digest, spec_path, workflow_specs, write_specs
-from fixtures_workflow import ROOT
 
 
 @pytest.mark.parametrize("preset", ["full", "quick"])

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from upfl.cli import main
+from upfl.data import generate_synthetic
 from upfl.engine import checkpoints
 from upfl.pipeline import store
 from upfl.pipeline.bundle_trainer import run_config, train_bundle
-from upfl.cli import main
-from upfl.data import generate_synthetic
 
 
 @pytest.fixture(scope="module")
@@ -21,11 +21,28 @@ def data(tmp_path_factory):
 
 
 def one_run_spec(data, tmp_path, rid="run"):
-    doc = {"rounds": 3, "algorithm": {"name": "fedprox", "mu": 0.5}, "devices": {"frac": 0.5},
-           "solver": {"epochs": 1}, "device": "cpu", "seed": 0}
-    return {"bundle": "t", "threads": 1, "concurrent": 1,
-            "runs": [{"id": rid, "data": data, "out": str(tmp_path / "runs" / rid), "log": str(tmp_path / f"{rid}.log"),
-                      "config": doc}]}
+    doc = {
+        "rounds": 3,
+        "algorithm": {"name": "fedprox", "mu": 0.5},
+        "devices": {"frac": 0.5},
+        "solver": {"epochs": 1},
+        "device": "cpu",
+        "seed": 0,
+    }
+    return {
+        "bundle": "t",
+        "threads": 1,
+        "concurrent": 1,
+        "runs": [
+            {
+                "id": rid,
+                "data": data,
+                "out": str(tmp_path / "runs" / rid),
+                "log": str(tmp_path / f"{rid}.log"),
+                "config": doc,
+            }
+        ],
+    }
 
 
 def train(spec, st):

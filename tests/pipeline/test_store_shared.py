@@ -37,8 +37,15 @@ def test_two_processes_saving_one_entry_hundreds_of_times(tmp_path):
     entry = store.entry_path(st, IDENT)
     runs = [a_run(tmp_path / f"run{i}", seconds=1.0 + i) for i in range(2)]
     start = time.time() + 3
-    procs = [subprocess.Popen([sys.executable, "-c", SAVER, str(entry), str(run), "800", str(start)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for run in runs]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", SAVER, str(entry), str(run), "800", str(start)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for run in runs
+    ]
     outs = [p.communicate(timeout=600) for p in procs]
     for p, (out, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0 and out.strip() == "saved", err[-3000:]

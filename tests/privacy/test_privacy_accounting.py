@@ -10,17 +10,31 @@ import yaml
 
 import upfl.draws.rounds as draws
 import upfl.engine.simulation as simulation
+from fixtures_runs import metrics_rows
 from upfl import config as cfgmod
 from upfl.cli import main
 from upfl.data import generate_synthetic, load_leaf
-from upfl.models import build_model
-from upfl.privacy import (NO_GLM, NO_GUARANTEE, SGD_CAVEAT, NoGuaranteeError, PrivacyParameterError,
-                          gaussian_epsilon, output_epsilons, participation, pld_epsilon, privacy_report,
-                          rdp_epsilon, release_counts, theorem_c1_epsilon, theorem_c2_condition,
-                          theorem_c2_epsilon, training_rounds)
-from upfl.privacy.accounting import pld_tractable
 from upfl.draws.batch_plans import DrawCache
-from fixtures_runs import metrics_rows
+from upfl.models import build_model
+from upfl.privacy import (
+    NO_GLM,
+    NO_GUARANTEE,
+    SGD_CAVEAT,
+    NoGuaranteeError,
+    PrivacyParameterError,
+    gaussian_epsilon,
+    output_epsilons,
+    participation,
+    pld_epsilon,
+    privacy_report,
+    rdp_epsilon,
+    release_counts,
+    theorem_c1_epsilon,
+    theorem_c2_condition,
+    theorem_c2_epsilon,
+    training_rounds,
+)
+from upfl.privacy.accounting import pld_tractable
 
 
 @pytest.fixture(scope="module")
@@ -30,11 +44,15 @@ def tiny_data(tmp_path_factory):
 
 
 def make_doc(data, **over):
-    doc = {"data": {"path": data, "feature_scaling": "unit_norm"}, "rounds": 8,
-           "model": {"name": "binary_logreg"},
-           "algorithm": {"name": "upcycled", "mu": 0.1, "lam": 0.04},
-           "devices": {"frac": 1.0}, "solver": {"epochs": 1},
-           "privacy": {"mechanism": "output", "sigma": 0.8, "tau": 10.0}}
+    doc = {
+        "data": {"path": data, "feature_scaling": "unit_norm"},
+        "rounds": 8,
+        "model": {"name": "binary_logreg"},
+        "algorithm": {"name": "upcycled", "mu": 0.1, "lam": 0.04},
+        "devices": {"frac": 1.0},
+        "solver": {"epochs": 1},
+        "privacy": {"mechanism": "output", "sigma": 0.8, "tau": 10.0},
+    }
     for key, value in over.items():
         cfgmod.set_key(doc, key, value)
     return doc
@@ -68,7 +86,7 @@ def test_exact_composition_agrees_with_pld_accountant():
 
 def test_theorem_c1_closed_form_by_hand_and_inverts_its_delta_form():
     M, sigma, tau, n, delta = 25, 0.7, 3.0, 40, 1e-3
-    rho = M * tau ** 2 / (2 * sigma ** 2 * n ** 2)
+    rho = M * tau**2 / (2 * sigma**2 * n**2)
     eps = theorem_c1_epsilon(M, sigma, tau, n, delta)
     assert eps == pytest.approx(2 * math.sqrt(rho * math.log(1000.0)) + rho, rel=1e-12)
     # Theorem C.1's first form: delta = exp(-rho (eps / (2 rho) - 1/2)^2) for eps >= rho.
@@ -101,7 +119,7 @@ def test_sound_bound_never_below_paper_sensitivity_and_closed_form_never_below_e
 
 def test_sound_sensitivity_is_twice_tau():
     e = output_epsilons(40, sigma=2.0, tau=1.0, n_train=100, delta=1e-5)
-    assert e["sound"] == pytest.approx(gaussian_epsilon(1.0, 40, 1e-5), rel=1e-12)          # z = 2 / (2 * 1)
+    assert e["sound"] == pytest.approx(gaussian_epsilon(1.0, 40, 1e-5), rel=1e-12)  # z = 2 / (2 * 1)
     assert e["paper_sensitivity"] == pytest.approx(gaussian_epsilon(200.0, 40, 1e-5), rel=1e-12)  # z = 2 * 100 / 1
 
 
@@ -138,19 +156,22 @@ def test_theorem_c2_epsilon_hand_values():
 
 
 def test_objective_report_uses_mi_terms_and_states_assumptions(tiny_data):
-    cfg = make_cfg(tiny_data, **{"privacy.mechanism": "objective", "privacy.alpha": 10.0,
-                                 "privacy.sigma": None, "privacy.tau": None})
+    cfg = make_cfg(
+        tiny_data,
+        **{"privacy.mechanism": "objective", "privacy.alpha": 10.0, "privacy.sigma": None, "privacy.tau": None},
+    )
     rep = report_for(cfg)
     assert rep["delta"] == 0.0 and rep["assumptions"]["holds"] and rep["assumptions"]["glm"]
     assert (rep["assumptions"]["u1"], rep["assumptions"]["u2"]) == (1.0, 0.25)
     assert rep["assumptions"]["max_feature_norm"] <= 1 + 1e-6
     assert SGD_CAVEAT in rep["notes"]
     for d in rep["devices"]:
-        assert d["releases"] == 4                       # 8 iterations, odd ones: 1, 3, 5, 7
+        assert d["releases"] == 4  # 8 iterations, odd ones: 1, 3, 5, 7
         assert d["theorem_c2"] == pytest.approx(4 * (2 * 10 * 0.1 + 2.8 * 0.25) / (d["n_train"] * 0.1))
         assert d["theorem_c2_paper_sum"] == pytest.approx(d["theorem_c2"] * 5 / 4)
     assert rep["epsilon_bar"]["theorem_c2"] == pytest.approx(
-        sum(d["theorem_c2"] for d in rep["devices"]) / len(rep["devices"]))
+        sum(d["theorem_c2"] for d in rep["devices"]) / len(rep["devices"])
+    )
     json.dumps(rep, allow_nan=False)
 
 
@@ -159,8 +180,13 @@ def test_objective_refuses_when_condition_fails_unless_allowed(tiny_data):
     sizes = sorted(len(ds.train_y[u]) for u in ds.train_users)
     # u2 <= 0.5 |D| mu  <=>  |D| >= 0.5 / mu: fail on the smaller half of the devices only.
     mu = 0.5 / (sizes[len(sizes) // 2] - 0.5)
-    over = {"privacy.mechanism": "objective", "privacy.alpha": 10.0, "privacy.sigma": None, "privacy.tau": None,
-            "algorithm.mu": mu}
+    over = {
+        "privacy.mechanism": "objective",
+        "privacy.alpha": 10.0,
+        "privacy.sigma": None,
+        "privacy.tau": None,
+        "algorithm.mu": mu,
+    }
     with pytest.raises(NoGuaranteeError, match="allow_no_guarantee"):
         report_for(make_cfg(tiny_data, **over))
     rep = report_for(make_cfg(tiny_data, **over, **{"privacy.allow_no_guarantee": True}))
@@ -173,15 +199,28 @@ def test_objective_refuses_when_condition_fails_unless_allowed(tiny_data):
 
 
 def test_objective_refuses_unscaled_features(tiny_data):
-    over = {"privacy.mechanism": "objective", "privacy.alpha": 10.0, "privacy.sigma": None, "privacy.tau": None,
-            "data.feature_scaling": "none"}
+    over = {
+        "privacy.mechanism": "objective",
+        "privacy.alpha": 10.0,
+        "privacy.sigma": None,
+        "privacy.tau": None,
+        "data.feature_scaling": "none",
+    }
     with pytest.raises(NoGuaranteeError, match="norm"):
         report_for(make_cfg(tiny_data, **over))
 
 
 def test_objective_on_a_non_glm_reports_no_guarantee(tiny_data):
-    cfg = make_cfg(tiny_data, **{"privacy.mechanism": "objective", "privacy.alpha": 10.0, "privacy.sigma": None,
-                                 "privacy.tau": None, "model.name": "logreg"})
+    cfg = make_cfg(
+        tiny_data,
+        **{
+            "privacy.mechanism": "objective",
+            "privacy.alpha": 10.0,
+            "privacy.sigma": None,
+            "privacy.tau": None,
+            "model.name": "logreg",
+        },
+    )
     rep = report_for(cfg)
     assert rep["guarantee"] == NO_GLM
     assert all(d["status"] == NO_GLM and d["theorem_c2"] is None for d in rep["devices"])
@@ -210,8 +249,16 @@ def recorded_participation(cfg, monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("algorithm,policy", [("upcycled", "drop"), ("upcycled", "partial"), ("fedprox", "drop")])
 def test_release_counts_match_a_real_runs_draws(tiny_data, tmp_path, monkeypatch, algorithm, policy):
-    over = {"rounds": 9, "devices.frac": 0.5, "devices.straggler": 0.5, "devices.straggler_policy": policy,
-            "solver.epochs": 2, "algorithm.name": algorithm, "checkpoint.every": 0, "seed": 11}
+    over = {
+        "rounds": 9,
+        "devices.frac": 0.5,
+        "devices.straggler": 0.5,
+        "devices.straggler_policy": policy,
+        "solver.epochs": 2,
+        "algorithm.name": algorithm,
+        "checkpoint.every": 0,
+        "seed": 11,
+    }
     if algorithm != "upcycled":
         over["algorithm.lam"] = None
     cfg = make_cfg(tiny_data, **over)
@@ -229,7 +276,7 @@ def test_release_counts_match_a_real_runs_draws(tiny_data, tmp_path, monkeypatch
     assert [sorted(c) for c in participation(cfg, n)] == [sorted(by_round.get(k, [])) for k in range(1, K + 1)]
     devices = sum(int(r["devices"]) for r in metrics_rows(tmp_path / "run"))
     assert sum(counts) == devices
-    if policy == "partial":                          # partial stragglers still train and release
+    if policy == "partial":  # partial stragglers still train and release
         assert all(len(c) == 3 for c in participation(cfg, n))
 
 
@@ -248,8 +295,17 @@ def test_release_counts_full_participation_and_lemma_5_1(tiny_data):
 
 
 def test_release_counts_drop_policy_brute_force_over_the_engine_draws(tiny_data):
-    cfg = make_cfg(tiny_data, rounds=30, **{"devices.frac": 0.4, "devices.straggler": 0.3,
-                                            "devices.straggler_policy": "drop", "solver.epochs": 3, "seed": 4})
+    cfg = make_cfg(
+        tiny_data,
+        rounds=30,
+        **{
+            "devices.frac": 0.4,
+            "devices.straggler": 0.3,
+            "devices.straggler_policy": "drop",
+            "solver.epochs": 3,
+            "seed": 4,
+        },
+    )
     n = 30
     expected = [0] * n
     for t in range(1, 31, 2):
@@ -285,8 +341,7 @@ def test_output_report_per_device_sigma_and_epsilon_bar(tiny_data):
 
 
 def test_non_private_report(tiny_data):
-    rep = report_for(make_cfg(tiny_data, **{"privacy.mechanism": "none", "privacy.sigma": None,
-                                            "privacy.tau": None}))
+    rep = report_for(make_cfg(tiny_data, **{"privacy.mechanism": "none", "privacy.sigma": None, "privacy.tau": None}))
     assert rep["devices"] == [] and rep["guarantee"].startswith("none")
 
 
@@ -301,17 +356,44 @@ def test_cli_prints_table_and_writes_json(tiny_data, tmp_path, capsys):
     assert "epsilon-bar" in text and "eps paper C.1" in text and "eps sound (2tau)" in text
     for d in rep["devices"]:
         assert d["device"] in text
-    assert main(["privacy", "--config", str(path), "--set", "privacy.mechanism=objective",
-                 "--set", "privacy.alpha=20", "--set", "privacy.sigma=null", "--set", "privacy.tau=null"]) == 0
+    assert (
+        main(
+            [
+                "privacy",
+                "--config",
+                str(path),
+                "--set",
+                "privacy.mechanism=objective",
+                "--set",
+                "privacy.alpha=20",
+                "--set",
+                "privacy.sigma=null",
+                "--set",
+                "privacy.tau=null",
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert "Theorem C.2" in text and "exact minimiser" in text and "(epsilon, 0)-DP" in text
 
 
 def test_cli_refusal_is_a_named_error_exit(tiny_data, tmp_path, capsys):
     path = tmp_path / "run.yaml"
-    path.write_text(yaml.safe_dump(make_doc(tiny_data, **{
-        "privacy.mechanism": "objective", "privacy.alpha": 10.0, "privacy.sigma": None, "privacy.tau": None,
-        "algorithm.mu": 1e-4})))
+    path.write_text(
+        yaml.safe_dump(
+            make_doc(
+                tiny_data,
+                **{
+                    "privacy.mechanism": "objective",
+                    "privacy.alpha": 10.0,
+                    "privacy.sigma": None,
+                    "privacy.tau": None,
+                    "algorithm.mu": 1e-4,
+                },
+            )
+        )
+    )
     assert main(["privacy", "--config", str(path)]) == 2
     assert "allow_no_guarantee" in capsys.readouterr().err
     assert main(["privacy", "--config", str(path), "--set", "privacy.allow_no_guarantee=true"]) == 0

@@ -10,10 +10,16 @@ import yaml
 from upfl import config as cfgmod
 from upfl.cli import main
 from upfl.data import generate_synthetic, load_leaf
-from upfl.models import build_model
-from upfl.privacy.accounting import (MEANINGFUL_EPSILON, NO_MEANINGFUL, guarantee_mark, meaningful, privacy_report,
-                                     theorem_c1_epsilon)
 from upfl.engine.simulation import run
+from upfl.models import build_model
+from upfl.privacy.accounting import (
+    MEANINGFUL_EPSILON,
+    NO_MEANINGFUL,
+    guarantee_mark,
+    meaningful,
+    privacy_report,
+    theorem_c1_epsilon,
+)
 
 
 @pytest.fixture(scope="module")
@@ -23,10 +29,17 @@ def data(tmp_path_factory):
 
 def doc_for(data, sigma, algorithm="fedprox", seed=0):
     alg = {"name": algorithm, "mu": 0.1, **({"lam": 0.04} if algorithm == "upcycled" else {})}
-    return {"data": {"path": data, "feature_scaling": "unit_norm"}, "rounds": 4, "seed": seed, "algorithm": alg,
-            "model": {"name": "binary_logreg"}, "devices": {"frac": 1.0, "straggler": 0.0},
-            "solver": {"epochs": 2}, "checkpoint": {"every": 0},
-            "privacy": {"mechanism": "output", "tau": 1.0, "sigma": sigma, "delta": 0.001}}
+    return {
+        "data": {"path": data, "feature_scaling": "unit_norm"},
+        "rounds": 4,
+        "seed": seed,
+        "algorithm": alg,
+        "model": {"name": "binary_logreg"},
+        "devices": {"frac": 1.0, "straggler": 0.0},
+        "solver": {"epochs": 2},
+        "checkpoint": {"every": 0},
+        "privacy": {"mechanism": "output", "tau": 1.0, "sigma": sigma, "delta": 0.001},
+    }
 
 
 def test_shared_noise_note_only_where_noise_is_seed_keyed(data):
@@ -39,8 +52,9 @@ def test_shared_noise_note_only_where_noise_is_seed_keyed(data):
     assert engine["noise_source"] == SEED_KEYED_NOISE and SHARED_NOISE_NOTE in engine["notes"]
     flower = privacy_report(cfg, ds, model, noise_source=OS_ENTROPY_NOISE)
     assert flower["noise_source"] == OS_ENTROPY_NOISE and SHARED_NOISE_NOTE not in flower["notes"]
-    assert {k: v for k, v in flower.items() if k not in ("noise_source", "notes")} == \
-        {k: v for k, v in engine.items() if k not in ("noise_source", "notes")}
+    assert {k: v for k, v in flower.items() if k not in ("noise_source", "notes")} == {
+        k: v for k, v in engine.items() if k not in ("noise_source", "notes")
+    }
 
 
 def test_rule_is_epsilon_above_ten():
@@ -61,7 +75,8 @@ def test_report_has_the_worst_device_beside_the_mean(data):
     smallest = min(rep["devices"], key=lambda d: d["n_train"])
     assert rep["worst_device"]["paper_formula"]["device"] == smallest["device"]
     assert rep["epsilon_max"]["paper_formula"] == pytest.approx(
-        theorem_c1_epsilon(4, 0.05, 1.0, smallest["n_train"], 0.001))
+        theorem_c1_epsilon(4, 0.05, 1.0, smallest["n_train"], 0.001)
+    )
 
 
 def test_cli_marks_vacuous_epsilons_and_not_meaningful_ones(data, tmp_path, capsys):
@@ -70,8 +85,12 @@ def test_cli_marks_vacuous_epsilons_and_not_meaningful_ones(data, tmp_path, caps
     assert main(["privacy", "--config", str(path)]) == 0
     text = capsys.readouterr().out
     sound_bar = [line for line in text.splitlines() if line.startswith("epsilon-bar")][0]
-    assert sound_bar.count("*") >= 1                      # the sound epsilon at sigma 0.05, tau 1 is huge
-    assert "worst eps sound (2tau) [guarantee]: f_" in text and "NO MEANINGFUL GUARANTEE" in text and "epsilon > 10" in text
+    assert sound_bar.count("*") >= 1  # the sound epsilon at sigma 0.05, tau 1 is huge
+    assert (
+        "worst eps sound (2tau) [guarantee]: f_" in text
+        and "NO MEANINGFUL GUARANTEE" in text
+        and "epsilon > 10" in text
+    )
     path.write_text(yaml.safe_dump(doc_for(data, 400.0)))
     assert main(["privacy", "--config", str(path)]) == 0
     text = capsys.readouterr().out
@@ -92,6 +111,7 @@ def test_privacy_table_marks_values_and_shows_the_worst_device(data, tmp_path):
     assert "privacy_epsilon_max_sound" in runs.columns
     from upfl.privacy.accounting import OS_ENTROPY_NOISE
     from upfl.report.figures import PRIVATE_RUNS_NOTE, SHARED_NOISE_RUNS_NOTE, private_runs_note
+
     assert set(runs["privacy_train_metrics"]) == {"outside_privacy_guarantee"}
     assert set(runs["privacy_noise_source"].str.split(":").str[0]) == {"seed-keyed"}
     assert private_runs_note(runs, ["train_loss", "test_acc"]) == PRIVATE_RUNS_NOTE + SHARED_NOISE_RUNS_NOTE
@@ -124,23 +144,46 @@ def test_worst_rows_name_each_columns_own_worst_device():
     from upfl.privacy.accounting import _epsilon_summary
 
     eps = {"a": (4160.0, 5.0, 2.0), "b": (45926.0, 3.0, 1.0), "c": (7.0, 12.0, 0.5)}
-    rows = [{"device": d, "n_train": 10 * (j + 1), "releases": 20, "sigma": 1.0,
-             "paper_formula": pf, "sound": snd, "paper_sensitivity": ps}
-            for j, (d, (snd, pf, ps)) in enumerate(eps.items())]
+    rows = [
+        {
+            "device": d,
+            "n_train": 10 * (j + 1),
+            "releases": 20,
+            "sigma": 1.0,
+            "paper_formula": pf,
+            "sound": snd,
+            "paper_sensitivity": ps,
+        }
+        for j, (d, (snd, pf, ps)) in enumerate(eps.items())
+    ]
     kinds = ["paper_formula", "sound", "paper_sensitivity"]
-    rep = {"mechanism": "output", "algorithm": "fedprox", "iterations": 20, "training_rounds": 20,
-           "releases_rule": "every iteration", "num_devices": 3, "num_params": 21, "delta": 0.001,
-           "parameters": {"tau": 1.0}, "neighbouring_relation": "replace-one", "releases_source": "replayed",
-           "devices": rows, "epsilon_bar": {k: sum(r[k] for r in rows) / 3 for k in kinds},
-           **_epsilon_summary(rows, kinds)}
+    rep = {
+        "mechanism": "output",
+        "algorithm": "fedprox",
+        "iterations": 20,
+        "training_rounds": 20,
+        "releases_rule": "every iteration",
+        "num_devices": 3,
+        "num_params": 21,
+        "delta": 0.001,
+        "parameters": {"tau": 1.0},
+        "neighbouring_relation": "replace-one",
+        "releases_source": "replayed",
+        "devices": rows,
+        "epsilon_bar": {k: sum(r[k] for r in rows) / 3 for k in kinds},
+        **_epsilon_summary(rows, kinds),
+    }
     text = format_report(rep)
     print(text)
     lines = text.splitlines()
     header = next(line for line in lines if line.startswith("device"))
     assert header.index("eps sound") < header.index("eps paper C.1") < header.index("eps exact")
     worst = {line.split(":")[0]: line.split() for line in lines if line.startswith("worst ")}
-    assert [name.split("worst ")[1] for name in worst] == ["eps sound (2tau) [guarantee]", "eps paper C.1",
-                                                           "eps exact tau/|D|"]
+    assert [name.split("worst ")[1] for name in worst] == [
+        "eps sound (2tau) [guarantee]",
+        "eps paper C.1",
+        "eps exact tau/|D|",
+    ]
     sound, paper, exact = worst.values()
     # Each row: its device, |D_i|, M_i, then only its own column's epsilon (marked above the rule).
     assert sound[-4:] == ["b", "20", "20", "4.593e+04*"]
@@ -149,4 +192,4 @@ def test_worst_rows_name_each_columns_own_worst_device():
     summary = next(line for line in lines if line.startswith("NO MEANINGFUL GUARANTEE for the worst device"))
     assert "eps sound (2tau) [guarantee] (b)" in summary and "eps paper C.1 (c)" in summary
     bar = next(line for line in lines if line.startswith("NO MEANINGFUL GUARANTEE: epsilon-bar"))
-    assert "eps sound" in bar and "eps paper C.1" not in bar   # paper C.1's mean 6.667 is within the rule
+    assert "eps sound" in bar and "eps paper C.1" not in bar  # paper C.1's mean 6.667 is within the rule

@@ -2,8 +2,15 @@ import pytest
 import torch
 from scipy import stats
 
-from upfl.privacy import (clip_to_norm, gaussian_output_noise, objective_noise_draws, output_perturbation,
-                          sample_objective_noise, scale_objective_noise, standard_normal_rows)
+from upfl.privacy import (
+    clip_to_norm,
+    gaussian_output_noise,
+    objective_noise_draws,
+    output_perturbation,
+    sample_objective_noise,
+    scale_objective_noise,
+    standard_normal_rows,
+)
 
 
 def test_clipping_bounds_norms_and_keeps_inside_rows():
@@ -32,8 +39,8 @@ def test_one_generator_per_row_draws_each_row_as_its_own_release():
     sigmas = torch.tensor([0.5, 1.0, 2.0, 0.1])
     together = output_perturbation(W, 2.0, sigmas, [torch.Generator().manual_seed(10 + i) for i in range(4)])
     for i in range(4):
-        alone = output_perturbation(W[i:i + 1], 2.0, float(sigmas[i]), torch.Generator().manual_seed(10 + i))
-        assert torch.equal(together[i:i + 1], alone)
+        alone = output_perturbation(W[i : i + 1], 2.0, float(sigmas[i]), torch.Generator().manual_seed(10 + i))
+        assert torch.equal(together[i : i + 1], alone)
     with pytest.raises(ValueError, match="generator: one per row"):
         gaussian_output_noise(W, 1.0, [torch.Generator()])
     drawn = standard_normal_rows(W.shape[1:], [torch.Generator().manual_seed(10 + i) for i in range(4)])
@@ -50,8 +57,10 @@ def test_objective_noise_is_alpha_free_draws_scaled_by_alpha():
     gamma, direction = torch.cat([r[0] for r in rows]), torch.cat([r[1] for r in rows])
     together = scale_objective_noise(gamma, direction, alphas)
     for i, a in enumerate(alphas):
-        assert torch.equal(together[i:i + 1], sample_objective_noise(1, P, a, torch.Generator().manual_seed(20 + i)))
-    torch.testing.assert_close(together.double().norm(dim=1), (gamma / torch.tensor(alphas).double().view(-1, 1)).view(-1))
+        assert torch.equal(together[i : i + 1], sample_objective_noise(1, P, a, torch.Generator().manual_seed(20 + i)))
+    torch.testing.assert_close(
+        together.double().norm(dim=1), (gamma / torch.tensor(alphas).double().view(-1, 1)).view(-1)
+    )
 
 
 def test_objective_noise_radius_is_gamma_and_direction_isotropic():
@@ -64,11 +73,14 @@ def test_objective_noise_radius_is_gamma_and_direction_isotropic():
     assert stats.kstest(unit[:, 0].numpy() ** 2, stats.beta(0.5, (P - 1) / 2).cdf).pvalue > 0.01
 
 
-@pytest.mark.parametrize("call, name", [
-    (lambda: gaussian_output_noise(torch.zeros(1, 2), -1.0, torch.Generator()), "sigma"),
-    (lambda: clip_to_norm(torch.zeros(1, 2), 0.0), "tau"),
-    (lambda: sample_objective_noise(1, 2, 0.0, torch.Generator()), "alpha"),
-])
+@pytest.mark.parametrize(
+    "call, name",
+    [
+        (lambda: gaussian_output_noise(torch.zeros(1, 2), -1.0, torch.Generator()), "sigma"),
+        (lambda: clip_to_norm(torch.zeros(1, 2), 0.0), "tau"),
+        (lambda: sample_objective_noise(1, 2, 0.0, torch.Generator()), "alpha"),
+    ],
+)
 def test_bad_parameters_are_named(call, name):
     with pytest.raises(ValueError, match=name):
         call()

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from upfl import config as cfgmod
+from upfl.data import generate_synthetic, load_leaf
 from upfl.draws import rounds as draws
 from upfl.engine import simulation
-from upfl.data import generate_synthetic, load_leaf
 from upfl.privacy import NoGuaranteeError, clip_to_norm, release_counts
 
 
@@ -19,11 +19,16 @@ def data(tmp_path_factory):
 
 
 def make_cfg(data, tmp_path, **over):
-    doc = {"data": {"path": data, "feature_scaling": "unit_norm"}, "rounds": 6, "threads": 1,
-           "model": {"name": "binary_logreg"},
-           "algorithm": {"name": "upcycled", "mu": 0.1, "lam": 0.04},
-           "devices": {"frac": 0.5, "straggler": 0.5}, "solver": {"epochs": 3},
-           "checkpoint": {"every": 0, "dir": str(tmp_path / "ck")}}
+    doc = {
+        "data": {"path": data, "feature_scaling": "unit_norm"},
+        "rounds": 6,
+        "threads": 1,
+        "model": {"name": "binary_logreg"},
+        "algorithm": {"name": "upcycled", "mu": 0.1, "lam": 0.04},
+        "devices": {"frac": 0.5, "straggler": 0.5},
+        "solver": {"epochs": 3},
+        "checkpoint": {"every": 0, "dir": str(tmp_path / "ck")},
+    }
     for key, value in over.items():
         cfgmod.set_key(doc, key, value)
     return cfgmod.from_dict(doc)
@@ -83,7 +88,7 @@ def test_output_noise_has_std_sigma_around_the_clipped_model(data, tmp_path):
     local = torch.full((2, sim.model.num_params), 5.0)
     draws = torch.stack([sim.output_noise(local, k, [0, 1]) for k in range(1, 401)])
     clipped = clip_to_norm(local, 0.01)
-    assert float((draws.mean(0) - clipped).abs().max()) < 5 * 0.7 / 400 ** 0.5
+    assert float((draws.mean(0) - clipped).abs().max()) < 5 * 0.7 / 400**0.5
     assert abs(float((draws - clipped).std()) - 0.7) < 0.02
 
 
@@ -127,8 +132,11 @@ def test_private_run_marks_its_training_metrics_outside_the_guarantee(data, tmp_
     row of metrics.csv and in its privacy block; release_train_metrics: false leaves them out, test metrics and
     the model's trajectory unchanged. A non-private run's metrics.csv has no such column."""
     marked = simulation.run(make_cfg(data, tmp_path, **OUTPUT), tmp_path / "marked", log=lambda *_: None)
-    kept = simulation.run(make_cfg(data, tmp_path, **OUTPUT, **{"privacy.release_train_metrics": False}),
-                          tmp_path / "kept", log=lambda *_: None)
+    kept = simulation.run(
+        make_cfg(data, tmp_path, **OUTPUT, **{"privacy.release_train_metrics": False}),
+        tmp_path / "kept",
+        log=lambda *_: None,
+    )
     simulation.run(make_cfg(data, tmp_path), tmp_path / "plain", log=lambda *_: None)
     rm, rk = rows(tmp_path / "marked"), rows(tmp_path / "kept")
     assert {r["train_metrics"] for r in rm} == {"outside_privacy_guarantee"}

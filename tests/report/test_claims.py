@@ -10,8 +10,16 @@ import pytest
 
 from upfl import config as cfgmod
 from upfl.cli import main
-from upfl.report.claim_rules import (MIN_PAIRS, PREVIEW, TOO_FEW, VERDICTS, half_unit, verdict_direction,
-                                     verdict_equivalence, verdict_gain)
+from upfl.report.claim_rules import (
+    MIN_PAIRS,
+    PREVIEW,
+    TOO_FEW,
+    VERDICTS,
+    half_unit,
+    verdict_direction,
+    verdict_equivalence,
+    verdict_gain,
+)
 from upfl.report.claims import write_claims
 from upfl.report.collect import read_runs
 from upfl.report.paper_numbers import table1_value
@@ -20,41 +28,95 @@ from upfl.report.stats import mean_interval
 SEEDS = (0, 1, 2, 3, 4)
 
 
-def make_run(root: Path, name: str, dataset: str, alg: str, seed: int, acc: tuple[float, float], rounds: int,
-             mu: float = 1.0, lam: float | None = None, step: float | None = None, privacy: dict | None = None,
-             loss_slope: float = 0.01, extra: dict | None = None, devices: dict | None = None,
-             options: dict | None = None) -> str:
+def make_run(
+    root: Path,
+    name: str,
+    dataset: str,
+    alg: str,
+    seed: int,
+    acc: tuple[float, float],
+    rounds: int,
+    mu: float = 1.0,
+    lam: float | None = None,
+    step: float | None = None,
+    privacy: dict | None = None,
+    loss_slope: float = 0.01,
+    extra: dict | None = None,
+    devices: dict | None = None,
+    options: dict | None = None,
+) -> str:
     """A run folder as `upfl run` writes it (summary.json, metrics.csv) with chosen final accuracies."""
-    algorithm = {"name": alg, **({"mu": mu} if alg != "fedavg" else {}),
-                 **({"lam": lam} if lam is not None else {}), **({"step": step} if step is not None else {}),
-                 **(options or {})}
-    doc = {"data": {"path": str(root / "data" / dataset)}, "rounds": rounds, "seed": seed, "algorithm": algorithm,
-           "devices": devices or {"frac": 0.3, "straggler": 0.9}, "privacy": privacy or {"mechanism": "none"}}
+    algorithm = {
+        "name": alg,
+        **({"mu": mu} if alg != "fedavg" else {}),
+        **({"lam": lam} if lam is not None else {}),
+        **({"step": step} if step is not None else {}),
+        **(options or {}),
+    }
+    doc = {
+        "data": {"path": str(root / "data" / dataset)},
+        "rounds": rounds,
+        "seed": seed,
+        "algorithm": algorithm,
+        "devices": devices or {"frac": 0.3, "straggler": 0.9},
+        "privacy": privacy or {"mechanism": "none"},
+    }
     if (privacy or {}).get("mechanism") == "output":
         doc["devices"] = {"frac": 1.0, "straggler": 0.0}
-    cfg = cfgmod.from_dict({**doc, "privacy": {k: v for k, v in (privacy or {"mechanism": "none"}).items()
-                                               if k in ("mechanism", "sigma", "tau")}})
+    cfg = cfgmod.from_dict(
+        {
+            **doc,
+            "privacy": {
+                k: v for k, v in (privacy or {"mechanism": "none"}).items() if k in ("mechanism", "sigma", "tau")
+            },
+        }
+    )
     rows, cum = [], 0.0
     for t in range(rounds + 1):
         train = alg != "upcycled" or t % 2 == 1
         wall = 0.0 if t == 0 else (1.0 if train else 0.001)
         cum += wall
         last = t == rounds
-        rows.append({"iteration": t, "kind": "init" if t == 0 else ("train" if train else "upcycle"),
-                     "train_loss": 1.0 - loss_slope * t, "train_acc": acc[0] if last else 0.5,
-                     "test_loss": 1.0, "test_acc": acc[1] if last else 0.5, "devices": 9, "local_steps": 10,
-                     "data_accesses": 9, "wall_s": wall, "cum_wall_s": cum})
+        rows.append(
+            {
+                "iteration": t,
+                "kind": "init" if t == 0 else ("train" if train else "upcycle"),
+                "train_loss": 1.0 - loss_slope * t,
+                "train_acc": acc[0] if last else 0.5,
+                "test_loss": 1.0,
+                "test_acc": acc[1] if last else 0.5,
+                "devices": 9,
+                "local_steps": 10,
+                "data_accesses": 9,
+                "wall_s": wall,
+                "cum_wall_s": cum,
+            }
+        )
     out = root / "runs" / name
     out.mkdir(parents=True)
     pd.DataFrame(rows).to_csv(out / "metrics.csv", index=False)
     training = sum(1 for r in rows if r["kind"] == "train")
-    final = {"iteration": rounds, "train_loss": rows[-1]["train_loss"], "train_acc": acc[0], "test_loss": 1.0,
-             "test_acc": acc[1]}
-    summary = {"final": final, "best": final, "config": cfgmod.to_dict(cfg), "config_hash": "x", "seed": seed,
-               "upfl_version": "test", "git_commit": "test", "torch_version": "test", "device": "cpu",
-               "time": {"train_s": float(training), "upcycle_s": 0.001 * (rounds - training), "eval_s": 0.0,
-                        "total_s": cum}, "training_rounds": training,
-               "privacy": {k: v for k, v in (privacy or {"mechanism": "none"}).items() if k not in ("sigma", "tau")}}
+    final = {
+        "iteration": rounds,
+        "train_loss": rows[-1]["train_loss"],
+        "train_acc": acc[0],
+        "test_loss": 1.0,
+        "test_acc": acc[1],
+    }
+    summary = {
+        "final": final,
+        "best": final,
+        "config": cfgmod.to_dict(cfg),
+        "config_hash": "x",
+        "seed": seed,
+        "upfl_version": "test",
+        "git_commit": "test",
+        "torch_version": "test",
+        "device": "cpu",
+        "time": {"train_s": float(training), "upcycle_s": 0.001 * (rounds - training), "eval_s": 0.0, "total_s": cum},
+        "training_rounds": training,
+        "privacy": {k: v for k, v in (privacy or {"mechanism": "none"}).items() if k not in ("sigma", "tau")},
+    }
     summary.update(extra or {})
     (out / "summary.json").write_text(json.dumps(summary))
     return str(out)
@@ -70,21 +132,37 @@ def page(tmp_path_factory):
     root = tmp_path_factory.mktemp("claims")
     specs = []
     # Table 1 cells on the paper's data: (data set, mu, lam) -> our gain (pp) and its per-seed wiggle (pp).
-    cells = {("synthetic_1_1", 1.0, 0.43): (0.7, 0.2),      # far below the paper's +7.19: does not hold
-             ("synthetic_0_0", 0.1, 0.04): (3.0, 0.2),      # paper +2.75 inside: holds
-             ("synthetic_iid", 0.1, 0.04): (1.0, 6.0)}      # wide: inconclusive
+    cells = {
+        ("synthetic_1_1", 1.0, 0.43): (0.7, 0.2),  # far below the paper's +7.19: does not hold
+        ("synthetic_0_0", 0.1, 0.04): (3.0, 0.2),  # paper +2.75 inside: holds
+        ("synthetic_iid", 0.1, 0.04): (1.0, 6.0),
+    }  # wide: inconclusive
     for (ds, mu, lam), (gain, wiggle) in cells.items():
         base = table1_value(ds, "fedprox", mu)
         for seed in SEEDS:
             prox = (base[0] / 100 + 0.001 * seed, base[1] / 100 + 0.001 * seed)
             g = gains_for(gain, wiggle, seed)
             specs.append("table1:" + make_run(root, f"{ds}_prox_{mu}_{seed}", ds, "fedprox", seed, prox, 8, mu))
-            specs.append("table1:" + make_run(root, f"{ds}_up_{mu}_{seed}", ds, "upcycled", seed,
-                                              (prox[0] + g, prox[1] + g), 16, mu, lam))
+            specs.append(
+                "table1:"
+                + make_run(root, f"{ds}_up_{mu}_{seed}", ds, "upcycled", seed, (prox[0] + g, prox[1] + g), 16, mu, lam)
+            )
     # A diverged run (flagged in summary.json) that would sink the Synthetic(0,0) verdict if it counted.
-    specs.append("table1:" + make_run(root, "diverged", "synthetic_0_0", "upcycled", 5, (0.1, 0.1), 16, 0.1, 0.04,
-                                      extra={"diverged": {"iteration": 9, "kind": "train",
-                                                                      "what": "train_loss is nan"}}))
+    specs.append(
+        "table1:"
+        + make_run(
+            root,
+            "diverged",
+            "synthetic_0_0",
+            "upcycled",
+            5,
+            (0.1, 0.1),
+            16,
+            0.1,
+            0.04,
+            extra={"diverged": {"iteration": 9, "kind": "train", "what": "train_loss is nan"}},
+        )
+    )
     specs.append("table1:" + make_run(root, "diverged_prox", "synthetic_0_0", "fedprox", 5, (0.8, 0.8), 8, 0.1))
     # Three fresh draws of the (1,1) generator, mu 1: the gain is +7 pp on one draw, +0.5 on the others.
     # The third draw is named freely: its generator setting and data seed come from its meta.json.
@@ -95,34 +173,94 @@ def page(tmp_path_factory):
             ds = f"synthetic_1_1_draw{draw}" if draw < 2 else "fresh_one"
             specs.append("table1_draws:" + make_run(root, f"{ds}_prox_{seed}", ds, "fedprox", seed, (0.7, 0.7), 8))
             g = gains_for(gain, 0.2, seed)
-            specs.append("table1_draws:" + make_run(root, f"{ds}_up_{seed}", ds, "upcycled", seed,
-                                                    (0.7 + g, 0.7 + g), 16, 1.0, 0.43))
+            specs.append(
+                "table1_draws:"
+                + make_run(root, f"{ds}_up_{seed}", ds, "upcycled", seed, (0.7 + g, 0.7 + g), 16, 1.0, 0.43)
+            )
     # Figure 2 (right): the larger step has the lower training loss all along.
     for seed in SEEDS:
         for step, slope in ((0.9, 0.03 + 0.001 * seed), (0.3, 0.01)):
-            specs.append("fig2_lambda:" + make_run(root, f"sweep_{step}_{seed}", "synthetic_0.5_0.5", "upcycled", seed,
-                                                   (0.8, 0.8), 16, 0.5, step=step, loss_slope=slope))
+            specs.append(
+                "fig2_lambda:"
+                + make_run(
+                    root,
+                    f"sweep_{step}_{seed}",
+                    "synthetic_0.5_0.5",
+                    "upcycled",
+                    seed,
+                    (0.8, 0.8),
+                    16,
+                    0.5,
+                    step=step,
+                    loss_slope=slope,
+                )
+            )
+
     # Section 6, output perturbation on Synthetic(iid) and (0,0): FedProx sigma 1; Upcycled-FL sigma 1 (equal
     # noise, half the epsilon) and 0.7071 (equal epsilon); the accuracy gain at equal epsilon is about +1 pp.
     def private(eps_bar, eps_max, sigma):
-        return {"mechanism": "output", "sigma": sigma, "tau": 10,
-                "epsilon_bar": {"paper_formula": eps_bar / 2, "sound": eps_bar, "paper_sensitivity": eps_bar / 3},
-                "epsilon_max": {"paper_formula": eps_max / 2, "sound": eps_max, "paper_sensitivity": eps_max / 3}}
+        return {
+            "mechanism": "output",
+            "sigma": sigma,
+            "tau": 10,
+            "epsilon_bar": {"paper_formula": eps_bar / 2, "sound": eps_bar, "paper_sensitivity": eps_bar / 3},
+            "epsilon_max": {"paper_formula": eps_max / 2, "sound": eps_max, "paper_sensitivity": eps_max / 3},
+        }
+
     for ds in ("synthetic_iid", "synthetic_0_0"):
         for seed in SEEDS:
             common = {"mu": 0.1}
-            specs.append("privacy_output:" + make_run(root, f"p_{ds}_prox_{seed}", ds, "fedprox", seed, (0.7, 0.7), 8,
-                                                      privacy=private(5000.0, 14000.0, 1.0), **common))
-            specs.append("privacy_output:" + make_run(root, f"p_{ds}_upn_{seed}", ds, "upcycled", seed, (0.72, 0.72),
-                                                      8, lam=0.04, privacy=private(2500.0, 7000.0, 1.0), **common))
+            specs.append(
+                "privacy_output:"
+                + make_run(
+                    root,
+                    f"p_{ds}_prox_{seed}",
+                    ds,
+                    "fedprox",
+                    seed,
+                    (0.7, 0.7),
+                    8,
+                    privacy=private(5000.0, 14000.0, 1.0),
+                    **common,
+                )
+            )
+            specs.append(
+                "privacy_output:"
+                + make_run(
+                    root,
+                    f"p_{ds}_upn_{seed}",
+                    ds,
+                    "upcycled",
+                    seed,
+                    (0.72, 0.72),
+                    8,
+                    lam=0.04,
+                    privacy=private(2500.0, 7000.0, 1.0),
+                    **common,
+                )
+            )
             g = gains_for(1.0, 0.2, seed)
-            specs.append("privacy_output:" + make_run(root, f"p_{ds}_upe_{seed}", ds, "upcycled", seed,
-                                                      (0.7 + g, 0.7 + g), 8, lam=0.04,
-                                                      privacy=private(5000.0, 14000.0, 0.7071), **common))
+            specs.append(
+                "privacy_output:"
+                + make_run(
+                    root,
+                    f"p_{ds}_upe_{seed}",
+                    ds,
+                    "upcycled",
+                    seed,
+                    (0.7 + g, 0.7 + g),
+                    8,
+                    lam=0.04,
+                    privacy=private(5000.0, 14000.0, 0.7071),
+                    **common,
+                )
+            )
     # Where the data came from (each data set's meta.json): Synthetic(1,1) the authors' released draw,
     # Synthetic(0,0) our generator's draw; the others say nothing.
-    for ds, meta in (("synthetic_1_1", {"source": "paper", "setting": "synthetic_1_1", "commit": "4dd74006fb42"}),
-                     ("synthetic_0_0", {"source": "synthetic", "setting": "synthetic_0_0", "data_seed": 3})):
+    for ds, meta in (
+        ("synthetic_1_1", {"source": "paper", "setting": "synthetic_1_1", "commit": "4dd74006fb42"}),
+        ("synthetic_0_0", {"source": "synthetic", "setting": "synthetic_0_0", "data_seed": 3}),
+    ):
         (root / "data" / ds).mkdir(parents=True, exist_ok=True)
         (root / "data" / ds / "meta.json").write_text(json.dumps(meta))
     csv = root / "runs.csv"
@@ -134,15 +272,15 @@ def page(tmp_path_factory):
 
 
 def test_verdict_rule_cases():
-    assert verdict_gain(7.19, 0.5, 0.9, 10)[0] == "does not hold"          # a gain, far smaller than claimed
+    assert verdict_gain(7.19, 0.5, 0.9, 10)[0] == "does not hold"  # a gain, far smaller than claimed
     assert verdict_gain(7.19, 6.0, 8.0, 10)[0] == "holds"
-    assert verdict_gain(7.19, 8.0, 9.0, 10)[0] == "holds"                  # larger than claimed
+    assert verdict_gain(7.19, 8.0, 9.0, 10)[0] == "holds"  # larger than claimed
     assert verdict_gain(7.19, -1.0, 9.0, 10)[0] == "inconclusive"
-    assert verdict_gain(7.19, -1.0, 3.0, 10)[0] == "does not hold"         # the paper's figure excluded
+    assert verdict_gain(7.19, -1.0, 3.0, 10)[0] == "does not hold"  # the paper's figure excluded
     assert verdict_gain(7.19, -3.0, -1.0, 10)[0] == "does not hold"
     assert verdict_gain(48, 47.6, 47.7, 10, half_unit("48"))[0] == "holds"  # 48 printed: 47.5 is within
     assert verdict_gain(48, 47.0, 47.4, 10, half_unit("48"))[0] == "does not hold"
-    assert verdict_gain(-1.82, -3.0, -1.0, 10)[0] == "holds"               # the paper's FedProx-above cell
+    assert verdict_gain(-1.82, -3.0, -1.0, 10)[0] == "holds"  # the paper's FedProx-above cell
     assert verdict_gain(-1.82, 0.5, 1.0, 10)[0] == "does not hold"
     assert verdict_gain(7.19, 6.0, 8.0, 1)[0] == TOO_FEW
     assert verdict_equivalence(1.0, 0.95, 1.05, 5)[0] == "holds"
@@ -165,8 +303,11 @@ def _gains(root, ds, mu, key):
 
 def test_table1_rows_verdicts_and_intervals(page):
     f, root = page["frame"], page["root"]
-    expect = {("synthetic_1_1", 1.0): "does not hold", ("synthetic_0_0", 0.1): "holds",
-              ("synthetic_iid", 0.1): "inconclusive"}
+    expect = {
+        ("synthetic_1_1", 1.0): "does not hold",
+        ("synthetic_0_0", 0.1): "holds",
+        ("synthetic_iid", 0.1): "inconclusive",
+    }
     for (ds, mu), verdict in expect.items():
         for key in ("train_acc", "test_acc"):
             row = f.loc[f"table1/{ds}/mu{mu:g}/{key}"]
@@ -247,8 +388,11 @@ def test_page_states_the_rule_and_counts(page):
 @pytest.mark.parametrize("n", range(0, MIN_PAIRS))
 def test_below_the_minimum_of_pairs_no_verdict(n):
     """An interval that would hold with enough pairs gives no verdict below the minimum, for every rule."""
-    for verdict, why in (verdict_gain(7.19, 6.0, 8.0, n), verdict_equivalence(1.0, 0.95, 1.05, n),
-                         verdict_direction(+1, 0.1, 0.3, n)):
+    for verdict, why in (
+        verdict_gain(7.19, 6.0, 8.0, n),
+        verdict_equivalence(1.0, 0.95, 1.05, n),
+        verdict_direction(+1, 0.1, 0.3, n),
+    ):
         assert verdict == TOO_FEW and f"at least {MIN_PAIRS}" in why
     assert verdict_gain(7.19, 6.0, 8.0, MIN_PAIRS)[0] == "holds"
 
@@ -257,8 +401,12 @@ def test_identical_differences_are_no_evidence():
     """Every pair giving the same difference makes a zero-width interval: inconclusive, whatever its place."""
     ci = mean_interval([0.88] * MIN_PAIRS)
     assert ci.low == pytest.approx(0.88) and ci.high == pytest.approx(0.88)
-    for verdict, why in (verdict_gain(0.5, ci.low, ci.high, ci.n), verdict_gain(7.19, ci.low, ci.high, ci.n),
-                         verdict_equivalence(1.0, 1.0, 1.0, ci.n), verdict_direction(+1, ci.low, ci.high, ci.n)):
+    for verdict, why in (
+        verdict_gain(0.5, ci.low, ci.high, ci.n),
+        verdict_gain(7.19, ci.low, ci.high, ci.n),
+        verdict_equivalence(1.0, 1.0, 1.0, ci.n),
+        verdict_direction(+1, ci.low, ci.high, ci.n),
+    ):
         assert verdict == "inconclusive" and "zero-width" in why
 
 
@@ -288,8 +436,27 @@ def test_rows_name_their_data_and_mark_previews(page):
 def test_draws_table_and_figure(page, tmp_path):
     csv = page["csv"]
     table, figure = tmp_path / "tables" / "table1_draws", tmp_path / "figures" / "table1_draws"
-    assert main(["report", "draws", "--runs", str(csv), "--experiment", "table1_draws", "--reference-runs", str(csv),
-                 "--reference-experiment", "table1", "--out-prefix", str(table), "--figure-prefix", str(figure)]) == 0
+    assert (
+        main(
+            [
+                "report",
+                "draws",
+                "--runs",
+                str(csv),
+                "--experiment",
+                "table1_draws",
+                "--reference-runs",
+                str(csv),
+                "--reference-experiment",
+                "table1",
+                "--out-prefix",
+                str(table),
+                "--figure-prefix",
+                str(figure),
+            ]
+        )
+        == 0
+    )
     frame = pd.read_csv(f"{table}.csv", comment="#")
     sub = frame[(frame["setting"] == "synthetic_1_1") & (frame["metric"] == "train_acc")]
     ref = sub[sub["source"] == "paper's draw"].iloc[0]
@@ -308,16 +475,44 @@ def test_draws_table_and_figure(page, tmp_path):
 
 def test_sensitivity_table(tmp_path):
     specs, expected = [], {}
-    combos = {("bernoulli", "partial"): 1.0, ("exact", "partial"): 2.0, ("bernoulli", "drop"): 3.0,
-              ("exact", "drop"): -1.0}
+    combos = {
+        ("bernoulli", "partial"): 1.0,
+        ("exact", "partial"): 2.0,
+        ("bernoulli", "drop"): 3.0,
+        ("exact", "drop"): -1.0,
+    }
     for (draw, policy), gain in combos.items():
         devices = {"frac": 0.3, "straggler": 0.9, "straggler_draw": draw, "straggler_policy": policy}
         for seed in (1, 2, 3):
             g = gains_for(gain, 0.4, seed)
-            specs.append("s:" + make_run(tmp_path, f"prox_{draw}_{policy}_{seed}", "synthetic_1_1", "fedprox", seed,
-                                         (0.75, 0.75), 8, devices=devices))
-            specs.append("s:" + make_run(tmp_path, f"up_{draw}_{policy}_{seed}", "synthetic_1_1", "upcycled", seed,
-                                         (0.75 + g, 0.75 + g), 16, 1.0, 0.43, devices=devices))
+            specs.append(
+                "s:"
+                + make_run(
+                    tmp_path,
+                    f"prox_{draw}_{policy}_{seed}",
+                    "synthetic_1_1",
+                    "fedprox",
+                    seed,
+                    (0.75, 0.75),
+                    8,
+                    devices=devices,
+                )
+            )
+            specs.append(
+                "s:"
+                + make_run(
+                    tmp_path,
+                    f"up_{draw}_{policy}_{seed}",
+                    "synthetic_1_1",
+                    "upcycled",
+                    seed,
+                    (0.75 + g, 0.75 + g),
+                    16,
+                    1.0,
+                    0.43,
+                    devices=devices,
+                )
+            )
         expected[(draw, policy)] = mean_interval([gains_for(gain, 0.4, s) * 100 for s in (1, 2, 3)])
     csv = tmp_path / "runs.csv"
     assert main(["report", "runs", "--out", str(csv), *specs]) == 0
@@ -329,7 +524,9 @@ def test_sensitivity_table(tmp_path):
     assert len(frame) == 4
     for r in frame.to_dict("records"):
         ci = expected[(r["straggler_draw"], r["policy"])]
-        assert r["train_acc_gain_mean"] == pytest.approx(ci.mean) and r["train_acc_gain_ci_low"] == pytest.approx(ci.low)
+        assert r["train_acc_gain_mean"] == pytest.approx(ci.mean) and r["train_acc_gain_ci_low"] == pytest.approx(
+            ci.low
+        )
         assert r["n_pairs"] == 3 and r["default"] == ((r["straggler_draw"], r["policy"]) == ("bernoulli", "partial"))
     md = Path(f"{prefix}.md").read_text().splitlines()
     first = next(line for line in md if line.startswith("| Synthetic(1,1)"))
@@ -339,26 +536,52 @@ def test_sensitivity_table(tmp_path):
 def test_bases_claims_one_row_per_base(tmp_path):
     """'Upcycling is orthogonal to the base': Upcycled-on-base minus base per seed, direction rule."""
     specs, root = [], tmp_path
-    gains = {("fedavg", "upcycled_fedavg"): (3.0, 0.4),      # clearly above 0: holds
-             ("scaffold", "upcycled_scaffold"): (-2.0, 0.4),  # clearly below 0: does not hold
-             ("fedprox", "upcycled"): (0.5, 8.0)}             # wide: inconclusive
+    gains = {
+        ("fedavg", "upcycled_fedavg"): (3.0, 0.4),  # clearly above 0: holds
+        ("scaffold", "upcycled_scaffold"): (-2.0, 0.4),  # clearly below 0: does not hold
+        ("fedprox", "upcycled"): (0.5, 8.0),
+    }  # wide: inconclusive
     for (plain, up), (gain, wiggle) in gains.items():
         mu = 1.0 if plain == "fedprox" else 0.0
         for seed in SEEDS:
             acc = 0.6 + 0.01 * seed
             g = gains_for(gain, wiggle, seed)
-            specs.append("upcycling_bases:" + make_run(root, f"{plain}_{seed}", "synthetic_1_1", plain, seed,
-                                                       (acc, acc), 8, mu))
-            specs.append("upcycling_bases:" + make_run(root, f"{up}_{seed}", "synthetic_1_1", up, seed,
-                                                       (acc + g, acc + g), 16, mu,
-                                                       lam=0.43 if up == "upcycled" else None,
-                                                       step=None if up == "upcycled" else 0.7))
+            specs.append(
+                "upcycling_bases:" + make_run(root, f"{plain}_{seed}", "synthetic_1_1", plain, seed, (acc, acc), 8, mu)
+            )
+            specs.append(
+                "upcycling_bases:"
+                + make_run(
+                    root,
+                    f"{up}_{seed}",
+                    "synthetic_1_1",
+                    up,
+                    seed,
+                    (acc + g, acc + g),
+                    16,
+                    mu,
+                    lam=0.43 if up == "upcycled" else None,
+                    step=None if up == "upcycled" else 0.7,
+                )
+            )
     # FedNova without its upcycled version: a row saying so.
     specs.append("upcycling_bases:" + make_run(root, "fednova_0", "synthetic_1_1", "fednova", 0, (0.6, 0.6), 8, 0.0))
     # A diverged upcycled run that would sink FedAvg's verdict if it counted.
-    specs.append("upcycling_bases:" + make_run(root, "bad", "synthetic_1_1", "upcycled_fedavg", 7, (0.0, 0.0), 16,
-                                               0.0, step=0.7, extra={"diverged": {"iteration": 3, "kind": "train",
-                                                                                  "what": "nan"}}))
+    specs.append(
+        "upcycling_bases:"
+        + make_run(
+            root,
+            "bad",
+            "synthetic_1_1",
+            "upcycled_fedavg",
+            7,
+            (0.0, 0.0),
+            16,
+            0.0,
+            step=0.7,
+            extra={"diverged": {"iteration": 3, "kind": "train", "what": "nan"}},
+        )
+    )
     specs.append("upcycling_bases:" + make_run(root, "bad_base", "synthetic_1_1", "fedavg", 7, (0.9, 0.9), 8, 0.0))
     csv = root / "runs.csv"
     assert main(["report", "runs", "--out", str(csv), *specs]) == 0
@@ -366,8 +589,12 @@ def test_bases_claims_one_row_per_base(tmp_path):
     assert main(["report", "claims", "--runs", str(csv), "--out-prefix", str(prefix)]) == 0
     f = pd.read_csv(f"{prefix}.csv", comment="#").set_index("id")
     rows = f[f["section"] == "Upcycling on other base algorithms"]
-    assert list(rows.index) == ["bases/synthetic_1_1/s0.9/fedavg", "bases/synthetic_1_1/s0.9/fedprox",
-                                "bases/synthetic_1_1/s0.9/fednova", "bases/synthetic_1_1/s0.9/scaffold"]
+    assert list(rows.index) == [
+        "bases/synthetic_1_1/s0.9/fedavg",
+        "bases/synthetic_1_1/s0.9/fedprox",
+        "bases/synthetic_1_1/s0.9/fednova",
+        "bases/synthetic_1_1/s0.9/scaffold",
+    ]
     for (plain, _), (gain, wiggle) in gains.items():
         row = rows.loc[f"bases/synthetic_1_1/s0.9/{plain}"]
         ci = mean_interval([gains_for(gain, wiggle, s) * 100 for s in SEEDS])
@@ -382,8 +609,21 @@ def test_bases_claims_one_row_per_base(tmp_path):
     md = Path(f"{prefix}.md").read_text()
     assert "## Upcycling on other base algorithms" in md and "Upcycled SCAFFOLD − SCAFFOLD" in md
     # The experiment name comes from the `bases` role; another name finds no runs and says so.
-    assert main(["report", "claims", "--runs", str(csv), "--out-prefix", str(prefix),
-                 "--experiment-for", "bases=other_bases"]) == 0
+    assert (
+        main(
+            [
+                "report",
+                "claims",
+                "--runs",
+                str(csv),
+                "--out-prefix",
+                str(prefix),
+                "--experiment-for",
+                "bases=other_bases",
+            ]
+        )
+        == 0
+    )
     f = pd.read_csv(f"{prefix}.csv", comment="#").set_index("id")
     assert f.loc["bases", "verdict"] == "not measured here" and "other_bases" in f.loc["bases", "why"]
 
@@ -392,19 +632,33 @@ def test_momentum_information_section(tmp_path):
     """Upcycled-FL against FedProx + server momentum per beta: information on the page, no verdict, no claim."""
     specs, root = [], tmp_path
     for seed in SEEDS:
-        specs.append("ablation_momentum:" + make_run(root, f"prox_{seed}", "synthetic_1_1", "fedprox", seed,
-                                                     (0.7, 0.7), 8))
-        specs.append("ablation_momentum:" + make_run(root, f"up_{seed}", "synthetic_1_1", "upcycled", seed,
-                                                     (0.72, 0.72 + 0.001 * seed), 16, lam=0.43))
+        specs.append(
+            "ablation_momentum:" + make_run(root, f"prox_{seed}", "synthetic_1_1", "fedprox", seed, (0.7, 0.7), 8)
+        )
+        specs.append(
+            "ablation_momentum:"
+            + make_run(root, f"up_{seed}", "synthetic_1_1", "upcycled", seed, (0.72, 0.72 + 0.001 * seed), 16, lam=0.43)
+        )
         for beta, acc in ((0.3, 0.71), (0.9, 0.74)):
-            specs.append("ablation_momentum:" + make_run(root, f"m{beta}_{seed}", "synthetic_1_1", "fedavgm", seed,
-                                                         (acc, acc), 8, options={"server_momentum": beta}))
+            specs.append(
+                "ablation_momentum:"
+                + make_run(
+                    root,
+                    f"m{beta}_{seed}",
+                    "synthetic_1_1",
+                    "fedavgm",
+                    seed,
+                    (acc, acc),
+                    8,
+                    options={"server_momentum": beta},
+                )
+            )
     csv = root / "runs.csv"
     assert main(["report", "runs", "--out", str(csv), *specs]) == 0
     prefix = root / "claims"
     assert main(["report", "claims", "--runs", str(csv), "--out-prefix", str(prefix)]) == 0
     md = Path(f"{prefix}.md").read_text()
-    info = md[md.index("## Information: upcycling or server momentum?"):]
+    info = md[md.index("## Information: upcycling or server momentum?") :]
     rows = [line for line in info.splitlines() if line.startswith("| Synthetic")]
     assert len(rows) == 2
     low = mean_interval([(0.72 + 0.001 * s - 0.71) * 100 for s in SEEDS])

@@ -22,17 +22,37 @@ def grid_run(root, algorithm, seed, final, authors=False, lr=0.05, epochs=20, st
     if algorithm == "upcycled":
         alg.update({"step": step} if step is not None else {"step": 0.7} if authors else {"lam": 0.43})
     rounds = rounds or (160 if algorithm == "upcycled" else 80)
-    doc = {"data": {"path": str(data)}, "seed": seed, "rounds": rounds, "algorithm": alg,
-           "model": {"name": "logreg", "softmax_before_loss": authors}, "devices": {"straggler": 0.9},
-           "solver": {"lr": lr, "epochs": epochs}}
+    doc = {
+        "data": {"path": str(data)},
+        "seed": seed,
+        "rounds": rounds,
+        "algorithm": alg,
+        "model": {"name": "logreg", "softmax_before_loss": authors},
+        "devices": {"straggler": 0.9},
+        "solver": {"lr": lr, "epochs": epochs},
+    }
     folder = root / f"{algorithm}_{seed}_{authors}_{lr}_{epochs}_{step}_{rounds}_{mu}"
     folder.mkdir()
-    final_metrics = {"iteration": rounds, "train_loss": 0.5, "train_acc": final, "test_loss": 0.5,
-                     "test_acc": final - 0.01}
-    (folder / "metrics.csv").write_text("iteration,kind,train_loss,train_acc,test_loss,test_acc\n"
-                                        f"{rounds},train,0.5,{final},0.5,{final - 0.01}\n")
-    (folder / "summary.json").write_text(json.dumps({"final": final_metrics, "best": final_metrics, "seed": seed,
-                                                     "config": cfgmod.to_dict(cfgmod.from_dict(doc))}))
+    final_metrics = {
+        "iteration": rounds,
+        "train_loss": 0.5,
+        "train_acc": final,
+        "test_loss": 0.5,
+        "test_acc": final - 0.01,
+    }
+    (folder / "metrics.csv").write_text(
+        f"iteration,kind,train_loss,train_acc,test_loss,test_acc\n{rounds},train,0.5,{final},0.5,{final - 0.01}\n"
+    )
+    (folder / "summary.json").write_text(
+        json.dumps(
+            {
+                "final": final_metrics,
+                "best": final_metrics,
+                "seed": seed,
+                "config": cfgmod.to_dict(cfgmod.from_dict(doc)),
+            }
+        )
+    )
     return ("sensitivity", str(folder))
 
 
@@ -44,14 +64,23 @@ def make_grid_runs(root):
         noise = 0.001 * seed
         for authors, lift in ((False, 0.01), (True, 0.02)):
             base = 0.75 + noise
-            runs += [grid_run(root, "fedprox", seed, base, authors), grid_run(root, "upcycled", seed, base + lift, authors)]
-            runs += [grid_run(root, "fedprox", seed, 0.70 + noise, authors, lr=0.005),
-                     grid_run(root, "upcycled", seed, 0.75 + noise + 0.005 * seed, authors, lr=0.005)]
+            runs += [
+                grid_run(root, "fedprox", seed, base, authors),
+                grid_run(root, "upcycled", seed, base + lift, authors),
+            ]
+            runs += [
+                grid_run(root, "fedprox", seed, 0.70 + noise, authors, lr=0.005),
+                grid_run(root, "upcycled", seed, 0.75 + noise + 0.005 * seed, authors, lr=0.005),
+            ]
             runs += [grid_run(root, "upcycled", seed, base + 0.03, authors, step=0.9)]
-            runs += [grid_run(root, "fedprox", seed, 0.70, authors, lr=0.005, epochs=10),
-                     grid_run(root, "upcycled", seed, 0.71, authors, lr=0.005, epochs=10)]
-            runs += [grid_run(root, "fedprox", seed, 0.60, authors, rounds=40),
-                     grid_run(root, "upcycled", seed, 0.62, authors, rounds=80)]
+            runs += [
+                grid_run(root, "fedprox", seed, 0.70, authors, lr=0.005, epochs=10),
+                grid_run(root, "upcycled", seed, 0.71, authors, lr=0.005, epochs=10),
+            ]
+            runs += [
+                grid_run(root, "fedprox", seed, 0.60, authors, rounds=40),
+                grid_run(root, "upcycled", seed, 0.62, authors, rounds=80),
+            ]
     return collect_runs(runs)
 
 
@@ -78,10 +107,18 @@ def test_settings_pair_fedprox_at_half_the_iterations_and_name_the_knobs_they_va
 
 def test_largest_gain_is_stated_with_where_and_how_many_settings(grid_runs):
     lines = largest_gains(gain_grid_frame(grid_runs))
-    assert lines[0].startswith("- In 10 settings (1 data sets x 2 protocols x the grid; 3 seed pairs each) no mean "
-                               "gain in final training accuracy exceeds +5.50 pp: +5.50 [")
-    assert "on Synthetic(1,1), authors' protocol, lr 0.005" in lines[0] or "on Synthetic(1,1), paper's model, lr 0.005" in lines[0]
-    assert lines[1].startswith("- Synthetic(1,1): largest gain +5.50") and "the paper's Table 1 gain at μ = 1: +7.19 pp" in lines[1]
+    assert lines[0].startswith(
+        "- In 10 settings (1 data sets x 2 protocols x the grid; 3 seed pairs each) no mean "
+        "gain in final training accuracy exceeds +5.50 pp: +5.50 ["
+    )
+    assert (
+        "on Synthetic(1,1), authors' protocol, lr 0.005" in lines[0]
+        or "on Synthetic(1,1), paper's model, lr 0.005" in lines[0]
+    )
+    assert (
+        lines[1].startswith("- Synthetic(1,1): largest gain +5.50")
+        and "the paper's Table 1 gain at μ = 1: +7.19 pp" in lines[1]
+    )
 
 
 def test_written_table_figure_and_claims_section(grid_runs, tmp_path):
@@ -114,23 +151,28 @@ def test_the_authors_gradient_factor_equals_autograd():
     for wrong in (0.1, 0.3, 0.5, 0.7, 0.9, 0.99):
         z = torch.tensor([[math.log((1 - wrong) / wrong), 0.0]], requires_grad=True)
         y = torch.tensor([0])
-        paper, = torch.autograd.grad(torch.nn.functional.cross_entropy(z, y), z)
-        authors, = torch.autograd.grad(torch.nn.functional.cross_entropy(torch.softmax(z, 1), y), z)
+        (paper,) = torch.autograd.grad(torch.nn.functional.cross_entropy(z, y), z)
+        (authors,) = torch.autograd.grad(torch.nn.functional.cross_entropy(torch.softmax(z, 1), y), z)
         assert authors_gradient_factor(wrong) == pytest.approx((authors[0, 0] / paper[0, 0]).item(), rel=1e-5)
 
 
 def test_the_smaller_step_lines_set_the_grids_learning_rates_beside_the_authors_protocol(grid_runs):
     from upfl.report.protocol_gap import headline_section
 
-    base = grid_runs[(grid_runs["lr"].astype(float) == 0.05) & (grid_runs["epochs"].astype(int) == 20)
-                     & (grid_runs["rounds"].astype(int) == grid_runs["algorithm"].map({"fedprox": 80, "upcycled": 160}))
-                     & ~(grid_runs["coef"].astype(float) >= 0.8)]
+    base = grid_runs[
+        (grid_runs["lr"].astype(float) == 0.05)
+        & (grid_runs["epochs"].astype(int) == 20)
+        & (grid_runs["rounds"].astype(int) == grid_runs["algorithm"].map({"fedprox": 80, "upcycled": 160}))
+        & ~(grid_runs["coef"].astype(float) >= 0.8)
+    ]
     lines = "\n".join(headline_section(base.assign(experiments="protocol_gap"), grid_runs)).splitlines()
     step = next(ln for ln in lines if ln.startswith("- Is the authors' loss a smaller step? Synthetic(1,1)"))
     # the paper's model at lr 0.005: FedProx 70.1% (70 + 0.1 on average over seeds), gain +5.50; the authors'
     # protocol at lr 0.05: FedProx 75.10%, gain +2.00, outside the interval of +5.50
     assert "the paper's model at lr 0.005 gives FedProx 70.10-70.10% and gains +5.50 to +5.50 pp" in step
     assert "the authors' protocol at lr 0.05 gives FedProx 75.10% and +2.00 pp (this table); 1 of the 1 smaller" in step
-    assert any(ln.startswith("- Per sample, the authors' loss scales the paper's gradient") and "0.14 at 0.9" in ln
-               for ln in lines)
+    assert any(
+        ln.startswith("- Per sample, the authors' loss scales the paper's gradient") and "0.14 at 0.9" in ln
+        for ln in lines
+    )
     assert not any("smaller step" in ln for ln in headline_section(base.assign(experiments="protocol_gap")))

@@ -21,19 +21,33 @@ def fake_run(root, dataset, algorithm, seed, authors, curve, source="paper"):
     data.mkdir(parents=True, exist_ok=True)
     (data / "meta.json").write_text(json.dumps({"name": dataset, "source": source}))
     alg = {"name": algorithm, "mu": 1.0}
-    alg.update({"step": 0.7} if authors and algorithm == "upcycled" else {"lam": 0.43} if algorithm == "upcycled" else {})
-    doc = {"data": {"path": str(data)}, "seed": seed, "rounds": len(curve), "algorithm": alg,
-           "model": {"name": "logreg", "softmax_before_loss": authors}, "devices": {"straggler": 0.9}}
+    alg.update(
+        {"step": 0.7} if authors and algorithm == "upcycled" else {"lam": 0.43} if algorithm == "upcycled" else {}
+    )
+    doc = {
+        "data": {"path": str(data)},
+        "seed": seed,
+        "rounds": len(curve),
+        "algorithm": alg,
+        "model": {"name": "logreg", "softmax_before_loss": authors},
+        "devices": {"straggler": 0.9},
+    }
     cfg = cfgmod.from_dict(doc)
     folder = root / f"{dataset}_{algorithm}_{seed}_{authors}_{source}"
     folder.mkdir()
     lines = ["iteration,kind,train_loss,train_acc,test_loss,test_acc", "0,init,1,0.1,1,0.1"]
     lines += [f"{i},train,0.5,{a},0.5,{a - 0.01}" for i, a in enumerate(curve, 1)]
     (folder / "metrics.csv").write_text("\n".join(lines) + "\n")
-    final = {"iteration": len(curve), "train_loss": 0.5, "train_acc": curve[-1], "test_loss": 0.5,
-             "test_acc": curve[-1] - 0.01}
-    (folder / "summary.json").write_text(json.dumps({"final": final, "best": final, "config": cfgmod.to_dict(cfg),
-                                                     "seed": seed}))
+    final = {
+        "iteration": len(curve),
+        "train_loss": 0.5,
+        "train_acc": curve[-1],
+        "test_loss": 0.5,
+        "test_acc": curve[-1] - 0.01,
+    }
+    (folder / "summary.json").write_text(
+        json.dumps({"final": final, "best": final, "config": cfgmod.to_dict(cfg), "seed": seed})
+    )
     return str(folder)
 
 
@@ -47,8 +61,9 @@ def make_gap_runs(tmp_path, source="paper"):
             prox = [base] * 5 + [0.9] + [base] * 14
             up = [base + lift] * 20
             for algorithm, curve in (("fedprox", prox), ("upcycled", up)):
-                pairs.append(("protocol_gap", fake_run(tmp_path, "synthetic_1_1", algorithm, seed, authors, curve,
-                                                       source)))
+                pairs.append(
+                    ("protocol_gap", fake_run(tmp_path, "synthetic_1_1", algorithm, seed, authors, curve, source))
+                )
     return collect_runs(pairs)
 
 
@@ -72,7 +87,8 @@ def test_gap_rows_pair_on_seed_under_each_reporting_choice_with_the_reference_be
     assert ours.loc[("upfl, the authors' protocol", "final", "train"), "gain"] == pytest.approx(2.0)
     assert ours.loc[("upfl, the authors' protocol", "final", "train"), "seeds"] == 3
     assert ours.loc[("upfl, the paper's model", "max", "train"), "gain"] == pytest.approx(
-        100 * (0.71 + 0.01 * 1) - 90.0)
+        100 * (0.71 + 0.01 * 1) - 90.0
+    )
     assert ours.loc[("upfl, the paper's model", "final", "train"), "paper_gain"] == pytest.approx(82.88 - 75.69)
     assert math.isnan(ours.loc[("upfl, the paper's model", "max", "train"), "paper_gain"])
     ref = frame[frame["implementation"].str.startswith("the authors' code")]
@@ -82,13 +98,19 @@ def test_gap_rows_pair_on_seed_under_each_reporting_choice_with_the_reference_be
     for implementation in ref["implementation"].unique():
         rows = ref[ref["implementation"] == implementation]
         assert sorted(zip(rows["reporting"], rows["split"], strict=True)) == sorted(
-            (c, s) for c in ("final", "max", "last10") for s in ("train", "test"))
-    released = ref[(ref["implementation"] == "the authors' code (measured)") & (ref["reporting"] == "final")
-                   & (ref["split"] == "train")].iloc[0]
-    row = measured[(measured["variant"] == "as released") & (measured["reporting"] == "final")
-                   & (measured["split"] == "train")].iloc[0]
-    assert [released[k] for k in ("fedprox", "gain", "gain_ci_low", "gain_ci_high", "seeds")] == \
-        [row[k] for k in ("fedprox", "gain", "gain_ci_low", "gain_ci_high", "seeds")]
+            (c, s) for c in ("final", "max", "last10") for s in ("train", "test")
+        )
+    released = ref[
+        (ref["implementation"] == "the authors' code (measured)")
+        & (ref["reporting"] == "final")
+        & (ref["split"] == "train")
+    ].iloc[0]
+    row = measured[
+        (measured["variant"] == "as released") & (measured["reporting"] == "final") & (measured["split"] == "train")
+    ].iloc[0]
+    assert [released[k] for k in ("fedprox", "gain", "gain_ci_low", "gain_ci_high", "seeds")] == [
+        row[k] for k in ("fedprox", "gain", "gain_ci_low", "gain_ci_high", "seeds")
+    ]
     tuned = ref[ref["implementation"].str.contains("tuning comment, E 10")]
     assert tuned["implementation"].iloc[0].endswith("(lr 0.005, step 0.9, E 10)") and (tuned["seeds"] == 3).all()
 
@@ -119,7 +141,9 @@ def test_written_table_and_claims_section_state_the_measured_numbers(gap_runs, t
     assert headline_section(gap_runs[~gap_runs["softmax_before_loss"]]) == []
     write_claims(gap_runs, str(tmp_path / "claims"), "test")
     claims = (tmp_path / "claims.md").read_text()
-    assert "## Why the headline differs" in claims and "Every verdict uses the accuracy at the final iteration" in claims
+    assert (
+        "## Why the headline differs" in claims and "Every verdict uses the accuracy at the final iteration" in claims
+    )
 
 
 def test_table1_csv_carries_the_other_reporting_choices(gap_runs):
@@ -170,8 +194,12 @@ def test_fewer_seeds_in_the_authors_code_get_upfl_rows_on_those_seeds_and_a_spre
         for authors in (False, True):
             base = 0.80 + 0.002 * seed
             for algorithm, lift in (("fedprox", 0.0), ("upcycled", 0.004 + 0.002 * (seed % 3))):
-                pairs.append(("protocol_gap", fake_run(tmp_path, "synthetic_0.5_0.5", algorithm, seed, authors,
-                                                       [base + lift] * 4)))
+                pairs.append(
+                    (
+                        "protocol_gap",
+                        fake_run(tmp_path, "synthetic_0.5_0.5", algorithm, seed, authors, [base + lift] * 4),
+                    )
+                )
     runs = collect_runs(pairs)
     frame = protocol_gap_frame(runs)
     same = frame[frame["implementation"] == "upfl, the authors' protocol, seeds 0-4"]
@@ -179,7 +207,10 @@ def test_fewer_seeds_in_the_authors_code_get_upfl_rows_on_those_seeds_and_a_spre
     final = same[(same["reporting"] == "final") & (same["split"] == "train")].iloc[0]
     assert final["gain"] == pytest.approx(100 * (0.004 + 0.002 * (0 + 1 + 2 + 0 + 1) / 5))
     section = "\n".join(headline_section(runs))
-    line = next(ln for ln in section.splitlines() if ln.startswith("- Synthetic(0.5,0.5), final train accuracy, the "
-                                                                     "authors' code against upfl"))
+    line = next(
+        ln
+        for ln in section.splitlines()
+        if ln.startswith("- Synthetic(0.5,0.5), final train accuracy, the authors' code against upfl")
+    )
     assert "; upfl on the same seeds 0-4 +0.56 [" in line and "; on all 7 seeds +" in line
     assert line.count("Welch 95% interval") == 2 and "seed spread" in line

@@ -15,19 +15,27 @@ from scipy import stats as sstats
 from upfl import config as cfgmod
 from upfl.cli import main
 from upfl.data import dataset_stats, generate_synthetic, load_leaf
+from upfl.engine.simulation import run
 from upfl.report.paper_numbers import paper_values
 from upfl.report.render import tex_escape
 from upfl.report.stats import mean_interval, t_quantile
-from upfl.engine.simulation import run
 
 SEEDS = (0, 1)
 
 
 def _run(data, out, alg, rounds, mu=0.0, lam=None, seed=0, every=1):
     algorithm = {"name": alg, "mu": mu, **({"lam": lam} if lam is not None else {})}
-    doc = {"data": {"path": data}, "rounds": rounds, "seed": seed, "threads": 1, "algorithm": algorithm,
-           "devices": {"frac": 0.5, "straggler": 0.5}, "solver": {"epochs": 2},
-           "evaluation": {"every": every}, "checkpoint": {"every": 0}}
+    doc = {
+        "data": {"path": data},
+        "rounds": rounds,
+        "seed": seed,
+        "threads": 1,
+        "algorithm": algorithm,
+        "devices": {"frac": 0.5, "straggler": 0.5},
+        "solver": {"epochs": 2},
+        "evaluation": {"every": every},
+        "checkpoint": {"every": 0},
+    }
     run(cfgmod.from_dict(doc), out, log=lambda *a: None)
     return str(out)
 
@@ -43,12 +51,16 @@ def runset(tmp_path_factory):
         dirs["fedavg", seed] = _run(data, runs / f"fedavg_s{seed}", "fedavg", 4, seed=seed)
         for mu, lam in ((0.1, 0.04), (1.0, 0.43)):
             dirs["fedprox", mu, seed] = _run(data, runs / f"fedprox_mu{mu}_s{seed}", "fedprox", 4, mu, seed=seed)
-            dirs["upcycled", mu, seed] = _run(data, runs / f"up_mu{mu}_s{seed}", "upcycled", 8, mu, lam, seed=seed,
-                                              every=2 if mu == 0.1 else 1)
+            dirs["upcycled", mu, seed] = _run(
+                data, runs / f"up_mu{mu}_s{seed}", "upcycled", 8, mu, lam, seed=seed, every=2 if mu == 0.1 else 1
+            )
         dirs["sweep", seed] = _run(data, runs / f"up_mu1_lam2_s{seed}", "upcycled", 8, 1.0, 2.0, seed=seed)
         specs += [f"table1:{dirs[k]}" for k in dirs if k[-1] == seed and k[0] != "sweep"]
-        specs += [f"sweep:{dirs['sweep', seed]}", f"sweep:{dirs['upcycled', 1.0, seed]}/",
-                  f"sweep:{dirs['fedprox', 1.0, seed]}"]
+        specs += [
+            f"sweep:{dirs['sweep', seed]}",
+            f"sweep:{dirs['upcycled', 1.0, seed]}/",
+            f"sweep:{dirs['fedprox', 1.0, seed]}",
+        ]
     specs.append(f"table1:{dirs['fedavg', 0]}")
     csv = root / "results" / "runs.csv"
     assert main(["report", "runs", "--out", str(csv), *specs]) == 0
@@ -91,7 +103,7 @@ def test_runs_csv_has_one_row_per_run_with_experiments_merged(runset):
         else:
             assert math.isnan(row["lam"]) and math.isnan(row["coef"])
         commit = row["git_commit"]  # null outside a git checkout: an empty cell, read back as NaN
-        assert (pd.isna(commit) if s["git_commit"] is None else commit == s["git_commit"])
+        assert pd.isna(commit) if s["git_commit"] is None else commit == s["git_commit"]
         assert row["config_hash"] == s["config_hash"]
 
 
@@ -100,8 +112,12 @@ def test_runs_csv_flattens_privacy_epsilons(runset, tmp_path):
     dst = tmp_path / "private"
     shutil.copytree(src, dst)
     s = summary(dst)
-    s["privacy"] = {"mechanism": "output", "epsilon": [0.5, 1.5, 1.0], "epsilon_bar": 1.0,
-                    "accountant": {"name": "paper", "delta": 0.001}}
+    s["privacy"] = {
+        "mechanism": "output",
+        "epsilon": [0.5, 1.5, 1.0],
+        "epsilon_bar": 1.0,
+        "accountant": {"name": "paper", "delta": 0.001},
+    }
     (dst / "summary.json").write_text(json.dumps(s))
     (dst / "checksums.json").unlink()  # a hand-made summary: no training recorded its checksums
     out = tmp_path / "runs.csv"
@@ -125,6 +141,7 @@ def test_runs_csv_of_a_run_made_outside_a_git_checkout(runset, tmp_path):
     row = pd.read_csv(out).iloc[0]
     assert pd.isna(row["git_commit"]) and row["config_hash"] == s["config_hash"]
 
+
 def test_runs_list_file_is_read(runset, tmp_path):
     listing = tmp_path / "list.txt"
     listing.write_text(f"# runs\n\nx:{runset['dirs']['fedavg', 0]}\ny:{runset['dirs']['fedavg', 0]}\n")
@@ -143,8 +160,25 @@ def test_table1_numbers_equal_recomputation_from_summaries(runset, tmp_path):
     cfg, quick = tmp_path / "config.yaml", tmp_path / "quick.yaml"
     cfg.write_text("seeds: [0, 1]\n")
     quick.write_text("preset: quick\nround_scale: 0.25\n")
-    assert main(["report", "table1", "--runs", str(runset["csv"]), "--experiment", "table1",
-                 "--out-prefix", str(prefix), "--config-file", str(cfg), "--config-file", str(quick)]) == 0
+    assert (
+        main(
+            [
+                "report",
+                "table1",
+                "--runs",
+                str(runset["csv"]),
+                "--experiment",
+                "table1",
+                "--out-prefix",
+                str(prefix),
+                "--config-file",
+                str(cfg),
+                "--config-file",
+                str(quick),
+            ]
+        )
+        == 0
+    )
     t1 = read_table(f"{prefix}.csv")
     assert len(t1) == 5 and list(t1["algorithm"]) == ["fedavg", "fedprox", "upcycled", "fedprox", "upcycled"]
     pv = paper_values("table1")
@@ -197,8 +231,14 @@ def test_t_quantile_and_interval_match_scipy():
 
 def test_paper_table1_values_are_complete():
     pv = paper_values("table1")
-    assert set(pv["dataset"]) == {"synthetic_iid", "synthetic_0_0", "synthetic_0.5_0.5", "synthetic_1_1",
-                                  "femnist", "sent140"}
+    assert set(pv["dataset"]) == {
+        "synthetic_iid",
+        "synthetic_0_0",
+        "synthetic_0.5_0.5",
+        "synthetic_1_1",
+        "femnist",
+        "sent140",
+    }
     for _, grp in pv.groupby("dataset"):
         assert (grp["algorithm"] == "fedavg").sum() == 1 and grp.loc[grp["algorithm"] == "fedavg", "mu"].isna().all()
         for alg in ("fedprox", "upcycled"):
@@ -211,13 +251,24 @@ def test_table2_numbers_equal_dataset_stats(runset, tmp_path):
     assert main(["report", "table2", "--out-prefix", str(prefix), runset["data"]]) == 0
     row = read_table(f"{prefix}.csv").iloc[0]
     st = dataset_stats(load_leaf(runset["data"]))
-    for key in ("samples_total", "samples_train", "samples_test", "devices", "per_device_total_mean",
-                "per_device_total_std", "per_device_train_mean", "per_device_train_std"):
+    for key in (
+        "samples_total",
+        "samples_train",
+        "samples_test",
+        "devices",
+        "per_device_total_mean",
+        "per_device_total_std",
+        "per_device_train_mean",
+        "per_device_train_std",
+    ):
         assert row[key] == pytest.approx(st[key], rel=1e-12)
     paper = paper_values("table2").set_index("dataset").loc["synthetic_1_1"]
     assert row["reading"] == "total" and row["mean"] == pytest.approx(st["per_device_total_mean"])
-    assert (row["paper_samples"], row["paper_test"], row["paper_devices"]) == \
-        (paper["samples"], paper["test"], paper["devices"])
+    assert (row["paper_samples"], row["paper_test"], row["paper_devices"]) == (
+        paper["samples"],
+        paper["test"],
+        paper["devices"],
+    )
     md = Path(f"{prefix}.md").read_text()
     assert f"| {st['samples_total']} | {st['samples_train']} | {st['samples_test']} |" in md
     assert row["data_source"] == "synthetic" and int(row["data_seed"]) == 0
@@ -227,8 +278,10 @@ def test_table2_numbers_equal_dataset_stats(runset, tmp_path):
 
 def test_time_ratios_equal_recomputation_from_metrics(runset, tmp_path):
     prefix = tmp_path / "time"
-    assert main(["report", "time", "--runs", str(runset["csv"]), "--experiment", "table1",
-                 "--out-prefix", str(prefix)]) == 0
+    assert (
+        main(["report", "time", "--runs", str(runset["csv"]), "--experiment", "table1", "--out-prefix", str(prefix)])
+        == 0
+    )
     tt = read_table(f"{prefix}.csv")
     dirs = runset["dirs"]
     pooled = {"equal_iterations": [], "equal_rounds": []}
@@ -259,11 +312,30 @@ def _is_png(path):
 
 def test_convergence_figure_files_and_data(runset, tmp_path):
     prefix = tmp_path / "figs" / "conv"
-    assert main(["report", "figure", "convergence", "--runs", str(runset["csv"]), "--experiment", "table1",
-                 "--out-prefix", str(prefix), "--metrics", "train_loss,test_acc"]) == 0
+    assert (
+        main(
+            [
+                "report",
+                "figure",
+                "convergence",
+                "--runs",
+                str(runset["csv"]),
+                "--experiment",
+                "table1",
+                "--out-prefix",
+                str(prefix),
+                "--metrics",
+                "train_loss,test_acc",
+            ]
+        )
+        == 0
+    )
     assert _is_png(f"{prefix}.png") and Path(f"{prefix}.pdf").read_bytes()[:4] == b"%PDF"
     data = read_table(f"{prefix}.csv")
-    assert set(data["line"]) == {"FedAvg", "FedProx", "Upcycled-FL"} and set(data["metric"]) == {"train_loss", "test_acc"}
+    assert set(data["line"]) == {"FedAvg", "FedProx", "Upcycled-FL"} and set(data["metric"]) == {
+        "train_loss",
+        "test_acc",
+    }
     assert sorted(set(data["mu"])) == [0.1, 1.0]  # FedAvg drawn in both mu facets
     assert set(data.loc[data["line"] == "FedAvg", "mu"]) == {0.1, 1.0}
     up = data[(data["line"] == "Upcycled-FL") & np.isclose(data["mu"], 0.1) & (data["metric"] == "test_acc")]
@@ -283,8 +355,24 @@ def test_each_algorithm_has_one_colour_across_figures(runset, tmp_path):
     seen: dict[str, set[str]] = {}
     for experiment, metrics_flag in (("table1", "train_loss,test_acc"), ("table1", "test_acc"), ("sweep", "test_acc")):
         prefix = tmp_path / f"{experiment}_{metrics_flag.replace(',', '_')}"
-        assert main(["report", "figure", "convergence", "--runs", str(runset["csv"]), "--experiment", experiment,
-                     "--out-prefix", str(prefix), "--metrics", metrics_flag]) == 0
+        assert (
+            main(
+                [
+                    "report",
+                    "figure",
+                    "convergence",
+                    "--runs",
+                    str(runset["csv"]),
+                    "--experiment",
+                    experiment,
+                    "--out-prefix",
+                    str(prefix),
+                    "--metrics",
+                    metrics_flag,
+                ]
+            )
+            == 0
+        )
         data = read_table(f"{prefix}.csv")
         per_line = data.groupby("line")["colour"].nunique()
         assert (per_line == 1).all(), per_line
@@ -292,8 +380,17 @@ def test_each_algorithm_has_one_colour_across_figures(runset, tmp_path):
             seen.setdefault(line, set()).add(colour)
             if line in ALGORITHM_COLOURS:
                 assert colour == csv_colour(ALGORITHM_COLOURS[line])
-            assert len({c for ln, c in data.groupby("line")["colour"].first().items()
-                        if line_algorithm(ln) != line_algorithm(line)} & {colour}) == 0
+            assert (
+                len(
+                    {
+                        c
+                        for ln, c in data.groupby("line")["colour"].first().items()
+                        if line_algorithm(ln) != line_algorithm(line)
+                    }
+                    & {colour}
+                )
+                == 0
+            )
     assert all(len(colours) == 1 for colours in seen.values()), seen
     assert {"FedAvg", "FedProx", "Upcycled-FL"} <= set(seen)
 
@@ -304,17 +401,51 @@ def test_figures_are_numbered_and_say_when_curves_differ_in_length(runset, tmp_p
     assert figure_title("fig5") == "Figure 5" and figure_title("fig3_output") == "Figure 3 (output)"
     assert figure_title("ablation_momentum_curves") == "Not in the paper: ablation momentum curves"
     prefix = tmp_path / "fig5"
-    assert main(["report", "figure", "convergence", "--runs", str(runset["csv"]), "--experiment", "table1",
-                 "--out-prefix", str(prefix), "--metrics", "test_acc"]) == 0
+    assert (
+        main(
+            [
+                "report",
+                "figure",
+                "convergence",
+                "--runs",
+                str(runset["csv"]),
+                "--experiment",
+                "table1",
+                "--out-prefix",
+                str(prefix),
+                "--metrics",
+                "test_acc",
+            ]
+        )
+        == 0
+    )
     note = length_note(read_table(f"{prefix}.csv"), "iteration")
-    assert note.startswith("Curves end at different points: FedAvg, FedProx at iteration 4; Upcycled-FL at "
-                           "iteration 8 (equal training rounds")
+    assert note.startswith(
+        "Curves end at different points: FedAvg, FedProx at iteration 4; Upcycled-FL at "
+        "iteration 8 (equal training rounds"
+    )
 
 
 def test_lambda_sweep_figure_files_and_data(runset, tmp_path):
     prefix = tmp_path / "sweep"
-    assert main(["report", "figure", "lambda_sweep", "--runs", str(runset["csv"]), "--experiment", "sweep",
-                 "--out-prefix", str(prefix), "--metrics", "test_acc"]) == 0
+    assert (
+        main(
+            [
+                "report",
+                "figure",
+                "lambda_sweep",
+                "--runs",
+                str(runset["csv"]),
+                "--experiment",
+                "sweep",
+                "--out-prefix",
+                str(prefix),
+                "--metrics",
+                "test_acc",
+            ]
+        )
+        == 0
+    )
     assert _is_png(f"{prefix}.png") and Path(f"{prefix}.pdf").stat().st_size > 1000
     data = read_table(f"{prefix}.csv")
     final = data[data["panel"] == "final"].sort_values("x")
@@ -327,8 +458,24 @@ def test_lambda_sweep_figure_files_and_data(runset, tmp_path):
 
 def test_where_filters_runs(runset, tmp_path):
     prefix = tmp_path / "one"
-    assert main(["report", "figure", "convergence", "--runs", str(runset["csv"]), "--experiment", "table1",
-                 "--where", "mu=0,1", "--out-prefix", str(prefix)]) == 0
+    assert (
+        main(
+            [
+                "report",
+                "figure",
+                "convergence",
+                "--runs",
+                str(runset["csv"]),
+                "--experiment",
+                "table1",
+                "--where",
+                "mu=0,1",
+                "--out-prefix",
+                str(prefix),
+            ]
+        )
+        == 0
+    )
     assert set(read_table(f"{prefix}.csv")["mu"]) == {1.0}
 
 
@@ -338,18 +485,73 @@ def test_errors_name_the_problem(runset, tmp_path, capsys):
     assert main(["report", "runs", "--out", str(tmp_path / "r.csv"), f"table1:{empty}"]) == 2
     err = capsys.readouterr().err
     assert str(empty) in err and "no summary.json" in err
-    assert main(["report", "table1", "--runs", str(runset["csv"]), "--experiment", "nope",
-                 "--out-prefix", str(tmp_path / "t")]) == 2
+    assert (
+        main(
+            [
+                "report",
+                "table1",
+                "--runs",
+                str(runset["csv"]),
+                "--experiment",
+                "nope",
+                "--out-prefix",
+                str(tmp_path / "t"),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "'nope'" in err and "sweep, table1" in err
-    assert main(["report", "table1", "--runs", str(runset["csv"]), "--experiment", "sweep",
-                 "--out-prefix", str(tmp_path / "t")]) == 2
+    assert (
+        main(
+            [
+                "report",
+                "table1",
+                "--runs",
+                str(runset["csv"]),
+                "--experiment",
+                "sweep",
+                "--out-prefix",
+                str(tmp_path / "t"),
+            ]
+        )
+        == 2
+    )
     assert "differ in lam" in capsys.readouterr().err
-    assert main(["report", "figure", "convergence", "--runs", str(runset["csv"]), "--experiment", "table1",
-                 "--where", "colour=red", "--out-prefix", str(tmp_path / "f")]) == 2
+    assert (
+        main(
+            [
+                "report",
+                "figure",
+                "convergence",
+                "--runs",
+                str(runset["csv"]),
+                "--experiment",
+                "table1",
+                "--where",
+                "colour=red",
+                "--out-prefix",
+                str(tmp_path / "f"),
+            ]
+        )
+        == 2
+    )
     assert "colour" in capsys.readouterr().err
-    assert main(["report", "time", "--runs", str(tmp_path / "missing.csv"), "--experiment", "table1",
-                 "--out-prefix", str(tmp_path / "t")]) == 2
+    assert (
+        main(
+            [
+                "report",
+                "time",
+                "--runs",
+                str(tmp_path / "missing.csv"),
+                "--experiment",
+                "table1",
+                "--out-prefix",
+                str(tmp_path / "t"),
+            ]
+        )
+        == 2
+    )
     assert "missing.csv" in capsys.readouterr().err
     assert not list(tmp_path.glob("t.*")) and not list(tmp_path.glob("f.*"))
 

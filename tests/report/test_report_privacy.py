@@ -13,12 +13,12 @@ from scipy import stats as sstats
 from upfl import config as cfgmod
 from upfl.cli import main
 from upfl.data import generate_synthetic, load_leaf
+from upfl.engine.simulation import run
 from upfl.pipeline.plan import build_plan
 from upfl.privacy.accounting import NO_GLM, SGD_CAVEAT, output_epsilons, theorem_c2_epsilon
+from upfl.report.collect import read_runs
 from upfl.report.paper_numbers import paper_values
 from upfl.report.privacy_table import privacy_claims_frame
-from upfl.report.collect import read_runs
-from upfl.engine.simulation import run
 
 SEEDS = (0, 1, 2)
 T = 6
@@ -41,10 +41,19 @@ SETTINGS = [
 
 def _doc(data, alg, privacy, model, seed):
     algorithm = {"name": alg, "mu": 0.1, **({"lam": 0.04} if alg == "upcycled" else {})}
-    return {"data": {"path": data, "feature_scaling": "unit_norm"}, "rounds": T, "seed": seed, "threads": 1,
-            "model": {"name": model}, "algorithm": algorithm, "devices": {"frac": 1.0, "straggler": 0.0},
-            "solver": {"epochs": 2}, "evaluation": {"every": 2}, "checkpoint": {"every": 0},
-            **({"privacy": privacy} if privacy else {})}
+    return {
+        "data": {"path": data, "feature_scaling": "unit_norm"},
+        "rounds": T,
+        "seed": seed,
+        "threads": 1,
+        "model": {"name": model},
+        "algorithm": algorithm,
+        "devices": {"frac": 1.0, "straggler": 0.0},
+        "solver": {"epochs": 2},
+        "evaluation": {"every": 2},
+        "checkpoint": {"every": 0},
+        **({"privacy": privacy} if privacy else {}),
+    }
 
 
 def _key(alg, privacy, model="binary_logreg"):
@@ -90,11 +99,30 @@ def table(privset):
     prefix = privset["root"] / "tables" / "privacy"
     cfg = privset["root"] / "config.yaml"
     cfg.write_text("seeds: [0, 1, 2]\n")
-    assert main(["report", "privacy-table", "--runs", str(privset["csv"]), "--experiment", "priv",
-                 "--config-file", str(cfg), "--out-prefix", str(prefix)]) == 0
+    assert (
+        main(
+            [
+                "report",
+                "privacy-table",
+                "--runs",
+                str(privset["csv"]),
+                "--experiment",
+                "priv",
+                "--config-file",
+                str(cfg),
+                "--out-prefix",
+                str(prefix),
+            ]
+        )
+        == 0
+    )
     df = read(f"{prefix}.csv")
-    return {"prefix": prefix, "cfg": cfg, "variants": df[df["section"] == "variants"],
-            "claims": df[df["section"] == "claims"]}
+    return {
+        "prefix": prefix,
+        "cfg": cfg,
+        "variants": df[df["section"] == "variants"],
+        "claims": df[df["section"] == "claims"],
+    }
 
 
 def _final(dirs, key, metric):
@@ -104,13 +132,20 @@ def _final(dirs, key, metric):
 def test_table_rows_variants_and_accuracies(privset, table):
     v, dirs = table["variants"], privset["dirs"]
     expected = {
-        "output": [("fedprox_private", ("fedprox", "output", 1.0)), ("upcycled_equal_noise", ("upcycled", "output", 1.0)),
-                   ("upcycled_equal_epsilon", ("upcycled", "output", 0.7071)),
-                   ("fedprox_nonprivate", ("fedprox", "none", None)), ("upcycled_nonprivate", ("upcycled", "none", None))],
-        "objective": [("fedprox_private", ("fedprox", "objective", 10.0)),
-                      ("upcycled_equal_noise", ("upcycled", "objective", 10.0)),
-                      ("upcycled_equal_epsilon", ("upcycled", "objective", 23.5)),
-                      ("fedprox_nonprivate", ("fedprox", "none", None)), ("upcycled_nonprivate", ("upcycled", "none", None))],
+        "output": [
+            ("fedprox_private", ("fedprox", "output", 1.0)),
+            ("upcycled_equal_noise", ("upcycled", "output", 1.0)),
+            ("upcycled_equal_epsilon", ("upcycled", "output", 0.7071)),
+            ("fedprox_nonprivate", ("fedprox", "none", None)),
+            ("upcycled_nonprivate", ("upcycled", "none", None)),
+        ],
+        "objective": [
+            ("fedprox_private", ("fedprox", "objective", 10.0)),
+            ("upcycled_equal_noise", ("upcycled", "objective", 10.0)),
+            ("upcycled_equal_epsilon", ("upcycled", "objective", 23.5)),
+            ("fedprox_nonprivate", ("fedprox", "none", None)),
+            ("upcycled_nonprivate", ("upcycled", "none", None)),
+        ],
     }
     assert list(v["block_mechanism"]) == ["objective"] * 5 + ["output"] * 5  # the paper's order (Figure 3)
     for mech, rows in expected.items():
@@ -123,12 +158,16 @@ def test_table_rows_variants_and_accuracies(privset, table):
             for metric in ("train_acc", "test_acc"):
                 vals = _final(dirs, key, metric)
                 assert row[f"{metric}_mean"] == pytest.approx(vals.mean(), rel=1e-12)
-                assert (row[f"{metric}_min"], row[f"{metric}_max"]) == (pytest.approx(vals.min()), pytest.approx(vals.max()))
+                assert (row[f"{metric}_min"], row[f"{metric}_max"]) == (
+                    pytest.approx(vals.min()),
+                    pytest.approx(vals.max()),
+                )
     eq = v[v["variant"] == "upcycled_equal_epsilon"].set_index("block_mechanism")
     assert eq.loc["output", "noise"] == "σ = 0.7071, τ = 10" and eq.loc["objective", "noise"] == "α = 23.5"
     assert eq.loc["output", "eps_ratio_to_fedprox"] == pytest.approx(
-        eq.loc["output", "eps_sound"] / v[(v["block_mechanism"] == "output") & (v["variant"] == "fedprox_private")]
-        ["eps_sound"].iloc[0])
+        eq.loc["output", "eps_sound"]
+        / v[(v["block_mechanism"] == "output") & (v["variant"] == "fedprox_private")]["eps_sound"].iloc[0]
+    )
 
 
 def _sizes(data):
@@ -182,18 +221,30 @@ def test_claims_are_computed_from_the_runs(privset, table):
                 assert r["ours"] == pytest.approx(50.0)
         elif r["claim"] in ("train_acc", "test_acc"):
             level = 0.7071 if r["mechanism"] == "output" else 23.5
-            d = (_final(dirs, ("upcycled", r["mechanism"], level, "binary_logreg"), r["claim"])
-                 - _final(dirs, ("fedprox", r["mechanism"], 1.0 if r["mechanism"] == "output" else 10.0,
-                                 "binary_logreg"), r["claim"]))
+            d = _final(dirs, ("upcycled", r["mechanism"], level, "binary_logreg"), r["claim"]) - _final(
+                dirs,
+                ("fedprox", r["mechanism"], 1.0 if r["mechanism"] == "output" else 10.0, "binary_logreg"),
+                r["claim"],
+            )
             half = sstats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / math.sqrt(len(d))
             assert r["ours"] == pytest.approx(d.mean(), abs=1e-9) and r["n_pairs"] == len(SEEDS)
-            assert (r["ci_low"], r["ci_high"]) == (pytest.approx(d.mean() - half, abs=1e-9),
-                                                   pytest.approx(d.mean() + half, abs=1e-9))
+            assert (r["ci_low"], r["ci_high"]) == (
+                pytest.approx(d.mean() - half, abs=1e-9),
+                pytest.approx(d.mean() + half, abs=1e-9),
+            )
             assert (r["holds"] in (True, "True")) == (d.mean() - half > 0)
         else:
             level = 1.0 if r["mechanism"] == "output" else 10.0
-            t = [[sum(summary(dirs[(alg, r["mechanism"], level, "binary_logreg", s)])["time"][k]
-                      for k in ("train_s", "upcycle_s")) for s in SEEDS] for alg in ("upcycled", "fedprox")]
+            t = [
+                [
+                    sum(
+                        summary(dirs[(alg, r["mechanism"], level, "binary_logreg", s)])["time"][k]
+                        for k in ("train_s", "upcycle_s")
+                    )
+                    for s in SEEDS
+                ]
+                for alg in ("upcycled", "fedprox")
+            ]
             assert r["ours"] == pytest.approx(np.mean((1 - np.array(t[0]) / np.array(t[1])) * 100), rel=1e-9)
     md = Path(f"{table['prefix']}.md").read_text()
     assert "## The paper's claims beside ours" in md and "12% less" in md and "6.1% higher (read as pp here)" in md
@@ -211,7 +262,10 @@ def test_claims_known_answer(privset, table, tmp_path):
     for s, gain_train, gain_test in zip(SEEDS, (0.05, 0.06, 0.07), (-0.02, 0.01, 0.03), strict=True):
         p = prox & (runs["seed"] == s)
         runs.loc[p, ["final_train_acc", "final_test_acc"]] = [0.6, 0.6]
-        runs.loc[up_eps & (runs["seed"] == s), ["final_train_acc", "final_test_acc"]] = [0.6 + gain_train, 0.6 + gain_test]
+        runs.loc[up_eps & (runs["seed"] == s), ["final_train_acc", "final_test_acc"]] = [
+            0.6 + gain_train,
+            0.6 + gain_test,
+        ]
         runs.loc[p, ["time_train_s", "time_upcycle_s"]] = [2.0 + s, 0.0]
         runs.loc[up_noise & (runs["seed"] == s), ["time_train_s", "time_upcycle_s"]] = [(2.0 + s) / 2 - 0.01, 0.01]
     claims = privacy_claims_frame(runs)
@@ -238,8 +292,21 @@ def test_claims_known_answer(privset, table, tmp_path):
 
 def test_not_a_glm_shows_no_guarantee(privset, tmp_path):
     prefix = tmp_path / "nonglm"
-    assert main(["report", "privacy-table", "--runs", str(privset["csv"]), "--experiment", "nonglm",
-                 "--out-prefix", str(prefix)]) == 0
+    assert (
+        main(
+            [
+                "report",
+                "privacy-table",
+                "--runs",
+                str(privset["csv"]),
+                "--experiment",
+                "nonglm",
+                "--out-prefix",
+                str(prefix),
+            ]
+        )
+        == 0
+    )
     df = read(f"{prefix}.csv")
     rows = df[df["section"] == "variants"]
     assert list(rows["variant"]) == ["fedprox_private", "upcycled_equal_noise"]
@@ -247,13 +314,30 @@ def test_not_a_glm_shows_no_guarantee(privset, tmp_path):
     md = Path(f"{prefix}.md").read_text()
     assert md.count(f"| {NO_GLM} |") == 2
     claims = df[df["section"] == "claims"]
-    assert not (claims["claim"] == "privacy_loss").any() or claims.loc[claims["claim"] == "privacy_loss", "ours"].isna().all()
+    assert (
+        not (claims["claim"] == "privacy_loss").any()
+        or claims.loc[claims["claim"] == "privacy_loss", "ours"].isna().all()
+    )
 
 
 def test_tradeoff_figure_files_and_data(privset, table, tmp_path):
     prefix = tmp_path / "figs" / "tradeoff"
-    assert main(["report", "figure", "privacy_tradeoff", "--runs", str(privset["csv"]), "--experiment", "priv",
-                 "--out-prefix", str(prefix)]) == 0
+    assert (
+        main(
+            [
+                "report",
+                "figure",
+                "privacy_tradeoff",
+                "--runs",
+                str(privset["csv"]),
+                "--experiment",
+                "priv",
+                "--out-prefix",
+                str(prefix),
+            ]
+        )
+        == 0
+    )
     png = Path(f"{prefix}.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
     assert Path(f"{prefix}.pdf").read_bytes()[:4] == b"%PDF"
@@ -285,8 +369,22 @@ def test_tradeoff_figure_shows_the_worst_device_beside_the_mean(privset, tmp_pat
     from upfl.report.privacy_tradeoff import plot_tradeoff, tradeoff_data
 
     prefix = tmp_path / "tradeoff"
-    assert main(["report", "figure", "privacy_tradeoff", "--runs", str(privset["csv"]), "--experiment", "priv",
-                 "--out-prefix", str(prefix)]) == 0
+    assert (
+        main(
+            [
+                "report",
+                "figure",
+                "privacy_tradeoff",
+                "--runs",
+                str(privset["csv"]),
+                "--experiment",
+                "priv",
+                "--out-prefix",
+                str(prefix),
+            ]
+        )
+        == 0
+    )
     points = read(f"{prefix}.csv").query("panel == 'point'")
     ratios = []
     for r in points.to_dict("records"):
@@ -301,12 +399,14 @@ def test_tradeoff_figure_shows_the_worst_device_beside_the_mean(privset, tmp_pat
     print("worst device / mean epsilon per point:", [f"{x:.3g}" for x in ratios])
     assert max(ratios) > 1.05  # devices of unequal size: the worst is visibly apart from the mean
     runs = read_runs_csv(str(privset["csv"]))
-    runs = runs[runs["mechanism"].fillna("none").isin(["output", "objective", "none"])
-                & (runs["model"] == "binary_logreg")]
+    runs = runs[
+        runs["mechanism"].fillna("none").isin(["output", "objective", "none"]) & (runs["model"] == "binary_logreg")
+    ]
     data = tradeoff_data(runs, ("test_acc",))
     fig = plot_tradeoff(data, ("test_acc",), None)
-    drawn = sorted(float(x) for ax in fig.axes for line in ax.get_lines() if line.get_marker() == ">"
-                   for x in line.get_xdata())
+    drawn = sorted(
+        float(x) for ax in fig.axes for line in ax.get_lines() if line.get_marker() == ">" for x in line.get_xdata()
+    )
     expected = sorted(float(x) for x in data.loc[data["panel"] == "point", "x_worst"])
     assert drawn == pytest.approx(expected, rel=1e-12)
     caption = " ".join(t.get_text() for t in fig.texts)
@@ -318,11 +418,33 @@ def test_tradeoff_figure_shows_the_worst_device_beside_the_mean(privset, tmp_pat
 
 def test_convergence_figure_labels_private_variants(privset, tmp_path):
     prefix = tmp_path / "conv"
-    assert main(["report", "figure", "convergence", "--runs", str(privset["csv"]), "--experiment", "priv",
-                 "--where", "mechanism=output,none", "--out-prefix", str(prefix)]) == 0
+    assert (
+        main(
+            [
+                "report",
+                "figure",
+                "convergence",
+                "--runs",
+                str(privset["csv"]),
+                "--experiment",
+                "priv",
+                "--where",
+                "mechanism=output,none",
+                "--out-prefix",
+                str(prefix),
+            ]
+        )
+        == 0
+    )
     data = read(f"{prefix}.csv")
-    assert set(data["line"]) == {"FedProx (non-private)", "Upcycled-FL (non-private)", "FedProx (σ = 1)",
-                                 "Upcycled-FL (σ = 1)", "Upcycled-FL (σ = 0.7071)", "Upcycled-FL (σ = 2)"}
+    assert set(data["line"]) == {
+        "FedProx (non-private)",
+        "Upcycled-FL (non-private)",
+        "FedProx (σ = 1)",
+        "Upcycled-FL (σ = 1)",
+        "Upcycled-FL (σ = 0.7071)",
+        "Upcycled-FL (σ = 2)",
+    }
     assert set(data.loc[data["line"] == "Upcycled-FL (σ = 0.7071)", "sigma"]) == {0.7071}
     assert (data.loc[data["line"] == "FedProx (non-private)", "mechanism"] == "none").all()
 
@@ -333,8 +455,10 @@ def test_experiment_seeds_and_the_preset_cap():
         "datasets": {"synthetic_iid": {"source": "synthetic"}},
         "experiments": {
             "plain": {"groups": [{"datasets": ["synthetic_iid"], "runs": [{"algorithm": "fedavg", "rounds": 4}]}]},
-            "ten": {"seeds": list(range(10)),
-                    "groups": [{"datasets": ["synthetic_iid"], "runs": [{"algorithm": "fedprox", "rounds": 4, "mu": 1}]}]},
+            "ten": {
+                "seeds": list(range(10)),
+                "groups": [{"datasets": ["synthetic_iid"], "runs": [{"algorithm": "fedprox", "rounds": 4, "mu": 1}]}],
+            },
         },
         "presets": {"quick": {"seeds": [0, 1]}, "more_rounds": {"round_scale": 1}},
     }

@@ -23,6 +23,7 @@ INTERVALS = tuple(m for m in HEAVY if m != "scipy")
 TABLES = ("numpy", "pandas")
 """What every report command needs; ``upfl --help`` does not."""
 
+
 def run_upfl(argv: list[str], cwd) -> tuple[int, list[str], str | None, str]:
     """``upfl ARGV`` in a fresh interpreter: exit status, the heavy packages it imported, the matplotlib backend
     (None without pyplot) and the output."""
@@ -53,8 +54,16 @@ def results(tmp_path_factory):
     for alg, rounds, mu, lam in (("fedavg", 4, 0.0, None), ("fedprox", 4, 1.0, None), ("upcycled", 8, 1.0, 0.43)):
         for seed in (0, 1):
             algorithm = {"name": alg, "mu": mu, **({"lam": lam} if lam is not None else {})}
-            doc = {"data": {"path": data}, "rounds": rounds, "seed": seed, "threads": 1, "algorithm": algorithm,
-                   "devices": {"frac": 0.5, "straggler": 0.5}, "solver": {"epochs": 2}, "checkpoint": {"every": 0}}
+            doc = {
+                "data": {"path": data},
+                "rounds": rounds,
+                "seed": seed,
+                "threads": 1,
+                "algorithm": algorithm,
+                "devices": {"frac": 0.5, "straggler": 0.5},
+                "solver": {"epochs": 2},
+                "checkpoint": {"every": 0},
+            }
             out = root / "runs" / f"{alg}_s{seed}"
             run(cfgmod.from_dict(doc), out, log=lambda *a: None)
             specs.append(f"table1:{out}")
@@ -73,8 +82,10 @@ def test_report_runs_imports_no_torch_no_plotting(results):
 @pytest.mark.parametrize("command, writes", [("table1", (".csv", ".md", ".tex")), ("time", (".csv", ".md"))])
 def test_table_commands_import_no_torch_no_plotting(results, command, writes):
     prefix = results["root"] / "tables" / command
-    rc, heavy, _, text = run_upfl(["report", command, "--runs", str(results["csv"]), "--experiment", "table1",
-                                   "--out-prefix", str(prefix)], results["root"])
+    rc, heavy, _, text = run_upfl(
+        ["report", command, "--runs", str(results["csv"]), "--experiment", "table1", "--out-prefix", str(prefix)],
+        results["root"],
+    )
     assert rc == 0, text
     assert set(heavy).isdisjoint(INTERVALS)
     assert all(prefix.with_name(command + ext).is_file() for ext in writes)
@@ -82,8 +93,9 @@ def test_table_commands_import_no_torch_no_plotting(results, command, writes):
 
 def test_table2_imports_no_torch_no_plotting(results):
     prefix = results["root"] / "tables" / "table2"
-    rc, heavy, _, text = run_upfl(["report", "table2", "--out-prefix", str(prefix), str(results["data"])],
-                                  results["root"])
+    rc, heavy, _, text = run_upfl(
+        ["report", "table2", "--out-prefix", str(prefix), str(results["data"])], results["root"]
+    )
     assert rc == 0, text
     assert set(heavy).isdisjoint(HEAVY)
     assert pd.read_csv(prefix.with_suffix(".csv"), comment="#")["devices"].tolist()[0] == 6
@@ -91,8 +103,20 @@ def test_table2_imports_no_torch_no_plotting(results):
 
 def test_figure_command_draws_on_agg_without_torch_nor_seaborn(results):
     prefix = results["root"] / "figures" / "convergence"
-    rc, heavy, backend, text = run_upfl(["report", "figure", "convergence", "--runs", str(results["csv"]),
-                                         "--experiment", "table1", "--out-prefix", str(prefix)], results["root"])
+    rc, heavy, backend, text = run_upfl(
+        [
+            "report",
+            "figure",
+            "convergence",
+            "--runs",
+            str(results["csv"]),
+            "--experiment",
+            "table1",
+            "--out-prefix",
+            str(prefix),
+        ],
+        results["root"],
+    )
     assert rc == 0, text
     assert "matplotlib" in heavy and set(heavy).isdisjoint({"torch", "seaborn", "scipy"})
     assert backend.lower() == "agg"
@@ -126,7 +150,7 @@ def test_help_imports_no_torch_nor_numpy(tmp_path, argv):
 
 def test_torch_free_algorithm_keys_equal_the_registry():
     """upfl.names mirrors each algorithm class's ``keys`` (the report's algorithm_options column)."""
-    from upfl.names import ALGORITHM_KEYS
     from upfl.algorithms import ALGORITHMS
+    from upfl.names import ALGORITHM_KEYS
 
     assert {name: cls.keys for name, cls in ALGORITHMS.items()} == ALGORITHM_KEYS

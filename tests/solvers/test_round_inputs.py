@@ -8,17 +8,17 @@ import numpy as np
 import pytest
 import torch
 
+from fixtures_runs import metrics_without_time
 from upfl import config as cfgmod
-from upfl.solvers import numba_backend as solver_numba
-from upfl.solvers.numba_backend import layout, solver
+from upfl.algorithms.updates import size_weights
 from upfl.data import generate_synthetic, load_leaf
+from upfl.draws.batch_plans import DrawCache, batch_plan, joined_plan, round_plans, seeded_batch_plan
 from upfl.draws.streams import derive_seed, derive_seeds, generator
 from upfl.engine import simulation
-from upfl.algorithms.updates import size_weights
 from upfl.engine.simulation import Simulation, run
-from upfl.draws.batch_plans import DrawCache, batch_plan, joined_plan, round_plans, seeded_batch_plan
+from upfl.solvers import numba_backend as solver_numba
+from upfl.solvers.numba_backend import layout, solver
 from upfl.solvers.torch_backend import PooledRound
-from fixtures_runs import metrics_without_time
 
 
 @pytest.mark.parametrize("batch_size", [1, 3, 8, 32, 5000])
@@ -31,7 +31,9 @@ def test_compiled_batch_plans_are_torchs_plans(batch_size):
     got = solver_numba.batch_plans(sizes, epochs, batch_size, seeds)
     assert [p.dtype for p in got] == [torch.int32] * len(sizes)
     assert all(torch.equal(a, b) for a, b in zip(want, got, strict=True))
-    assert all(torch.equal(a, b) for a, b in zip(want, seeded_batch_plan(sizes, epochs, batch_size, seeds), strict=True))
+    assert all(
+        torch.equal(a, b) for a, b in zip(want, seeded_batch_plan(sizes, epochs, batch_size, seeds), strict=True)
+    )
     assert torch.equal(want[3], batch_plan([8], [2], batch_size, [generator(13, "batches", 4, 3)])[0])
 
 
@@ -110,33 +112,57 @@ def data(tmp_path_factory):
 
 @pytest.mark.parametrize("model", ["logreg", "binary_logreg"])
 def test_a_round_on_pooled_rows_equals_a_round_on_separate_tensors(data, model):
-    cfg = cfgmod.from_dict({"data": {"path": data}, "rounds": 4, "seed": 3, "model": {"name": model},
-                            "algorithm": {"name": "fedprox", "mu": 0.5}, "devices": {"frac": 0.5, "straggler": 0.5},
-                            "solver": {"epochs": 3, "backend": "numba"}, "checkpoint": {"every": 0}})
+    cfg = cfgmod.from_dict(
+        {
+            "data": {"path": data},
+            "rounds": 4,
+            "seed": 3,
+            "model": {"name": model},
+            "algorithm": {"name": "fedprox", "mu": 0.5},
+            "devices": {"frac": 0.5, "straggler": 0.5},
+            "solver": {"epochs": 3, "backend": "numba"},
+            "checkpoint": {"every": 0},
+        }
+    )
     sim = Simulation(cfg, load_leaf(data), torch.device("cpu"))
     w = sim.model.init_params(generator(3, "init"))
     chosen = [4, 1, 7, 2]
-    plans = batch_plan([sim.device_sizes[i] for i in chosen], [3, 1, 2, 3], sim.batch_size,
-                       [generator(3, "batches", 1, i) for i in chosen])
+    plans = batch_plan(
+        [sim.device_sizes[i] for i in chosen],
+        [3, 1, 2, 3],
+        sim.batch_size,
+        [generator(3, "batches", 1, i) for i in chosen],
+    )
     rows = PooledRound(sim.train_x, sim.train_onehot, sim.row_ranges[chosen], round_plans(plans))
     assert all(torch.equal(sim.train_x[a:b], sim.xs[i]) for (a, b), i in zip(rows.rows, chosen, strict=True))
-    pooled, _ = sim.local_solve(sim.model, w, [sim.xs[i] for i in chosen], [sim.ys[i] for i in chosen], plans,
-                                0.5, 0.05, 0.5, pooled=rows)
-    separate, _ = sim.local_solve(sim.model, w, [sim.xs[i].clone() for i in chosen],
-                                  [sim.ys[i].clone() for i in chosen], plans, 0.5, 0.05, 0.5)
+    pooled, _ = sim.local_solve(
+        sim.model, w, [sim.xs[i] for i in chosen], [sim.ys[i] for i in chosen], plans, 0.5, 0.05, 0.5, pooled=rows
+    )
+    separate, _ = sim.local_solve(
+        sim.model, w, [sim.xs[i].clone() for i in chosen], [sim.ys[i].clone() for i in chosen], plans, 0.5, 0.05, 0.5
+    )
     assert torch.equal(pooled, separate)
-    personal = sim.local_solve.personal_solve(sim.model, w, [sim.xs[i] for i in chosen], [sim.ys[i] for i in chosen],
-                                              plans, 0.05, 15.0, 0.01, 2, pooled=rows)
-    plain = sim.local_solve.personal_solve(sim.model, w, [sim.xs[i] for i in chosen], [sim.ys[i] for i in chosen],
-                                           plans, 0.05, 15.0, 0.01, 2)
+    personal = sim.local_solve.personal_solve(
+        sim.model, w, [sim.xs[i] for i in chosen], [sim.ys[i] for i in chosen], plans, 0.05, 15.0, 0.01, 2, pooled=rows
+    )
+    plain = sim.local_solve.personal_solve(
+        sim.model, w, [sim.xs[i] for i in chosen], [sim.ys[i] for i in chosen], plans, 0.05, 15.0, 0.01, 2
+    )
     assert all(torch.equal(a, b) for a, b in zip(personal[:2], plain[:2], strict=True)) and personal[2] == plain[2]
 
 
 def test_a_run_with_the_compiled_inputs_gives_the_plain_inputs_bytes(data, tmp_path, monkeypatch):
-    cfg = cfgmod.from_dict({"data": {"path": data}, "rounds": 6, "seed": 1,
-                            "algorithm": {"name": "upcycled", "mu": 1.0, "lam": 0.43},
-                            "devices": {"frac": 0.3, "straggler": 0.9}, "solver": {"epochs": 5, "backend": "numba"},
-                            "checkpoint": {"every": 0}})
+    cfg = cfgmod.from_dict(
+        {
+            "data": {"path": data},
+            "rounds": 6,
+            "seed": 1,
+            "algorithm": {"name": "upcycled", "mu": 1.0, "lam": 0.43},
+            "devices": {"frac": 0.3, "straggler": 0.9},
+            "solver": {"epochs": 5, "backend": "numba"},
+            "checkpoint": {"every": 0},
+        }
+    )
     run(cfg, tmp_path / "fast", log=lambda m: None)
     init = Simulation.__post_init__
 
@@ -152,10 +178,17 @@ def test_a_run_with_the_compiled_inputs_gives_the_plain_inputs_bytes(data, tmp_p
 
 
 def test_rounds_drawn_in_blocks_give_the_bytes_of_rounds_drawn_one_by_one(data, tmp_path, monkeypatch):
-    cfg = cfgmod.from_dict({"data": {"path": data}, "rounds": 7, "seed": 2,
-                            "algorithm": {"name": "upcycled", "mu": 1.0, "lam": 0.43},
-                            "devices": {"frac": 0.3, "straggler": 0.9}, "solver": {"epochs": 4, "backend": "numba"},
-                            "checkpoint": {"every": 0}})
+    cfg = cfgmod.from_dict(
+        {
+            "data": {"path": data},
+            "rounds": 7,
+            "seed": 2,
+            "algorithm": {"name": "upcycled", "mu": 1.0, "lam": 0.43},
+            "devices": {"frac": 0.3, "straggler": 0.9},
+            "solver": {"epochs": 4, "backend": "numba"},
+            "checkpoint": {"every": 0},
+        }
+    )
     draws_of = []
     block = Simulation.draw_block
 
@@ -176,14 +209,23 @@ def test_rounds_drawn_in_blocks_give_the_bytes_of_rounds_drawn_one_by_one(data, 
 
 
 def test_the_rounds_inputs_are_the_plain_ones(data):
-    cfg = cfgmod.from_dict({"data": {"path": data}, "rounds": 5, "seed": 4, "algorithm": {"name": "fedprox", "mu": 1.0},
-                            "devices": {"frac": 0.5, "straggler": 0.5}, "solver": {"epochs": 3, "backend": "numba"},
-                            "checkpoint": {"every": 0}})
+    cfg = cfgmod.from_dict(
+        {
+            "data": {"path": data},
+            "rounds": 5,
+            "seed": 4,
+            "algorithm": {"name": "fedprox", "mu": 1.0},
+            "devices": {"frac": 0.5, "straggler": 0.5},
+            "solver": {"epochs": 3, "backend": "numba"},
+            "checkpoint": {"every": 0},
+        }
+    )
     sim = Simulation(cfg, load_leaf(data), torch.device("cpu"))
     for k in range(1, 6):
         rnd = sim.client_round(k)
-        assert torch.equal(rnd.weights, size_weights(torch.tensor([sim.device_sizes[i] for i in rnd.chosen],
-                                                                  dtype=torch.float32)))
+        assert torch.equal(
+            rnd.weights, size_weights(torch.tensor([sim.device_sizes[i] for i in rnd.chosen], dtype=torch.float32))
+        )
         assert all(torch.equal(sim.train_x[a:b], x) for (a, b), x in zip(rnd.pooled.rows, rnd.xs, strict=True))
         assert np.array_equal(rnd.pooled.plans.joined, torch.cat(rnd.plans).numpy())
         assert rnd.pooled.plans.steps == rnd.steps
@@ -193,19 +235,25 @@ def test_class_major_layout_is_a_permutation_and_its_inverse():
     dim, classes = 3, 4
     flat = np.arange(2 * (dim + 1) * classes, dtype=np.float32).reshape(2, -1)
     major = layout.to_class_major(flat, dim)
-    weights = flat[:, :dim * classes].reshape(2, dim, classes)
+    weights = flat[:, : dim * classes].reshape(2, dim, classes)
     assert np.array_equal(major[:, :, :dim], weights.transpose(0, 2, 1))
-    assert np.array_equal(major[:, :, dim], flat[:, dim * classes:])
+    assert np.array_equal(major[:, :, dim], flat[:, dim * classes :])
     assert major.flags.c_contiguous and np.array_equal(layout.from_class_major(major), flat)
 
 
 def test_runs_on_one_data_set_object_share_its_pooled_rows(data):
     ds = load_leaf(data)
-    doc = {"data": {"path": data}, "rounds": 2, "algorithm": {"name": "fedprox", "mu": 1.0},
-           "solver": {"backend": "numba"}, "checkpoint": {"every": 0}}
+    doc = {
+        "data": {"path": data},
+        "rounds": 2,
+        "algorithm": {"name": "fedprox", "mu": 1.0},
+        "solver": {"backend": "numba"},
+        "checkpoint": {"every": 0},
+    }
     first, second = (Simulation(cfgmod.from_dict(doc), ds, torch.device("cpu")) for _ in range(2))
-    scaled = Simulation(cfgmod.from_dict({**doc, "data": {"path": data, "feature_scaling": "unit_norm"}}), ds,
-                        torch.device("cpu"))
+    scaled = Simulation(
+        cfgmod.from_dict({**doc, "data": {"path": data, "feature_scaling": "unit_norm"}}), ds, torch.device("cpu")
+    )
     other = Simulation(cfgmod.from_dict(doc), load_leaf(data), torch.device("cpu"))
     assert first.train_x is second.train_x and first.test_x is second.test_x
     assert all(a is b for a, b in zip(first.xs, second.xs, strict=True))

@@ -6,12 +6,12 @@ import pytest
 import torch
 
 from upfl import config as cfgmod
-from upfl.solvers import numba_backend as solver_numba
 from upfl.config import ConfigError
 from upfl.data import generate_synthetic, load_leaf
-from upfl.models import LogisticRegression, build_model
-from upfl.engine.simulation import run
 from upfl.draws.batch_plans import batch_plan
+from upfl.engine.simulation import run
+from upfl.models import LogisticRegression, build_model
+from upfl.solvers import numba_backend as solver_numba
 from upfl.solvers.torch_backend import local_solve
 
 
@@ -71,8 +71,9 @@ def test_numba_solver_matches_torch_solver_and_an_sgd_loop(num_classes):
             loss.backward()
             opt.step()
         torch.testing.assert_close(fast[i], w.detach(), rtol=0, atol=2e-6)
-    plain, _ = solver_numba.local_solve(LogisticRegression(6, num_classes), w0, xs, ys, plans, 0.7, 0.3, 0.5,
-                                        linear_term=lin)
+    plain, _ = solver_numba.local_solve(
+        LogisticRegression(6, num_classes), w0, xs, ys, plans, 0.7, 0.3, 0.5, linear_term=lin
+    )
     assert (plain - fast).abs().max() > 1e-3
 
 
@@ -102,7 +103,8 @@ def test_mlp_switch_softmaxes_the_logits_before_the_cross_entropy(tmp_path):
     x, y = torch.as_tensor(ds.train_x[ds.train_users[0]]), torch.as_tensor(ds.train_y[ds.train_users[0]])
     z = off.logits(params, x)
     assert on.evaluate(params, x, y)[0] == pytest.approx(
-        float(torch.nn.functional.cross_entropy(torch.softmax(z, -1), y, reduction="sum")), rel=1e-5)
+        float(torch.nn.functional.cross_entropy(torch.softmax(z, -1), y, reduction="sum")), rel=1e-5
+    )
     assert on.evaluate(params, x, y)[1] == off.evaluate(params, x, y)[1]
 
 
@@ -112,9 +114,15 @@ def small_data(tmp_path_factory):
 
 
 def run_cfg(data, backend, **settings):
-    doc = {"data": {"path": data}, "rounds": 6, "device": "cpu", "algorithm": {"name": "upcycled", "mu": 1.0, "step": 0.7},
-           "devices": {"frac": 0.5, "straggler": 0.5}, "solver": {"epochs": 3, "backend": backend},
-           "checkpoint": {"every": 0}}
+    doc = {
+        "data": {"path": data},
+        "rounds": 6,
+        "device": "cpu",
+        "algorithm": {"name": "upcycled", "mu": 1.0, "step": 0.7},
+        "devices": {"frac": 0.5, "straggler": 0.5},
+        "solver": {"epochs": 3, "backend": backend},
+        "checkpoint": {"every": 0},
+    }
     for key, value in settings.items():
         cfgmod.set_key(doc, key, value)
     return cfgmod.from_dict(doc)
@@ -124,8 +132,10 @@ def test_runs_record_the_switch_and_agree_across_solvers(small_data, tmp_path):
     def quiet(m):
         return None
 
-    on = {b: run(run_cfg(small_data, b, **{"model.softmax_before_loss": True}), tmp_path / b, log=quiet)
-          for b in ("numba", "torch")}
+    on = {
+        b: run(run_cfg(small_data, b, **{"model.softmax_before_loss": True}), tmp_path / b, log=quiet)
+        for b in ("numba", "torch")
+    }
     off = run(run_cfg(small_data, "numba"), tmp_path / "off", log=quiet)
     summary = json.loads((tmp_path / "numba" / "summary.json").read_text())
     assert summary["config"]["model"]["softmax_before_loss"] is True
@@ -148,12 +158,23 @@ def test_the_switch_changes_the_hash_only_when_on_and_is_refused_for_the_binary_
 
 
 def protocol_config(protocol=None):
-    exp = {"groups": [{"datasets": ["s11"], "runs": [
-        {"algorithm": "fedprox", "rounds": 4, "mu": 1},
-        {"algorithm": "upcycled", "rounds": 8, "mu": 1, "lam": 0.43}]}]}
+    exp = {
+        "groups": [
+            {
+                "datasets": ["s11"],
+                "runs": [
+                    {"algorithm": "fedprox", "rounds": 4, "mu": 1},
+                    {"algorithm": "upcycled", "rounds": 8, "mu": 1, "lam": 0.43},
+                ],
+            }
+        ]
+    }
     authors = {**exp, **({"protocol": protocol} if protocol else {})}
-    return {"seeds": [0], "datasets": {"s11": {"source": "synthetic", "setting": "synthetic_1_1"}},
-            "experiments": {"faithful": exp, "authors": authors}}
+    return {
+        "seeds": [0],
+        "datasets": {"s11": {"source": "synthetic", "setting": "synthetic_1_1"}},
+        "experiments": {"faithful": exp, "authors": authors},
+    }
 
 
 def test_authors_protocol_sets_the_switch_and_the_scalar_step_in_their_own_folders():
@@ -162,17 +183,26 @@ def test_authors_protocol_sets_the_switch_and_the_scalar_step_in_their_own_folde
     plan = build_plan(protocol_config("authors"))
     faithful = [plan.runs[r] for r in plan.experiments["faithful"]]
     authors = [plan.runs[r] for r in plan.experiments["authors"]]
-    assert [r.doc["algorithm"] for r in faithful] == [{"name": "fedprox", "mu": 1}, {"name": "upcycled", "mu": 1, "lam": 0.43}]
-    assert [r.doc["algorithm"] for r in authors] == [{"name": "fedprox", "mu": 1}, {"name": "upcycled", "mu": 1, "step": 0.7}]
+    assert [r.doc["algorithm"] for r in faithful] == [
+        {"name": "fedprox", "mu": 1},
+        {"name": "upcycled", "mu": 1, "lam": 0.43},
+    ]
+    assert [r.doc["algorithm"] for r in authors] == [
+        {"name": "fedprox", "mu": 1},
+        {"name": "upcycled", "mu": 1, "step": 0.7},
+    ]
     assert all(r.doc["model"]["softmax_before_loss"] is True for r in authors)
     assert all("softmax_before_loss" not in r.doc["model"] for r in faithful)
-    assert [r.run_id for r in authors] == ["s11/logreg_softmax_before_loss/fedprox/mu1/s0_f0.3/T4/seed0",
-                                           "s11/logreg_softmax_before_loss/upcycled/mu1_step0.7/s0_f0.3/T8/seed0"]
+    assert [r.run_id for r in authors] == [
+        "s11/logreg_softmax_before_loss/fedprox/mu1/s0_f0.3/T4/seed0",
+        "s11/logreg_softmax_before_loss/upcycled/mu1_step0.7/s0_f0.3/T8/seed0",
+    ]
     assert not set(plan.experiments["faithful"]) & set(plan.experiments["authors"])
     assert build_plan(protocol_config("paper")).experiments["authors"] == plan.experiments["faithful"]
     config = protocol_config()
-    config["experiments"]["faithful"]["groups"].append({**config["experiments"]["faithful"]["groups"][0],
-                                                        "protocol": "authors"})
+    config["experiments"]["faithful"]["groups"].append(
+        {**config["experiments"]["faithful"]["groups"][0], "protocol": "authors"}
+    )
     both = build_plan(config).experiments["faithful"]
     assert both == plan.experiments["faithful"] + plan.experiments["authors"]
 
@@ -180,5 +210,7 @@ def test_authors_protocol_sets_the_switch_and_the_scalar_step_in_their_own_folde
 def test_an_unknown_protocol_is_an_error_naming_the_experiment():
     from upfl.pipeline.plan import ExperimentError, build_plan
 
-    with pytest.raises(ExperimentError, match=r"experiments.authors.groups\[0\]: protocol 'theirs'; known: paper, authors"):
+    with pytest.raises(
+        ExperimentError, match=r"experiments.authors.groups\[0\]: protocol 'theirs'; known: paper, authors"
+    ):
         build_plan(protocol_config("theirs"))

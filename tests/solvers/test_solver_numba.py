@@ -7,16 +7,16 @@ import numpy as np
 import pytest
 import torch
 
+from fixtures_runs import metrics_without_time
 from upfl import config as cfgmod
+from upfl.algorithms.pfedme import personal_solve
 from upfl.data import generate_synthetic
+from upfl.draws.batch_plans import batch_plan
+from upfl.engine.simulation import run
+from upfl.models import BinaryLogisticRegression, LogisticRegression
 from upfl.solvers import numba_backend as solver_numba
 from upfl.solvers.numba_backend import arithmetic, evaluation, layout, plans, training, vectors
-from upfl.algorithms.pfedme import personal_solve
-from upfl.models import BinaryLogisticRegression, LogisticRegression
-from upfl.engine.simulation import run
-from upfl.draws.batch_plans import batch_plan
 from upfl.solvers.torch_backend import local_solve, select_local_solver
-from fixtures_runs import metrics_without_time
 
 
 def reference_local_solve(x, labels, w0, plan, mu, lr, momentum, lin, num_classes):
@@ -27,8 +27,7 @@ def reference_local_solve(x, labels, w0, plan, mu, lr, momentum, lin, num_classe
         idx = batch[batch >= 0]
         opt.zero_grad()
         W, b = w[:-num_classes].view(-1, num_classes), w[-num_classes:]
-        loss = (torch.nn.functional.cross_entropy(x[idx] @ W + b, labels[idx])
-                + mu / 2 * (w - w0).pow(2).sum() + lin @ w)
+        loss = torch.nn.functional.cross_entropy(x[idx] @ W + b, labels[idx]) + mu / 2 * (w - w0).pow(2).sum() + lin @ w
         loss.backward()
         opt.step()
     return w.detach()
@@ -64,13 +63,14 @@ def reference_binary_solve(x, labels, w0, plan, mu, lr, momentum, lin):
     """torch.optim.SGD(momentum) on the mean log(1 + exp(-s <theta, [x, 1]/sqrt 2>)) + prox + <lin, theta>."""
     w = w0.clone().requires_grad_(True)
     opt = torch.optim.SGD([w], lr=lr, momentum=momentum)
-    xt = torch.cat([x, torch.ones(len(x), 1)], 1) / 2 ** 0.5
+    xt = torch.cat([x, torch.ones(len(x), 1)], 1) / 2**0.5
     sign = 2.0 * labels - 1.0
     for batch in plan:
         idx = batch[batch >= 0]
         opt.zero_grad()
-        loss = (torch.nn.functional.softplus(-sign[idx] * (xt[idx] @ w)).mean()
-                + mu / 2 * (w - w0).pow(2).sum() + lin @ w)
+        loss = (
+            torch.nn.functional.softplus(-sign[idx] * (xt[idx] @ w)).mean() + mu / 2 * (w - w0).pow(2).sum() + lin @ w
+        )
         loss.backward()
         opt.step()
     return w.detach()
@@ -144,9 +144,19 @@ def test_kept_device_rows_give_the_same_solve_and_an_in_place_change_is_seen(mon
     monkeypatch.setattr(solver_numba.solver, "DEVICE_ROWS", rows)
 
     def solve(order, **kw):
-        return solver_numba.local_solve(model, w0, [xs[i] for i in order], [ys[i] for i in order],
-                                        [plans[i] for i in order], 0.3, 0.05, 0.5, linear_term=lin[order],
-                                        threads=1, **kw)[0]
+        return solver_numba.local_solve(
+            model,
+            w0,
+            [xs[i] for i in order],
+            [ys[i] for i in order],
+            [plans[i] for i in order],
+            0.3,
+            0.05,
+            0.5,
+            linear_term=lin[order],
+            threads=1,
+            **kw,
+        )[0]
 
     first = solve([0, 1, 2, 3, 4])
     kept = solve([0, 1, 2, 3, 4])
@@ -168,7 +178,7 @@ def test_balance_covers_every_device_once():
     order, offsets = plans.balance([5, 9, 1, 9, 3], 2)
     assert sorted(order.tolist()) == [0, 1, 2, 3, 4]
     assert offsets.tolist()[0] == 0 and offsets.tolist()[-1] == 5
-    loads = [sum([5, 9, 1, 9, 3][i] for i in order[offsets[t]:offsets[t + 1]]) for t in range(2)]
+    loads = [sum([5, 9, 1, 9, 3][i] for i in order[offsets[t] : offsets[t + 1]]) for t in range(2)]
     assert sorted(loads) == [13, 14]
 
 
@@ -179,10 +189,15 @@ def small_data(tmp_path_factory):
 
 
 def make_cfg(data, backend, **over):
-    doc = {"data": {"path": data}, "rounds": 8, "device": "cpu",
-           "algorithm": {"name": "upcycled", "mu": 1.0, "lam": 0.43},
-           "devices": {"frac": 0.5, "straggler": 0.5}, "solver": {"epochs": 4, "backend": backend},
-           "checkpoint": {"every": 0}}
+    doc = {
+        "data": {"path": data},
+        "rounds": 8,
+        "device": "cpu",
+        "algorithm": {"name": "upcycled", "mu": 1.0, "lam": 0.43},
+        "devices": {"frac": 0.5, "straggler": 0.5},
+        "solver": {"epochs": 4, "backend": backend},
+        "checkpoint": {"every": 0},
+    }
     for key, value in over.items():
         cfgmod.set_key(doc, key, value)
     return cfgmod.from_dict(doc)
@@ -196,19 +211,28 @@ def test_full_run_numba_matches_torch_and_repeats_bit_identically(small_data, tm
     run(make_cfg(small_data, "numba"), tmp_path / "b", log=quiet)
     run(make_cfg(small_data, "numba", threads=1), tmp_path / "c", log=quiet)
     t = run(make_cfg(small_data, "torch"), tmp_path / "t", log=quiet)
-    assert metrics_without_time(tmp_path / "a") == metrics_without_time(tmp_path / "b") == metrics_without_time(tmp_path / "c")
+    assert (
+        metrics_without_time(tmp_path / "a")
+        == metrics_without_time(tmp_path / "b")
+        == metrics_without_time(tmp_path / "c")
+    )
     for key in ("train_loss", "train_acc", "test_loss", "test_acc"):
         assert a["final"][key] == pytest.approx(t["final"][key], abs=1e-5)
 
 
 def test_private_binary_runs_numba_match_torch(small_data, tmp_path):
     """The privacy experiments' model (binary_logreg on unit-norm features) with both mechanisms."""
+
     def quiet(m):
         return None
 
     for mechanism in ({"mechanism": "objective", "alpha": 10.0}, {"mechanism": "output", "tau": 1.0, "sigma": 0.1}):
-        over = {"model.name": "binary_logreg", "data.feature_scaling": "unit_norm", "algorithm.mu": 1.0,
-                "privacy": mechanism}
+        over = {
+            "model.name": "binary_logreg",
+            "data.feature_scaling": "unit_norm",
+            "algorithm.mu": 1.0,
+            "privacy": mechanism,
+        }
         name = mechanism["mechanism"]
         a = run(make_cfg(small_data, "numba", **over), tmp_path / f"{name}_numba", log=quiet)
         t = run(make_cfg(small_data, "torch", **over), tmp_path / f"{name}_torch", log=quiet)
@@ -226,7 +250,11 @@ def test_full_pfedme_run_numba_matches_torch_at_any_thread_count(small_data, tmp
     run(make_cfg(small_data, "numba", threads=1, **over), tmp_path / "c", log=quiet)
     run(make_cfg(small_data, "numba", threads=2, **over), tmp_path / "d", log=quiet)
     t = run(make_cfg(small_data, "torch", **over), tmp_path / "t", log=quiet)
-    assert metrics_without_time(tmp_path / "a") == metrics_without_time(tmp_path / "c") == metrics_without_time(tmp_path / "d")
+    assert (
+        metrics_without_time(tmp_path / "a")
+        == metrics_without_time(tmp_path / "c")
+        == metrics_without_time(tmp_path / "d")
+    )
     for key in ("train_loss", "train_acc", "test_loss", "test_acc", "personal_train_acc", "personal_test_acc"):
         assert a["final"][key] == pytest.approx(t["final"][key], abs=1e-5)
 
@@ -266,13 +294,20 @@ def test_numba_uses_its_sleeping_workqueue_pool_unless_the_user_names_a_layer():
     import os
     import subprocess
 
-    code = ("import numba, torch; from upfl.solvers import numba_backend; numba_backend.warm_up(); "
-            "print(numba.threading_layer())")
+    code = (
+        "import numba, torch; from upfl.solvers import numba_backend; numba_backend.warm_up(); "
+        "print(numba.threading_layer())"
+    )
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_THREADING_LAYER"}
     default = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert default.stdout.strip() == "workqueue"
-    named = subprocess.run([sys.executable, "-c", code], env={**env, "NUMBA_THREADING_LAYER": "omp"},
-                           capture_output=True, text=True, check=True)
+    named = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**env, "NUMBA_THREADING_LAYER": "omp"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert named.stdout.strip() == "omp"  # the user's choice is left alone
 
 
@@ -337,9 +372,10 @@ def test_padded_layout_gradients_equal_a_float64_row_by_row_reference(binary):
             training.binary_batch_gradient(wp, xp, safe, weight, gp, buffers)
         else:
             training.batch_gradient(wp, xp, y, safe, weight, gp, buffers, False)
-        np.testing.assert_allclose(gp[:, :wt.shape[1]], reference_gradient(wt, x, y, rows, binary),
-                                   rtol=1e-4, atol=2e-6)
-        assert not gp[:, wt.shape[1]:].any()
+        np.testing.assert_allclose(
+            gp[:, : wt.shape[1]], reference_gradient(wt, x, y, rows, binary), rtol=1e-4, atol=2e-6
+        )
+        assert not gp[:, wt.shape[1] :].any()
 
 
 def reference_rows(wt, x, labels, binary, scale):
@@ -353,8 +389,10 @@ def reference_rows(wt, x, labels, binary, scale):
             loss += max(m, 0.0) + math.log1p(math.exp(-abs(m)))
             correct += (t > 0) == (labels[r] == 1)
         else:
-            z = [float(wt[c, -1]) + sum(float(wt[c, j]) * float(x[r, j]) for j in range(x.shape[1]))
-                 for c in range(wt.shape[0])]
+            z = [
+                float(wt[c, -1]) + sum(float(wt[c, j]) * float(x[r, j]) for j in range(x.shape[1]))
+                for c in range(wt.shape[0])
+            ]
             best = max(range(len(z)), key=lambda c: (z[c], -c))
             loss += z[best] + math.log(sum(math.exp(v - z[best]) for v in z)) - z[labels[r]]
             correct += best == labels[r]
@@ -472,10 +510,13 @@ def test_vectorisable_float32_log_and_log1p_are_within_one_unit_in_the_last_plac
         return out
 
     rng = np.random.default_rng(3)
-    for which, v, reference in ((0, rng.uniform(1, 100, 200_000), np.log), (0, rng.uniform(0.5, 2, 200_000), np.log),
-                                (0, 10 ** rng.uniform(-37, 38, 200_000), np.log),
-                                (1, rng.uniform(0, 1, 200_000), np.log1p),
-                                (1, 10 ** rng.uniform(-30, 0, 200_000), np.log1p)):
+    for which, v, reference in (
+        (0, rng.uniform(1, 100, 200_000), np.log),
+        (0, rng.uniform(0.5, 2, 200_000), np.log),
+        (0, 10 ** rng.uniform(-37, 38, 200_000), np.log),
+        (1, rng.uniform(0, 1, 200_000), np.log1p),
+        (1, 10 ** rng.uniform(-30, 0, 200_000), np.log1p),
+    ):
         v = v.astype(np.float32)
         exact = reference(v.astype(np.float64)).astype(np.float32).view(np.int32).astype(np.int64)
         assert np.abs(apply(v, which).view(np.int32).astype(np.int64) - exact).max() <= 1
@@ -547,7 +588,7 @@ def test_block_log1p_exp_equals_the_compiled_scalar_expression_bit_for_bit():
     def blocks(t, base):
         out = np.empty_like(t)
         for b in range(0, t.shape[0], 64):
-            vectors.block_log1p_exp(t[b:b + 64], base[b:b + 64], out[b:b + 64])
+            vectors.block_log1p_exp(t[b : b + 64], base[b : b + 64], out[b : b + 64])
         return out
 
     rng = np.random.default_rng(9)
@@ -561,6 +602,7 @@ def test_block_log1p_exp_equals_the_compiled_scalar_expression_bit_for_bit():
     assert np.isnan(fast[4])
     x = np.ones((3, 2), np.float32)
     for bad in (np.nan, np.inf):
-        loss, _ = evaluation.evaluate_rows(np.array([[bad, 1.0]], np.float32), np.ascontiguousarray(x.T),
-                                             np.array([0, 1, 1]), True, 1.0, False)
+        loss, _ = evaluation.evaluate_rows(
+            np.array([[bad, 1.0]], np.float32), np.ascontiguousarray(x.T), np.array([0, 1, 1]), True, 1.0, False
+        )
         assert not math.isfinite(loss)

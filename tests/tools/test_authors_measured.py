@@ -9,8 +9,10 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOL = ROOT / "tools" / "import_authors_measured.py"
-HEADER = ("impl,variant,c,dataset,mu,metric,n,fedprox_mean,fedprox_std,upcycled_mean,upcycled_std,gain_mean,gain_lo,"
-          "gain_hi,seeds")
+HEADER = (
+    "impl,variant,c,dataset,mu,metric,n,fedprox_mean,fedprox_std,upcycled_mean,upcycled_std,gain_mean,gain_lo,"
+    "gain_hi,seeds"
+)
 
 
 def measured(tmp_path, rows):
@@ -24,15 +26,21 @@ def run_tool(*args):
 
 
 def test_every_row_becomes_a_reporting_choice_and_split(tmp_path):
-    rows = [f"authors,{variant},{c},synthetic_1_1,1.0,{metric},{n},79.123456,2.5,81.0,1.5,1.87654321,0.9,2.8,0 1 2"
-            for variant, c, n in (("paper", 0.7, 10), ("lr5e-3", 0.9, 10), ("lr5e-3_E10", 0.9, 3))
-            for metric in ("final_train", "best_test", "last10_train")]
+    rows = [
+        f"authors,{variant},{c},synthetic_1_1,1.0,{metric},{n},79.123456,2.5,81.0,1.5,1.87654321,0.9,2.8,0 1 2"
+        for variant, c, n in (("paper", 0.7, 10), ("lr5e-3", 0.9, 10), ("lr5e-3_E10", 0.9, 3))
+        for metric in ("final_train", "best_test", "last10_train")
+    ]
     out = tmp_path / "authors_code.csv"
     proc = run_tool(measured(tmp_path, rows), "--out", out)
     assert proc.returncode == 0, proc.stderr
     table = pd.read_csv(out)
     assert len(table) == len(rows)
-    assert set(zip(table["reporting"], table["split"], strict=True)) == {("final", "train"), ("max", "test"), ("last10", "train")}
+    assert set(zip(table["reporting"], table["split"], strict=True)) == {
+        ("final", "train"),
+        ("max", "test"),
+        ("last10", "train"),
+    }
     variants = table.drop_duplicates("variant").set_index("variant")
     assert variants.loc["as released", ["lr", "step", "epochs"]].tolist() == [0.05, 0.7, 20]
     assert variants.loc["tuning comment", ["lr", "step", "epochs"]].tolist() == [0.005, 0.9, 20]
@@ -59,4 +67,5 @@ def test_the_packaged_table_is_the_tools_output_where_the_measurement_is_beside_
         proc = run_tool(source, "--out", tmp_path / "again.csv")
         assert proc.returncode == 0, proc.stderr
         assert (tmp_path / "again.csv").read_text() == (
-            ROOT / "src" / "upfl" / "report" / "paper_values" / "authors_code.csv").read_text()
+            ROOT / "src" / "upfl" / "report" / "paper_values" / "authors_code.csv"
+        ).read_text()

@@ -15,8 +15,15 @@ import pytest
 from fixtures_workflow import fresh_copy
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = ["README.md", "config/README.md", "results/README.md", "docs/*.md", "workflow/report/*.rst", "config/*.yaml",
-        "examples/*/README.md"]
+DOCS = [
+    "README.md",
+    "config/README.md",
+    "results/README.md",
+    "docs/*.md",
+    "workflow/report/*.rst",
+    "config/*.yaml",
+    "examples/*/README.md",
+]
 PLACEHOLDERS = {"TARGET": "table1"}
 
 
@@ -94,8 +101,9 @@ def grouped_by_options(commands: dict[str, list[str]]) -> dict[tuple[str, ...], 
         options = tuple(w for w in words if w not in targets and w != "--")  # targets go first when run
         default = [] if {"--report", "--unlock"} & set(words) or targets else ["all"]  # the default target
         groups.setdefault(options, [])
-        groups[options] += [t for t in [*dict.fromkeys(words), *default]
-                            if (t in targets or t in default) and t not in groups[options]]
+        groups[options] += [
+            t for t in [*dict.fromkeys(words), *default] if (t in targets or t in default) and t not in groups[options]
+        ]
     return groups
 
 
@@ -119,6 +127,12 @@ def test_a_misspelt_target_gets_did_you_mean_before_or_after_the_configfile(tmp_
     `fig55` as a config file; Snakemake says the file is missing, and the docs never print that order."""
     wd = fresh_copy(tmp_path / "clone")
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    proc = subprocess.run(["snakemake", "-n", "--cores", "all", "fig55", "--configfile", "config/quick.yaml"],
-                          cwd=wd, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        ["snakemake", "-n", "--cores", "all", "fig55", "--configfile", "config/quick.yaml"],
+        cwd=wd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode != 0 and "fig55: not a target of this config; did you mean fig5?" in proc.stderr

@@ -37,7 +37,7 @@ def quick_start_commands(readme: str) -> list[str]:
 
 def readme_test_command(readme: str) -> str:
     """The README's test command: the code after 'Tests:' in the quick-start section."""
-    found = re.search(r"Tests: `([^`]+)`", readme[readme.index(HEADING):])
+    found = re.search(r"Tests: `([^`]+)`", readme[readme.index(HEADING) :])
     assert found, "README: no 'Tests: `COMMAND`' in the quick-start section"
     return found.group(1)
 
@@ -49,22 +49,41 @@ def reduce_quick_preset(wd: Path) -> None:
     quick = config["presets"]["quick"]
     config["presets"]["quick"] = {
         "datasets": quick["datasets"],  # the real quick preset's offline data (our generator, not the paper's files)
-        "seeds": [0], "round_scale": 1, "exclude_sources": ["femnist", "sent140"],
+        "seeds": [0],
+        "round_scale": 1,
+        "exclude_sources": ["femnist", "sent140"],
         "run_defaults": {**config["run_defaults"], "solver": {**config["run_defaults"]["solver"], "epochs": 2}},
-        "experiments": {"table1": {
-            "description": table1["description"], "set": table1["set"],
-            "groups": [{"datasets": ["synthetic_1_1"], "runs": [
-                {"algorithm": "fedavg", "rounds": 4}, {"algorithm": "fedprox", "rounds": 4, "mu": 1},
-                {"algorithm": "upcycled", "rounds": 8, "mu": 1, "lam": 0.43}]}],
-            "outputs": [{"kind": "table1", "name": "table1"}, {"kind": "time", "name": "time"},
-                        {"kind": "convergence", "name": "fig5"}]}},
+        "experiments": {
+            "table1": {
+                "description": table1["description"],
+                "set": table1["set"],
+                "groups": [
+                    {
+                        "datasets": ["synthetic_1_1"],
+                        "runs": [
+                            {"algorithm": "fedavg", "rounds": 4},
+                            {"algorithm": "fedprox", "rounds": 4, "mu": 1},
+                            {"algorithm": "upcycled", "rounds": 8, "mu": 1, "lam": 0.43},
+                        ],
+                    }
+                ],
+                "outputs": [
+                    {"kind": "table1", "name": "table1"},
+                    {"kind": "time", "name": "time"},
+                    {"kind": "convergence", "name": "fig5"},
+                ],
+            }
+        },
     }
     path.write_text(yaml.safe_dump(config, sort_keys=False))
 
 
 def run_line(line: str, wd: Path, env: dict | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
-    env = env or {**os.environ, "VENV": sys.prefix,
-                  "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env = env or {
+        **os.environ,
+        "VENV": sys.prefix,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
     proc = subprocess.run(["bash", "-c", line], cwd=wd, env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, f"README command failed: {line}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     return proc
@@ -126,11 +145,12 @@ def test_readme_set_up_and_test_commands_in_a_fresh_copy(tmp_path):
     # copy's make and install into the outer environment instead of the copy's own .venv.
     outer = ("VIRTUAL_ENV", "PYTHONPATH", "VENV", "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")
     env = {k: v for k, v in os.environ.items() if k not in outer}
-    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep)
-                                  if not p.startswith(sys.prefix))
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if not p.startswith(sys.prefix))
     run_line(commands[0], wd, env, timeout=2400)
     assert (wd / ".venv" / "bin" / "snakemake").exists()
     run_line(commands[1], wd, env)
     check_quick_results(wd)
-    proc = run_line(readme_test_command(readme), wd, {**env, "PYTEST_ADDOPTS": "tests/cli/test_cli.py -k help -p no:cacheprovider"})
+    proc = run_line(
+        readme_test_command(readme), wd, {**env, "PYTEST_ADDOPTS": "tests/cli/test_cli.py -k help -p no:cacheprovider"}
+    )
     assert re.search(r"\d+ passed", proc.stdout), proc.stdout[-2000:]

@@ -107,16 +107,36 @@ def test_slurm_profile_runs_bundled_training_jobs_on_slurm_with_a_gpu(cluster, t
     targets = [f"results/runs/{r}/summary.json" for r in runs]
     # Jobs inherit the submitting environment (the plugin submits with `sbatch --export=ALL`): put this
     # interpreter's bin folder (upfl, snakemake) first on PATH so the jobs find them without an activated venv.
-    env = {**cluster.env, "PYTHONUNBUFFERED": "1",
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{cluster.env['PATH']}"}
-    cmd = ["timeout", "-s", "INT", "-k", "30", str(TIMEOUT), sys.executable, "-m", "snakemake",
-           "--workflow-profile", "profiles/slurm", "--jobs", "4", "--verbose", *targets]
+    env = {
+        **cluster.env,
+        "PYTHONUNBUFFERED": "1",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{cluster.env['PATH']}",
+    }
+    cmd = [
+        "timeout",
+        "-s",
+        "INT",
+        "-k",
+        "30",
+        str(TIMEOUT),
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--workflow-profile",
+        "profiles/slurm",
+        "--jobs",
+        "4",
+        "--verbose",
+        *targets,
+    ]
     start = time.monotonic()
     proc = subprocess.run(cmd, cwd=wd, env=env, capture_output=True, text=True, timeout=TIMEOUT + 60)
     elapsed = time.monotonic() - start
     log = proc.stdout + proc.stderr
     (tmp_path / "snakemake.log").write_text(log)
-    assert proc.returncode == 0, f"snakemake exited {proc.returncode} after {elapsed:.0f} s:\n{log[-6000:]}\n{cluster.logs()}"
+    assert proc.returncode == 0, (
+        f"snakemake exited {proc.returncode} after {elapsed:.0f} s:\n{log[-6000:]}\n{cluster.logs()}"
+    )
 
     # Every run of every bundle finished, with its own result folder and log.
     for rid in runs:
@@ -157,7 +177,8 @@ def test_slurm_profile_runs_bundled_training_jobs_on_slurm_with_a_gpu(cluster, t
         # SLURM_GPUS_ON_NODE is SLURM's own record of the GPUs it gave the job; CUDA_VISIBLE_DEVICES and
         # SLURM_JOB_GPUS are set only where the node's gres.conf names a device file.
         gpus_seen = "'SLURM_GPUS_ON_NODE': '1'" in text or (
-            "'CUDA_VISIBLE_DEVICES': '0'" in text and "'SLURM_JOB_GPUS': '0'" in text)
+            "'CUDA_VISIBLE_DEVICES': '0'" in text and "'SLURM_JOB_GPUS': '0'" in text
+        )
         assert gpus_seen == (jobid in gpu_jobs), (jobid, text[-3000:])
     print(f"\nsnakemake through profiles/slurm: {elapsed:.1f} s")
     print("\n".join(re.sub(r" --wrap=.*", " --wrap=...", c) for c in calls))

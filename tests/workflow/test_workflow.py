@@ -12,17 +12,29 @@ from pathlib import Path
 import pytest
 import yaml
 
+from fixtures_workflow import (
+    ROOT,
+    SNAKEMAKE,
+    expected_training_runs,
+    job_counts,
+    snakemake,
+    trained_runs,
+    workflow_copy,
+)
 from upfl.pipeline.bundles import form_bundles
 from upfl.pipeline.plan import build_plan
 
-from fixtures_workflow import ROOT, SNAKEMAKE, expected_training_runs, job_counts, snakemake, trained_runs, workflow_copy
-
 pytestmark = pytest.mark.workflow
+
 
 def test_lint_is_clean(tmp_path):
     """`make lint`'s workflow check (tools/workflow_lint.py) on a copy: no lint but the accepted one."""
-    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "workflow_lint.py"), str(workflow_copy(tmp_path))],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "workflow_lint.py"), str(workflow_copy(tmp_path))],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0 and "workflow lint: clean" in proc.stdout, proc.stdout + proc.stderr
 
 
@@ -42,8 +54,13 @@ def test_dry_run_lists_every_run_of_the_paper(tmp_path, preset):
     preset_cfg = config["presets"].get(preset, {}) if preset != "full" else {}
     skipped = set(preset_cfg.get("exclude_experiments", []))
     datasets = preset_cfg.get("datasets", config["datasets"])
-    used = {ds for name, exp in config["experiments"].items() if name not in skipped
-            for group in exp["groups"] for ds in group["datasets"]}
+    used = {
+        ds
+        for name, exp in config["experiments"].items()
+        if name not in skipped
+        for group in exp["groups"]
+        for ds in group["datasets"]
+    }
     sources = [datasets[ds]["source"] for ds in used if ds in datasets]
     assert counts.get("synthetic_dataset", 0) == sources.count("synthetic")
     assert counts.get("paper_dataset", 0) == sources.count("paper") == (0 if preset == "quick" else 4)
@@ -112,8 +129,19 @@ def test_report_jobs_come_before_any_waiting_bundle(tmp_path):
     proc = snakemake(workflow_copy(tmp_path), "-n", "--cores", "2", "--config", "preset=quick")
     priorities = job_priorities(proc.stdout)
     bundle = set().union(*(p for rule, p in priorities.items() if rule.startswith("train_bundle_")))
-    reports = ["experiment_runs", "all_runs", "accuracy_table", "time_table", "privacy_table", "ablation_table",
-               "sensitivity_table", "protocol_gap_table", "table2", "figure", "claims"]
+    reports = [
+        "experiment_runs",
+        "all_runs",
+        "accuracy_table",
+        "time_table",
+        "privacy_table",
+        "ablation_table",
+        "sensitivity_table",
+        "protocol_gap_table",
+        "table2",
+        "figure",
+        "claims",
+    ]
     assert bundle and set(reports) <= set(priorities)
     for rule in reports:
         assert priorities[rule] and min(priorities[rule]) > max(bundle), rule
@@ -155,8 +183,11 @@ def test_schema_rejects_a_misspelled_key_and_negative_mu(tmp_path):
     proc = snakemake(wd, "-n", check=False)
     text = proc.stdout + proc.stderr
     assert proc.returncode != 0 and len(text.splitlines()) < 20
-    assert re.search(r"config: experiments\.\w+\.groups\[\d+\]\.runs\[\d+\]\.mu\[0\]: value -0\.1 is not allowed; "
-                     r"allowed: numbers >= 0", text)
+    assert re.search(
+        r"config: experiments\.\w+\.groups\[\d+\]\.runs\[\d+\]\.mu\[0\]: value -0\.1 is not allowed; "
+        r"allowed: numbers >= 0",
+        text,
+    )
 
 
 TINY = """\
@@ -234,12 +265,15 @@ def test_tiny_preset_end_to_end_then_nothing_to_do(tmp_path):
     table1, claims = pages["table1.html"], pages["claims.html"]
     assert "<h1>Table 1: training (testing) accuracy" in table1 and "<table>" in table1 and "<th>" in table1
     assert "<table>" in claims and "<th>Verdict</th>" in claims
-    assert re.search(r"<td><strong>(holds|does not hold|inconclusive|too few seeds \(\d+\)|not measured here)"
-                     r"</strong>", claims)
+    assert re.search(
+        r"<td><strong>(holds|does not hold|inconclusive|too few seeds \(\d+\)|not measured here)"
+        r"</strong>",
+        claims,
+    )
     assert "Summary: " in claims and "preview, not the paper's data" in claims
     # The front page carries the claims summary and the number of planned runs.
     page = (wd / "results" / "tables" / "claims.md").read_text(encoding="utf-8")
-    summary = next(ln for ln in page.splitlines() if ln.startswith("Summary: "))[len("Summary: "):]
+    summary = next(ln for ln in page.splitlines() if ln.startswith("Summary: "))[len("Summary: ") :]
     assert summary.split(" (of ")[0] in report
 
 
@@ -254,9 +288,15 @@ def test_sigint_in_the_middle_then_restart_finishes_cleanly(tmp_path, runs_per_j
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     # A shell without job control starts background commands with SIGINT ignored, and an ignored signal
     # is inherited: restore the default so snakemake sees Ctrl-C as in a terminal, however pytest was started.
-    proc = subprocess.Popen(SNAKEMAKE + ["--workflow-profile", "none", "--cores", "2"], cwd=wd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        SNAKEMAKE + ["--workflow-profile", "none", "--cores", "2"],
+        cwd=wd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     runs = wd / "results" / "runs"
     bundle_logs = wd / "results" / "logs" / "bundles"
 
@@ -295,8 +335,12 @@ def test_sigint_in_the_middle_then_restart_finishes_cleanly(tmp_path, runs_per_j
         # has finished for its bundle when the bundle reported it, after saving it to the finished-run store: a
         # restart trusts the store, not a run folder, so a run whose files were written when the interrupt came,
         # but not yet stored, is trained again (to the same result).
-        reported_before = {line.split()[2] for text in logs_before.values() for line in text.splitlines()
-                           if line.startswith("[") and line.split()[1] in ("trained", "restored")}
+        reported_before = {
+            line.split()[2]
+            for text in logs_before.values()
+            for line in text.splitlines()
+            if line.startswith("[") and line.split()[1] in ("trained", "restored")
+        }
         assert reported_before and {runs / rid for rid in reported_before} <= done_before
         status = {}
         for log in bundle_logs.glob("*.log"):
@@ -381,7 +425,7 @@ def test_bundled_runs_train_once_and_an_edit_retrains_only_the_changed_runs(tmp_
     assert len(new) == 2 and all("lam0.21" in r for r in new)
     bundles = form_bundles(edited.runs)
     dry = snakemake(wd, "--cores", "2", "-n")
-    scheduled = [name[len("train_bundle_"):] for name in job_counts(dry.stdout) if name.startswith("train_bundle_")]
+    scheduled = [name[len("train_bundle_") :] for name in job_counts(dry.stdout) if name.startswith("train_bundle_")]
     assert scheduled and all(set(bundles[b].run_ids) & set(new) for b in scheduled), scheduled
     assert all(bundles[b].experiment == "second" for b in scheduled)
     snakemake(wd, "--cores", "2")

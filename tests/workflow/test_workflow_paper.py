@@ -71,8 +71,11 @@ def test_paper_sets_fetched_checked_converted_and_tabled(tmp_path):
     for name, path in files.items():
         fetched = wd / "resources" / SOURCES[name].filename
         assert fetched.read_bytes() == path.read_bytes(), name
-    for name, setting in (("synthetic_iid", "synthetic_iid"), ("synthetic_1_1", "synthetic_1_1"),
-                          ("paper_one_one", "synthetic_1_1")):
+    for name, setting in (
+        ("synthetic_iid", "synthetic_iid"),
+        ("synthetic_1_1", "synthetic_1_1"),
+        ("paper_one_one", "synthetic_1_1"),
+    ):
         ds = load_leaf(wd / "resources" / "data" / "paper" / name)
         assert ds.meta["source"] == "paper" and ds.meta["setting"] == setting and ds.meta["name"] == name
         assert len(ds.users) == 4
@@ -81,7 +84,9 @@ def test_paper_sets_fetched_checked_converted_and_tabled(tmp_path):
     assert all(np.array_equal(a.train_x[u], b.train_x[u]) for u in a.users), "the data set's name does not matter"
     table1 = (wd / "results" / "tables" / "table1.md").read_text()
     assert "Synthetic(iid)" in table1 and "Synthetic(1,1)" in table1
-    summaries = sorted(str(p.relative_to(wd / "results" / "runs")) for p in (wd / "results" / "runs").rglob("summary.json"))
+    summaries = sorted(
+        str(p.relative_to(wd / "results" / "runs")) for p in (wd / "results" / "runs").rglob("summary.json")
+    )
     assert len(summaries) == 2 * 3 + 1 and "paper_one_one/logreg/fedprox/mu1/s0_f0.5/T2/seed1/summary.json" in summaries
     table2 = (wd / "results" / "tables" / "table2.csv").read_text()
     rows = [line for line in table2.splitlines() if not line.startswith("#")]

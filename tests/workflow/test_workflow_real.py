@@ -11,8 +11,8 @@ from fixtures_leaf import make_leaf_archives, mirror_config, run_data_cli, serve
 from fixtures_workflow import ROOT, expected_training_runs, job_counts, snakemake, trained_runs, workflow_copy
 from upfl.data.download import read_recorded_sha256
 from upfl.data.leaf import load_leaf, verify_checksums
-from upfl.pipeline.plan import build_plan
 from upfl.files import sha256_file
+from upfl.pipeline.plan import build_plan
 
 pytestmark = pytest.mark.workflow
 
@@ -48,12 +48,27 @@ def test_fetch_source_is_one_archive_not_the_data_set(tmp_path):
     archives = make_leaf_archives(tmp_path / "src")
     with serve_folder(tmp_path / "src") as srv:
         urls = mirror_config(srv, archives)
-        rc = run_data_cli(["data", "fetch", "--source", "sent140", "--resources", str(tmp_path / "res"),
-                           "--no-progress", "--url", f"sent140={urls['sent140']['url']}", "--backoff", "0"])
+        rc = run_data_cli(
+            [
+                "data",
+                "fetch",
+                "--source",
+                "sent140",
+                "--resources",
+                str(tmp_path / "res"),
+                "--no-progress",
+                "--url",
+                f"sent140={urls['sent140']['url']}",
+                "--backoff",
+                "0",
+            ]
+        )
         paths = [p for p, _ in srv.log.requests]
     assert rc == 0 and paths == ["/trainingandtestdata.zip"]
     assert sorted(p.name for p in (tmp_path / "res").glob("*.zip")) == ["trainingandtestdata.zip"]
-    assert run_data_cli(["data", "fetch", "--source", "femnist", "--resources", str(tmp_path / "res")]) == 2  # not a source name
+    assert (
+        run_data_cli(["data", "fetch", "--source", "femnist", "--resources", str(tmp_path / "res")]) == 2
+    )  # not a source name
 
 
 def test_dry_run_counts_of_the_fixtures_preset(tmp_path):

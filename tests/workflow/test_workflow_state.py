@@ -55,8 +55,11 @@ def mixed_workflow(tmp_path: Path) -> Path:
 
 def results_state(wd: Path) -> dict[str, tuple[int, int]]:
     """Every file under results/ (but the report) with its modification time and size."""
-    return {str(p.relative_to(wd)): (p.stat().st_mtime_ns, p.stat().st_size)
-            for p in (wd / "results").rglob("*") if p.is_file() and p.name != "report.html"}
+    return {
+        str(p.relative_to(wd)): (p.stat().st_mtime_ns, p.stat().st_size)
+        for p in (wd / "results").rglob("*")
+        if p.is_file() and p.name != "report.html"
+    }
 
 
 def nothing_to_do(proc) -> bool:

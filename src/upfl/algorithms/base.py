@@ -15,9 +15,9 @@ Per-device and server state lives in the algorithm object and is saved with the 
 from __future__ import annotations
 
 from abc import ABC
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
-from collections.abc import Callable
 
 import torch
 
@@ -65,7 +65,6 @@ class ClientRound:
     def steps(self) -> list[int]:
         """tau_i: every device's number of local SGD steps this round (stragglers run fewer)."""
         return [int(p.shape[0]) for p in self.plans]
-
 
 
 class Algorithm(ABC):
@@ -132,8 +131,19 @@ class Algorithm(ABC):
 
     def local_solve(self, w: torch.Tensor, rnd: ClientRound, linear: torch.Tensor | None) -> tuple[torch.Tensor, int]:
         """Algorithm 1 line 4: every device's local model from ``w``; returns ((k, P) models, total SGD steps)."""
-        return rnd.solve(rnd.model, w, rnd.xs, rnd.ys, rnd.plans, self.proximal_mu, rnd.lr, rnd.momentum,
-                         linear_term=linear, generator=rnd.generator, **rnd.solver_inputs())
+        return rnd.solve(
+            rnd.model,
+            w,
+            rnd.xs,
+            rnd.ys,
+            rnd.plans,
+            self.proximal_mu,
+            rnd.lr,
+            rnd.momentum,
+            linear_term=linear,
+            generator=rnd.generator,
+            **rnd.solver_inputs(),
+        )
 
     def client_update(  # noqa: B027 - a hook that keeps no state unless a base algorithm overrides it
         self, w: torch.Tensor, local: torch.Tensor, rnd: ClientRound
@@ -156,8 +166,10 @@ class Algorithm(ABC):
     def split_state(self) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """:meth:`state_dict` as (public state, :attr:`device_state`)."""
         state = self.state_dict()
-        return ({k: v for k, v in state.items() if k not in self.device_state},
-                {k: v for k, v in state.items() if k in self.device_state})
+        return (
+            {k: v for k, v in state.items() if k not in self.device_state},
+            {k: v for k, v in state.items() if k in self.device_state},
+        )
 
     def load_state_dict(self, state: dict[str, torch.Tensor], device: torch.device) -> None:
         for k, v in state.items():

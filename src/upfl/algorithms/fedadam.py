@@ -28,7 +28,7 @@ class FedAdam(Algorithm):
         a = self.cfg
         if self.first_moment is None:
             self.first_moment = self.zeros(w)
-            self.second_moment = torch.full_like(w, a.tau ** 2)
+            self.second_moment = torch.full_like(w, a.tau**2)
         delta = average(released, rnd.weights) - w
         self.first_moment = a.beta1 * self.first_moment + (1 - a.beta1) * delta
         self.second_moment = self.second_moment_update(self.second_moment, delta * delta)

@@ -17,7 +17,7 @@ def momentum_work(steps: int, rho: float) -> float:
     correction): [tau - rho (1 - rho^tau) / (1 - rho)] / (1 - rho); tau for plain SGD."""
     if rho == 0:
         return float(steps)
-    return (steps - rho * (1 - rho ** steps) / (1 - rho)) / (1 - rho)
+    return (steps - rho * (1 - rho**steps) / (1 - rho)) / (1 - rho)
 
 
 class FedNova(Algorithm):

@@ -16,8 +16,7 @@ from .base import Algorithm
 from .updates import average
 
 
-def personal_solve(model, w_global, xs, ys, plans, lr, personal_lambda, personal_lr, personal_steps,
-                   generator=None):
+def personal_solve(model, w_global, xs, ys, plans, lr, personal_lambda, personal_lr, personal_steps, generator=None):
     """pFedMe's local solve (Dinh et al. 2020, Algorithm 1 lines 5-8), all devices batched as in
     :func:`upfl.solvers.torch_backend.local_solve`: from w_i = theta_i = ``w_global``, per batch row ``personal_steps`` times
     {theta_i -= personal_lr (grad f_i(theta_i; batch) + lambda (theta_i - w_i))}, then
@@ -70,8 +69,19 @@ class PFedMe(Algorithm):
             self.personal = self.zeros(w, self.num_devices)
             self.trained = torch.zeros(self.num_devices, dtype=w.dtype, device=w.device)
         solve = getattr(rnd.solve, "personal_solve", personal_solve)
-        local, theta, steps = solve(rnd.model, w, rnd.xs, rnd.ys, rnd.plans, rnd.lr, a.personal_lambda,
-                                    a.personal_lr, a.personal_steps, generator=rnd.generator, **rnd.solver_inputs())
+        local, theta, steps = solve(
+            rnd.model,
+            w,
+            rnd.xs,
+            rnd.ys,
+            rnd.plans,
+            rnd.lr,
+            a.personal_lambda,
+            a.personal_lr,
+            a.personal_steps,
+            generator=rnd.generator,
+            **rnd.solver_inputs(),
+        )
         self.personal[rnd.chosen] = theta
         self.trained[rnd.chosen] = 1.0
         return local, steps
@@ -84,9 +94,15 @@ class PFedMe(Algorithm):
         for devices that have not trained yet), pooled over devices."""
         if self._eval_sets is None:
             ds = sim.data
-            self._eval_sets = [(sim.xs[i], torch.as_tensor(ds.train_y[u]).to(sim.device),
-                                sim._x(ds.test_x[u]) if len(ds.test_y[u]) else None,
-                                torch.as_tensor(ds.test_y[u]).to(sim.device)) for i, u in enumerate(sim.devices)]
+            self._eval_sets = [
+                (
+                    sim.xs[i],
+                    torch.as_tensor(ds.train_y[u]).to(sim.device),
+                    sim._x(ds.test_x[u]) if len(ds.test_y[u]) else None,
+                    torch.as_tensor(ds.test_y[u]).to(sim.device),
+                )
+                for i, u in enumerate(sim.devices)
+            ]
         correct, count = {"train": 0, "test": 0}, {"train": 0, "test": 0}
         for i, (xtr, ytr, xte, yte) in enumerate(self._eval_sets):
             model_i = self.personal[i] if self.trained is not None and self.trained[i] else w

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from ..names import check_known, is_upcycled
 from .base import Algorithm
-from .fedavg import FedAvg
 from .fedadam import FedAdam
+from .fedavg import FedAvg
 from .fedavgm import FedAvgM
 from .feddyn import FedDyn
 from .fednova import FedNova

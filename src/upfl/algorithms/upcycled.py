@@ -13,6 +13,7 @@ from .. import names
 from .base import Algorithm, ClientRound
 from .updates import upcycle_coefficient, upcycle_step
 
+
 class Upcycled(Algorithm):
     """Base algorithm ``base`` at odd iterations, Eq. (5) at even ones. Delegates every client and server hook."""
 

@@ -32,9 +32,12 @@ def write_benchmark(path: str, seconds: float) -> None:
 
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     hours, rest = divmod(int(seconds), 3600)
-    row = (f"{seconds:.4f}", f"{hours}:{rest // 60:02d}:{rest % 60:02d}",
-           f"{max(own.ru_maxrss, children.ru_maxrss) / 1024:.2f}",
-           f"{own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime:.2f}")
+    row = (
+        f"{seconds:.4f}",
+        f"{hours}:{rest // 60:02d}:{rest % 60:02d}",
+        f"{max(own.ru_maxrss, children.ru_maxrss) / 1024:.2f}",
+        f"{own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime:.2f}",
+    )
     write_text(path, "\t".join(BENCHMARK_COLUMNS) + "\n" + "\t".join(row) + "\n")
 
 
@@ -48,8 +51,9 @@ def cmd_run_many(args: argparse.Namespace) -> int:
         print(f"upfl run-many: error: {e}", file=sys.stderr)
         return 2
     try:
-        train_bundle(spec, store=None if args.no_store else args.store, concurrent=args.concurrent,
-                     threads=args.threads)
+        train_bundle(
+            spec, store=None if args.no_store else args.store, concurrent=args.concurrent, threads=args.threads
+        )
     except BundleError as e:
         print(f"upfl run-many: error: {e}", file=sys.stderr)
         return 1
@@ -75,14 +79,24 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("run-many", help="train a bundle of run configs in one process")
     p.add_argument("--spec", required=True, help="bundle spec JSON (results/bundles/<name>.json)")
-    p.add_argument("--concurrent", type=int, default=None,
-                   help="runs trained at once by separate processes (default: the spec's; on a GPU they share it)")
+    p.add_argument(
+        "--concurrent",
+        type=int,
+        default=None,
+        help="runs trained at once by separate processes (default: the spec's; on a GPU they share it)",
+    )
     p.add_argument("--threads", type=int, default=None, help="torch threads per run (default: the spec's)")
-    p.add_argument("--store", default=DEFAULT_STORE,
-                   help=f"finished-run store: finished runs are kept and restored from here (default {DEFAULT_STORE})")
+    p.add_argument(
+        "--store",
+        default=DEFAULT_STORE,
+        help=f"finished-run store: finished runs are kept and restored from here (default {DEFAULT_STORE})",
+    )
     p.add_argument("--no-store", action="store_true", help="neither restore from nor write to the store")
-    p.add_argument("--benchmark", default=None,
-                   help="write the job's wall time, peak memory (MB) and CPU time here (Snakemake's benchmark format)")
+    p.add_argument(
+        "--benchmark",
+        default=None,
+        help="write the job's wall time, peak memory (MB) and CPU time here (Snakemake's benchmark format)",
+    )
     p.set_defaults(func=cmd_run_many)
 
     s = sub.add_parser("bundle-specs", help="write bundle spec files from the workflow's config (rule bundle_specs)")

@@ -34,7 +34,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("kernels", help="the compiled (numba) solver's kernels")
     actions = p.add_subparsers(dest="action", required=True)
     w = actions.add_parser("warm-up", help="compile the kernels into numba's cache, or load them from it")
-    w.add_argument("--threads", type=int, default=1,
-                   help="numba threads of the jobs that will use them (1: the single-threaded kernels; default 1)")
+    w.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="numba threads of the jobs that will use them (1: the single-threaded kernels; default 1)",
+    )
     w.add_argument("--out", required=True, help="JSON record of the warm-up (written all or nothing)")
     w.set_defaults(func=cmd_kernels_warm_up)

@@ -47,8 +47,9 @@ def cmd_runs(args: argparse.Namespace) -> int:
     specs = list(args.specs)
     for path in args.list or []:
         specs += read_spec_file(path)
-    df = collect_runs(parse_run_specs(specs), store=None if args.no_store else args.store, verify=args.verify,
-                      echo=print)
+    df = collect_runs(
+        parse_run_specs(specs), store=None if args.no_store else args.store, verify=args.verify, echo=print
+    )
     write_csv(args.out, df)
     print(f"wrote {args.out} ({len(df)} runs)")
     return 0
@@ -124,14 +125,20 @@ def cmd_claims(args: argparse.Namespace) -> int:
 
     runs = read_runs(args.runs)
     excluded = [d for item in args.excluded or [] for d in item.split(",") if d]
-    frame = write_claims(runs, args.out_prefix, provenance_line(args.config_file, runs, args.preset),
-                         parse_roles(args.experiment_for), excluded)
+    frame = write_claims(
+        runs,
+        args.out_prefix,
+        provenance_line(args.config_file, runs, args.preset),
+        parse_roles(args.experiment_for),
+        excluded,
+    )
     print(f"wrote {args.out_prefix}.csv, .md ({len(frame)} claims: {summary_text(frame)})")
     return 0
 
 
 def _guard(func):
     """Report errors (missing files, unknown experiments, inconsistent cells) as one line, exit status 2."""
+
     def run(args: argparse.Namespace) -> int:
         from ..report.collect import ReportError
 
@@ -140,6 +147,7 @@ def _guard(func):
         except (ReportError, OSError) as e:
             print(f"upfl report {args.report_command}: error: {e}", file=sys.stderr)
             return 2
+
     run.__name__ = func.__name__
     run.__doc__ = func.__doc__
     return run
@@ -148,16 +156,28 @@ def _guard(func):
 def _selection(q: argparse.ArgumentParser, experiment_required: bool = True) -> None:
     q.add_argument("--runs", required=True, help="the runs table written by 'upfl report runs'")
     q.add_argument("--experiment", required=experiment_required, help="experiment name (runs.csv 'experiments')")
-    q.add_argument("--where", action="append", metavar="KEY=VALUE[,VALUE...]",
-                   help="keep runs whose runs.csv column KEY equals a VALUE; repeatable")
+    q.add_argument(
+        "--where",
+        action="append",
+        metavar="KEY=VALUE[,VALUE...]",
+        help="keep runs whose runs.csv column KEY equals a VALUE; repeatable",
+    )
 
 
 def _config_file(q: argparse.ArgumentParser) -> None:
-    q.add_argument("--config-file", action="append", default=None, metavar="FILE",
-                   help="workflow config file, named with its sha256 in the provenance line; repeatable")
-    q.add_argument("--preset", default=None, metavar="NAME",
-                   help="the config preset the outputs were made with (default: the last config file's 'preset', "
-                        "else full)")
+    q.add_argument(
+        "--config-file",
+        action="append",
+        default=None,
+        metavar="FILE",
+        help="workflow config file, named with its sha256 in the provenance line; repeatable",
+    )
+    q.add_argument(
+        "--preset",
+        default=None,
+        metavar="NAME",
+        help="the config preset the outputs were made with (default: the last config file's 'preset', else full)",
+    )
 
 
 def _output_parser(sub: argparse._SubParsersAction, command: str) -> argparse.ArgumentParser:
@@ -176,11 +196,11 @@ def _output_parser(sub: argparse._SubParsersAction, command: str) -> argparse.Ar
     first = entry.tables or entry.figures
     q.add_argument("--out-prefix", required=True, help="writes " + ", ".join(f"PREFIX.{e}" for e in first))
     if entry.tables and entry.figures:
-        q.add_argument("--figure-prefix", required=True,
-                       help="writes " + ", ".join(f"PREFIX.{e}" for e in entry.figures))
+        q.add_argument(
+            "--figure-prefix", required=True, help="writes " + ", ".join(f"PREFIX.{e}" for e in entry.figures)
+        )
     if entry.reference:
-        q.add_argument("--reference-runs", help="runs table with the runs on the paper's draw (e.g. experiment "
-                       "table1)")
+        q.add_argument("--reference-runs", help="runs table with the runs on the paper's draw (e.g. experiment table1)")
         q.add_argument("--reference-experiment", default=None, help="experiment of --reference-runs (default: all)")
     _config_file(q)
     q.set_defaults(func=_guard(cmd_output))
@@ -199,8 +219,12 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     table (upfl.pipeline.outputs.OUTPUT_KINDS)."""
     from ..pipeline.outputs import OUTPUT_KINDS
 
-    p = subparsers.add_parser("report", help="runs table, the paper's tables and figures",
-                              description=plain_help(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "report",
+        help="runs table, the paper's tables and figures",
+        description=plain_help(__doc__),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = p.add_subparsers(dest="report_command", metavar="{" + ",".join(_commands()) + "}")
     sub.required = True
 
@@ -208,12 +232,18 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     r.add_argument("specs", nargs="*", metavar="EXPERIMENT:RUN_DIR")
     r.add_argument("--list", action="append", metavar="FILE", help="file of EXPERIMENT:RUN_DIR lines; repeatable")
     r.add_argument("--out", required=True, help="CSV to write (e.g. results/runs.csv)")
-    r.add_argument("--verify", action="store_true",
-                   help="every run must match the checksums recorded when it was trained (checksums.json); a run "
-                        "that does not is restored from --store, or moved aside to be retrained, and named "
-                        "(the workflow's mode; without it only runs with a record are checked)")
-    r.add_argument("--store", default="results/finished",
-                   help="finished-run store to restore damaged runs from (default: %(default)s)")
+    r.add_argument(
+        "--verify",
+        action="store_true",
+        help="every run must match the checksums recorded when it was trained (checksums.json); a run "
+        "that does not is restored from --store, or moved aside to be retrained, and named "
+        "(the workflow's mode; without it only runs with a record are checked)",
+    )
+    r.add_argument(
+        "--store",
+        default="results/finished",
+        help="finished-run store to restore damaged runs from (default: %(default)s)",
+    )
     r.add_argument("--no-store", action="store_true", help="restore nothing; a damaged run is only named")
     r.set_defaults(func=_guard(cmd_runs))
 
@@ -226,24 +256,44 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     for command in dict.fromkeys(k.command for k in OUTPUT_KINDS.values()):
         q = _output_parser(sub, command)
         if command == "figure":
-            q.add_argument("--metrics", default=None, help="comma-separated: train_loss, train_acc, "
-                           "test_loss, test_acc (one row of panels each; default train_loss,test_acc, "
-                           "test_acc,train_acc for privacy_tradeoff)")
-            q.add_argument("--x", default=None, help="x axis: iteration (default), round or time for convergence; "
-                           "step (default, mu/(mu+lambda)) or lam for lambda_sweep")
-            q.add_argument("--panels", default="curves,final", help="lambda_sweep panels: curves (metric against "
-                           "iterations per lambda, the paper's Figure 2 right) and/or final (final value against x); "
-                           "default curves,final")
+            q.add_argument(
+                "--metrics",
+                default=None,
+                help="comma-separated: train_loss, train_acc, "
+                "test_loss, test_acc (one row of panels each; default train_loss,test_acc, "
+                "test_acc,train_acc for privacy_tradeoff)",
+            )
+            q.add_argument(
+                "--x",
+                default=None,
+                help="x axis: iteration (default), round or time for convergence; "
+                "step (default, mu/(mu+lambda)) or lam for lambda_sweep",
+            )
+            q.add_argument(
+                "--panels",
+                default="curves,final",
+                help="lambda_sweep panels: curves (metric against "
+                "iterations per lambda, the paper's Figure 2 right) and/or final (final value against x); "
+                "default curves,final",
+            )
             q.add_argument("--title", default=None, help="figure title (default: from the output's name)")
 
     c = sub.add_parser("claims", help="every quantitative claim of the paper, ours beside it, and a verdict")
     c.add_argument("--runs", required=True, help="the runs table of all experiments (results/runs.csv)")
     c.add_argument("--out-prefix", required=True, help="writes PREFIX.csv, PREFIX.md")
-    c.add_argument("--experiment-for", action="append", metavar="ROLE=EXPERIMENT[,EXPERIMENT]",
-                   help="the experiment(s) a group of claims reads (roles: table1, time, lambda_sweep, privacy, "
-                        "privacy_real, cnn, draws); repeatable; defaults in upfl.report.claim_rules.DEFAULT_ROLES")
-    c.add_argument("--excluded", action="append", metavar="DATASET[,DATASET]",
-                   help="data sets left out of this pipeline run (named as the reason for 'not measured here')")
+    c.add_argument(
+        "--experiment-for",
+        action="append",
+        metavar="ROLE=EXPERIMENT[,EXPERIMENT]",
+        help="the experiment(s) a group of claims reads (roles: table1, time, lambda_sweep, privacy, "
+        "privacy_real, cnn, draws); repeatable; defaults in upfl.report.claim_rules.DEFAULT_ROLES",
+    )
+    c.add_argument(
+        "--excluded",
+        action="append",
+        metavar="DATASET[,DATASET]",
+        help="data sets left out of this pipeline run (named as the reason for 'not measured here')",
+    )
     _config_file(c)
     c.set_defaults(func=_guard(cmd_claims))
     return p

@@ -22,7 +22,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("store", help="the finished-run store (results/finished)")
     actions = p.add_subparsers(dest="action", required=True)
-    f = actions.add_parser("forget", help="remove runs' store entries and result files: the next snakemake retrains them")
+    f = actions.add_parser(
+        "forget", help="remove runs' store entries and result files: the next snakemake retrains them"
+    )
     f.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="a run's result folder (results/runs/<run id>)")
     f.add_argument("--store", default=DEFAULT_STORE, help=f"the store (default {DEFAULT_STORE})")
     f.set_defaults(func=cmd_store_forget)

@@ -7,9 +7,14 @@ do not pay for importing it.
 import importlib
 
 _EXPORTS = {
-    "DatasetError": "leaf", "FederatedDataset": "leaf", "load_leaf": "leaf", "write_leaf": "leaf",
-    "dataset_stats": "stats", "format_stats": "stats",
-    "SYNTHETIC_PRESETS": "synthetic", "generate_synthetic": "synthetic",
+    "DatasetError": "leaf",
+    "FederatedDataset": "leaf",
+    "load_leaf": "leaf",
+    "write_leaf": "leaf",
+    "dataset_stats": "stats",
+    "format_stats": "stats",
+    "SYNTHETIC_PRESETS": "synthetic",
+    "generate_synthetic": "synthetic",
 }
 
 __all__ = list(_EXPORTS)

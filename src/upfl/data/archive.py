@@ -15,8 +15,8 @@ import shutil
 import stat
 import zipfile
 import zlib
-from pathlib import Path, PurePosixPath
 from collections.abc import Callable, Iterator
+from pathlib import Path, PurePosixPath
 
 from ..files import atomic_path
 
@@ -111,15 +111,17 @@ def iter_members(zf: zipfile.ZipFile, select: Callable[[str], bool]) -> Iterator
         yield info, data
 
 
-def open_text_member(zf: zipfile.ZipFile, basename: str, encoding: str = "utf-8",
-                     errors: str = "strict") -> io.TextIOWrapper:
+def open_text_member(
+    zf: zipfile.ZipFile, basename: str, encoding: str = "utf-8", errors: str = "strict"
+) -> io.TextIOWrapper:
     """A text stream over one member, read line by line (never the whole file in memory)."""
     info = find_member(zf, basename)
     return io.TextIOWrapper(zf.open(info), encoding=encoding, errors=errors, newline="")
 
 
-def extract_zip(path: str | os.PathLike, target: str | os.PathLike,
-                select: Callable[[str], bool] | None = None) -> list[Path]:
+def extract_zip(
+    path: str | os.PathLike, target: str | os.PathLike, select: Callable[[str], bool] | None = None
+) -> list[Path]:
     """Extract the file members ``select`` accepts (all if ``None``) under ``target``.
 
     The whole archive is checked first (:func:`open_zip`), so an unsafe entry anywhere writes

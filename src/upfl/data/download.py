@@ -29,8 +29,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 
 from tqdm import tqdm
 
@@ -40,7 +40,7 @@ from .sources import DEADLINE, MAX_BYTES, Source
 
 CHUNK = 1 << 16
 CACHE_DIR = ".download-cache"
-OFFLINE_HINT = ("download the files elsewhere and give them with --from-mirror DIR (or --from-archive FILE)")
+OFFLINE_HINT = "download the files elsewhere and give them with --from-mirror DIR (or --from-archive FILE)"
 
 
 class DownloadError(RuntimeError):
@@ -174,13 +174,22 @@ def _check_budget(url: str, part: Path, written: int, total: int | None, max_byt
         what = f"the announced {total}" if total is not None else f"the cap of {max_bytes} bytes (--max-bytes)"
         raise DownloadError(f"{url}: the server sent more than {what}; nothing kept")
     if time.monotonic() > deadline:
-        raise DownloadError(f"{url}: not finished within the total deadline (--deadline); {written} bytes kept in "
-                            f"{part}, run again to resume")
+        raise DownloadError(
+            f"{url}: not finished within the total deadline (--deadline); {written} bytes kept in "
+            f"{part}, run again to resume"
+        )
 
 
-def _attempt(url: str, part: Path, timeout: float, progress: bool, label: str,
-             log: Callable[[str], None] = lambda m: None, max_bytes: int = MAX_BYTES,
-             deadline: float = float("inf")) -> None:
+def _attempt(
+    url: str,
+    part: Path,
+    timeout: float,
+    progress: bool,
+    label: str,
+    log: Callable[[str], None] = lambda m: None,
+    max_bytes: int = MAX_BYTES,
+    deadline: float = float("inf"),
+) -> None:
     """One HTTP request writing to ``part``; returns when ``part`` holds the whole file.
 
     A resume sends ``Range`` with ``If-Range`` (the object's strong ETag or Last-Modified): a server
@@ -209,8 +218,9 @@ def _attempt(url: str, part: Path, timeout: float, progress: bool, label: str,
         raise DownloadError(f"{url}: HTTP {e.code} {e.reason}") from None
     except urllib.error.URLError as e:
         if isinstance(e.reason, socket.gaierror):  # a name that does not resolve will not resolve in a minute
-            raise DownloadError(f"{url}: host name lookup failed ({e.reason}); offline or behind a proxy? "
-                                f"{OFFLINE_HINT}") from None
+            raise DownloadError(
+                f"{url}: host name lookup failed ({e.reason}); offline or behind a proxy? {OFFLINE_HINT}"
+            ) from None
         raise _Retry(f"{type(e).__name__}: {e}") from None
     except (OSError, http.client.HTTPException) as e:
         raise _Retry(f"{type(e).__name__}: {e}") from None
@@ -225,16 +235,14 @@ def _attempt(url: str, part: Path, timeout: float, progress: bool, label: str,
                 raise _Retry(f"server resumed from byte {start}, asked for {have}; restarting")
             if (etag or None) != state.get("etag") or (modified or None) != state.get("last_modified"):
                 _discard(part)
-                raise _Retry("server sent part of another version of the file (ETag/Last-Modified changed); "
-                              "restarting")
+                raise _Retry("server sent part of another version of the file (ETag/Last-Modified changed); restarting")
             if total is None and length is not None:
                 total = have + length
             mode = "ab"
         else:
             have, total, mode, h = 0, length, "wb", hashlib.sha256()
             state = {"url": url, "etag": etag or None, "last_modified": modified or None}
-        bar = tqdm(total=total, initial=have, unit="B", unit_scale=True, desc=label,
-                   disable=not progress, leave=False)
+        bar = tqdm(total=total, initial=have, unit="B", unit_scale=True, desc=label, disable=not progress, leave=False)
         written, since = have, 0
         try:
             with open(part, mode) as out:
@@ -255,8 +263,9 @@ def _attempt(url: str, part: Path, timeout: float, progress: bool, label: str,
                         try:
                             out.write(block)
                         except OSError as e:
-                            raise DownloadError(f"{part}: cannot write the download ({e.strerror}); "
-                                                "nothing published") from None
+                            raise DownloadError(
+                                f"{part}: cannot write the download ({e.strerror}); nothing published"
+                            ) from None
                         h.update(block)
                         written += len(block)
                         since += len(block)
@@ -293,7 +302,11 @@ def _publish(part: Path, dest: Path) -> None:
 
 
 def _quarantine(part: Path) -> Path:
-    bad = part.with_name(part.name[: -len(".part")] + ".bad") if part.name.endswith(".part") else part.with_name(part.name + ".bad")
+    bad = (
+        part.with_name(part.name[: -len(".part")] + ".bad")
+        if part.name.endswith(".part")
+        else part.with_name(part.name + ".bad")
+    )
     os.replace(part, bad)
     if state_file(part).exists():
         state_file(part).unlink()
@@ -316,12 +329,21 @@ def _fetch_lock(cache: Path, name: str, log: Callable[[str], None]):
         os.close(fd)
 
 
-def download(url: str, dest: str | os.PathLike, *, sha256: str | None = None,
-             cache_dir: str | os.PathLike | None = None, retries: int = 5, backoff: float = 1.0,
-             timeout: float = 60.0, progress: bool = True,
-             validate: Callable[[Path], None] | None = None,
-             log: Callable[[str], None] | None = None, max_bytes: int = MAX_BYTES,
-             deadline: float = DEADLINE) -> Path:
+def download(
+    url: str,
+    dest: str | os.PathLike,
+    *,
+    sha256: str | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    retries: int = 5,
+    backoff: float = 1.0,
+    timeout: float = 60.0,
+    progress: bool = True,
+    validate: Callable[[Path], None] | None = None,
+    log: Callable[[str], None] | None = None,
+    max_bytes: int = MAX_BYTES,
+    deadline: float = DEADLINE,
+) -> Path:
     """Download ``url`` to ``dest`` unless ``dest`` is already there (then only verified).
 
     Resumes ``<cache_dir>/<name>.part`` across attempts and across calls when the server confirms the
@@ -346,32 +368,56 @@ def download(url: str, dest: str | os.PathLike, *, sha256: str | None = None,
         if dest.exists():
             verify_file(dest, sha256)
             return dest
-        return _download_locked(url, dest, cache, sha256, retries, backoff, timeout, progress, validate, log,
-                                max_bytes, time.monotonic() + deadline)
+        return _download_locked(
+            url,
+            dest,
+            cache,
+            sha256,
+            retries,
+            backoff,
+            timeout,
+            progress,
+            validate,
+            log,
+            max_bytes,
+            time.monotonic() + deadline,
+        )
 
 
-def _download_locked(url, dest, cache, sha256, retries, backoff, timeout, progress, validate, log,
-                     max_bytes, deadline) -> Path:
+def _download_locked(
+    url, dest, cache, sha256, retries, backoff, timeout, progress, validate, log, max_bytes, deadline
+) -> Path:
     part = cache / (dest.name + ".part")
     reasons: list[str] = []
     for attempt in range(retries + 1):
         if attempt:
             time.sleep(max(0.0, min(backoff * 2 ** (attempt - 1), 60.0, deadline - time.monotonic())))
         try:
-            _attempt(url, part, min(timeout, max(0.1, deadline - time.monotonic())), progress, dest.name, log,
-                     max_bytes, deadline)
+            _attempt(
+                url,
+                part,
+                min(timeout, max(0.1, deadline - time.monotonic())),
+                progress,
+                dest.name,
+                log,
+                max_bytes,
+                deadline,
+            )
             break
         except _Retry as e:
             reasons.append(str(e))
     else:
         have = part.stat().st_size if part.exists() else 0
-        raise DownloadError(f"{url}: download incomplete after {retries + 1} attempts ({reasons[-1]}); "
-                            f"{have} bytes kept in {part}, run again to resume")
+        raise DownloadError(
+            f"{url}: download incomplete after {retries + 1} attempts ({reasons[-1]}); "
+            f"{have} bytes kept in {part}, run again to resume"
+        )
     got = sha256_file(part)
     if sha256 and got != sha256.lower():
         bad = _quarantine(part)
-        raise DownloadError(f"{url}: sha256 mismatch for {dest.name}: expected {sha256.lower()}, got {got} "
-                            f"(data moved to {bad})")
+        raise DownloadError(
+            f"{url}: sha256 mismatch for {dest.name}: expected {sha256.lower()}, got {got} (data moved to {bad})"
+        )
     if validate is not None:
         try:
             validate(part)
@@ -390,8 +436,13 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def copy_archive(src: str | os.PathLike, dest: str | os.PathLike, *, sha256: str | None = None,
-                 validate: Callable[[Path], None] | None = None) -> Path:
+def copy_archive(
+    src: str | os.PathLike,
+    dest: str | os.PathLike,
+    *,
+    sha256: str | None = None,
+    validate: Callable[[Path], None] | None = None,
+) -> Path:
     """Place an archive obtained elsewhere (``--from-archive``) at ``dest``, checked like a download."""
     src, dest = Path(src), Path(dest)
     if not src.is_file():
@@ -419,8 +470,14 @@ def validator_for(filename: str, sha256: str | None = None) -> Callable[[Path], 
     return check_zip if sha256 else verify_zip
 
 
-def fetch_source(source: Source, resources: str | os.PathLike, *, cache_dir: str | os.PathLike | None = None,
-                 from_archive: str | os.PathLike | None = None, **kwargs) -> Path:
+def fetch_source(
+    source: Source,
+    resources: str | os.PathLike,
+    *,
+    cache_dir: str | os.PathLike | None = None,
+    from_archive: str | os.PathLike | None = None,
+    **kwargs,
+) -> Path:
     """Make ``<resources>/<source.filename>`` present and verified: placed archive, local copy or download."""
     dest = Path(resources) / source.filename
     validate = validator_for(source.filename, source.sha256)

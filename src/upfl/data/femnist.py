@@ -107,17 +107,18 @@ class ImageRef:
     data: bytes = field(repr=False)
 
 
-def class_images(zf: zipfile.ZipFile, classes: set[str] | None = None,
-                 progress: bool = False) -> tuple[list[ImageRef], dict[str, int]]:
+def class_images(
+    zf: zipfile.ZipFile, classes: set[str] | None = None, progress: bool = False
+) -> tuple[list[ImageRef], dict[str, int]]:
     """LEAF step 1 on ``by_class``: every kept image (``hsf``, not ``mit``) of ``classes`` with its MD5.
 
     Bytes seen before under another class are a conflict: the first class keeps the image (as in
     LEAF's hash table) and the conflict is counted; identical bytes are dropped later, in :func:`paper_subset`.
     """
+
     def select(name: str) -> bool:
         parsed = parse_by_class(name)
-        return (parsed is not None and keep_by_class_subfolder(parsed[1])
-                and (classes is None or parsed[0] in classes))
+        return parsed is not None and keep_by_class_subfolder(parsed[1]) and (classes is None or parsed[0] in classes)
 
     first_class: dict[str, str] = {}
     refs: list[ImageRef] = []
@@ -183,11 +184,15 @@ def device_sizes(spec: FemnistSpec) -> tuple[np.ndarray, np.ndarray]:
     the Table 2 shape, sorted."""
     if spec.sizes == "paper_index":
         if not spec.train_counts:
-            raise ValueError("FEMNIST sizes 'paper_index' need the authors' per-device counts (train_counts, "
-                             "test_counts): 'upfl data prepare femnist' reads them from the paper's device index "
-                             "('upfl data fetch paper_femnist'); or set sizes=table2_shape")
+            raise ValueError(
+                "FEMNIST sizes 'paper_index' need the authors' per-device counts (train_counts, "
+                "test_counts): 'upfl data prepare femnist' reads them from the paper's device index "
+                "('upfl data fetch paper_femnist'); or set sizes=table2_shape"
+            )
         if len(spec.train_counts) != spec.num_devices:
-            raise ValueError(f"num_devices is {spec.num_devices} but the device index has {len(spec.train_counts)} devices")
+            raise ValueError(
+                f"num_devices is {spec.num_devices} but the device index has {len(spec.train_counts)} devices"
+            )
         return np.array(spec.train_counts, dtype=np.int64), np.array(spec.test_counts, dtype=np.int64)
     train = lognormal_sizes(spec.num_devices, spec.train_total, spec.train_min, spec.train_median, spec.train_max)
     if spec.test_total is not None:
@@ -197,8 +202,9 @@ def device_sizes(spec: FemnistSpec) -> tuple[np.ndarray, np.ndarray]:
     return train, test
 
 
-def select_devices(pool_sizes: dict[int, int], totals: np.ndarray, classes_per_device: int,
-                   rng: np.random.Generator) -> list[tuple[list[int], dict[int, int]]]:
+def select_devices(
+    pool_sizes: dict[int, int], totals: np.ndarray, classes_per_device: int, rng: np.random.Generator
+) -> list[tuple[list[int], dict[int, int]]]:
     """Choose each device's classes and how many images of each it takes (no image twice).
 
     Device ``d`` (in the given order) needs ``totals[d]`` images split as evenly as possible
@@ -212,8 +218,10 @@ def select_devices(pool_sizes: dict[int, int], totals: np.ndarray, classes_per_d
         share = -(-total // classes_per_device)
         able = sorted(c for c, n in left.items() if n >= share)
         if len(able) < classes_per_device:
-            raise DatasetError(f"device {d} needs {share} images from each of {classes_per_device} classes, "
-                               f"but only {len(able)} classes have that many left: {dict(sorted(left.items()))}")
+            raise DatasetError(
+                f"device {d} needs {share} images from each of {classes_per_device} classes, "
+                f"but only {len(able)} classes have that many left: {dict(sorted(left.items()))}"
+            )
         chosen = sorted(int(c) for c in rng.choice(able, size=classes_per_device, replace=False))
         base, extra = divmod(total, classes_per_device)
         bonus = {int(c) for c in rng.choice(chosen, size=extra, replace=False)}
@@ -251,8 +259,12 @@ def paper_subset(refs: list[ImageRef], spec: FemnistSpec, seed: int) -> dict[str
     if spec.sizes != "paper_index":  # the index's devices keep the authors' order
         order = numpy_generator(seed, "data", key, 0).permutation(spec.num_devices)
         train_sizes, test_sizes = train_sizes[order], test_sizes[order]
-    plan = select_devices({c: len(p) for c, p in pools.items()}, train_sizes + test_sizes,
-                          spec.classes_per_device, numpy_generator(seed, "data", key, 2))
+    plan = select_devices(
+        {c: len(p) for c, p in pools.items()},
+        train_sizes + test_sizes,
+        spec.classes_per_device,
+        numpy_generator(seed, "data", key, 2),
+    )
     users: list[str] = []
     train: tuple[dict[str, np.ndarray], dict[str, np.ndarray]] = ({}, {})
     test: tuple[dict[str, np.ndarray], dict[str, np.ndarray]] = ({}, {})
@@ -263,28 +275,46 @@ def paper_subset(refs: list[ImageRef], spec: FemnistSpec, seed: int) -> dict[str
         user = f"f_{d:05d}"
         picked: list[tuple[ImageRef, int]] = []
         for c in chosen:
-            picked += [(r, c) for r in pools[c][taken[c]:taken[c] + counts[c]]]
+            picked += [(r, c) for r in pools[c][taken[c] : taken[c] + counts[c]]]
             taken[c] += counts[c]
         perm = numpy_generator(seed, "data", key, 3, d).permutation(len(picked))
         n_train = int(train_sizes[d])
         split = {"train": [picked[i] for i in perm[:n_train]], "test": [picked[i] for i in perm[n_train:]]}
         for name, (xs, ys) in (("train", train), ("test", test)):
             rows = split[name]
-            xs[user] = (np.stack([image_vector(r.data, r.member) for r, _ in rows]) if rows
-                        else np.zeros((0, 784), dtype=np.float32))
+            xs[user] = (
+                np.stack([image_vector(r.data, r.member) for r, _ in rows])
+                if rows
+                else np.zeros((0, 784), dtype=np.float32)
+            )
             ys[user] = np.array([c for _, c in rows], dtype=np.int64)
         users.append(user)
         images[user] = {name: [r.member for r, _ in rows] for name, rows in split.items()}
-        devices[user] = {"classes": [chr(int(spec.classes[c], 16)) for c in chosen],
-                         "train": len(split["train"]), "test": len(split["test"])}
-    return {"users": users, "train": train, "test": test, "images": images, "devices": devices,
-            "pool_sizes": {chr(int(spec.classes[c], 16)): len(p) for c, p in pools.items()},
-            "duplicate_images_skipped": duplicates}
+        devices[user] = {
+            "classes": [chr(int(spec.classes[c], 16)) for c in chosen],
+            "train": len(split["train"]),
+            "test": len(split["test"]),
+        }
+    return {
+        "users": users,
+        "train": train,
+        "test": test,
+        "images": images,
+        "devices": devices,
+        "pool_sizes": {chr(int(spec.classes[c], 16)): len(p) for c, p in pools.items()},
+        "duplicate_images_skipped": duplicates,
+    }
 
 
-def build_femnist(by_class: str | os.PathLike, out: str | os.PathLike,
-                  seed: int = 0, spec: FemnistSpec = FemnistSpec(), progress: bool = True,
-                  name: str = "femnist", device_index: dict[str, Any] | None = None) -> Path:
+def build_femnist(
+    by_class: str | os.PathLike,
+    out: str | os.PathLike,
+    seed: int = 0,
+    spec: FemnistSpec = FemnistSpec(),
+    progress: bool = True,
+    name: str = "femnist",
+    device_index: dict[str, Any] | None = None,
+) -> Path:
     """LEAF's FEMNIST steps on NIST's ``by_class.zip``, then the paper's subset, written as a LEAF folder.
 
     The folder holds ``train/``, ``test/``, ``meta.json`` (spec, seed, counts, per-device
@@ -308,8 +338,11 @@ def build_femnist(by_class: str | os.PathLike, out: str | os.PathLike,
         "label_map": {chr(int(h, 16)): i for i, h in enumerate(spec.classes)},
         "x_dtype": "float32",
         "image": {"size": list(IMAGE_SIZE), "resample": "LANCZOS thumbnail", "scale": "1/255", "inverted": False},
-        "counts": {**counts, "pool_sizes": subset["pool_sizes"],
-                   "duplicate_images_skipped": subset["duplicate_images_skipped"]},
+        "counts": {
+            **counts,
+            "pool_sizes": subset["pool_sizes"],
+            "duplicate_images_skipped": subset["duplicate_images_skipped"],
+        },
         "devices": subset["devices"],
         "sources": {by_class.name: read_recorded_sha256(by_class)},
         "device_index": device_index,
@@ -319,5 +352,6 @@ def build_femnist(by_class: str | os.PathLike, out: str | os.PathLike,
     def write_index(path: Path) -> None:
         path.write_text(json.dumps(subset["images"], separators=(",", ":")), encoding="utf-8")
 
-    return write_dataset(out, subset["users"], subset["train"], subset["test"], meta,
-                         extras={"images.json": write_index})
+    return write_dataset(
+        out, subset["users"], subset["train"], subset["test"], meta, extras={"images.json": write_index}
+    )

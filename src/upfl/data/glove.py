@@ -32,8 +32,9 @@ def parse_vector(rest: str, dim: int, where: str) -> np.ndarray:
         raise DatasetError(f"{where}: holds a value that is not a number") from None
 
 
-def glove_subset(path: str | os.PathLike, words: set[str], member: str = GLOVE_MEMBER,
-                 dim: int = GLOVE_DIM, progress: bool = False) -> tuple[list[str], np.ndarray]:
+def glove_subset(
+    path: str | os.PathLike, words: set[str], member: str = GLOVE_MEMBER, dim: int = GLOVE_DIM, progress: bool = False
+) -> tuple[list[str], np.ndarray]:
     """Vectors of the ``words`` GloVe has: ``(vocab, matrix (len(vocab), dim))``, in file order.
 
     A word listed twice keeps its first vector. Only the kept lines are parsed; the first line

@@ -86,8 +86,10 @@ class FederatedDataset:
                 bad = np.flatnonzero((y < 0) | (y >= k))
                 if len(bad):
                     file = self.files.get(split, {}).get(user, f"{self.path}/{split}")
-                    raise DatasetError(f"{file}: user {user!r}: label {bad[0]} is {int(y[bad[0]])}, outside "
-                                       f"0..{k - 1} (num_classes {k} from {self.num_classes_source})")
+                    raise DatasetError(
+                        f"{file}: user {user!r}: label {bad[0]} is {int(y[bad[0]])}, outside "
+                        f"0..{k - 1} (num_classes {k} from {self.num_classes_source})"
+                    )
 
 
 def _fail(file: Path, msg: str) -> None:
@@ -116,8 +118,10 @@ def read_json(file: Path) -> Any:
         with open(file, encoding="utf-8") as f:
             return json.load(f, object_pairs_hook=_unique_keys)
     except _DuplicateKey as e:
-        raise DatasetError(f"{file}: key {e.args[0]!r} appears twice in one JSON object (a user twice in "
-                           "user_data?); refused rather than keeping the last one") from None
+        raise DatasetError(
+            f"{file}: key {e.args[0]!r} appears twice in one JSON object (a user twice in "
+            "user_data?); refused rather than keeping the last one"
+        ) from None
     except UnicodeDecodeError as e:
         raise DatasetError(f"{file}: not UTF-8 (byte {e.start} is 0x{e.object[e.start]:02x})") from None
     except json.JSONDecodeError as e:
@@ -143,15 +147,20 @@ def _check_x(file: Path, user: str, x_arr: np.ndarray, x_dtype: str) -> None:
     if not np.isfinite(rows).all():
         row = int(np.flatnonzero(~np.isfinite(rows).all(axis=1))[0])
         _fail(file, f"user {user!r}: x row {row} holds NaN or infinite values")
-    limit = FLOAT32_MAX if x_dtype == "float32" else float(2 ** 31 - 1)
+    limit = FLOAT32_MAX if x_dtype == "float32" else float(2**31 - 1)
     too_large = np.abs(rows) > limit
     if too_large.any():
         row = int(np.flatnonzero(too_large.any(axis=1))[0])
-        _fail(file, f"user {user!r}: x row {row} holds {float(rows[row][too_large[row]][0]):g}, beyond {x_dtype} "
-                    f"(largest {limit:g}): it would be infinite in training")
+        _fail(
+            file,
+            f"user {user!r}: x row {row} holds {float(rows[row][too_large[row]][0]):g}, beyond {x_dtype} "
+            f"(largest {limit:g}): it would be infinite in training",
+        )
 
 
-def _read_split(folder: Path, x_dtype: str, where: dict[str, str]) -> tuple[list[str], dict[str, np.ndarray], dict[str, np.ndarray]]:
+def _read_split(
+    folder: Path, x_dtype: str, where: dict[str, str]
+) -> tuple[list[str], dict[str, np.ndarray], dict[str, np.ndarray]]:
     if not folder.is_dir():
         raise DatasetError(f"{folder}: missing folder (a LEAF data set needs train/ and test/ folders)")
     files = sorted(folder.glob("*.json"))
@@ -190,12 +199,17 @@ def _read_split(folder: Path, x_dtype: str, where: dict[str, str]) -> tuple[list
             if not isinstance(count, int) or count != len(y):
                 _fail(file, f"user {user!r}: num_samples says {count!r} but user_data holds {len(y)} samples")
             for i, label in enumerate(y):
-                if isinstance(label, bool) or not (isinstance(label, int) or (isinstance(label, float) and label.is_integer())):
+                if isinstance(label, bool) or not (
+                    isinstance(label, int) or (isinstance(label, float) and label.is_integer())
+                ):
                     _fail(file, f"user {user!r}: label {i} is {label!r}, not an integer")
                 if label < 0:
                     _fail(file, f"user {user!r}: label {i} is {label}, labels must be >= 0")
                 if label >= MAX_CLASSES:
-                    _fail(file, f"user {user!r}: label {i} is {label:g}, outside 0..{MAX_CLASSES - 1} (upfl.data.leaf.MAX_CLASSES)")
+                    _fail(
+                        file,
+                        f"user {user!r}: label {i} is {label:g}, outside 0..{MAX_CLASSES - 1} (upfl.data.leaf.MAX_CLASSES)",
+                    )
             if x and _depth(x, MAX_X_DIMS + 1) > MAX_X_DIMS + 1:
                 _fail(file, f"user {user!r}: x row 0 is nested more than {MAX_X_DIMS} levels deep")
             try:
@@ -204,7 +218,10 @@ def _read_split(folder: Path, x_dtype: str, where: dict[str, str]) -> tuple[list
                 shapes = {np.shape(r) for r in x[:1]}
                 for i, r in enumerate(x):
                     if np.shape(r) not in shapes:
-                        _fail(file, f"user {user!r}: x row {i} has shape {np.shape(r)}, row 0 has {next(iter(shapes))} (ragged x)")
+                        _fail(
+                            file,
+                            f"user {user!r}: x row {i} has shape {np.shape(r)}, row 0 has {next(iter(shapes))} (ragged x)",
+                        )
                 _fail(file, f"user {user!r}: x holds non-numeric values")
             if len(x) and x_arr.ndim < 2:
                 _fail(file, f"user {user!r}: each x row must be a list of numbers")
@@ -284,14 +301,19 @@ def _split_doc(users: list[str], xs: dict[str, np.ndarray], ys: dict[str, np.nda
     return {
         "users": present,
         "num_samples": [int(len(ys[u])) for u in present],
-        "user_data": {u: {"x": np.asarray(xs[u]).tolist(), "y": np.asarray(ys[u]).astype(int).tolist()} for u in present},
+        "user_data": {
+            u: {"x": np.asarray(xs[u]).tolist(), "y": np.asarray(ys[u]).astype(int).tolist()} for u in present
+        },
     }
 
 
-def write_leaf(path: str | os.PathLike, users: list[str],
-               train: tuple[dict[str, np.ndarray], dict[str, np.ndarray]],
-               test: tuple[dict[str, np.ndarray], dict[str, np.ndarray]],
-               meta: dict[str, Any]) -> Path:
+def write_leaf(
+    path: str | os.PathLike,
+    users: list[str],
+    train: tuple[dict[str, np.ndarray], dict[str, np.ndarray]],
+    test: tuple[dict[str, np.ndarray], dict[str, np.ndarray]],
+    meta: dict[str, Any],
+) -> Path:
     """Write a data set folder atomically: built in a temporary sibling, renamed into place when complete.
 
     ``meta.json`` records ``meta`` plus the sha256 of every data file.
@@ -322,4 +344,3 @@ def verify_checksums(path: str | os.PathLike) -> None:
     for rel, digest in meta.get("sha256", {}).items():
         if sha256_file(root / rel) != digest:
             raise DatasetError(f"{root / rel}: sha256 does not match the one recorded in {META_FILE}")
-

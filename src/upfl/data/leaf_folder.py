@@ -76,8 +76,9 @@ def _check_recorded(root: Path, recorded: Any, digests: dict[str, str], key: str
         return
     for rel, digest in recorded.items():
         if rel in digests and isinstance(digest, str) and digests[rel] != digest.lower():
-            raise DatasetError(f"{root / rel}: sha256 {digests[rel]} is not the {digest} that {root / META_FILE} "
-                               f"records ({key})")
+            raise DatasetError(
+                f"{root / rel}: sha256 {digests[rel]} is not the {digest} that {root / META_FILE} records ({key})"
+            )
 
 
 def import_leaf_folder(source: str | os.PathLike, out: str | os.PathLike, name: str | None = None) -> Path:
@@ -91,8 +92,10 @@ def import_leaf_folder(source: str | os.PathLike, out: str | os.PathLike, name: 
     a, b = src.resolve(), dest.resolve()
     if a == b or a in b.parents or b in a.parents:
         # replacing `out` would replace (or delete) the folder being copied
-        raise ValueError(f"--out {dest}: the folder it copies ({src}) is inside it or it is inside that folder; "
-                         f"give another output folder")
+        raise ValueError(
+            f"--out {dest}: the folder it copies ({src}) is inside it or it is inside that folder; "
+            f"give another output folder"
+        )
     files = folder_files(src)
     meta: dict[str, Any] = read_json(src / META_FILE) if (src / META_FILE).is_file() else {}
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -109,9 +112,16 @@ def import_leaf_folder(source: str | os.PathLike, out: str | os.PathLike, name: 
         _check_recorded(src, meta.get("sha256"), digests, "sha256")
         _check_recorded(src, meta.get("extra_files"), digests, "extra_files")
         split_files = {rel: d for rel, d in digests.items() if rel.split("/", 1)[0] in SPLITS}
-        write_json(tmp / META_FILE, {**meta, "name": name or meta.get("name") or src.name,
-                                     "source": meta.get("source", "leaf"),
-                                     "imported_from": str(src.resolve()), "sha256": split_files})
+        write_json(
+            tmp / META_FILE,
+            {
+                **meta,
+                "name": name or meta.get("name") or src.name,
+                "source": meta.get("source", "leaf"),
+                "imported_from": str(src.resolve()),
+                "sha256": split_files,
+            },
+        )
         try:
             load_leaf(tmp)
         except DatasetError as e:

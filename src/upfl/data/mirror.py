@@ -7,8 +7,8 @@ import contextlib
 import functools
 import http.server
 import threading
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 
 
 class QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -35,7 +35,9 @@ class MirrorFetchError(RuntimeError):
 
 
 @contextlib.contextmanager
-def fetched_from_mirror(mirror: str | Path, names: list[str], prefix: str = "upfl-mirror-") -> Iterator[tuple[str, Path]]:
+def fetched_from_mirror(
+    mirror: str | Path, names: list[str], prefix: str = "upfl-mirror-"
+) -> Iterator[tuple[str, Path]]:
     """Serve ``mirror`` (a copy of the authors' repository files) on 127.0.0.1, fetch the paper's data sets
     ``names`` from it through ``upfl data fetch`` (the real code path, in a fresh process) into a temporary
     resources folder, and yield (the mirror's URL, that folder) for the block."""
@@ -44,8 +46,21 @@ def fetched_from_mirror(mirror: str | Path, names: list[str], prefix: str = "upf
     import tempfile
 
     with serve_folder(mirror) as base, tempfile.TemporaryDirectory(prefix=prefix) as tmp:
-        cmd = [sys.executable, "-m", "upfl.cli", "data", "fetch", *names, "--resources", tmp, "--no-progress",
-               "--url", f"paper={base}", "--backoff", "0.5"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "upfl.cli",
+            "data",
+            "fetch",
+            *names,
+            "--resources",
+            tmp,
+            "--no-progress",
+            "--url",
+            f"paper={base}",
+            "--backoff",
+            "0.5",
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise MirrorFetchError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}")

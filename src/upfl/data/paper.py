@@ -30,8 +30,7 @@ import numpy as np
 
 from .. import __version__
 from .leaf import DatasetError, write_leaf
-from .sources import (PAPER_COMMIT, PAPER_REPO, PAPER_SYNTHETIC_SETS, Source,
-                      paper_file_name)
+from .sources import PAPER_COMMIT, PAPER_REPO, PAPER_SYNTHETIC_SETS, Source, paper_file_name
 
 DIM = 20
 
@@ -72,8 +71,10 @@ def load_tensor_dataset(data: bytes, name: str, dim: int = DIM) -> tuple[np.ndar
             detail = re.search(r"WeightsUnpickler error: (.+)", str(e).replace("\n", " "))
             reason = detail.group(1).split(".")[0].strip() if detail else "unreadable pickle"
             raise PaperDataError(f"{name}: not a readable torch file ({reason})") from None
-        raise PaperDataError(f"{name}: refused: the file needs the global {found.group(1)}; only "
-                             "torch.utils.data.TensorDataset of tensors is allowed (torch.load weights_only=True)") from None
+        raise PaperDataError(
+            f"{name}: refused: the file needs the global {found.group(1)}; only "
+            "torch.utils.data.TensorDataset of tensors is allowed (torch.load weights_only=True)"
+        ) from None
     except (RuntimeError, EOFError, ValueError, OSError) as e:
         raise PaperDataError(f"{name}: not a readable torch file: {str(e).splitlines()[0]}") from None
     if type(obj) is not TensorDataset:
@@ -93,7 +94,9 @@ def load_tensor_dataset(data: bytes, name: str, dim: int = DIM) -> tuple[np.ndar
     if x.shape[0] == 0:
         raise PaperDataError(f"{name}: holds no rows")
     if not np.isfinite(x_np).all():
-        raise PaperDataError(f"{name}: x holds NaN or infinite values (row {int(np.argwhere(~np.isfinite(x_np))[0, 0])})")
+        raise PaperDataError(
+            f"{name}: x holds NaN or infinite values (row {int(np.argwhere(~np.isfinite(x_np))[0, 0])})"
+        )
     y_float = y_np.astype(np.float64)
     bad = ~np.isfinite(y_float) | (y_float != np.round(y_float)) | (y_float < 0)
     if bad.any():
@@ -122,7 +125,9 @@ def load_user_groups(data: bytes, name: str, num_rows: int | None = None) -> dic
     for device in keys:
         rows = doc[device]
         if not isinstance(rows, list):
-            raise PaperDataError(f"{name}: device {device!r}: expected a list of row indices, got {type(rows).__name__}")
+            raise PaperDataError(
+                f"{name}: device {device!r}: expected a list of row indices, got {type(rows).__name__}"
+            )
         for i in rows:
             if isinstance(i, bool) or not isinstance(i, int):
                 raise PaperDataError(f"{name}: device {device!r}: row index {i!r} is not an integer")
@@ -136,8 +141,7 @@ def load_user_groups(data: bytes, name: str, num_rows: int | None = None) -> dic
         groups[device] = list(rows)
     if num_rows is not None and len(owner) != num_rows:
         missing = sorted(set(range(num_rows)) - set(owner))
-        raise PaperDataError(f"{name}: {len(missing)} of {num_rows} rows belong to no device "
-                             f"(first: {missing[:5]})")
+        raise PaperDataError(f"{name}: {len(missing)} of {num_rows} rows belong to no device (first: {missing[:5]})")
     return groups
 
 
@@ -146,8 +150,9 @@ def device_counts(data: bytes, name: str) -> dict[str, int]:
     return {device: len(rows) for device, rows in load_user_groups(data, name).items()}
 
 
-def femnist_device_counts(resources: str | os.PathLike, sources: list[Source] | None = None
-                          ) -> tuple[tuple[int, ...], tuple[int, ...], dict[str, dict[str, str]]]:
+def femnist_device_counts(
+    resources: str | os.PathLike, sources: list[Source] | None = None
+) -> tuple[tuple[int, ...], tuple[int, ...], dict[str, dict[str, str]]]:
     """The authors' 50 FEMNIST devices as ``(train counts, test counts, files)``, devices in numeric order.
 
     Read from the two ``user_groups.json`` of their FEMNIST index (placed under ``resources`` by
@@ -164,14 +169,18 @@ def femnist_device_counts(resources: str | os.PathLike, sources: list[Source] | 
         src = given.get(name, SOURCES[name])
         path = Path(resources) / src.filename
         if not path.is_file():
-            raise PaperDataError(f"{path}: missing; run 'upfl data fetch paper_femnist' (the authors' FEMNIST "
-                                 "device index) first, or prepare with --set sizes=table2_shape")
+            raise PaperDataError(
+                f"{path}: missing; run 'upfl data fetch paper_femnist' (the authors' FEMNIST "
+                "device index) first, or prepare with --set sizes=table2_shape"
+            )
         counts[split] = device_counts(checked_bytes(path, src.sha256), str(path))
         assert src.sha256 is not None  # the paper's files are pinned (PAPER_SHA256)
         files[src.path] = {"url": src.url, "sha256": src.sha256.lower()}
     if list(counts["train"]) != list(counts["test"]):
-        raise PaperDataError(f"{Path(resources) / SOURCES[paper_file_name('femnist', 'test', True)].filename}: "
-                             "train and test index list different devices")
+        raise PaperDataError(
+            f"{Path(resources) / SOURCES[paper_file_name('femnist', 'test', True)].filename}: "
+            "train and test index list different devices"
+        )
     empty = [d for d, n in counts["train"].items() if n == 0]
     if empty:
         raise PaperDataError(f"FEMNIST device index: devices {empty[:5]} have no training samples")
@@ -185,13 +194,21 @@ def paper_sources(setting: str, sources: list[Source] | None = None) -> dict[tup
     from .sources import SOURCES
 
     given = {s.name: s for s in sources or []}
-    return {(split, groups): given.get(n, SOURCES[n])
-            for split in ("train", "test") for groups in (False, True)
-            for n in [paper_file_name(setting, split, groups)]}
+    return {
+        (split, groups): given.get(n, SOURCES[n])
+        for split in ("train", "test")
+        for groups in (False, True)
+        for n in [paper_file_name(setting, split, groups)]
+    }
 
 
-def build_paper_synthetic(setting: str, resources: str | os.PathLike, out: str | os.PathLike,
-                          name: str | None = None, sources: list[Source] | None = None) -> Path:
+def build_paper_synthetic(
+    setting: str,
+    resources: str | os.PathLike,
+    out: str | os.PathLike,
+    name: str | None = None,
+    sources: list[Source] | None = None,
+) -> Path:
     """Check, load and convert one released synthetic set (``synthetic_1_1``, ...) into a LEAF folder.
 
     The four files are read from ``<resources>/<source.filename>`` (where ``upfl data fetch`` puts
@@ -215,8 +232,10 @@ def build_paper_synthetic(setting: str, resources: str | os.PathLike, out: str |
     train_devices, test_devices = split_data["train"][0], split_data["test"][0]
     if set(train_devices) != set(test_devices):
         only = sorted(set(train_devices) ^ set(test_devices))
-        raise PaperDataError(f"{resources / srcs[('test', True)].filename}: train and test index differ in their "
-                             f"devices (only in one: {only[:5]})")
+        raise PaperDataError(
+            f"{resources / srcs[('test', True)].filename}: train and test index differ in their "
+            f"devices (only in one: {only[:5]})"
+        )
     labels = np.concatenate([np.concatenate(list(split_data[s][2].values())) for s in ("train", "test")])
     meta: dict[str, Any] = {
         "name": name or setting,

@@ -8,13 +8,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable
 
-from .sources import (DATASET_SOURCES, PAPER_SET_SOURCES, PAPER_SYNTHETIC_SETS, SOURCES, Source, dataset_folder,
-                      resolve_sources)
+from .sources import (
+    DATASET_SOURCES,
+    PAPER_SET_SOURCES,
+    PAPER_SYNTHETIC_SETS,
+    SOURCES,
+    Source,
+    dataset_folder,
+    resolve_sources,
+)
 
 
 @dataclass(frozen=True)
@@ -92,17 +99,18 @@ def prepare_femnist(request: PrepareRequest) -> Path:
     if spec.sizes == "paper_index":
         # The authors' per-device counts (their FEMNIST index), checked against the pinned sha256.
         checksums = {k: v for k, v in request.checksums.items() if k.startswith("paper_femnist")}
-        train, test, index = femnist_device_counts(request.resources,
-                                                   resolve_sources(["paper_femnist"], checksums=checksums))
+        train, test, index = femnist_device_counts(
+            request.resources, resolve_sources(["paper_femnist"], checksums=checksums)
+        )
         if request.num_devices is not None and request.num_devices != len(train):
             raise ValueError(f"--num-devices {request.num_devices}: the FEMNIST device index has {len(train)} devices")
         spec = dataclasses.replace(spec, num_devices=len(train), train_counts=train, test_counts=test)
     elif request.checksums:
-        raise ValueError("--sha256 is for FEMNIST's device index (sizes paper_index), not for "
-                         f"sizes {spec.sizes!r}")
+        raise ValueError(f"--sha256 is for FEMNIST's device index (sizes paper_index), not for sizes {spec.sizes!r}")
     (by_class,) = archives_of("femnist", request.resources)
-    return build_femnist(by_class, request.out, seed=request.seed or 0,
-                         spec=spec, progress=request.progress, device_index=index)
+    return build_femnist(
+        by_class, request.out, seed=request.seed or 0, spec=spec, progress=request.progress, device_index=index
+    )
 
 
 def prepare_sent140(request: PrepareRequest) -> Path:
@@ -111,12 +119,12 @@ def prepare_sent140(request: PrepareRequest) -> Path:
 
     spec = spec_with("sent140", request.settings, request.num_devices)
     sentiment, glove = archives_of("sent140", request.resources)
-    return build_sent140(sentiment, glove, request.out, seed=request.seed or 0,
-                         spec=spec, progress=request.progress)
+    return build_sent140(sentiment, glove, request.out, seed=request.seed or 0, spec=spec, progress=request.progress)
 
 
 def paper_set_builder(setting: str) -> Callable[[PrepareRequest], Path]:
     """The builder of the paper's released set ``setting``: its four files converted to a LEAF folder."""
+
     def build(request: PrepareRequest) -> Path:
         from .paper import build_paper_synthetic
 
@@ -146,8 +154,9 @@ def paper_sets_of(names: list[str] | tuple[str, ...]) -> list[str]:
     return sets
 
 
-def convert_fetched(names: list[str] | tuple[str, ...], resources: str | Path,
-                    sources: list[Source]) -> list[tuple[str, Path]]:
+def convert_fetched(
+    names: list[str] | tuple[str, ...], resources: str | Path, sources: list[Source]
+) -> list[tuple[str, Path]]:
     """After ``upfl data fetch NAMES``: each paper set the fetch completed, converted to its folder under
     ``<resources>/data/paper/``; (setting, folder) pairs."""
     from .paper import build_paper_synthetic

@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable
 
 import numpy as np
 
@@ -21,11 +21,14 @@ from ..files import replace_dir, sha256_file
 from .leaf import write_leaf
 
 
-def write_dataset(path: str | os.PathLike, users: list[str],
-                  train: tuple[dict[str, np.ndarray], dict[str, np.ndarray]],
-                  test: tuple[dict[str, np.ndarray], dict[str, np.ndarray]],
-                  meta: dict[str, Any],
-                  extras: dict[str, Callable[[Path], None]] | None = None) -> Path:
+def write_dataset(
+    path: str | os.PathLike,
+    users: list[str],
+    train: tuple[dict[str, np.ndarray], dict[str, np.ndarray]],
+    test: tuple[dict[str, np.ndarray], dict[str, np.ndarray]],
+    meta: dict[str, Any],
+    extras: dict[str, Callable[[Path], None]] | None = None,
+) -> Path:
     """``write_leaf`` plus ``extras`` (file name -> function writing that file), all or nothing."""
     root = Path(path)
     root.parent.mkdir(parents=True, exist_ok=True)

@@ -10,17 +10,22 @@ A workflow config's ``datasets.<name>.source`` is one of :data:`WORKFLOW_SOURCES
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable
 
 from . import prepare
 from .sources import PAPER_SYNTHETIC_SETS
 
 OPTIONAL_FLAGS = {
-    "seed": "--seed", "settings": "--set", "num_devices": "--num-devices", "checksums": "--sha256",
-    "urls": "--url", "name": "--name", "path": "--path",
+    "seed": "--seed",
+    "settings": "--set",
+    "num_devices": "--num-devices",
+    "checksums": "--sha256",
+    "urls": "--url",
+    "name": "--name",
+    "path": "--path",
 }
 """The optional fields of a :class:`prepare.PrepareRequest` and the ``upfl data prepare`` flag of each."""
 
@@ -45,15 +50,31 @@ class PreparedDataset:
 def _entries() -> list[PreparedDataset]:
     spec = frozenset({"seed", "settings", "num_devices"})
     entries = [
-        PreparedDataset("femnist", "FEMNIST from NIST SD19 (by_class.zip) and the authors' device index",
-                        prepare.prepare_femnist, spec | {"checksums"}),
+        PreparedDataset(
+            "femnist",
+            "FEMNIST from NIST SD19 (by_class.zip) and the authors' device index",
+            prepare.prepare_femnist,
+            spec | {"checksums"},
+        ),
         PreparedDataset("sent140", "Sent140 from Sentiment140 and GloVe", prepare.prepare_sent140, spec),
     ]
-    entries += [PreparedDataset(f"paper_{s}", f"the paper's released {s} (the authors' files)",
-                                prepare.paper_set_builder(s), frozenset({"checksums", "urls", "name"}))
-                for s in PAPER_SYNTHETIC_SETS]
-    entries.append(PreparedDataset("leaf", "an existing LEAF-format folder (--path), checked and copied",
-                                   prepare.prepare_leaf_folder, frozenset({"path", "name"})))
+    entries += [
+        PreparedDataset(
+            f"paper_{s}",
+            f"the paper's released {s} (the authors' files)",
+            prepare.paper_set_builder(s),
+            frozenset({"checksums", "urls", "name"}),
+        )
+        for s in PAPER_SYNTHETIC_SETS
+    ]
+    entries.append(
+        PreparedDataset(
+            "leaf",
+            "an existing LEAF-format folder (--path), checked and copied",
+            prepare.prepare_leaf_folder,
+            frozenset({"path", "name"}),
+        )
+    )
     return entries
 
 
@@ -86,11 +107,14 @@ def check_dataset_entry(name: str, entry: dict[str, Any]) -> None:
         if key not in DATASET_KEYS:
             raise ValueError(f"datasets.{name}.{key}: unknown key; known: {', '.join(DATASET_KEYS)}")
         if source not in DATASET_KEYS[key]:
-            raise ValueError(f"datasets.{name}.{key}: not read for source {source} "
-                             f"(only {', '.join(DATASET_KEYS[key])})")
+            raise ValueError(
+                f"datasets.{name}.{key}: not read for source {source} (only {', '.join(DATASET_KEYS[key])})"
+            )
     if source == "leaf" and not (isinstance(entry.get("path"), str) and entry["path"].strip()):
-        raise ValueError(f"datasets.{name}.path: required for source leaf (an existing LEAF-format folder with "
-                         f"train/ and test/)")
+        raise ValueError(
+            f"datasets.{name}.path: required for source leaf (an existing LEAF-format folder with train/ and test/)"
+        )
     if "model" in entry and not (isinstance(entry["model"], str) and entry["model"]):
-        raise ValueError(f"datasets.{name}.model: a model name (logreg, binary_logreg, mlp, cnn, lstm), "
-                         f"got {entry['model']!r}")
+        raise ValueError(
+            f"datasets.{name}.model: a model name (logreg, binary_logreg, mlp, cnn, lstm), got {entry['model']!r}"
+        )

@@ -20,10 +20,10 @@ import json
 import os
 import re
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
-from collections.abc import Iterable
 
 import numpy as np
 from tqdm import tqdm
@@ -82,8 +82,9 @@ def parse_line(raw: bytes, line: int, encoding: str = "ISO-8859-1") -> tuple[str
     return row[4], 1 if polarity == "4" else 0, row[5]
 
 
-def read_tweets(lines: Iterable[bytes], encoding: str = "ISO-8859-1",
-                progress: bool = False) -> tuple[dict[str, list[tuple[int, str]]], list[Malformed], int]:
+def read_tweets(
+    lines: Iterable[bytes], encoding: str = "ISO-8859-1", progress: bool = False
+) -> tuple[dict[str, list[tuple[int, str]]], list[Malformed], int]:
     """LEAF's grouping by user: ``{user: [(label, text), ...]}`` in file order, malformed lines, rows read."""
     by_user: dict[str, list[tuple[int, str]]] = {}
     bad: list[Malformed] = []
@@ -122,8 +123,9 @@ def device_sizes(spec: Sent140Spec) -> tuple[np.ndarray, np.ndarray]:
     return train, proportional_sizes(train, spec.test_total)
 
 
-def group_users(by_user: dict[str, list[tuple[int, str]]], totals: np.ndarray, min_user_samples: int,
-                rng: np.random.Generator) -> list[list[tuple[str, int]]]:
+def group_users(
+    by_user: dict[str, list[tuple[int, str]]], totals: np.ndarray, min_user_samples: int, rng: np.random.Generator
+) -> list[list[tuple[str, int]]]:
     """Fill each device with whole users drawn in a seeded order: ``[[(user, tweets taken), ...], ...]``.
 
     Users with at least ``min_user_samples`` tweets are shuffled; devices take them in turn
@@ -134,8 +136,10 @@ def group_users(by_user: dict[str, list[tuple[int, str]]], totals: np.ndarray, m
     order = [eligible[i] for i in rng.permutation(len(eligible))]
     available = sum(len(by_user[u]) for u in eligible)
     if available < int(np.sum(totals)):
-        raise DatasetError(f"the spec needs {int(np.sum(totals))} tweets but the {len(eligible)} users with at "
-                           f"least {min_user_samples} tweets have {available}")
+        raise DatasetError(
+            f"the spec needs {int(np.sum(totals))} tweets but the {len(eligible)} users with at "
+            f"least {min_user_samples} tweets have {available}"
+        )
     devices: list[list[tuple[str, int]]] = []
     it = iter(order)
     for total in (int(t) for t in totals):
@@ -152,14 +156,25 @@ def group_users(by_user: dict[str, list[tuple[int, str]]], totals: np.ndarray, m
 
 def _malformed_report(bad: list[Malformed]) -> dict[str, Any]:
     reasons = Counter(re.sub(r"\d+ columns", "N columns", re.sub(r"'.*'", "'...'", m.reason)) for m in bad)
-    return {"count": len(bad), "by_reason": dict(reasons),
-            "lines": [[m.line, m.reason] for m in bad[:REPORTED_LINES]],
-            "lines_truncated": len(bad) > REPORTED_LINES}
+    return {
+        "count": len(bad),
+        "by_reason": dict(reasons),
+        "lines": [[m.line, m.reason] for m in bad[:REPORTED_LINES]],
+        "lines_truncated": len(bad) > REPORTED_LINES,
+    }
 
 
-def build_sent140(sentiment_zip: str | os.PathLike, glove_zip: str | os.PathLike, out: str | os.PathLike,
-                  seed: int = 0, spec: Sent140Spec = Sent140Spec(), progress: bool = True,
-                  name: str = "sent140", glove_member: str = GLOVE_MEMBER, glove_dim: int = GLOVE_DIM) -> Path:
+def build_sent140(
+    sentiment_zip: str | os.PathLike,
+    glove_zip: str | os.PathLike,
+    out: str | os.PathLike,
+    seed: int = 0,
+    spec: Sent140Spec = Sent140Spec(),
+    progress: bool = True,
+    name: str = "sent140",
+    glove_member: str = GLOVE_MEMBER,
+    glove_dim: int = GLOVE_DIM,
+) -> Path:
     """LEAF's Sent140 steps, the paper's devices, token ids, and the restricted GloVe matrix.
 
     Writes ``train/``, ``test/``, ``meta.json`` (``x_dtype`` int64, spec, seed, malformed lines,
@@ -174,12 +189,18 @@ def build_sent140(sentiment_zip: str | os.PathLike, glove_zip: str | os.PathLike
     train_sizes, test_sizes = device_sizes(spec)
     order = numpy_generator(seed, "data", key, 0).permutation(spec.num_devices)
     train_sizes, test_sizes = train_sizes[order], test_sizes[order]
-    groups = group_users(by_user, train_sizes + test_sizes, spec.min_user_samples,
-                         numpy_generator(seed, "data", key, 1))
+    groups = group_users(
+        by_user, train_sizes + test_sizes, spec.min_user_samples, numpy_generator(seed, "data", key, 1)
+    )
     device_tweets: list[list[tuple[int, list[str]]]] = []
     for members in groups:
-        device_tweets.append([(label, tokenize(text)[:spec.max_tokens])
-                              for user, take in members for label, text in by_user[user][:take]])
+        device_tweets.append(
+            [
+                (label, tokenize(text)[: spec.max_tokens])
+                for user, take in members
+                for label, text in by_user[user][:take]
+            ]
+        )
     used = {t for tweets in device_tweets for _, toks in tweets for t in toks}
     vocab, vectors = glove_subset(glove_zip, used, glove_member, glove_dim, progress)
     word_to_id = {w: i for i, w in enumerate(vocab)}
@@ -195,8 +216,9 @@ def build_sent140(sentiment_zip: str | os.PathLike, glove_zip: str | os.PathLike
         perm = numpy_generator(seed, "data", key, 2, d).permutation(len(tweets))
         n_train = int(train_sizes[d])
         for (xs, ys), idx in ((train, perm[:n_train]), (test, perm[n_train:])):
-            xs[user] = np.array([encode(tweets[i][1], word_to_id, unk, spec.max_tokens) for i in idx],
-                                dtype=np.int64).reshape(len(idx), spec.max_tokens)
+            xs[user] = np.array(
+                [encode(tweets[i][1], word_to_id, unk, spec.max_tokens) for i in idx], dtype=np.int64
+            ).reshape(len(idx), spec.max_tokens)
             ys[user] = np.array([tweets[i][0] for i in idx], dtype=np.int64)
         for _, toks in tweets:
             tokens_total += len(toks)
@@ -217,10 +239,19 @@ def build_sent140(sentiment_zip: str | os.PathLike, glove_zip: str | os.PathLike
         "rows_read": rows,
         "users_in_csv": len(by_user),
         "malformed": _malformed_report(bad),
-        "embeddings": {"file": "embeddings.npy", "vocab_file": "vocab.txt", "dim": glove_dim,
-                       "vocab_size": len(vocab), "pad_id": unk, "unk_id": unk, "rows": len(vocab) + 1,
-                       "glove_member": glove_member, "tokens_total": tokens_total,
-                       "tokens_unknown": tokens_unknown, "distinct_tokens_used": len(used)},
+        "embeddings": {
+            "file": "embeddings.npy",
+            "vocab_file": "vocab.txt",
+            "dim": glove_dim,
+            "vocab_size": len(vocab),
+            "pad_id": unk,
+            "unk_id": unk,
+            "rows": len(vocab) + 1,
+            "glove_member": glove_member,
+            "tokens_total": tokens_total,
+            "tokens_unknown": tokens_unknown,
+            "distinct_tokens_used": len(used),
+        },
         "devices": devices,
         "sources": {p.name: read_recorded_sha256(p) for p in (sentiment_zip, glove_zip)},
         "upfl_version": __version__,

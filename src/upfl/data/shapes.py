@@ -48,9 +48,11 @@ def lognormal_sizes(n: int, total: int, minimum: int, median: float, maximum: in
 
     lo, hi = 0.0, 20.0
     if not body(lo).sum() <= body_total <= body(hi).sum():
-        raise ValueError(f"no lognormal shape gives {n} devices totalling {total} with min {minimum}, "
-                         f"median {median}, max {maximum} (the body can sum to {body(lo).sum():.0f}"
-                         f"..{body(hi).sum():.0f}, needs {body_total})")
+        raise ValueError(
+            f"no lognormal shape gives {n} devices totalling {total} with min {minimum}, "
+            f"median {median}, max {maximum} (the body can sum to {body(lo).sum():.0f}"
+            f"..{body(hi).sum():.0f}, needs {body_total})"
+        )
     for _ in range(200):
         mid = (lo + hi) / 2
         if body(mid).sum() < body_total:

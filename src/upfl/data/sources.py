@@ -24,7 +24,6 @@ files, so their pinned sha256 still apply.
 from __future__ import annotations
 
 import os
-
 from dataclasses import dataclass, replace
 
 MAX_BYTES = 4 << 30
@@ -50,18 +49,26 @@ class Source:
 
 SOURCES: dict[str, Source] = {
     "by_class": Source(
-        "by_class", "by_class.zip", "https://s3.amazonaws.com/nist-srd/SD19/by_class.zip",
-        description="NIST SD19 images grouped by class (FEMNIST labels)"),
+        "by_class",
+        "by_class.zip",
+        "https://s3.amazonaws.com/nist-srd/SD19/by_class.zip",
+        description="NIST SD19 images grouped by class (FEMNIST labels)",
+    ),
     "sent140": Source(
-        "sent140", "trainingandtestdata.zip",
+        "sent140",
+        "trainingandtestdata.zip",
         "https://cs.stanford.edu/people/alecmgo/trainingandtestdata.zip",
         sha256="004a3772c8a7ff9bbfeb875880f47f0679d93fc63e5cf9cff72d54a8a6162e57",
         members=("training.1600000.processed.noemoticon.csv",),
-        description="Sentiment140 tweets (1.6M training rows)"),
+        description="Sentiment140 tweets (1.6M training rows)",
+    ),
     "glove": Source(
-        "glove", "glove.6B.zip", "https://nlp.stanford.edu/data/glove.6B.zip",
+        "glove",
+        "glove.6B.zip",
+        "https://nlp.stanford.edu/data/glove.6B.zip",
         members=("glove.6B.300d.txt",),
-        description="GloVe 6B word vectors (only the 300d file is read)"),
+        description="GloVe 6B word vectors (only the 300d file is read)",
+    ),
 }
 
 # The paper's released files: github.com/osu-srml/Upcycled-FL at this commit (GPL-2.0; data only).
@@ -81,6 +88,7 @@ def dataset_folder(resources: str | os.PathLike, source: str, name: str) -> str:
     if source not in DATA_FOLDERS:
         raise ValueError(f"unknown data source {source!r}; known: {', '.join(DATA_FOLDERS)}")
     return f"{resources}/data/{DATA_FOLDERS[source]}/{name}"
+
 
 # sha256 of each released file (path in the repository -> digest), computed from the files at PAPER_COMMIT.
 PAPER_SHA256: dict[str, str] = {
@@ -119,9 +127,15 @@ def paper_file_path(dataset: str, split: str, groups: bool) -> str:
 def _paper_source(dataset: str, split: str, groups: bool) -> Source:
     path = paper_file_path(dataset, split, groups)
     what = "device -> row index" if groups else "TensorDataset (x, y)"
-    return Source(paper_file_name(dataset, split, groups), f"upstream/{PAPER_REPO}/{PAPER_COMMIT}/{path}",
-                  f"{PAPER_BASE_URL}{PAPER_REPO}/{PAPER_COMMIT}/{path}", sha256=PAPER_SHA256[path],
-                  description=f"the paper's {dataset} {split} {what}", mirror=PAPER_MIRROR, path=path)
+    return Source(
+        paper_file_name(dataset, split, groups),
+        f"upstream/{PAPER_REPO}/{PAPER_COMMIT}/{path}",
+        f"{PAPER_BASE_URL}{PAPER_REPO}/{PAPER_COMMIT}/{path}",
+        sha256=PAPER_SHA256[path],
+        description=f"the paper's {dataset} {split} {what}",
+        mirror=PAPER_MIRROR,
+        path=path,
+    )
 
 
 for _set in PAPER_SYNTHETIC_SETS:
@@ -158,8 +172,12 @@ def mirror_url(base: str, source: Source) -> str:
     return f"{base.rstrip('/')}/{PAPER_REPO}/{PAPER_COMMIT}/{source.path}"
 
 
-def resolve_sources(names: list[str] | tuple[str, ...], urls: dict[str, str] | None = None,
-                    checksums: dict[str, str] | None = None, sources_only: bool = False) -> list[Source]:
+def resolve_sources(
+    names: list[str] | tuple[str, ...],
+    urls: dict[str, str] | None = None,
+    checksums: dict[str, str] | None = None,
+    sources_only: bool = False,
+) -> list[Source]:
     """Expand data set names (``femnist``, ``sent140``, ``paper_synthetic``, ``all``) into sources, applying overrides.
 
     ``urls`` and ``checksums`` map a source name to a mirror URL or a known sha256 (from a config);
@@ -171,8 +189,10 @@ def resolve_sources(names: list[str] | tuple[str, ...], urls: dict[str, str] | N
     urls, checksums = urls or {}, checksums or {}
     for key in checksums:
         if key in MIRRORS:
-            raise KeyError(f"{key!r} is a mirror (a base URL), not a file: give each file's checksum "
-                           f"(e.g. {paper_file_name('synthetic_1_1', 'train', False)}=HEX)")
+            raise KeyError(
+                f"{key!r} is a mirror (a base URL), not a file: give each file's checksum "
+                f"(e.g. {paper_file_name('synthetic_1_1', 'train', False)}=HEX)"
+            )
     for key in list(urls) + list(checksums):
         if key not in SOURCES and key not in MIRRORS:
             raise KeyError(f"unknown source {key!r}; known sources: {', '.join([*MIRRORS, *SOURCES])}")

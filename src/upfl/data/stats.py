@@ -47,7 +47,9 @@ def format_stats(row: dict[str, Any]) -> str:
         f"devices            {row['devices']}",
     ]
     for key in ("total", "train", "test"):
-        lines.append(f"per device ({key:5s}) mean {row[f'per_device_{key}_mean']:.1f}  std {row[f'per_device_{key}_std']:.1f}")
+        lines.append(
+            f"per device ({key:5s}) mean {row[f'per_device_{key}_mean']:.1f}  std {row[f'per_device_{key}_std']:.1f}"
+        )
     lines.append(f"per device (train) min {row['per_device_train_min']}  max {row['per_device_train_max']}")
     lines.append(f"Table 2 row        {table2_text(row)}")
     return "\n".join(lines)
@@ -62,5 +64,7 @@ def table2_text(row: dict[str, Any]) -> str:
     reading = row.get("table2_reading", "total")
     samples = row["samples_total"] if reading == "total" else row["samples_train"]
     what = "train + test" if reading == "total" else "train"
-    return (f"{samples} ({row['samples_test']} test), {row['devices']} devices, "
-            f"{row[f'per_device_{reading}_mean']:.0f} +- {row[f'per_device_{reading}_std']:.0f} per device ({what})")
+    return (
+        f"{samples} ({row['samples_test']} test), {row['devices']} devices, "
+        f"{row[f'per_device_{reading}_mean']:.0f} +- {row[f'per_device_{reading}_std']:.0f} per device ({what})"
+    )

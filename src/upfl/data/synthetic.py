@@ -13,10 +13,9 @@ paper's Table 2 counts, although the text says W in R^{10x20}. ``num_classes=10`
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 from typing import Any
-
-import zlib
 
 import numpy as np
 
@@ -43,9 +42,17 @@ def _softmax(z: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=1, keepdims=True)
 
 
-def generate_synthetic_arrays(alpha: float, beta: float, iid: bool, num_devices: int = 30,
-                              dim: int = 20, num_classes: int = 2, data_seed: int = 0,
-                              train_fraction: float = 0.9, key: int = 0):
+def generate_synthetic_arrays(
+    alpha: float,
+    beta: float,
+    iid: bool,
+    num_devices: int = 30,
+    dim: int = 20,
+    num_classes: int = 2,
+    data_seed: int = 0,
+    train_fraction: float = 0.9,
+    key: int = 0,
+):
     """Generate per-device ``(x, y)`` and split them; returns ``users, train, test``.
 
     The draws come from the ``data`` stream keyed by ``(data_seed, key)``; ``key`` separates
@@ -83,9 +90,18 @@ def generate_synthetic_arrays(alpha: float, beta: float, iid: bool, num_devices:
     return users, (train_x, train_y), (test_x, test_y)
 
 
-def generate_synthetic(name: str, out: str | Path, data_seed: int = 0, num_devices: int = 30,
-                       dim: int = 20, num_classes: int = 2, alpha: float | None = None,
-                       beta: float | None = None, iid: bool | None = None, setting: str | None = None) -> Path:
+def generate_synthetic(
+    name: str,
+    out: str | Path,
+    data_seed: int = 0,
+    num_devices: int = 30,
+    dim: int = 20,
+    num_classes: int = 2,
+    alpha: float | None = None,
+    beta: float | None = None,
+    iid: bool | None = None,
+    setting: str | None = None,
+) -> Path:
     """Generate a synthetic set into ``out``: the generator setting ``setting`` (default ``name``; one of
     :data:`SYNTHETIC_PRESETS`, or any name with custom alpha/beta) drawn with ``data_seed``.
 
@@ -95,8 +111,9 @@ def generate_synthetic(name: str, out: str | Path, data_seed: int = 0, num_devic
     setting = setting or name
     params = dict(SYNTHETIC_PRESETS.get(setting, {}))
     if not params and (alpha is None or beta is None):
-        raise ValueError(f"unknown synthetic setting {setting!r}; known: {', '.join(SYNTHETIC_PRESETS)}"
-                         " (or give alpha and beta)")
+        raise ValueError(
+            f"unknown synthetic setting {setting!r}; known: {', '.join(SYNTHETIC_PRESETS)} (or give alpha and beta)"
+        )
     if alpha is not None:
         params["alpha"] = float(alpha)
     if beta is not None:
@@ -104,16 +121,28 @@ def generate_synthetic(name: str, out: str | Path, data_seed: int = 0, num_devic
     if iid is not None:
         params["iid"] = bool(iid)
     params.setdefault("iid", False)
-    users, train, test = generate_synthetic_arrays(params["alpha"], params["beta"], params["iid"],
-                                                   num_devices, dim, num_classes, data_seed,
-                                                   key=dataset_key(setting))
+    users, train, test = generate_synthetic_arrays(
+        params["alpha"],
+        params["beta"],
+        params["iid"],
+        num_devices,
+        dim,
+        num_classes,
+        data_seed,
+        key=dataset_key(setting),
+    )
     meta = {
         "name": name,
         "setting": setting,
         "source": "synthetic",
         "generator": "fedprox_synthetic",
-        "parameters": {**params, "num_devices": num_devices, "dim": dim, "num_classes": num_classes,
-                       "train_fraction": 0.9},
+        "parameters": {
+            **params,
+            "num_devices": num_devices,
+            "dim": dim,
+            "num_classes": num_classes,
+            "train_fraction": 0.9,
+        },
         "data_seed": data_seed,
         "data_seed_derived": derive_seed(data_seed, "data", dataset_key(setting)),
         "num_classes": num_classes,

@@ -4,8 +4,8 @@ draws (:class:`DrawCache`): a draw is a function of its key, so runs that share 
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
 from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -14,7 +14,9 @@ from .bounded_cache import BoundedCache
 from .streams import seeded_generator
 
 
-def batch_plan(sizes: list[int], epochs: list[int], batch_size: int, generators: list[torch.Generator]) -> list[torch.Tensor]:
+def batch_plan(
+    sizes: list[int], epochs: list[int], batch_size: int, generators: list[torch.Generator]
+) -> list[torch.Tensor]:
     """Per device, a (steps_i, B) int32 tensor of sample indices (-1 pads the last batch of each epoch).
 
     Each epoch visits the device's samples in a uniform random order: one ``torch.randperm`` per epoch from
@@ -39,15 +41,20 @@ def joined_plan(plans: list[torch.Tensor]) -> torch.Tensor:
     """The plans as one int32 (steps, B) tensor: the rows of the tensor they are views of when they lie back to back
     in it (a round's plans drawn together), else their concatenation."""
     base, width = plans[0]._base, plans[0].shape[1]
-    if (base is not None and base.dim() == 2 and base.shape[1] == width and base.is_contiguous()
-            and all(p._base is base and p.is_contiguous() for p in plans)):
+    if (
+        base is not None
+        and base.dim() == 2
+        and base.shape[1] == width
+        and base.is_contiguous()
+        and all(p._base is base and p.is_contiguous() for p in plans)
+    ):
         start = end = plans[0].storage_offset()
         for p in plans:
             if p.storage_offset() != end:
                 break
             end += p.numel()
         else:
-            return base[start // width:end // width]
+            return base[start // width : end // width]
     return torch.cat(plans).to(torch.int32)
 
 
@@ -71,8 +78,8 @@ def round_plans(plans: list[torch.Tensor], drawn=None, first: int = 0) -> RoundP
         steps = [int(p.shape[0]) for p in plans]
         return RoundPlans(plans, joined_plan(plans).numpy(), np.cumsum([0] + steps, dtype=np.int64), steps)
     end = first + len(plans)
-    starts = drawn.starts[first:end + 1]
-    return RoundPlans(plans, drawn.rows[starts[0]:starts[-1]], starts - starts[0], drawn.steps[first:end])
+    starts = drawn.starts[first : end + 1]
+    return RoundPlans(plans, drawn.rows[starts[0] : starts[-1]], starts - starts[0], drawn.steps[first:end])
 
 
 class DrawCache(BoundedCache):
@@ -88,9 +95,14 @@ class DrawCache(BoundedCache):
     def __init__(self, max_bytes: int = 512 << 20):
         super().__init__(max_bytes)
 
-    def plans(self, seed: int, wanted: list[tuple[int, int, int, int]], batch_size: int,
-              seeds_of: Callable[[list[tuple[int, int]]], Sequence[int] | np.ndarray], draw: Callable = seeded_batch_plan
-              ) -> list[torch.Tensor]:
+    def plans(
+        self,
+        seed: int,
+        wanted: list[tuple[int, int, int, int]],
+        batch_size: int,
+        seeds_of: Callable[[list[tuple[int, int]]], Sequence[int] | np.ndarray],
+        draw: Callable = seeded_batch_plan,
+    ) -> list[torch.Tensor]:
         """:func:`batch_plan` of each (training round k, device, its sample count, its epochs) of ``wanted``, kept or
         drawn from the seeds ``seeds_of([(k, device), ...])`` (called once, for the plans not kept); the plans not
         kept are drawn together, in one call of ``draw`` (:func:`seeded_batch_plan`, or the compiled solver's
@@ -110,9 +122,14 @@ class DrawCache(BoundedCache):
             kept[j] = (value,)
         return drawn if len(missing) == len(wanted) else [entry[0] for entry in kept if entry is not None]
 
-    def round_plans(self, seed: int, rounds: list[tuple[int, list[int], list[int], list[int]]], batch_size: int,
-                    seeds_of: Callable[[list[tuple[int, int]]], Sequence[int] | np.ndarray], draw: Callable = seeded_batch_plan
-                    ) -> list[RoundPlans]:
+    def round_plans(
+        self,
+        seed: int,
+        rounds: list[tuple[int, list[int], list[int], list[int]]],
+        batch_size: int,
+        seeds_of: Callable[[list[tuple[int, int]]], Sequence[int] | np.ndarray],
+        draw: Callable = seeded_batch_plan,
+    ) -> list[RoundPlans]:
         """:class:`RoundPlans` of each (training round k, its devices, their sample counts, their epochs) of
         ``rounds``, each kept as one entry (a later run of the seed with the same devices finds a round's in one
         look-up; its bytes count twice against the bound); the plans of the rounds not kept are found or drawn by
@@ -126,7 +143,7 @@ class DrawCache(BoundedCache):
         made, at = {}, 0
         for j in todo:
             count = len(rounds[j][1])
-            made[j] = round_plans(plans[at:at + count], drawn, at)
+            made[j] = round_plans(plans[at : at + count], drawn, at)
             at += count
         for j, key in enumerate(keys):
             if j in made:  # the plans, the joined rows (their bytes again) and the offsets

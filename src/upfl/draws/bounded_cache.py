@@ -43,6 +43,8 @@ class BoundedCache:
         if size <= self.max_bytes:
             self.entries[key] = (value, size)
             self.bytes += size
-            while self.bytes > self.max_bytes or (self.max_entries is not None and len(self.entries) > self.max_entries):
+            while self.bytes > self.max_bytes or (
+                self.max_entries is not None and len(self.entries) > self.max_entries
+            ):
                 _, (_, old) = self.entries.popitem(last=False)
                 self.bytes -= old

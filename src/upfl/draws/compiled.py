@@ -29,18 +29,78 @@ numbers); the compiled shuffles refuse sizes this large."""
 
 SEED_MASK = (1 << 63) - 1
 
-SHA256_ROUND_CONSTANTS = np.array([
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
-], dtype=np.uint64)
-SHA256_INITIAL = np.array([0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                           0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19], dtype=np.uint64)
+SHA256_ROUND_CONSTANTS = np.array(
+    [
+        0x428A2F98,
+        0x71374491,
+        0xB5C0FBCF,
+        0xE9B5DBA5,
+        0x3956C25B,
+        0x59F111F1,
+        0x923F82A4,
+        0xAB1C5ED5,
+        0xD807AA98,
+        0x12835B01,
+        0x243185BE,
+        0x550C7DC3,
+        0x72BE5D74,
+        0x80DEB1FE,
+        0x9BDC06A7,
+        0xC19BF174,
+        0xE49B69C1,
+        0xEFBE4786,
+        0x0FC19DC6,
+        0x240CA1CC,
+        0x2DE92C6F,
+        0x4A7484AA,
+        0x5CB0A9DC,
+        0x76F988DA,
+        0x983E5152,
+        0xA831C66D,
+        0xB00327C8,
+        0xBF597FC7,
+        0xC6E00BF3,
+        0xD5A79147,
+        0x06CA6351,
+        0x14292967,
+        0x27B70A85,
+        0x2E1B2138,
+        0x4D2C6DFC,
+        0x53380D13,
+        0x650A7354,
+        0x766A0ABB,
+        0x81C2C92E,
+        0x92722C85,
+        0xA2BFE8A1,
+        0xA81A664B,
+        0xC24B8B70,
+        0xC76C51A3,
+        0xD192E819,
+        0xD6990624,
+        0xF40E3585,
+        0x106AA070,
+        0x19A4C116,
+        0x1E376C08,
+        0x2748774C,
+        0x34B0BCB5,
+        0x391C0CB3,
+        0x4ED8AA4A,
+        0x5B9CCA4F,
+        0x682E6FF3,
+        0x748F82EE,
+        0x78A5636F,
+        0x84C87814,
+        0x8CC70208,
+        0x90BEFFFA,
+        0xA4506CEB,
+        0xBEF9A3F7,
+        0xC67178F2,
+    ],
+    dtype=np.uint64,
+)
+SHA256_INITIAL = np.array(
+    [0x6A09E667, 0xBB67AE85, 0x3C6EF372, 0xA54FF53A, 0x510E527F, 0x9B05688C, 0x1F83D9AB, 0x5BE0CD19], dtype=np.uint64
+)
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
@@ -55,8 +115,12 @@ def sha256_compress(h, block, k_table, w):
     ``w``: scratch of 64 words (the message schedule)."""
     mask = np.uint64(0xFFFFFFFF)
     for t in range(16):
-        w[t] = ((np.uint64(block[4 * t]) << np.uint64(24)) | (np.uint64(block[4 * t + 1]) << np.uint64(16))
-                | (np.uint64(block[4 * t + 2]) << np.uint64(8)) | np.uint64(block[4 * t + 3]))
+        w[t] = (
+            (np.uint64(block[4 * t]) << np.uint64(24))
+            | (np.uint64(block[4 * t + 1]) << np.uint64(16))
+            | (np.uint64(block[4 * t + 2]) << np.uint64(8))
+            | np.uint64(block[4 * t + 3])
+        )
     for t in range(16, 64):
         s0 = rotate_right(w[t - 15], 7) ^ rotate_right(w[t - 15], 18) ^ (w[t - 15] >> np.uint64(3))
         s1 = rotate_right(w[t - 2], 17) ^ rotate_right(w[t - 2], 19) ^ (w[t - 2] >> np.uint64(10))
@@ -103,7 +167,7 @@ def seeds_of(prefix, keys, k_table, initial, out):
     """out[r] = the first 8 bytes (little-endian) of SHA-256(prefix + "/".join(str(key) for key in keys[r])), its
     top bit cleared: :func:`upfl.draws.streams.derive_seed` when ``prefix`` is ``"<seed>/<stream>/"``."""
     text = np.zeros(prefix.shape[0] + keys.shape[1] * 21 + 72, dtype=np.uint8)
-    text[:prefix.shape[0]] = prefix
+    text[: prefix.shape[0]] = prefix
     h = np.empty(8, dtype=np.uint64)
     w = np.empty(64, dtype=np.uint64)
     for r in range(keys.shape[0]):
@@ -115,14 +179,14 @@ def seeds_of(prefix, keys, k_table, initial, out):
             at = write_decimal(text, at, keys[r, j])
         length = at
         blocks = (length + 8) // 64 + 1
-        text[length:blocks * 64] = 0
+        text[length : blocks * 64] = 0
         text[length] = 0x80
         bits = length * 8
         for j in range(8):
             text[blocks * 64 - 1 - j] = (bits >> (8 * j)) & 0xFF
         h[:] = initial
         for b in range(blocks):
-            sha256_compress(h, text[b * 64:(b + 1) * 64], k_table, w)
+            sha256_compress(h, text[b * 64 : (b + 1) * 64], k_table, w)
         first, second = h[0], h[1]
         value = np.uint64(0)
         for j in range(4):  # the digest's bytes 0-7 are h[0] and h[1] big-endian; read them little-endian
@@ -136,8 +200,9 @@ def keyed_seeds(prefix: str, keys) -> np.ndarray:
     keys = np.ascontiguousarray(keys, dtype=np.int64)
     out = np.empty(keys.shape[0], dtype=np.uint64)
     if keys.shape[0]:
-        seeds_of(np.frombuffer(prefix.encode("ascii"), dtype=np.uint8), keys, SHA256_ROUND_CONSTANTS, SHA256_INITIAL,
-                 out)
+        seeds_of(
+            np.frombuffer(prefix.encode("ascii"), dtype=np.uint8), keys, SHA256_ROUND_CONSTANTS, SHA256_INITIAL, out
+        )
     return out
 
 
@@ -211,7 +276,7 @@ def next_outputs(state, outputs, used, into):
             mt19937_outputs(state, outputs)
             used = 0
         count = min(into.shape[0] - j, MT19937_WORDS - used)
-        into[j:j + count] = outputs[used:used + count]
+        into[j : j + count] = outputs[used : used + count]
         used += count
         j += count
     return used
@@ -237,8 +302,8 @@ def randperm_into(perm, state, outputs, used, raw, z):
         perm[j] = j
     if n < 2:
         return used
-    used = next_outputs(state, outputs, used, raw[:n - 1])
-    remainders(raw[:n - 1], n, z)
+    used = next_outputs(state, outputs, used, raw[: n - 1])
+    remainders(raw[: n - 1], n, z)
     for i in range(n - 1):
         b = i + z[i]
         perm[i], perm[b] = perm[b], perm[i]
@@ -266,8 +331,8 @@ def shuffle_plans(seeds, sizes, epochs, plan, offsets):
         used = MT19937_WORDS
         start = offsets[d] * width
         for _ in range(epochs[d]):
-            used = randperm_into(flat[start:start + n], state, outputs, used, raw, z)
-            flat[start + n:start + span] = -1
+            used = randperm_into(flat[start : start + n], state, outputs, used, raw, z)
+            flat[start + n : start + span] = -1
             start += span
 
 
@@ -292,18 +357,18 @@ def round_draws(sampling_seeds, straggler_seeds, high, chosen, uniform, short):
             for j in range(n):
                 perm[j] = j
             if n > 1:
-                mt19937_first_outputs(state, sampling_seeds[r], raw[:n - 1])
-                remainders(raw[:n - 1], n, z)
+                mt19937_first_outputs(state, sampling_seeds[r], raw[: n - 1])
+                remainders(raw[: n - 1], n, z)
                 for i in range(n - 1):
                     b = i + z[i]
                     perm[i], perm[b] = perm[b], perm[i]
-            mt19937_first_outputs(state, straggler_seeds[r], raw[:2 * n])
+            mt19937_first_outputs(state, straggler_seeds[r], raw[: 2 * n])
         else:
             mt19937_seed(state, sampling_seeds[r])
             randperm_into(perm, state, outputs, MT19937_WORDS, raw, z)
             mt19937_seed(state, straggler_seeds[r])
-            next_outputs(state, outputs, MT19937_WORDS, raw[:2 * n])
-        chosen[r, :] = perm[:chosen.shape[1]]
+            next_outputs(state, outputs, MT19937_WORDS, raw[: 2 * n])
+        chosen[r, :] = perm[: chosen.shape[1]]
         for j in range(n):
             uniform[r, j] = np.float32(raw[j] & np.uint32(0xFFFFFF)) * scale
             short[r, j] = 1 + np.int64(raw[n + j] % span)
@@ -313,10 +378,21 @@ def warm_up() -> None:
     """Compile the draws, or load them from numba's cache, on a small problem (the solver's warm-up calls it, so that
     a run's first round is not charged for it)."""
     keyed_seeds("0/sampling/", np.zeros((1, 1), dtype=np.int64))
-    round_draws(np.zeros(1, dtype=np.uint64), np.zeros(1, dtype=np.uint64), 2, np.empty((1, 1), dtype=np.int64),
-                np.empty((1, 2), dtype=np.float32), np.empty((1, 2), dtype=np.int64))
-    shuffle_plans(np.zeros(1, dtype=np.uint64), np.full(1, 2, dtype=np.int64), np.ones(1, dtype=np.int64),
-                  np.empty((2, 1), dtype=np.int32), np.array([0, 2], dtype=np.int64))
+    round_draws(
+        np.zeros(1, dtype=np.uint64),
+        np.zeros(1, dtype=np.uint64),
+        2,
+        np.empty((1, 1), dtype=np.int64),
+        np.empty((1, 2), dtype=np.float32),
+        np.empty((1, 2), dtype=np.int64),
+    )
+    shuffle_plans(
+        np.zeros(1, dtype=np.uint64),
+        np.full(1, 2, dtype=np.int64),
+        np.ones(1, dtype=np.int64),
+        np.empty((2, 1), dtype=np.int32),
+        np.array([0, 2], dtype=np.int64),
+    )
 
 
 guard_module(globals())  # a damaged cache file is removed and its kernel compiled again

@@ -56,8 +56,15 @@ def exact_straggler_count(num_sampled: int, prob: float) -> int:
     return min(num_sampled, int(math.floor(num_sampled * prob + 0.5 + 1e-9)))
 
 
-def draw_stragglers(seed: int, round_k: int, num_devices: int, prob: float, epochs: int,
-                    draw: str = "bernoulli", chosen: list[int] | None = None) -> tuple[list[bool], list[int]]:
+def draw_stragglers(
+    seed: int,
+    round_k: int,
+    num_devices: int,
+    prob: float,
+    epochs: int,
+    draw: str = "bernoulli",
+    chosen: list[int] | None = None,
+) -> tuple[list[bool], list[int]]:
     """Per device: straggler flag and its epochs, uniform in 1..E-1 for stragglers, E otherwise.
 
     ``bernoulli``: every device is a straggler with probability ``prob`` (independently).
@@ -78,7 +85,7 @@ def draw_stragglers(seed: int, round_k: int, num_devices: int, prob: float, epoc
         if chosen is None:
             raise ValueError("draw_stragglers: straggler_draw 'exact' needs the round's sampled devices (chosen)")
         order = torch.argsort(u[torch.as_tensor(chosen, dtype=torch.long)], stable=True).tolist()
-        picked = {chosen[j] for j in order[:exact_straggler_count(len(chosen), prob)]}
+        picked = {chosen[j] for j in order[: exact_straggler_count(len(chosen), prob)]}
         flags = [i in picked for i in range(num_devices)]
     shortened = short.tolist()
     return flags, [shortened[i] if flags[i] else epochs for i in range(num_devices)]
@@ -92,25 +99,37 @@ def resolve_straggler_policy(policy: Any, algorithm: str) -> str:
     if isinstance(policy, dict):
         for key, value in policy.items():
             if value not in STRAGGLER_POLICIES:
-                raise ValueError(f"devices.straggler_policy.{key}: must be one of {', '.join(STRAGGLER_POLICIES)}; "
-                                 f"got {value!r}")
+                raise ValueError(
+                    f"devices.straggler_policy.{key}: must be one of {', '.join(STRAGGLER_POLICIES)}; got {value!r}"
+                )
         if algorithm in policy:
             return policy[algorithm]
         if "default" in policy:
             return policy["default"]
-        raise ValueError(f"devices.straggler_policy: the mapping has no entry for {algorithm!r} and no 'default' "
-                         f"(keys: {', '.join(map(str, policy))})")
+        raise ValueError(
+            f"devices.straggler_policy: the mapping has no entry for {algorithm!r} and no 'default' "
+            f"(keys: {', '.join(map(str, policy))})"
+        )
     if policy not in STRAGGLER_POLICIES:
-        raise ValueError(f"devices.straggler_policy: must be one of {', '.join(STRAGGLER_POLICIES)} or a mapping "
-                         f"algorithm -> policy; got {policy!r}")
+        raise ValueError(
+            f"devices.straggler_policy: must be one of {', '.join(STRAGGLER_POLICIES)} or a mapping "
+            f"algorithm -> policy; got {policy!r}"
+        )
     return policy
 
 
 def round_stragglers(cfg, round_k: int, num_devices: int) -> tuple[list[int], list[bool], list[int]]:
     """Round k's sampled devices, every device's straggler flag and epochs (before the straggler policy)."""
     c = cfg
-    chosen, flags, epochs = _round_draws(c.seed, round_k, num_devices, c.devices.frac, c.devices.straggler,
-                                         c.solver.epochs, getattr(c.devices, "straggler_draw", "bernoulli"))
+    chosen, flags, epochs = _round_draws(
+        c.seed,
+        round_k,
+        num_devices,
+        c.devices.frac,
+        c.devices.straggler,
+        c.solver.epochs,
+        getattr(c.devices, "straggler_draw", "bernoulli"),
+    )
     return list(chosen), list(flags), list(epochs)
 
 
@@ -129,8 +148,9 @@ def _compiled_round_draws() -> tuple[Callable[..., None], int] | None:
 
 
 @functools.lru_cache(maxsize=8192)
-def _round_draws(seed: int, round_k: int, num_devices: int, frac: float, prob: float, epochs: int,
-                 draw: str) -> tuple[tuple[int, ...], tuple[bool, ...], tuple[int, ...]]:
+def _round_draws(
+    seed: int, round_k: int, num_devices: int, frac: float, prob: float, epochs: int, draw: str
+) -> tuple[tuple[int, ...], tuple[bool, ...], tuple[int, ...]]:
     """The draws of :func:`round_stragglers`, kept per process: they depend on these values only, so the runs
     of a bundle that share a seed (other algorithms, other mu) and the end-of-run summary draw them once."""
     first = (round_k - 1) // DRAW_BLOCK_ROUNDS * DRAW_BLOCK_ROUNDS + 1
@@ -138,8 +158,9 @@ def _round_draws(seed: int, round_k: int, num_devices: int, frac: float, prob: f
 
 
 @functools.lru_cache(maxsize=512)
-def block_draws(seed: int, first: int, num_devices: int, frac: float, prob: float, epochs: int,
-                draw: str) -> tuple[tuple[tuple[int, ...], tuple[bool, ...], tuple[int, ...]], ...]:
+def block_draws(
+    seed: int, first: int, num_devices: int, frac: float, prob: float, epochs: int, draw: str
+) -> tuple[tuple[tuple[int, ...], tuple[bool, ...], tuple[int, ...]], ...]:
     """(chosen, flags, epochs) of training rounds first .. first + :data:`DRAW_BLOCK_ROUNDS` - 1: the numbers of
     :func:`sample_clients` and :func:`draw_stragglers`, made in one compiled call
     (:func:`upfl.draws.compiled.round_draws`, seeds by :func:`upfl.draws.streams.derive_seeds`), or round by round with torch
@@ -161,8 +182,14 @@ def block_draws(seed: int, first: int, num_devices: int, frac: float, prob: floa
     chosen_rows = np.empty((len(keys), min(sampled_count(num_devices, frac), num_devices)), dtype=np.int64)
     uniform = np.empty((len(keys), num_devices), dtype=np.float32)
     short = np.empty((len(keys), num_devices), dtype=np.int64)
-    compiled[0](derive_seeds(seed, "sampling", keys), derive_seeds(seed, "stragglers", keys), max(epochs, 2),
-                chosen_rows, uniform, short)
+    compiled[0](
+        derive_seeds(seed, "sampling", keys),
+        derive_seeds(seed, "stragglers", keys),
+        max(epochs, 2),
+        chosen_rows,
+        uniform,
+        short,
+    )
     if draw == "bernoulli":
         flag_rows = uniform < np.float32(prob)  # torch compares a float32 tensor with a float in float32
     else:
@@ -171,8 +198,10 @@ def block_draws(seed: int, first: int, num_devices: int, frac: float, prob: floa
         for r, devices in enumerate(chosen_rows):
             flag_rows[r, devices[np.argsort(uniform[r, devices], kind="stable")[:count]]] = True
     epoch_rows = np.where(flag_rows, short, epochs)
-    return tuple((tuple(c), tuple(f), tuple(e)) for c, f, e in zip(chosen_rows.tolist(), flag_rows.tolist(),
-                                                                    epoch_rows.tolist(), strict=True))
+    return tuple(
+        (tuple(c), tuple(f), tuple(e))
+        for c, f, e in zip(chosen_rows.tolist(), flag_rows.tolist(), epoch_rows.tolist(), strict=True)
+    )
 
 
 def round_participants(cfg, round_k: int, num_devices: int) -> tuple[list[int], list[int]]:
@@ -201,7 +230,8 @@ def straggler_summary(cfg, num_devices: int) -> dict[str, Any]:
     return {
         "draw": getattr(cfg.devices, "straggler_draw", "bernoulli"),
         "policy": resolve_straggler_policy(cfg.devices.straggler_policy, cfg.algorithm.name),
-        "probability": cfg.devices.straggler, "training_rounds": k_total,
+        "probability": cfg.devices.straggler,
+        "training_rounds": k_total,
         "sampled_per_round": sampled[0] if sampled else 0,
         "stragglers_per_round_mean": sum(stragglers) / k_total if k_total else 0.0,
         "stragglers_per_round_min": min(stragglers, default=0),

@@ -10,7 +10,6 @@ run re-creates exactly the generators an uninterrupted run would have used.
 from __future__ import annotations
 
 import hashlib
-
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:

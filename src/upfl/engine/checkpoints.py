@@ -28,6 +28,7 @@ and says it can be removed.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import functools
@@ -43,7 +44,6 @@ import torch
 
 from .. import config as cfgmod
 from ..files import atomic_path, sha256_file
-import contextlib
 
 FORMAT = 1
 DEFAULT_DIRNAME = ".checkpoints"
@@ -150,8 +150,10 @@ class Checkpoint:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
             os.close(fd)
             if e.errno in (errno.EAGAIN, errno.EACCES):
-                raise CheckpointBusy(f"{self.dir}: another run of the same config, data and --out is running "
-                                     f"(PID {holder}); wait for it or use another --out") from None
+                raise CheckpointBusy(
+                    f"{self.dir}: another run of the same config, data and --out is running "
+                    f"(PID {holder}); wait for it or use another --out"
+                ) from None
             raise
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
@@ -225,13 +227,20 @@ class Checkpoint:
                 warnings.simplefilter("ignore", UserWarning)
                 saved = torch.load(self.device_file, map_location="cpu", weights_only=True)
         except Exception as e:
-            raise CheckpointError(f"{self.device_file}: not a readable device state ({type(e).__name__}); remove it "
-                                  f"(rm -r {self.device_dir}) and {self.dir} to start the run over") from None
+            raise CheckpointError(
+                f"{self.device_file}: not a readable device state ({type(e).__name__}); remove it "
+                f"(rm -r {self.device_dir}) and {self.dir} to start the run over"
+            ) from None
         state = saved.get("device_state") if isinstance(saved, dict) else None
-        if saved.get("key") != self.key or not isinstance(state, dict) or not all(
-                isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
-            raise CheckpointError(f"{self.device_file}: not this run's device state; remove it (rm -r "
-                                  f"{self.device_dir}) and {self.dir} to start the run over")
+        if (
+            saved.get("key") != self.key
+            or not isinstance(state, dict)
+            or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items())
+        ):
+            raise CheckpointError(
+                f"{self.device_file}: not this run's device state; remove it (rm -r "
+                f"{self.device_dir}) and {self.dir} to start the run over"
+            )
         return saved.get("t"), state
 
     def load(self, shapes: dict[str, tuple[int, ...]], rounds: int) -> dict[str, Any] | None:
@@ -246,7 +255,9 @@ class Checkpoint:
                 warnings.simplefilter("ignore", UserWarning)  # torch's notes on foreign pickle protocols
                 state = torch.load(self.file, map_location="cpu", weights_only=True)
         except Exception as e:  # any unpickling, zip or I/O failure: the file is not a usable checkpoint
-            self._fail(f"not a readable checkpoint ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})")
+            self._fail(
+                f"not a readable checkpoint ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})"
+            )
         self._check(state, shapes, rounds)
         return state
 
@@ -277,8 +288,10 @@ class Checkpoint:
         if not isinstance(state["times"], dict):
             self._fail("times entry is not a mapping")
         extra = state.get("algorithm_state")
-        if extra is not None and not (isinstance(extra, dict) and all(
-                isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in extra.items())):
+        if extra is not None and not (
+            isinstance(extra, dict)
+            and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in extra.items())
+        ):
             self._fail("algorithm_state is not a mapping of names to tensors")
 
 
@@ -290,6 +303,8 @@ def open_checkpoint(cfg: cfgmod.RunConfig, out: str | os.PathLike, data_path: st
     if cfg.privacy.mechanism != "none":
         device_root = device_state_root()
         if _inside(device_root, Path(out)):
-            raise CheckpointError(f"{DEVICE_STATE_ENV}={device_root}: inside the run folder {out}; a private run's "
-                                  "device state must live outside what is shared")
+            raise CheckpointError(
+                f"{DEVICE_STATE_ENV}={device_root}: inside the run folder {out}; a private run's "
+                "device state must live outside what is shared"
+            )
     return Checkpoint(checkpoint_root(cfg, out), key, owned_root=not cfg.checkpoint.dir, device_root=device_root)

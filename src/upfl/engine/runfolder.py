@@ -27,9 +27,13 @@ def check_out(out: str | os.PathLike, config_hash: str, force: bool = False) -> 
     try:
         other = json.loads(summary.read_text(encoding="utf-8")).get("config_hash")
     except (OSError, ValueError, AttributeError) as e:
-        raise RunFolderError(f"--out {out}: holds a summary.json that cannot be read ({e}); "
-                             f"pass --force to overwrite it or choose another --out") from None
+        raise RunFolderError(
+            f"--out {out}: holds a summary.json that cannot be read ({e}); "
+            f"pass --force to overwrite it or choose another --out"
+        ) from None
     if other != config_hash:
-        raise RunFolderError(f"--out {out}: holds the results of another config (config hash {other}, this run "
-                             f"{config_hash}); pass --force to overwrite them or choose another --out")
+        raise RunFolderError(
+            f"--out {out}: holds the results of another config (config hash {other}, this run "
+            f"{config_hash}); pass --force to overwrite them or choose another --out"
+        )
     return out

@@ -21,23 +21,33 @@ import torch
 
 from .. import config as cfgmod
 from ..algorithms import ClientRound, algorithm_class, build_algorithm
-from .checkpoints import open_checkpoint
 from ..data import FederatedDataset, load_leaf
-from .divergence import diverged_entry, loss_problem, weights_problem
+from ..draws.batch_plans import DRAW_CACHE, RoundPlans, seeded_batch_plan
 from ..draws.rounds import round_participants, straggler_summary, training_rounds_before
+from ..draws.streams import derive_seeds, generator
 from ..files import json_text, provenance, write_texts
 from ..integrity import RECORD, record_text
 from ..models import build_model
 from ..privacy.accounting import per_device, privacy_report
-from ..privacy.mechanisms import (objective_noise_draws, output_perturbation, scale_objective_noise,
-                                 standard_normal_rows)
-from ..draws.streams import derive_seeds, generator
-from .runfolder import check_out
-from ..draws.batch_plans import DRAW_CACHE, RoundPlans, seeded_batch_plan
+from ..privacy.mechanisms import objective_noise_draws, output_perturbation, scale_objective_noise, standard_normal_rows
 from ..solvers.torch_backend import PooledRound, select_local_solver
+from .checkpoints import open_checkpoint
+from .divergence import diverged_entry, loss_problem, weights_problem
+from .runfolder import check_out
 
-METRIC_COLUMNS = ["iteration", "kind", "train_loss", "train_acc", "test_loss", "test_acc", "devices",
-                  "local_steps", "data_accesses", "wall_s", "cum_wall_s"]
+METRIC_COLUMNS = [
+    "iteration",
+    "kind",
+    "train_loss",
+    "train_acc",
+    "test_loss",
+    "test_acc",
+    "devices",
+    "local_steps",
+    "data_accesses",
+    "wall_s",
+    "cum_wall_s",
+]
 
 TRAIN_METRICS_COLUMN = "train_metrics"
 """metrics.csv column of a private run: what its train_loss and train_acc are (:func:`train_metrics_status`)."""
@@ -103,8 +113,15 @@ def pooled_rows(ds: FederatedDataset, feature_scaling: str, device: torch.device
         test = [u for u in ds.users if len(ds.test_y[u])]
         test_x = torch.cat([scaled_features(ds.test_x[u], feature_scaling, device) for u in test]) if test else None
         test_y = torch.cat([torch.as_tensor(ds.test_y[u]) for u in test]).to(device) if test else None
-        made[key] = (train_x, train_y, onehot, list(torch.split(train_x, sizes)), list(torch.split(onehot, sizes)),
-                     test_x, test_y)
+        made[key] = (
+            train_x,
+            train_y,
+            onehot,
+            list(torch.split(train_x, sizes)),
+            list(torch.split(onehot, sizes)),
+            test_x,
+            test_y,
+        )
     train_x, train_y, onehot, xs, ys, test_x, test_y = made[key]
     return train_x, train_y, onehot, list(xs), list(ys), test_x, test_y
 
@@ -124,8 +141,9 @@ class Simulation:
         self.num_classes = ds.num_classes
         ds.check_labels()
         self.model = build_model(c.model.name, ds, c.model.options, c.model.softmax_before_loss)
-        self.local_solve = select_local_solver(c.solver.backend, self.model, self.device, c.threads,
-                                               (algorithm_class(c.algorithm.name).solver_entry,))
+        self.local_solve = select_local_solver(
+            c.solver.backend, self.model, self.device, c.threads, (algorithm_class(c.algorithm.name).solver_entry,)
+        )
         self.batch_plan = getattr(self.local_solve, "batch_plan", seeded_batch_plan)
         self.num_training_rounds = training_rounds_before(c.algorithm.name, c.rounds)
         self.algorithm = build_algorithm(c, len(ds.train_users), self.model.num_params, self.num_training_rounds)
@@ -149,13 +167,18 @@ class Simulation:
         self.block: dict[int, ClientRound | None] = {}
         """The current block of training rounds: round k -> its inputs (:meth:`client_round`)."""
         released_train = train_metrics_status(c.privacy) != "not_computed"
-        self.evaluated = [(name, x, y, len(y)) for name, x, y in (("train", self.train_x, self.train_y),
-                                                                  ("test", self.test_x, self.test_y))
-                          if x is not None and (name == "test" or released_train)]
+        self.evaluated = [
+            (name, x, y, len(y))
+            for name, x, y in (("train", self.train_x, self.train_y), ("test", self.test_x, self.test_y))
+            if x is not None and (name == "test" or released_train)
+        ]
         """The sets :meth:`evaluate` evaluates: (name, x, y, rows)."""
         compiled = getattr(self.local_solve, "evaluator", None)
-        self.evaluate_sets = (compiled(self.model, [(x, y) for _, x, y, _ in self.evaluated]) if compiled is not None
-                              else lambda w: [self.evaluate_model(w, x, y) for _, x, y, _ in self.evaluated])
+        self.evaluate_sets = (
+            compiled(self.model, [(x, y) for _, x, y, _ in self.evaluated])
+            if compiled is not None
+            else lambda w: [self.evaluate_model(w, x, y) for _, x, y, _ in self.evaluated]
+        )
         """w -> (summed loss, correct predictions) on each of :attr:`evaluated`."""
 
     def _x(self, arr) -> torch.Tensor:
@@ -166,8 +189,12 @@ class Simulation:
         """Loss and accuracy on the pooled train and test sets; the train ones are None where a private run does not
         release them (:func:`train_metrics_status`), the test ones NaN without a test split."""
         train = None if train_metrics_status(self.cfg.privacy) == "not_computed" else float("nan")
-        out: dict[str, float | None] = {"train_loss": train, "train_acc": train,
-                                        "test_loss": float("nan"), "test_acc": float("nan")}
+        out: dict[str, float | None] = {
+            "train_loss": train,
+            "train_acc": train,
+            "test_loss": float("nan"),
+            "test_acc": float("nan"),
+        }
         for (name, _, _, n), (loss, correct) in zip(self.evaluated, self.evaluate_sets(w), strict=True):
             out[f"{name}_loss"], out[f"{name}_acc"] = loss / n, correct / n
         return out
@@ -181,7 +208,7 @@ class Simulation:
         bs = self.cfg.evaluation.batch_size
         loss, correct = 0.0, 0
         for i in range(0, len(y), bs):
-            batch_loss, batch_correct = self.model.evaluate(w, x[i:i + bs], y[i:i + bs])
+            batch_loss, batch_correct = self.model.evaluate(w, x[i : i + bs], y[i : i + bs])
             loss, correct = loss + batch_loss, correct + batch_correct
         return loss, correct
 
@@ -223,8 +250,9 @@ class Simulation:
                 break
             rounds.append((k, chosen, sizes, chosen_epochs))
         drawn = [r for r in rounds if r[1]]
-        plans = DRAW_CACHE.round_plans(c.seed, drawn, width, lambda keys: derive_seeds(c.seed, "batches", keys),
-                                       self.batch_plan)
+        plans = DRAW_CACHE.round_plans(
+            c.seed, drawn, width, lambda keys: derive_seeds(c.seed, "batches", keys), self.batch_plan
+        )
         block: dict[int, ClientRound | None] = {k: None for k, *_ in rounds}
         block.update({k: self.round_inputs(k, chosen, p) for (k, chosen, _, _), p in zip(drawn, plans, strict=True)})
         return block
@@ -237,11 +265,25 @@ class Simulation:
         total = sizes.sum()
         # size_weights' numbers: a float32 sum of integers is exact in any order while it stays below 2^24
         weights = torch.from_numpy(sizes / total).to(self.device) if total < 2**24 else None
-        pooled = (PooledRound(self.train_x, self.train_onehot, self.row_ranges[chosen], plans)
-                  if self.reads_pooled_rows else None)
-        return ClientRound(chosen, [self.xs[i] for i in chosen], [self.ys[i] for i in chosen], plans.plans,
-                           torch.from_numpy(sizes).to(self.device), self.model, self.local_solve, c.solver.lr,
-                           c.solver.momentum, dropout, pooled, weights)
+        pooled = (
+            PooledRound(self.train_x, self.train_onehot, self.row_ranges[chosen], plans)
+            if self.reads_pooled_rows
+            else None
+        )
+        return ClientRound(
+            chosen,
+            [self.xs[i] for i in chosen],
+            [self.ys[i] for i in chosen],
+            plans.plans,
+            torch.from_numpy(sizes).to(self.device),
+            self.model,
+            self.local_solve,
+            c.solver.lr,
+            c.solver.momentum,
+            dropout,
+            pooled,
+            weights,
+        )
 
     def objective_noise(self, round_k: int, chosen: list[int]) -> torch.Tensor:
         """Objective perturbation (Section 5): n_i ~ exp(-alpha_i ||n||) over the model's parameters, one per
@@ -263,9 +305,12 @@ class Simulation:
         standard normal draws (``noise`` stream keyed (seed, round, device)) are shared like
         :meth:`objective_noise`'s."""
         c, W = self.cfg, local.cpu()
-        noise = DRAW_CACHE.get(("output_noise", c.seed, round_k, tuple(chosen), tuple(W.shape[1:]), W.dtype),
-                               lambda: standard_normal_rows(W.shape[1:], [generator(c.seed, "noise", round_k, i)
-                                                                          for i in chosen], W.dtype))
+        noise = DRAW_CACHE.get(
+            ("output_noise", c.seed, round_k, tuple(chosen), tuple(W.shape[1:]), W.dtype),
+            lambda: standard_normal_rows(
+                W.shape[1:], [generator(c.seed, "noise", round_k, i) for i in chosen], W.dtype
+            ),
+        )
         if c.privacy.tau is None:
             raise cfgmod.ConfigError("privacy.tau: output perturbation clips each released model to tau; give it")
         return output_perturbation(W, c.privacy.tau, self.noise_scales[chosen], noise=noise).to(local.device)
@@ -295,8 +340,14 @@ def _metrics_csv(rows: list[dict[str, Any]], columns: list[str]) -> str:
     return buf.getvalue()
 
 
-def run(cfg: cfgmod.RunConfig, out: str | Path, log=print, stop_after: int | None = None,
-        force: bool = False, data: FederatedDataset | None = None) -> dict[str, Any]:
+def run(
+    cfg: cfgmod.RunConfig,
+    out: str | Path,
+    log=print,
+    stop_after: int | None = None,
+    force: bool = False,
+    data: FederatedDataset | None = None,
+) -> dict[str, Any]:
     """Run one configuration; write OUT/metrics.csv and OUT/summary.json atomically; resume from a checkpoint.
 
     A non-finite weight vector or loss stops the run: its summary records ``diverged`` (see
@@ -311,8 +362,10 @@ def run(cfg: cfgmod.RunConfig, out: str | Path, log=print, stop_after: int | Non
         torch.set_num_threads(cfg.threads)
     data = data if data is not None else load_leaf(cfg.data.path)
     sim = Simulation(cfg, data, device)
-    log(f"{cfg.data.path}: {sim.num_classes} classes ({data.num_classes_source}), "
-        f"{len(sim.devices)} training devices, {data.test_samples} test samples")
+    log(
+        f"{cfg.data.path}: {sim.num_classes} classes ({data.num_classes_source}), "
+        f"{len(sim.devices)} training devices, {data.test_samples} test samples"
+    )
     if sim.test_x is None:
         log(f"warning: {cfg.data.path} has an empty test split; test metrics are null and no best iteration is chosen")
     privacy = privacy_report(cfg, data, sim.model)
@@ -361,13 +414,21 @@ def _run_loop(cfg, sim, data, device, out, ckpt, privacy, log, stop_after) -> di
         if state is not None and ckpt.device_dir is not None and alg.device_state:
             saved = ckpt.load_device_state()
             if saved is None or saved[0] != state["t"]:
-                log(f"{ckpt.file}: this private run's device state ({', '.join(alg.device_state)}) is not at "
-                    f"{ckpt.device_file} for iteration {state['t']}; starting over")
+                log(
+                    f"{ckpt.file}: this private run's device state ({', '.join(alg.device_state)}) is not at "
+                    f"{ckpt.device_file} for iteration {state['t']}; starting over"
+                )
                 state = None
             else:
                 state["algorithm_state"] = {**state.get("algorithm_state", {}), **saved[1]}
     if state is not None:
-        t0, w, w_prev, rows, times = state["t"], state["w"].to(device), state["w_prev"].to(device), state["rows"], state["times"]
+        t0, w, w_prev, rows, times = (
+            state["t"],
+            state["w"].to(device),
+            state["w_prev"].to(device),
+            state["rows"],
+            state["times"],
+        )
         alg.load_state_dict(state.get("algorithm_state", {}), device)
         log(f"resuming from {ckpt.file} at iteration {t0}")
         problem = weights_problem(w) or weights_problem(w_prev)
@@ -377,8 +438,19 @@ def _run_loop(cfg, sim, data, device, out, ckpt, privacy, log, stop_after) -> di
         w = sim.model.init_params(generator(cfg.seed, "init")).to(device)
         w_prev, t0 = w.clone(), 0
         e0 = time.perf_counter()
-        rows = [{"iteration": 0, "kind": "init", **sim.evaluate(w), **alg.evaluate_extra(sim, w), "devices": 0,
-                 "local_steps": 0, "data_accesses": 0, "wall_s": 0.0, "cum_wall_s": 0.0}]
+        rows = [
+            {
+                "iteration": 0,
+                "kind": "init",
+                **sim.evaluate(w),
+                **alg.evaluate_extra(sim, w),
+                "devices": 0,
+                "local_steps": 0,
+                "data_accesses": 0,
+                "wall_s": 0.0,
+                "cum_wall_s": 0.0,
+            }
+        ]
         if status:
             rows[0][TRAIN_METRICS_COLUMN] = status
         times["eval_s"] += time.perf_counter() - e0
@@ -403,8 +475,14 @@ def _run_loop(cfg, sim, data, device, out, ckpt, privacy, log, stop_after) -> di
             times["upcycle_s"] += time.perf_counter() - start
         w_prev, w = w, w_new
         wall = time.perf_counter() - start
-        row = {"iteration": t, "kind": kind, "devices": ndev, "local_steps": steps, "data_accesses": accesses,
-               TRAIN_METRICS_COLUMN: status}
+        row = {
+            "iteration": t,
+            "kind": kind,
+            "devices": ndev,
+            "local_steps": steps,
+            "data_accesses": accesses,
+            TRAIN_METRICS_COLUMN: status,
+        }
         problem = weights_problem(w)
         if problem or is_evaluated(cfg.evaluation, t, T):
             e0 = time.perf_counter()
@@ -413,8 +491,11 @@ def _run_loop(cfg, sim, data, device, out, ckpt, privacy, log, stop_after) -> di
             times["eval_s"] += time.perf_counter() - e0
             problem = problem or loss_problem(row, has_test)
             if t == T or e0 - last_log >= LOG_INTERVAL_S:
-                train = ("" if row["train_loss"] is None else
-                         f"train_loss {row['train_loss']:.4f} train_acc {row['train_acc']:.4f} ")
+                train = (
+                    ""
+                    if row["train_loss"] is None
+                    else f"train_loss {row['train_loss']:.4f} train_acc {row['train_acc']:.4f} "
+                )
                 log(f"iter {t}/{T} {kind:7s} {train}test_acc {row['test_acc']:.4f}")
                 last_log = e0
         else:
@@ -426,15 +507,28 @@ def _run_loop(cfg, sim, data, device, out, ckpt, privacy, log, stop_after) -> di
             diverged = diverged_entry(t, kind, problem)
             log(f"diverged at iteration {t}: {problem}; stopping")
             break
-        if (ckpt is not None and kind == "train" and t < T
-                and checkpoint_due(cfg.checkpoint, round_k, time.perf_counter() - last_checkpoint)):
+        if (
+            ckpt is not None
+            and kind == "train"
+            and t < T
+            and checkpoint_due(cfg.checkpoint, round_k, time.perf_counter() - last_checkpoint)
+        ):
             public, device_state = alg.split_state()
             if ckpt.device_dir is not None and alg.device_state:  # private: device state kept apart (owner-only)
                 ckpt.save_device_state(device_state, t)
             else:
                 public = {**public, **device_state}
-            ckpt.save({"config_hash": cfgmod.config_hash(cfg), "t": t, "w": w.cpu(), "w_prev": w_prev.cpu(),
-                       "rows": rows, "times": times, "algorithm_state": public})
+            ckpt.save(
+                {
+                    "config_hash": cfgmod.config_hash(cfg),
+                    "t": t,
+                    "w": w.cpu(),
+                    "w_prev": w_prev.cpu(),
+                    "rows": rows,
+                    "times": times,
+                    "algorithm_state": public,
+                }
+            )
             last_checkpoint = time.perf_counter()
         if stop_after is not None and t >= stop_after:
             raise InjectedStop(f"stopped after iteration {t}")
@@ -446,9 +540,13 @@ def _run_loop(cfg, sim, data, device, out, ckpt, privacy, log, stop_after) -> di
         "diverged": diverged or False,
         "final": {k: final[k] for k in keys},
         "best": {k: best[k] for k in keys} if best else None,
-        "config": cfgmod.to_dict(cfg), "config_hash": cfgmod.config_hash(cfg), "seed": cfg.seed,
-        **provenance(), "device": str(device),
-        "num_classes": sim.num_classes, "num_classes_source": data.num_classes_source,
+        "config": cfgmod.to_dict(cfg),
+        "config_hash": cfgmod.config_hash(cfg),
+        "seed": cfg.seed,
+        **provenance(),
+        "device": str(device),
+        "num_classes": sim.num_classes,
+        "num_classes_source": data.num_classes_source,
         "test_samples": data.test_samples,
         "time": {**times, "total_s": final["cum_wall_s"] + times["eval_s"]},
         "training_rounds": sim.num_training_rounds,
@@ -458,7 +556,9 @@ def _run_loop(cfg, sim, data, device, out, ckpt, privacy, log, stop_after) -> di
     out.mkdir(parents=True, exist_ok=True)
     texts = {"metrics.csv": _metrics_csv(rows, columns), "summary.json": json_text(summary)}
     record = record_text(summary["config_hash"], {name: text.encode("utf-8") for name, text in texts.items()})
-    write_texts({out / "metrics.csv": texts["metrics.csv"], out / RECORD: record, out / "summary.json": texts["summary.json"]})
+    write_texts(
+        {out / "metrics.csv": texts["metrics.csv"], out / RECORD: record, out / "summary.json": texts["summary.json"]}
+    )
     if ckpt is not None:
         ckpt.remove()
     return summary

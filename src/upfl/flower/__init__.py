@@ -15,9 +15,25 @@ try:
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("upfl.flower needs Flower: pip install 'upfl[flower]' (flwr[simulation] 1.42 or newer)") from e
 
-from .apps import (FLOWER_STRATEGIES, RUN_CONFIG_KEYS, local_update, make_client_app, make_server_app,
-                   run_config_to_upfl, strategy_for)
+from .apps import (
+    FLOWER_STRATEGIES,
+    RUN_CONFIG_KEYS,
+    local_update,
+    make_client_app,
+    make_server_app,
+    run_config_to_upfl,
+    strategy_for,
+)
 from .strategy import CountingGrid, UpcycledFL
 
-__all__ = ["CountingGrid", "FLOWER_STRATEGIES", "RUN_CONFIG_KEYS", "UpcycledFL", "local_update", "make_client_app", "make_server_app",
-           "run_config_to_upfl", "strategy_for"]
+__all__ = [
+    "CountingGrid",
+    "FLOWER_STRATEGIES",
+    "RUN_CONFIG_KEYS",
+    "UpcycledFL",
+    "local_update",
+    "make_client_app",
+    "make_server_app",
+    "run_config_to_upfl",
+    "strategy_for",
+]

@@ -44,6 +44,7 @@ import math
 import secrets
 import time
 from collections.abc import Callable
+from logging import INFO
 from pathlib import Path
 from typing import Any
 
@@ -53,24 +54,20 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp import strategy as flower_strategies
 from flwr.serverapp.strategy import Strategy
-from logging import INFO
-
 from flwr.supercore import log
 
 from .. import config as cfgmod
 from ..data import FederatedDataset, load_leaf
 from ..data.leaf import META_FILE, _check_num_classes, _read_split, read_json
-from ..draws.rounds import draw_stragglers, resolve_straggler_policy, sample_clients
-from ..files import provenance, write_json, write_text
-from ..names import base_name, is_upcycled
-from ..models import build_model
-from ..privacy.accounting import OS_ENTROPY_NOISE, SEED_KEYED_NOISE, max_feature_norm, privacy_report
-from ..privacy.mechanisms import (objective_noise_draws, output_perturbation, scale_objective_noise,
-                                  standard_normal_rows)
-from ..draws.streams import generator
-from ..engine.simulation import (TRAIN_METRICS_COLUMN, Simulation, resolve_device, scaled_features,
-                                 train_metrics_status)
 from ..draws.batch_plans import batch_plan
+from ..draws.rounds import draw_stragglers, resolve_straggler_policy, sample_clients
+from ..draws.streams import generator
+from ..engine.simulation import TRAIN_METRICS_COLUMN, Simulation, resolve_device, scaled_features, train_metrics_status
+from ..files import provenance, write_json, write_text
+from ..models import build_model
+from ..names import base_name, is_upcycled
+from ..privacy.accounting import OS_ENTROPY_NOISE, SEED_KEYED_NOISE, max_feature_norm, privacy_report
+from ..privacy.mechanisms import objective_noise_draws, output_perturbation, scale_objective_noise, standard_normal_rows
 from .strategy import DEVICE_KEY, CountingGrid, UpcycledFL, as_flat, is_upcycle_round, record_number
 
 PARAMS_KEY = "params"
@@ -117,18 +114,18 @@ FLOWER_ALGORITHMS = ("fedavg", "fedprox", "upcycled", "upcycled_fedavg")
 or not). Every other algorithm of the engine is refused by name: its server state (momentum, moments, control
 variates, FedNova's normalisation, FedDyn's regulariser) has no counterpart here."""
 
-FLOWER_STRATEGIES = ("FedAvg", "FedProx", "FedAvgM", "FedAdam", "FedYogi", "FedAdagrad", "FedMedian",
-                     "FedTrimmedAvg")
+FLOWER_STRATEGIES = ("FedAvg", "FedProx", "FedAvgM", "FedAdam", "FedYogi", "FedAdagrad", "FedMedian", "FedTrimmedAvg")
 """``strategy`` values: Flower's own strategies (``flwr.serverapp.strategy``) of the training rounds."""
 
-APP_KEYS = {"out-dir": "folder for metrics.csv and summary.json (ServerApp; empty: none)",
-            "fraction-evaluate": "fraction of nodes in federated evaluation (their training metrics) after each "
-                                 "training round (default 1; 0 when a private run does not release them)",
-            "privacy-noise-source": f"{OS_ENTROPY!r} (default) or {SEED_KEYED!r} (reproducible, no privacy "
-                                    "against the server)",
-            "strategy": f"the Flower strategy of the training rounds: {', '.join(FLOWER_STRATEGIES)} (default: "
-                        "FedProx for mu > 0, else FedAvg)",
-            "strategy-args": "keyword arguments of that strategy as a JSON object, e.g. '{\"eta\": 0.1}' (default {})"}
+APP_KEYS = {
+    "out-dir": "folder for metrics.csv and summary.json (ServerApp; empty: none)",
+    "fraction-evaluate": "fraction of nodes in federated evaluation (their training metrics) after each "
+    "training round (default 1; 0 when a private run does not release them)",
+    "privacy-noise-source": f"{OS_ENTROPY!r} (default) or {SEED_KEYED!r} (reproducible, no privacy against the server)",
+    "strategy": f"the Flower strategy of the training rounds: {', '.join(FLOWER_STRATEGIES)} (default: "
+    "FedProx for mu > 0, else FedAvg)",
+    "strategy-args": "keyword arguments of that strategy as a JSON object, e.g. '{\"eta\": 0.1}' (default {})",
+}
 """Run-config keys of the apps themselves."""
 
 
@@ -136,8 +133,10 @@ def noise_source(run_config: dict[str, Any]) -> str:
     """The run config's ``privacy-noise-source`` (default :data:`OS_ENTROPY`); another value is an error naming it."""
     source = run_config.get("privacy-noise-source", OS_ENTROPY)
     if source not in NOISE_SOURCES:
-        raise cfgmod.ConfigError(f"run config 'privacy-noise-source': must be {OS_ENTROPY!r} (the default) or "
-                                 f"{SEED_KEYED!r} (reproducible noise, no privacy against the server); got {source!r}")
+        raise cfgmod.ConfigError(
+            f"run config 'privacy-noise-source': must be {OS_ENTROPY!r} (the default) or "
+            f"{SEED_KEYED!r} (reproducible noise, no privacy against the server); got {source!r}"
+        )
     return source
 
 
@@ -156,8 +155,9 @@ def run_config_to_upfl(run_config: dict[str, Any]) -> cfgmod.RunConfig:
         if key in APP_KEYS:
             continue
         if key not in RUN_CONFIG_KEYS:
-            raise cfgmod.ConfigError(f"run config key {key!r} is unknown; known keys: "
-                                     f"{', '.join(sorted([*RUN_CONFIG_KEYS, *APP_KEYS]))}")
+            raise cfgmod.ConfigError(
+                f"run config key {key!r} is unknown; known keys: {', '.join(sorted([*RUN_CONFIG_KEYS, *APP_KEYS]))}"
+            )
         cfgmod.set_key(doc, RUN_CONFIG_KEYS[key], value)
     try:
         cfg = cfgmod.from_dict(doc)
@@ -186,25 +186,37 @@ def strategy_choice(run_config: dict[str, Any]) -> tuple[str | None, dict[str, A
     except json.JSONDecodeError as e:
         raise cfgmod.ConfigError(f"run config 'strategy-args': not JSON ({e.msg} at character {e.pos})") from None
     if not isinstance(args, dict):
-        raise cfgmod.ConfigError(f"run config 'strategy-args': must be a JSON object of keyword arguments, got {text!r}")
+        raise cfgmod.ConfigError(
+            f"run config 'strategy-args': must be a JSON object of keyword arguments, got {text!r}"
+        )
     if args and name is None:
         raise cfgmod.ConfigError("run config 'strategy-args': given without 'strategy'")
     if name is not None:
         taken = set(inspect.signature(getattr(flower_strategies, name)).parameters)
-        reserved = {"fraction_train", "min_train_nodes", "min_available_nodes", "fraction_evaluate",
-                    "min_evaluate_nodes", "proximal_mu"}
+        reserved = {
+            "fraction_train",
+            "min_train_nodes",
+            "min_available_nodes",
+            "fraction_evaluate",
+            "min_evaluate_nodes",
+            "proximal_mu",
+        }
         bad = sorted((set(args) - taken) | (set(args) & reserved))
         if bad:
-            raise cfgmod.ConfigError(f"run config 'strategy-args': {name} does not take {', '.join(bad)} here "
-                                     "(sampling comes from fraction-train and fraction-evaluate, proximal_mu from mu)")
+            raise cfgmod.ConfigError(
+                f"run config 'strategy-args': {name} does not take {', '.join(bad)} here "
+                "(sampling comes from fraction-train and fraction-evaluate, proximal_mu from mu)"
+            )
     return name, args
 
 
 def check_flower_algorithm(name: str) -> None:
     """Refuse, by name, an algorithm outside :data:`FLOWER_ALGORITHMS` (no silent fallback to FedAvg or FedProx)."""
     if name not in FLOWER_ALGORITHMS:
-        raise cfgmod.ConfigError(f"run config 'algorithm': {name!r} does not run in Flower (its server state has no "
-                                 f"Flower counterpart here); choose one of {', '.join(FLOWER_ALGORITHMS)}")
+        raise cfgmod.ConfigError(
+            f"run config 'algorithm': {name!r} does not run in Flower (its server state has no "
+            f"Flower counterpart here); choose one of {', '.join(FLOWER_ALGORITHMS)}"
+        )
 
 
 @functools.lru_cache(maxsize=4)
@@ -224,8 +236,9 @@ def simulation_for(run_config: dict[str, Any]) -> Simulation:
     return _simulation(json.dumps(dict(run_config), sort_keys=True))
 
 
-def local_update(sim: Simulation, w: torch.Tensor, device_index: int, round_k: int, mu: float,
-                 noise: torch.Generator | None = None) -> tuple[torch.Tensor | None, int]:
+def local_update(
+    sim: Simulation, w: torch.Tensor, device_index: int, round_k: int, mu: float, noise: torch.Generator | None = None
+) -> tuple[torch.Tensor | None, int]:
     """Device i's model after training round k from ``w`` (Algorithm 1 line 4), as ``upfl run`` computes it.
 
     ``noise`` is the generator of the privacy noise (Section 5: objective n_i, or output N(0, sigma_i^2 I)); None
@@ -238,15 +251,30 @@ def local_update(sim: Simulation, w: torch.Tensor, device_index: int, round_k: i
     if flags[device_index] and resolve_straggler_policy(c.devices.straggler_policy, c.algorithm.name) == "drop":
         return None, 0
     x, y = sim.xs[device_index], sim.ys[device_index]
-    plans = batch_plan([x.shape[0]], [epochs[device_index]], c.solver.batch_size,
-                       [generator(c.seed, "batches", round_k, device_index)])
+    plans = batch_plan(
+        [x.shape[0]], [epochs[device_index]], c.solver.batch_size, [generator(c.seed, "batches", round_k, device_index)]
+    )
     linear = None
     if sim.alphas is not None:
-        linear = (sim.objective_noise(round_k, [device_index]) if noise is None else
-                  scale_objective_noise(*objective_noise_draws(1, sim.model.num_params, noise),
-                                        sim.alphas[device_index]).to(x.device))
-    local, steps = sim.local_solve(sim.model, w.to(x.device), [x], [y], plans, mu, c.solver.lr, c.solver.momentum,
-                                   linear_term=linear, generator=generator(c.seed, "dropout", round_k))
+        linear = (
+            sim.objective_noise(round_k, [device_index])
+            if noise is None
+            else scale_objective_noise(
+                *objective_noise_draws(1, sim.model.num_params, noise), sim.alphas[device_index]
+            ).to(x.device)
+        )
+    local, steps = sim.local_solve(
+        sim.model,
+        w.to(x.device),
+        [x],
+        [y],
+        plans,
+        mu,
+        c.solver.lr,
+        c.solver.momentum,
+        linear_term=linear,
+        generator=generator(c.seed, "dropout", round_k),
+    )
     if sim.sigmas is not None:
         if noise is None:
             local = sim.output_noise(local, round_k, [device_index])
@@ -254,8 +282,9 @@ def local_update(sim: Simulation, w: torch.Tensor, device_index: int, round_k: i
             W = local.cpu()
             if c.privacy.tau is None:
                 raise cfgmod.ConfigError("privacy.tau: output perturbation clips each released model to tau; give it")
-            local = output_perturbation(W, c.privacy.tau, sim.sigmas[device_index],
-                                        noise=standard_normal_rows(W.shape[1:], [noise], W.dtype))
+            local = output_perturbation(
+                W, c.privacy.tau, sim.sigmas[device_index], noise=standard_normal_rows(W.shape[1:], [noise], W.dtype)
+            )
     return local[0].cpu(), steps
 
 
@@ -289,7 +318,9 @@ def own_metrics(sim: Simulation, w: torch.Tensor, i: int) -> dict[str, MetricVal
     out: dict[str, MetricValue] = {DEVICE_KEY: i}
     if train_metrics_status(sim.cfg.privacy) != "not_computed":
         loss, correct = sim.evaluate_model(w, sim.xs[i], torch.as_tensor(sim.data.train_y[user]).to(sim.device))
-        out.update({"train-loss-sum": float(loss), "train-correct": float(correct), "train-examples": sim.sizes[i].item()})
+        out.update(
+            {"train-loss-sum": float(loss), "train-correct": float(correct), "train-examples": sim.sizes[i].item()}
+        )
     y = sim.data.test_y[user]
     if len(y):
         loss, correct = sim.evaluate_model(w, sim._x(sim.data.test_x[user]), torch.as_tensor(y).to(sim.device))
@@ -317,8 +348,7 @@ def make_client_app(run_config: dict[str, Any] | None = None) -> ClientApp:
             user = sim.devices[i]
             own = FederatedDataset([user], {user: sim.data.train_x[user]}, {user: sim.data.train_y[user]}, {}, {})
             metrics["max-feature-norm"] = max_feature_norm(sim.cfg, own, sim.model)
-        content = RecordDict({"metrics": MetricRecord(metrics),
-                              "device": ConfigRecord({"name": sim.devices[i]})})
+        content = RecordDict({"metrics": MetricRecord(metrics), "device": ConfigRecord({"name": sim.devices[i]})})
         return Message(content=content, reply_to=msg)
 
     @app.train()
@@ -331,8 +361,12 @@ def make_client_app(run_config: dict[str, Any] | None = None) -> ClientApp:
         noise = None if noise_source(_merged(context, run_config)) == SEED_KEYED else entropy_generator()
         local, steps = local_update(sim, w, i, round_k, client_mu(sim.cfg, config), noise)
         if local is None:
-            return Message(Error(code=0, reason=f"device {i} is a straggler in training round {round_k} "
-                                                "and straggler-policy is drop"), reply_to=msg)
+            return Message(
+                Error(
+                    code=0, reason=f"device {i} is a straggler in training round {round_k} and straggler-policy is drop"
+                ),
+                reply_to=msg,
+            )
         arrays = ArrayRecord({PARAMS_KEY: Array(local.numpy())})
         return _reply(arrays, {"num-examples": int(sim.sizes[i]), "local-steps": steps, DEVICE_KEY: i}, msg)
 
@@ -352,8 +386,10 @@ def held_out_test_set(path: str | Path) -> FederatedDataset:
     meta_file = root / META_FILE
     meta = read_json(meta_file) if meta_file.exists() else {}
     if not isinstance(meta, dict) or "num_classes" not in meta:
-        raise cfgmod.ConfigError(f"run config 'data-path': {meta_file} must give num_classes (the Flower server "
-                                 "reads no training file, so it cannot count the classes from the labels)")
+        raise cfgmod.ConfigError(
+            f"run config 'data-path': {meta_file} must give num_classes (the Flower server "
+            "reads no training file, so it cannot count the classes from the labels)"
+        )
     _check_num_classes(meta_file, meta)
     users, xs, ys = _read_split(root / "test", meta.get("x_dtype", "float32"), {})
     if not users or sum(len(y) for y in ys.values()) == 0:
@@ -371,8 +407,9 @@ class ServerData:
         self.data = held_out_test_set(cfg.data.path)
         self.model = build_model(cfg.model.name, self.data, cfg.model.options, cfg.model.softmax_before_loss)
         users = [u for u in self.data.users if len(self.data.test_y[u])]
-        self.test_x = torch.cat([scaled_features(self.data.test_x[u], cfg.data.feature_scaling, self.device)
-                                 for u in users])
+        self.test_x = torch.cat(
+            [scaled_features(self.data.test_x[u], cfg.data.feature_scaling, self.device) for u in users]
+        )
         self.test_y = torch.cat([torch.as_tensor(self.data.test_y[u]) for u in users]).to(self.device)
 
     def evaluate(self, w: torch.Tensor) -> dict[str, float]:
@@ -380,7 +417,7 @@ class ServerData:
         bs, n = self.cfg.evaluation.batch_size, len(self.test_y)
         loss, correct = 0.0, 0
         for i in range(0, n, bs):
-            batch = (self.test_x[i:i + bs], self.test_y[i:i + bs])
+            batch = (self.test_x[i : i + bs], self.test_y[i : i + bs])
             batch_loss, batch_correct = self.model.evaluate(w.to(self.device), *batch)
             loss, correct = loss + float(batch_loss), correct + int(batch_correct)
         return {"test_loss": loss / n, "test_acc": correct / n}
@@ -392,15 +429,18 @@ class Devices:
 
     def __init__(self, grid: Grid, timeout: float = 3600.0) -> None:
         nodes = list(grid.get_node_ids())
-        messages = [Message(RecordDict({"config": ConfigRecord({"server-round": 0})}), dst_node_id=node,
-                            message_type="query") for node in nodes]
+        messages = [
+            Message(RecordDict({"config": ConfigRecord({"server-round": 0})}), dst_node_id=node, message_type="query")
+            for node in nodes
+        ]
         self.names: dict[int, str] = {}
         self.sizes: dict[int, int] = {}
         norms = []
         for reply in grid.send_and_receive(messages, timeout=timeout):
             if reply.has_error():
-                raise RuntimeError(f"node {reply.metadata.src_node_id} did not answer the device query: "
-                                   f"{reply.error.reason}")
+                raise RuntimeError(
+                    f"node {reply.metadata.src_node_id} did not answer the device query: {reply.error.reason}"
+                )
             metrics = reply.content.metric_records["metrics"]
             i = int(record_number(metrics, DEVICE_KEY))
             name, size = reply.content.config_records["device"]["name"], record_number(metrics, "num-examples")
@@ -429,8 +469,13 @@ def flower_strategy(cfg: cfgmod.RunConfig, name: str | None, args: dict[str, Any
     return getattr(flower_strategies, name)(**common, **extra, **args)
 
 
-def strategy_for(cfg: cfgmod.RunConfig, num_nodes: int, fraction_evaluate: float = 0.0,
-                 strategy: str | None = None, strategy_args: dict[str, Any] | None = None) -> Strategy:
+def strategy_for(
+    cfg: cfgmod.RunConfig,
+    num_nodes: int,
+    fraction_evaluate: float = 0.0,
+    strategy: str | None = None,
+    strategy_args: dict[str, Any] | None = None,
+) -> Strategy:
     """The Flower strategy of a run config: ``strategy`` (:data:`FLOWER_STRATEGIES`; default FedProx for mu > 0,
     else FedAvg), wrapped in UpcycledFL for ``upcycled`` and ``upcycled_fedavg``. Any other algorithm is refused
     by name (:data:`FLOWER_ALGORITHMS`). Each training round samples max(floor(frac N), 1) nodes, ``upfl run``'s
@@ -438,13 +483,23 @@ def strategy_for(cfg: cfgmod.RunConfig, num_nodes: int, fraction_evaluate: float
     a = cfg.algorithm
     check_flower_algorithm(a.name)
     per_round = len(sample_clients(cfg.seed, 1, num_nodes, cfg.devices.frac))
-    common = {"fraction_train": cfg.devices.frac, "min_train_nodes": per_round, "min_available_nodes": num_nodes,
-                  "fraction_evaluate": fraction_evaluate, "min_evaluate_nodes": 1 if fraction_evaluate else 0}
+    common = {
+        "fraction_train": cfg.devices.frac,
+        "min_train_nodes": per_round,
+        "min_available_nodes": num_nodes,
+        "fraction_evaluate": fraction_evaluate,
+        "min_evaluate_nodes": 1 if fraction_evaluate else 0,
+    }
     base = flower_strategy(cfg, strategy, strategy_args or {}, common)
     if not is_upcycled(a.name):
         return base
-    return UpcycledFL(base, lam=a.lam if a.step is None else None, step=a.step, schedule=a.schedule,
-                      mu=a.mu if strategy is not None else None)
+    return UpcycledFL(
+        base,
+        lam=a.lam if a.step is None else None,
+        step=a.step,
+        schedule=a.schedule,
+        mu=a.mu if strategy is not None else None,
+    )
 
 
 def strategy_record(strategy: Strategy, args: dict[str, Any]) -> dict[str, Any]:
@@ -452,9 +507,13 @@ def strategy_record(strategy: Strategy, args: dict[str, Any]) -> dict[str, Any]:
     upcycled = isinstance(strategy, UpcycledFL)
     base = strategy.base if isinstance(strategy, UpcycledFL) else strategy
     name = type(base).__name__
-    return {"name": f"UpcycledFL({name})" if upcycled else name, "training_rounds": f"flwr.serverapp.strategy.{name}",
-            "args": args, "upcycled": upcycled,
-            **({"c1": strategy.c1, "schedule": strategy.schedule} if isinstance(strategy, UpcycledFL) else {})}
+    return {
+        "name": f"UpcycledFL({name})" if upcycled else name,
+        "training_rounds": f"flwr.serverapp.strategy.{name}",
+        "args": args,
+        "upcycled": upcycled,
+        **({"c1": strategy.c1, "schedule": strategy.schedule} if isinstance(strategy, UpcycledFL) else {}),
+    }
 
 
 def default_fraction_evaluate(cfg: cfgmod.RunConfig) -> float:
@@ -463,8 +522,9 @@ def default_fraction_evaluate(cfg: cfgmod.RunConfig) -> float:
     return 0.0 if train_metrics_status(cfg.privacy) == "not_computed" else 1.0
 
 
-def make_server_app(run_config: dict[str, Any] | None = None,
-                    on_round: Callable[[int, torch.Tensor], None] | None = None) -> ServerApp:
+def make_server_app(
+    run_config: dict[str, Any] | None = None, on_round: Callable[[int, torch.Tensor], None] | None = None
+) -> ServerApp:
     """A ServerApp running :func:`strategy_for` from ``upfl run``'s initial model. It reads no training file: the
     model comes from ``meta.json`` and the test rows' shape; after every round it evaluates the global model on
     its held-out test set and adds the training metrics the clients reported (federated evaluation); it writes
@@ -497,21 +557,44 @@ def make_server_app(run_config: dict[str, Any] | None = None,
             if on_round is not None:
                 on_round(t, w)
             metrics = {**federated_train_metrics(counting.evaluated.get(t, []), computed), **server.evaluate(w)}
-            kind = "init" if t == 0 else ("upcycle" if isinstance(strategy, UpcycledFL) and is_upcycle_round(t) else "train")
-            rows.append({"iteration": t, "kind": kind, **metrics, "messages": counting.sent[t],
-                         "wall_s": 0.0 if t == 0 else wall})
+            kind = (
+                "init"
+                if t == 0
+                else ("upcycle" if isinstance(strategy, UpcycledFL) and is_upcycle_round(t) else "train")
+            )
+            rows.append(
+                {
+                    "iteration": t,
+                    "kind": kind,
+                    **metrics,
+                    "messages": counting.sent[t],
+                    "wall_s": 0.0 if t == 0 else wall,
+                }
+            )
             log(INFO, "round %d %s: test_acc %.4f, %d messages", t, kind, metrics["test_acc"], counting.sent[t])
             clock["t"] = time.perf_counter()
             return MetricRecord({k: float(v) for k, v in metrics.items() if v is not None})
 
         # CountingGrid wraps the Grid: it counts the messages and forwards everything else (its __getattr__)
-        result = strategy.start(grid=counting,  # type: ignore[arg-type]
-                                initial_arrays=ArrayRecord({PARAMS_KEY: Array(w0.numpy())}),
-                                num_rounds=cfg.rounds, train_config=ConfigRecord(), evaluate_fn=evaluate)
+        result = strategy.start(
+            grid=counting,  # type: ignore[arg-type]
+            initial_arrays=ArrayRecord({PARAMS_KEY: Array(w0.numpy())}),
+            num_rounds=cfg.rounds,
+            train_config=ConfigRecord(),
+            evaluate_fn=evaluate,
+        )
         out = run_config_.get("out-dir", "")
         if out:
-            write_outputs(Path(out), cfg, server, devices, rows, counting, noise_source(run_config_),
-                          strategy_record(strategy, args))
+            write_outputs(
+                Path(out),
+                cfg,
+                server,
+                devices,
+                rows,
+                counting,
+                noise_source(run_config_),
+                strategy_record(strategy, args),
+            )
         del result
 
     return app
@@ -525,8 +608,10 @@ def federated_train_metrics(replies: list[MetricRecord], computed: bool) -> dict
     rows = sum(record_number(r, "train-examples") for r in replies if "train-examples" in r)
     if not computed or rows == 0:
         return {"train_loss": None, "train_acc": None}
-    return {"train_loss": sum(record_number(r, "train-loss-sum") for r in replies if "train-loss-sum" in r) / rows,
-            "train_acc": sum(record_number(r, "train-correct") for r in replies if "train-correct" in r) / rows}
+    return {
+        "train_loss": sum(record_number(r, "train-loss-sum") for r in replies if "train-loss-sum" in r) / rows,
+        "train_acc": sum(record_number(r, "train-correct") for r in replies if "train-correct" in r) / rows,
+    }
 
 
 def _cell(value: Any) -> str:
@@ -534,13 +619,23 @@ def _cell(value: Any) -> str:
     return "" if value is None else repr(value) if isinstance(value, float) else str(value)
 
 
-OBSERVED_RELEASES = ("observed: per device, the training replies carrying a model that the Flower server "
-                     "received (messages sent to the nodes Flower sampled, less stragglers' error replies)")
+OBSERVED_RELEASES = (
+    "observed: per device, the training replies carrying a model that the Flower server "
+    "received (messages sent to the nodes Flower sampled, less stragglers' error replies)"
+)
 """``releases_source`` of a Flower run's privacy block."""
 
 
-def write_outputs(out: Path, cfg: cfgmod.RunConfig, server: ServerData, devices: Devices, rows: list[dict[str, Any]],
-                  counting: CountingGrid, noise: str = OS_ENTROPY, strategy: dict[str, Any] | None = None) -> None:
+def write_outputs(
+    out: Path,
+    cfg: cfgmod.RunConfig,
+    server: ServerData,
+    devices: Devices,
+    rows: list[dict[str, Any]],
+    counting: CountingGrid,
+    noise: str = OS_ENTROPY,
+    strategy: dict[str, Any] | None = None,
+) -> None:
     """OUT/metrics.csv (one row per round, with the messages sent) and OUT/summary.json, atomically.
 
     The privacy block counts each device's releases from what ``counting`` saw (:data:`OBSERVED_RELEASES`), with
@@ -553,27 +648,45 @@ def write_outputs(out: Path, cfg: cfgmod.RunConfig, server: ServerData, devices:
     training = [r for r in rows if r["kind"] == "train"]
     final = rows[-1]
     releases = [counting.released[i] for i in range(devices.count)]
-    source = (SEED_KEYED_NOISE + "; no privacy against the server, which knows the seed" if noise == SEED_KEYED
-              else OS_ENTROPY_NOISE)
-    privacy = privacy_report(cfg, devices.public_dataset(), server.model, releases=releases,
-                             releases_source=OBSERVED_RELEASES, noise_source=source,
-                             max_norm=devices.max_feature_norm)
+    source = (
+        SEED_KEYED_NOISE + "; no privacy against the server, which knows the seed"
+        if noise == SEED_KEYED
+        else OS_ENTROPY_NOISE
+    )
+    privacy = privacy_report(
+        cfg,
+        devices.public_dataset(),
+        server.model,
+        releases=releases,
+        releases_source=OBSERVED_RELEASES,
+        noise_source=source,
+        max_norm=devices.max_feature_norm,
+    )
     name = (strategy or {}).get("name", cfg.algorithm.name)
     privacy["algorithm"] = name
     summary = {
-        "engine": "flower", "algorithm": name, "flower_strategy": strategy,
+        "engine": "flower",
+        "algorithm": name,
+        "flower_strategy": strategy,
         "final": {k: final[k] for k in columns[:6]},
-        "evaluation": {"train_metrics": "federated: the clients' sums on their own training rows, after each "
-                                        "training round (fraction-evaluate of the nodes)",
-                       "test_metrics": "the server's held-out test set (data-path/test)",
-                       "evaluation_messages": {str(t): n for t, n in sorted(counting.evaluate_sent.items())}},
+        "evaluation": {
+            "train_metrics": "federated: the clients' sums on their own training rows, after each "
+            "training round (fraction-evaluate of the nodes)",
+            "test_metrics": "the server's held-out test set (data-path/test)",
+            "evaluation_messages": {str(t): n for t, n in sorted(counting.evaluate_sent.items())},
+        },
         "device_queries": devices.count,
-        "messages": {"total": sum(r["messages"] for r in rows),
-                     "even_rounds": sum(r["messages"] for r in rows if r["iteration"] and r["iteration"] % 2 == 0)},
+        "messages": {
+            "total": sum(r["messages"] for r in rows),
+            "even_rounds": sum(r["messages"] for r in rows if r["iteration"] and r["iteration"] % 2 == 0),
+        },
         "seconds_per_training_round": (sum(r["wall_s"] for r in training) / len(training)) if training else math.nan,
         "training_messages": {str(t): n for t, n in sorted(counting.train_sent.items())},
         "straggler_errors": {str(t): n for t, n in sorted(counting.errors.items())},
-        "config": cfgmod.to_dict(cfg), "config_hash": cfgmod.config_hash(cfg), "seed": cfg.seed, **provenance(),
+        "config": cfgmod.to_dict(cfg),
+        "config_hash": cfgmod.config_hash(cfg),
+        "seed": cfg.seed,
+        **provenance(),
         "privacy": privacy,
     }
     out.mkdir(parents=True, exist_ok=True)

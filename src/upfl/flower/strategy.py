@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
 from logging import INFO
+from typing import Any
 
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord
@@ -24,7 +24,6 @@ from flwr.supercore import log
 
 from ..algorithms import upcycle_coefficient, upcycle_step
 from ..names import PREFIX, even_step_coefficient, is_training_iteration
-
 
 DEVICE_KEY = "partition-id"
 """Metric of a training reply naming the device (the node's ``partition-id``) whose data it released."""
@@ -72,8 +71,15 @@ class UpcycledFL(Strategy):
     arrays before each training round, so that its step starts from w^{2m}, as the clients' training does.
     """
 
-    def __init__(self, base: Strategy, *, lam: float | None = None, step: float | None = None,
-                 schedule: str = "const", mu: float | None = None) -> None:
+    def __init__(
+        self,
+        base: Strategy,
+        *,
+        lam: float | None = None,
+        step: float | None = None,
+        schedule: str = "const",
+        mu: float | None = None,
+    ) -> None:
         if (lam is None) == (step is None):
             raise ValueError("UpcycledFL: give exactly one of lam (c = mu/(mu+lam)) or step (c directly)")
         mu = float(getattr(base, "proximal_mu", 0.0)) if mu is None else float(mu)
@@ -104,15 +110,23 @@ class UpcycledFL(Strategy):
         log(INFO, "\t│\t└── c_1 = %.6g (%s), schedule %s", self.c1, how, self.schedule)
         self.base.summary()
 
-    def start(self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3, timeout: float = 3600,
-              train_config: ConfigRecord | None = None, evaluate_config: ConfigRecord | None = None,
-              evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None) -> Result:
+    def start(
+        self,
+        grid: Grid,
+        initial_arrays: ArrayRecord,
+        num_rounds: int = 3,
+        timeout: float = 3600,
+        train_config: ConfigRecord | None = None,
+        evaluate_config: ConfigRecord | None = None,
+        evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
+    ) -> Result:
         self.num_rounds = num_rounds
         self._before_training = self._upcycled = None
         return super().start(grid, initial_arrays, num_rounds, timeout, train_config, evaluate_config, evaluate_fn)
 
-    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                        grid: Grid) -> Iterable[Message]:
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
         if is_upcycle_round(server_round):
             if self._before_training is None:
                 raise RuntimeError(f"UpcycledFL: round {server_round} has no preceding training round")
@@ -129,15 +143,17 @@ class UpcycledFL(Strategy):
         self.messages_sent[server_round] += len(messages)
         return messages
 
-    def aggregate_train(self, server_round: int,
-                        replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         if is_upcycle_round(server_round):
             upcycled, self._upcycled = self._upcycled, None
             return upcycled, None
         return self.base.aggregate_train(server_round, replies)
 
-    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                           grid: Grid) -> Iterable[Message]:
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
         if is_upcycle_round(server_round):
             return []
         messages = list(self.base.configure_evaluate(server_round, arrays, config, grid))
@@ -183,7 +199,10 @@ class CountingGrid:
     def _observe(self, messages: list[Message], replies: Iterable[Message]) -> list[Message]:
         """Count the training replies of one send: releases per device, error replies per round (a strategy sends
         one round per call; the link sets message ids on sending, so they are read after it)."""
-        rounds = {m.metadata.message_id: int(record_number(m.content.config_records[self.key], "server-round")) for m in messages}
+        rounds = {
+            m.metadata.message_id: int(record_number(m.content.config_records[self.key], "server-round"))
+            for m in messages
+        }
         only = next(iter(set(rounds.values()))) if len(set(rounds.values())) == 1 else 0
         replies = list(replies)
         for r in replies:
@@ -197,8 +216,10 @@ class CountingGrid:
             elif "arrays" in r.content:
                 metrics = r.content.metric_records.get("metrics")
                 if metrics is None or self.device_key not in metrics:
-                    raise ValueError(f"CountingGrid: the training reply of node {r.metadata.src_node_id} carries a "
-                                     f"model but no {self.device_key!r} metric naming its device")
+                    raise ValueError(
+                        f"CountingGrid: the training reply of node {r.metadata.src_node_id} carries a "
+                        f"model but no {self.device_key!r} metric naming its device"
+                    )
                 self.released[int(record_number(metrics, self.device_key))] += 1
         return replies
 

@@ -14,9 +14,9 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable
 
 from .. import config as cfgmod
 from . import store as storemod
@@ -71,7 +71,8 @@ def train_entry(entry: dict[str, Any], threads: int, store: str | None) -> dict[
     start = time.perf_counter()
     if log_path:
         log_path.parent.mkdir(parents=True, exist_ok=True)
-    with (open(log_path, "w", encoding="utf-8") if log_path else open(os.devnull, "w")) as log_file:
+    with open(log_path, "w", encoding="utf-8") if log_path else open(os.devnull, "w") as log_file:
+
         def log(message: str) -> None:
             print(message, file=log_file, flush=True)
 
@@ -80,8 +81,10 @@ def train_entry(entry: dict[str, Any], threads: int, store: str | None) -> dict[
             ident = storemod.identity(cfg) if store else None
             kept = storemod.entry_path(store, ident) if store and ident is not None else None
             if kept is not None and ident is not None and _restored(kept, ident, out, log):
-                log(f"run {rid}: finished result restored from {kept} (same config, data and code, checksums "
-                    "verified; not retrained)")
+                log(
+                    f"run {rid}: finished result restored from {kept} (same config, data and code, checksums "
+                    "verified; not retrained)"
+                )
                 return {"id": rid, "status": "restored", "seconds": time.perf_counter() - start, "error": None}
             log(f"run {rid}: training ({cfgmod.config_hash(cfg)}) -> {out}")
             summary = run(cfg, out, log=log, data=load_data(str(cfg.data.path)))
@@ -95,8 +98,12 @@ def train_entry(entry: dict[str, Any], threads: int, store: str | None) -> dict[
             return {"id": rid, "status": "trained", "seconds": time.perf_counter() - start, "error": None}
         except Exception as e:  # noqa: BLE001 - one run's failure must not stop the bundle
             log_file.write(traceback.format_exc())
-            return {"id": rid, "status": "failed", "seconds": time.perf_counter() - start,
-                    "error": f"{type(e).__name__}: {e}"}
+            return {
+                "id": rid,
+                "status": "failed",
+                "seconds": time.perf_counter() - start,
+                "error": f"{type(e).__name__}: {e}",
+            }
 
 
 def _concurrent_results(entries: list[dict[str, Any]], threads: int, store: str | None, workers: int):
@@ -111,8 +118,13 @@ def _concurrent_results(entries: list[dict[str, Any]], threads: int, store: str 
             yield fut.result()
 
 
-def train_bundle(spec: dict[str, Any], store: str | None = DEFAULT_STORE, concurrent: int | None = None,
-                 threads: int | None = None, echo: Callable[[str], None] = print) -> list[dict[str, Any]]:
+def train_bundle(
+    spec: dict[str, Any],
+    store: str | None = DEFAULT_STORE,
+    concurrent: int | None = None,
+    threads: int | None = None,
+    echo: Callable[[str], None] = print,
+) -> list[dict[str, Any]]:
     """Train every run of a bundle spec (see :func:`bundle_spec`) in this process, or ``concurrent`` at once.
 
     Every run is attempted; runs that fail leave the others' results in place, and a :class:`BundleError`
@@ -137,11 +149,15 @@ def train_bundle(spec: dict[str, Any], store: str | None = DEFAULT_STORE, concur
         sys.stdout.flush()
     failed = [r for r in results if r["status"] == "failed"]
     counts = {s: sum(r["status"] == s for r in results) for s in ("trained", "restored", "failed")}
-    echo(f"bundle {name}: {counts['trained']} trained, {counts['restored']} restored, {counts['failed']} failed "
-         f"in {time.perf_counter() - start:.1f} s")
+    echo(
+        f"bundle {name}: {counts['trained']} trained, {counts['restored']} restored, {counts['failed']} failed "
+        f"in {time.perf_counter() - start:.1f} s"
+    )
     if failed:
-        raise BundleError(f"bundle {name}: {len(failed)} of {len(entries)} runs failed: "
-                          + "; ".join(f"{r['id']} ({r['error']})" for r in failed))
+        raise BundleError(
+            f"bundle {name}: {len(failed)} of {len(entries)} runs failed: "
+            + "; ".join(f"{r['id']} ({r['error']})" for r in failed)
+        )
     return results
 
 
@@ -152,7 +168,8 @@ def _json_kind(value: Any) -> str:
     if isinstance(value, bool):
         return "a boolean"
     return {list: "an array", str: "a string", int: "a number", float: "a number", dict: "an object"}.get(
-        type(value), type(value).__name__)
+        type(value), type(value).__name__
+    )
 
 
 def _check_spec(spec: Any, where: str = "bundle spec") -> None:

@@ -18,9 +18,9 @@ The process that trains one bundle is :mod:`upfl.pipeline.bundle_trainer`.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Callable
 
 from .. import config as cfgmod
 
@@ -63,8 +63,11 @@ def chunk_stably(run_ids: list[str], size: int) -> list[list[str]]:
     low = max(1, size // 2)
     chunks: list[list[str]] = []
     for rid in sorted(run_ids):
-        if (not chunks or len(chunks[-1]) >= 2 * size
-                or (len(chunks[-1]) >= low and _id_hash(rid) % (size - low + 1) == 0)):
+        if (
+            not chunks
+            or len(chunks[-1]) >= 2 * size
+            or (len(chunks[-1]) >= low and _id_hash(rid) % (size - low + 1) == 0)
+        ):
             chunks.append([])
         chunks[-1].append(rid)
     if len(chunks) > 1 and len(chunks[-1]) < low and len(chunks[-2]) + len(chunks[-1]) <= 2 * size:
@@ -133,8 +136,13 @@ def bundle_priorities(bundles: dict[str, Bundle], runs: dict[str, Any]) -> dict[
     return {name: rank + 1 for rank, name in enumerate(sorted(work, key=lambda n: (work[n], n)))}
 
 
-def bundle_spec(bundle: Bundle, runs: dict[str, Any], data_dir: Callable[[str], str],
-                run_dir: Callable[[str], str], log_path: Callable[[str], str]) -> dict[str, Any]:
+def bundle_spec(
+    bundle: Bundle,
+    runs: dict[str, Any],
+    data_dir: Callable[[str], str],
+    run_dir: Callable[[str], str],
+    log_path: Callable[[str], str],
+) -> dict[str, Any]:
     """The JSON document ``upfl run-many --spec`` reads: per run its id, data, result folder, log and config.
 
     Runs are listed (and trained) data set by data set and seed by seed, so that runs sharing a data set and
@@ -147,6 +155,14 @@ def bundle_spec(bundle: Bundle, runs: dict[str, Any], data_dir: Callable[[str], 
         "bundle": bundle.name,
         "threads": max(1, int(job.get("threads", 1)) // concurrent),
         "concurrent": concurrent,
-        "runs": [{"id": rid, "data": data_dir(runs[rid].dataset), "out": run_dir(rid), "log": log_path(rid),
-                  "config": runs[rid].doc} for rid in order],
+        "runs": [
+            {
+                "id": rid,
+                "data": data_dir(runs[rid].dataset),
+                "out": run_dir(rid),
+                "log": log_path(rid),
+                "config": runs[rid].doc,
+            }
+            for rid in order
+        ],
     }

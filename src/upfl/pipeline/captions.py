@@ -48,7 +48,9 @@ def output_captions(config: dict[str, Any], plan: Plan) -> dict[str, str]:
         datasets = list(dict.fromkeys(r.dataset for r in runs))
         data = "; ".join(
             f"{dataset_label(d)}: {origin_text(config['datasets'][d].get('source'), config['datasets'][d].get('setting', d), config['datasets'][d].get('data_seed'))}"
-            for d in datasets if d in config.get("datasets", {}))
+            for d in datasets
+            if d in config.get("datasets", {})
+        )
         seeds = sorted({r.seed for r in runs})
         if out["kind"] in FIGURE_KINDS:
             per = f"Each line is the mean over {seed_phrase(seeds)}; its band spans their minimum to maximum."

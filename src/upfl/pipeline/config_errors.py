@@ -36,7 +36,9 @@ def schema_error_text(error: Any) -> str:
         return f"{where}: value {_short(error.instance)} is not allowed; allowed: {choices}"
     if error.validator in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
         sign = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}[error.validator]
-        return f"{where}: value {_short(error.instance)} is not allowed; allowed: numbers {sign} {error.validator_value}"
+        return (
+            f"{where}: value {_short(error.instance)} is not allowed; allowed: numbers {sign} {error.validator_value}"
+        )
     if error.validator == "type":
         return f"{where}: value {_short(error.instance)} is not allowed; allowed: {error.validator_value}"
     if error.validator == "oneOf" and error.context:
@@ -53,8 +55,10 @@ def check_workflow_config(config: dict[str, Any], schema_path: str) -> None:
 
     with open(schema_path, encoding="utf-8") as f:
         schema = yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a SafeLoader
-    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(config),
-                    key=lambda e: (len(list(e.absolute_path)), [str(p) for p in e.absolute_path]))
+    errors = sorted(
+        jsonschema.Draft202012Validator(schema).iter_errors(config),
+        key=lambda e: (len(list(e.absolute_path)), [str(p) for p in e.absolute_path]),
+    )
     if errors:
         raise ExperimentError(schema_error_text(errors[0]))
 

@@ -48,11 +48,17 @@ def plan_counts(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
         source = {name: d["source"] for name, d in resolved["datasets"].items()}
         real = {k: r for k, r in plan.runs.items() if source[r.dataset] in REAL_SOURCES}
         synthetic = {k: r for k, r in plan.runs.items() if k not in real}
-        counts[preset] = {"runs": len(plan.runs), "real_runs": len(real), "synthetic_runs": len(synthetic),
-                          "training_jobs": len(form_bundles(plan.runs)), "real_jobs": len(form_bundles(real)),
-                          "synthetic_jobs": len(form_bundles(synthetic)), "experiments": len(plan.experiments),
-                          "outputs": len(plan.outputs),
-                          "per_experiment": {e: len(ids) for e, ids in plan.experiments.items()}}
+        counts[preset] = {
+            "runs": len(plan.runs),
+            "real_runs": len(real),
+            "synthetic_runs": len(synthetic),
+            "training_jobs": len(form_bundles(plan.runs)),
+            "real_jobs": len(form_bundles(real)),
+            "synthetic_jobs": len(form_bundles(synthetic)),
+            "experiments": len(plan.experiments),
+            "outputs": len(plan.outputs),
+            "per_experiment": {e: len(ids) for e, ids in plan.experiments.items()},
+        }
     return counts
 
 
@@ -84,9 +90,17 @@ def quick_start_times(benchmarks: Path, name: str = "quick_start.json", quiet: b
     for (machine, cache), ms in sorted(groups.items()):
         loads = [x for m in ms for x in (m["load_average_before"][0], m["load_average_after"][0])]
         kernels = [m["kernels_warm_up"]["seconds"] for m in ms if m["kernels_warm_up"].get("seconds") is not None]
-        rows.append({"machine": machine, "cache": cache, "n": len(ms), "wall": seconds_range([m["wall_s"] for m in ms]),
-                     "cpu": seconds_range([m["cpu_s"] for m in ms]), "kernels": seconds_range(kernels) if kernels else "",
-                     "load": f"{min(loads):.1f}-{max(loads):.1f}"})
+        rows.append(
+            {
+                "machine": machine,
+                "cache": cache,
+                "n": len(ms),
+                "wall": seconds_range([m["wall_s"] for m in ms]),
+                "cpu": seconds_range([m["cpu_s"] for m in ms]),
+                "kernels": seconds_range(kernels) if kernels else "",
+                "load": f"{min(loads):.1f}-{max(loads):.1f}",
+            }
+        )
     return rows
 
 
@@ -97,11 +111,15 @@ def synthetic_half_times(benchmarks: Path, name: str = "synthetic") -> dict[str,
     part = doc.get("parts", {}).get(name, {}).get("bundled")
     if not part or not part.get("completed"):
         return {}
-    return {"wall": seconds_range([part["wall_s"]]), "cpu": seconds_range([part["timeline"]["busy_core_s"]]),
-            "cores": str(doc.get("machine", {}).get("cpus", "?")), "runs": str(part["runs"]),
-            "cache": part.get("numba_cache_before", "?"),
-            "load": f"{min(part['load_average_before'][0], part['load_average_after'][0]):.1f}-"
-                    f"{max(part['load_average_before'][0], part['load_average_after'][0]):.1f}"}
+    return {
+        "wall": seconds_range([part["wall_s"]]),
+        "cpu": seconds_range([part["timeline"]["busy_core_s"]]),
+        "cores": str(doc.get("machine", {}).get("cpus", "?")),
+        "runs": str(part["runs"]),
+        "cache": part.get("numba_cache_before", "?"),
+        "load": f"{min(part['load_average_before'][0], part['load_average_after'][0]):.1f}-"
+        f"{max(part['load_average_before'][0], part['load_average_after'][0]):.1f}",
+    }
 
 
 def solver_speedup(benchmarks: Path) -> str:
@@ -111,94 +129,155 @@ def solver_speedup(benchmarks: Path) -> str:
 
 
 def numbers(config: dict[str, Any], benchmarks: Path) -> dict[str, Any]:
-    return {"plan": plan_counts(config), "quick_start": quick_start_times(benchmarks),
-            "quick_start_quiet": quick_start_times(benchmarks, quiet=True),
-            "test_suite": quick_start_times(benchmarks, "test_suite.json"),
-            "test_suite_quiet": quick_start_times(benchmarks, "test_suite.json", quiet=True),
-            "synthetic_half": synthetic_half_times(benchmarks), "quick_workflow": synthetic_half_times(benchmarks, "quick"),
-            "solver_speedup": solver_speedup(benchmarks)}
+    return {
+        "plan": plan_counts(config),
+        "quick_start": quick_start_times(benchmarks),
+        "quick_start_quiet": quick_start_times(benchmarks, quiet=True),
+        "test_suite": quick_start_times(benchmarks, "test_suite.json"),
+        "test_suite_quiet": quick_start_times(benchmarks, "test_suite.json", quiet=True),
+        "synthetic_half": synthetic_half_times(benchmarks),
+        "quick_workflow": synthetic_half_times(benchmarks, "quick"),
+        "solver_speedup": solver_speedup(benchmarks),
+    }
 
 
 def readme_section(n: dict[str, Any]) -> str:
     """The README's "Requirements and time" section."""
     full, quick, half = n["plan"]["full"], n["plan"]["quick"], n["synthetic_half"]
-    quick_times = "; ".join(f"{r['wall']} wall, {r['cpu']} CPU on {r['machine']}, numba cache {r['cache']}, load "
-                            f"average {r['load']}" for r in n["quick_start_quiet"]) or "not measured yet"
+    quick_times = (
+        "; ".join(
+            f"{r['wall']} wall, {r['cpu']} CPU on {r['machine']}, numba cache {r['cache']}, load average {r['load']}"
+            for r in n["quick_start_quiet"]
+        )
+        or "not measured yet"
+    )
     qw = n.get("quick_workflow")
     if qw:
-        quick_times += (f"; the workflow alone (no report, `benchmarks/pipeline.py`): {qw['wall']} wall, {qw['cpu']} of "
-                        f"busy cores on {qw['cores']} cores, numba cache {qw['cache']}, load average {qw['load']}")
-    lines = [README_SECTION,
-             "Measured with `python benchmarks/quick_start.py` and `python benchmarks/pipeline.py` (ranges over the "
-             "runs in `benchmarks/results/` that started on a quiet machine; all counts and times, busy machines "
-             "included: [docs/numbers.md](docs/numbers.md)). A machine without AVX-512 or one that is busy takes "
-             "longer: on a slower one expect a multiple.", "",
-             "| Part | Needs | Runs (training jobs) | Time |", "|---|---|---|---|",
-             f"| `make quick` (synthetic, our generator) | Python >= 3.10, 2 CPU cores, no network | "
-             f"{quick['runs']} ({quick['training_jobs']}) | {quick_times} |",
-             f"| Synthetic half of the paper (authors' released draws) | internet once (6.6 MB) | "
-             f"{full['synthetic_runs']} ({full['synthetic_jobs']}) | "
-             + (f"{half['wall']} wall, {half['cpu']} of busy cores on {half['cores']} cores, numba cache {half['cache']}"
-                if half else "not measured yet") + " |",
-             f"| Real-data half (FEMNIST, Sent140) | internet (2.5 GB of LEAF archives and GloVe), a GPU | "
-             f"{full['real_runs']} ({full['real_jobs']} GPU jobs) | not yet timed on a GPU |",
-             f"| `make test` (the whole suite) | `make install`, 2 cores; see docs/testing.md | | {suite_text(n)} |",
-             ""]
+        quick_times += (
+            f"; the workflow alone (no report, `benchmarks/pipeline.py`): {qw['wall']} wall, {qw['cpu']} of "
+            f"busy cores on {qw['cores']} cores, numba cache {qw['cache']}, load average {qw['load']}"
+        )
+    lines = [
+        README_SECTION,
+        "Measured with `python benchmarks/quick_start.py` and `python benchmarks/pipeline.py` (ranges over the "
+        "runs in `benchmarks/results/` that started on a quiet machine; all counts and times, busy machines "
+        "included: [docs/numbers.md](docs/numbers.md)). A machine without AVX-512 or one that is busy takes "
+        "longer: on a slower one expect a multiple.",
+        "",
+        "| Part | Needs | Runs (training jobs) | Time |",
+        "|---|---|---|---|",
+        f"| `make quick` (synthetic, our generator) | Python >= 3.10, 2 CPU cores, no network | "
+        f"{quick['runs']} ({quick['training_jobs']}) | {quick_times} |",
+        f"| Synthetic half of the paper (authors' released draws) | internet once (6.6 MB) | "
+        f"{full['synthetic_runs']} ({full['synthetic_jobs']}) | "
+        + (
+            f"{half['wall']} wall, {half['cpu']} of busy cores on {half['cores']} cores, numba cache {half['cache']}"
+            if half
+            else "not measured yet"
+        )
+        + " |",
+        f"| Real-data half (FEMNIST, Sent140) | internet (2.5 GB of LEAF archives and GloVe), a GPU | "
+        f"{full['real_runs']} ({full['real_jobs']} GPU jobs) | not yet timed on a GPU |",
+        f"| `make test` (the whole suite) | `make install`, 2 cores; see docs/testing.md | | {suite_text(n)} |",
+        "",
+    ]
     return "\n".join(lines)
 
 
 def suite_text(n: dict[str, Any], rows: str = "test_suite_quiet") -> str:
-    return "; ".join(f"{r['wall']} wall, {r['cpu']} CPU on {r['machine']} (load average {r['load']})"
-                     for r in n[rows]) or "not measured yet"
+    return (
+        "; ".join(f"{r['wall']} wall, {r['cpu']} CPU on {r['machine']} (load average {r['load']})" for r in n[rows])
+        or "not measured yet"
+    )
 
 
 def testing_section(n: dict[str, Any]) -> str:
     """docs/testing.md's "Duration and needs" section."""
-    return "\n".join([TESTING_SECTION,
-                      f"`make test` in a fresh copy (`python benchmarks/quick_start.py --target test --runs cold "
-                      f"--out benchmarks/results/test_suite.json`): {suite_text(n)}. It needs the install of "
-                      "`make install` (Python >= 3.10, CPU torch, the `test` and `flower` extras) and 2 cores; the "
-                      "`install` test makes a second virtual environment (about 2 GB of disk, as `.venv` itself); "
-                      "no GPU and no network beyond pip's package sources for that test. Without SLURM (and root) "
-                      "`tests/workflow/test_slurm.py` is skipped with that reason; `.ci/run` installs it.", ""])
+    return "\n".join(
+        [
+            TESTING_SECTION,
+            f"`make test` in a fresh copy (`python benchmarks/quick_start.py --target test --runs cold "
+            f"--out benchmarks/results/test_suite.json`): {suite_text(n)}. It needs the install of "
+            "`make install` (Python >= 3.10, CPU torch, the `test` and `flower` extras) and 2 cores; the "
+            "`install` test makes a second virtual environment (about 2 GB of disk, as `.venv` itself); "
+            "no GPU and no network beyond pip's package sources for that test. Without SLURM (and root) "
+            "`tests/workflow/test_slurm.py` is skipped with that reason; `.ci/run` installs it.",
+            "",
+        ]
+    )
 
 
 def numbers_page(n: dict[str, Any]) -> str:
     """docs/numbers.md: every count and time the docs state, with its source."""
-    lines = ["# Numbers", "",
-             "Every run count, job count, time and speed-up the documentation states, generated by "
-             "`python tools/doc_numbers.py` from the plan of `config/config.yaml` and from `benchmarks/results/` "
-             "(`tests/pipeline/test_doc_numbers.py` checks that this page and the README match them). A run that "
-             "several experiments ask for counts once.", "",
-             "## Runs and training jobs (from the plan)", "",
-             "| Preset | Runs | Synthetic runs (jobs) | Real-data runs (jobs) | Training jobs | Experiments | "
-             "Report outputs |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "# Numbers",
+        "",
+        "Every run count, job count, time and speed-up the documentation states, generated by "
+        "`python tools/doc_numbers.py` from the plan of `config/config.yaml` and from `benchmarks/results/` "
+        "(`tests/pipeline/test_doc_numbers.py` checks that this page and the README match them). A run that "
+        "several experiments ask for counts once.",
+        "",
+        "## Runs and training jobs (from the plan)",
+        "",
+        "| Preset | Runs | Synthetic runs (jobs) | Real-data runs (jobs) | Training jobs | Experiments | "
+        "Report outputs |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for preset, c in n["plan"].items():
-        lines.append(f"| `{preset}` | {c['runs']} | {c['synthetic_runs']} ({c['synthetic_jobs']}) | "
-                     f"{c['real_runs']} ({c['real_jobs']}) | {c['training_jobs']} | {c['experiments']} | "
-                     f"{c['outputs']} |")
+        lines.append(
+            f"| `{preset}` | {c['runs']} | {c['synthetic_runs']} ({c['synthetic_jobs']}) | "
+            f"{c['real_runs']} ({c['real_jobs']}) | {c['training_jobs']} | {c['experiments']} | "
+            f"{c['outputs']} |"
+        )
     presets = list(n["plan"])
-    lines += ["", "Runs per experiment (a run shared by experiments is listed under each):", "",
-              "| Experiment | " + " | ".join(f"`{p}`" for p in presets) + " |", "|---" * (len(presets) + 1) + "|"]
+    lines += [
+        "",
+        "Runs per experiment (a run shared by experiments is listed under each):",
+        "",
+        "| Experiment | " + " | ".join(f"`{p}`" for p in presets) + " |",
+        "|---" * (len(presets) + 1) + "|",
+    ]
     experiments = dict.fromkeys(e for p in presets for e in n["plan"][p]["per_experiment"])
-    lines += [f"| `{e}` | " + " | ".join(str(n["plan"][p]["per_experiment"].get(e, "")) for p in presets) + " |"
-              for e in experiments]
-    lines += ["", "## `make quick` (benchmarks/quick_start.py)", "",
-              "A fresh copy of the repository, `make quick` (the quick preset and its report); numba's cache empty "
-              "(cold, as on a fresh clone: the kernels compile) or filled by the run before (warm). CPU: the "
-              "CPU-seconds of every process it started.", "",
-              "| Machine | numba cache | Runs measured | Wall | CPU | Kernels' warm-up job | Load average |",
-              "|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['machine']} | {r['cache']} | {r['n']} | {r['wall']} | {r['cpu']} | {r['kernels'] or 'n/a'} | "
-              f"{r['load']} |" for r in n["quick_start"]]
+    lines += [
+        f"| `{e}` | " + " | ".join(str(n["plan"][p]["per_experiment"].get(e, "")) for p in presets) + " |"
+        for e in experiments
+    ]
+    lines += [
+        "",
+        "## `make quick` (benchmarks/quick_start.py)",
+        "",
+        "A fresh copy of the repository, `make quick` (the quick preset and its report); numba's cache empty "
+        "(cold, as on a fresh clone: the kernels compile) or filled by the run before (warm). CPU: the "
+        "CPU-seconds of every process it started.",
+        "",
+        "| Machine | numba cache | Runs measured | Wall | CPU | Kernels' warm-up job | Load average |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['machine']} | {r['cache']} | {r['n']} | {r['wall']} | {r['cpu']} | {r['kernels'] or 'n/a'} | "
+        f"{r['load']} |"
+        for r in n["quick_start"]
+    ]
     half = n["synthetic_half"]
     lines += ["", "## The synthetic half of the paper (benchmarks/pipeline.py)", ""]
-    lines.append(f"{half['runs']} runs, bundled, numba's cache {half['cache']}, on {half['cores']} cores: {half['wall']} wall, "
-                 f"{half['cpu']} of busy cores (load average {half['load']})." if half else "Not measured yet.")
-    lines += ["", "## `make test` (benchmarks/quick_start.py --target test)", "", suite_text(n, "test_suite") + ".",
-              "", "## The compiled solver (benchmarks/engine.py)", "",
-              f"The numba solver against the batched torch solver, per training round on W1 (Synthetic(1,1), "
-              f"FedProx mu = 1, E = 20): {n['solver_speedup'] or 'not measured yet'} faster.", ""]
+    lines.append(
+        f"{half['runs']} runs, bundled, numba's cache {half['cache']}, on {half['cores']} cores: {half['wall']} wall, "
+        f"{half['cpu']} of busy cores (load average {half['load']})."
+        if half
+        else "Not measured yet."
+    )
+    lines += [
+        "",
+        "## `make test` (benchmarks/quick_start.py --target test)",
+        "",
+        suite_text(n, "test_suite") + ".",
+        "",
+        "## The compiled solver (benchmarks/engine.py)",
+        "",
+        f"The numba solver against the batched torch solver, per training round on W1 (Synthetic(1,1), "
+        f"FedProx mu = 1, E = 20): {n['solver_speedup'] or 'not measured yet'} faster.",
+        "",
+    ]
     return "\n".join(lines)
 
 

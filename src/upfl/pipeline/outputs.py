@@ -42,8 +42,9 @@ class OutputKind:
 
     def files(self, name: str) -> list[str]:
         """The files one output of this kind named ``name`` writes (relative to the workflow root)."""
-        return ([f"results/tables/{name}.{ext}" for ext in self.tables]
-                + [f"results/figures/{name}.{ext}" for ext in self.figures])
+        return [f"results/tables/{name}.{ext}" for ext in self.tables] + [
+            f"results/figures/{name}.{ext}" for ext in self.figures
+        ]
 
     @property
     def shared(self) -> bool:
@@ -56,42 +57,110 @@ class OutputKind:
 
 
 OUTPUT_KINDS: dict[str, OutputKind] = {
-    "table1": OutputKind("table1", "tables:write_table1", TABLE_TEX, caption="table1", rule="accuracy_table",
-                         describe="final train (test) accuracy per data set x mu x algorithm, paper beside"),
-    "time": OutputKind("time", "timing:write_time", TABLE, caption="time", rule="time_table",
-                       describe="training time per algorithm and data set, Upcycled-FL / FedProx ratios"),
-    "convergence": OutputKind("figure", "figures:convergence_figure", figures=FIGURE,
-                              describe="loss and accuracy against iterations, rounds or time"),
-    "lambda_sweep": OutputKind("figure", "figures:lambda_sweep_figure", figures=FIGURE,
-                               describe="accuracy against the even-iteration coefficient"),
-    "privacy_table": OutputKind("privacy-table", "privacy_table:write_privacy_table", TABLE_TEX,
-                                caption="privacy", rule="privacy_table",
-                                describe="private FedProx vs private Upcycled-FL: accuracy and epsilon-bar per "
-                                         "mechanism (equal noise, equal epsilon), the paper's claims beside"),
-    "privacy_tradeoff": OutputKind("figure", "privacy_tradeoff:privacy_tradeoff_figure", figures=FIGURE,
-                                   describe="final accuracy against epsilon-bar"),
-    "momentum_table": OutputKind("ablation-table", "ablations:write_momentum_table", TABLE, caption="ablation",
-                                 rule="ablation_table", describe="upcycling or server momentum, paired intervals"),
-    "bases_table": OutputKind("ablation-table", "ablations:write_bases_table", TABLE, caption="ablation",
-                              rule="ablation_table", describe="upcycling on every base, paired intervals"),
-    "momentum_curves": OutputKind("figure", "ablations:momentum_figure", figures=FIGURE,
-                                  describe="the momentum ablation's curves"),
-    "schedule_figure": OutputKind("figure", "ablations:schedule_figure", figures=FIGURE,
-                                  describe="the coefficient schedules"),
-    "draws": OutputKind("draws", "fresh_data_sets:write_draws", TABLE, FIGURE, caption="draws", rule="draws_report",
-                        reference=True, describe="the Upcycled-FL minus FedProx gain on the paper's draw and on "
-                                                 "fresh generator draws (table and figure)"),
-    "sensitivity": OutputKind("sensitivity", "sensitivity:write_sensitivity", TABLE, caption="sensitivity",
-                              rule="sensitivity_table",
-                              describe="the Upcycled-FL gain under each straggler draw x straggler policy"),
-    "protocol_gap": OutputKind("protocol-gap", "protocol_gap:write_protocol_gap", TABLE, caption="protocol_gap",
-                               rule="protocol_gap_table",
-                               describe="the Upcycled-FL gain of upfl faithful, upfl under the authors' protocol "
-                                        "and the authors' code, under each reporting choice"),
-    "gain_grid": OutputKind("gain-grid", "gain_grid:write_gain_grid", TABLE, FIGURE, caption="gain_grid",
-                            rule="gain_grid", describe="the Upcycled-FL gain over a grid of lr, even-iteration "
-                                                       "coefficient, epochs, batch size, iterations and mu, both "
-                                                       "protocols (table and figure)"),
+    "table1": OutputKind(
+        "table1",
+        "tables:write_table1",
+        TABLE_TEX,
+        caption="table1",
+        rule="accuracy_table",
+        describe="final train (test) accuracy per data set x mu x algorithm, paper beside",
+    ),
+    "time": OutputKind(
+        "time",
+        "timing:write_time",
+        TABLE,
+        caption="time",
+        rule="time_table",
+        describe="training time per algorithm and data set, Upcycled-FL / FedProx ratios",
+    ),
+    "convergence": OutputKind(
+        "figure",
+        "figures:convergence_figure",
+        figures=FIGURE,
+        describe="loss and accuracy against iterations, rounds or time",
+    ),
+    "lambda_sweep": OutputKind(
+        "figure",
+        "figures:lambda_sweep_figure",
+        figures=FIGURE,
+        describe="accuracy against the even-iteration coefficient",
+    ),
+    "privacy_table": OutputKind(
+        "privacy-table",
+        "privacy_table:write_privacy_table",
+        TABLE_TEX,
+        caption="privacy",
+        rule="privacy_table",
+        describe="private FedProx vs private Upcycled-FL: accuracy and epsilon-bar per "
+        "mechanism (equal noise, equal epsilon), the paper's claims beside",
+    ),
+    "privacy_tradeoff": OutputKind(
+        "figure",
+        "privacy_tradeoff:privacy_tradeoff_figure",
+        figures=FIGURE,
+        describe="final accuracy against epsilon-bar",
+    ),
+    "momentum_table": OutputKind(
+        "ablation-table",
+        "ablations:write_momentum_table",
+        TABLE,
+        caption="ablation",
+        rule="ablation_table",
+        describe="upcycling or server momentum, paired intervals",
+    ),
+    "bases_table": OutputKind(
+        "ablation-table",
+        "ablations:write_bases_table",
+        TABLE,
+        caption="ablation",
+        rule="ablation_table",
+        describe="upcycling on every base, paired intervals",
+    ),
+    "momentum_curves": OutputKind(
+        "figure", "ablations:momentum_figure", figures=FIGURE, describe="the momentum ablation's curves"
+    ),
+    "schedule_figure": OutputKind(
+        "figure", "ablations:schedule_figure", figures=FIGURE, describe="the coefficient schedules"
+    ),
+    "draws": OutputKind(
+        "draws",
+        "fresh_data_sets:write_draws",
+        TABLE,
+        FIGURE,
+        caption="draws",
+        rule="draws_report",
+        reference=True,
+        describe="the Upcycled-FL minus FedProx gain on the paper's draw and on "
+        "fresh generator draws (table and figure)",
+    ),
+    "sensitivity": OutputKind(
+        "sensitivity",
+        "sensitivity:write_sensitivity",
+        TABLE,
+        caption="sensitivity",
+        rule="sensitivity_table",
+        describe="the Upcycled-FL gain under each straggler draw x straggler policy",
+    ),
+    "protocol_gap": OutputKind(
+        "protocol-gap",
+        "protocol_gap:write_protocol_gap",
+        TABLE,
+        caption="protocol_gap",
+        rule="protocol_gap_table",
+        describe="the Upcycled-FL gain of upfl faithful, upfl under the authors' protocol "
+        "and the authors' code, under each reporting choice",
+    ),
+    "gain_grid": OutputKind(
+        "gain-grid",
+        "gain_grid:write_gain_grid",
+        TABLE,
+        FIGURE,
+        caption="gain_grid",
+        rule="gain_grid",
+        describe="the Upcycled-FL gain over a grid of lr, even-iteration "
+        "coefficient, epochs, batch size, iterations and mu, both "
+        "protocols (table and figure)",
+    ),
 }
 """Every output kind, in the order config/README.md lists them."""
 

@@ -100,8 +100,10 @@ digits, ``_``, ``.``, ``-``, not starting with ``.`` or ``-`` (so never ``..``, 
 def check_name(where: str, name: Any) -> None:
     """:class:`ExperimentError` unless ``name`` is one safe path component (:data:`SAFE_NAME`)."""
     if not isinstance(name, str) or not SAFE_NAME.fullmatch(name):
-        raise ExperimentError(f"{where}: {name!r} is not a safe name (letters, digits, '_', '.', '-', "
-                              "starting with a letter or digit; at most 128 characters)")
+        raise ExperimentError(
+            f"{where}: {name!r} is not a safe name (letters, digits, '_', '.', '-', "
+            "starting with a letter or digit; at most 128 characters)"
+        )
 
 
 def resolve_preset(config: dict[str, Any]) -> dict[str, Any]:
@@ -140,8 +142,10 @@ def expand_entry(entry: dict[str, Any], where: str) -> list[dict[str, Any]]:
     lists = {k: _as_list(entry[k]) for k in ("mu", "lam", "step") if k in entry}
     lengths = {len(v) for v in lists.values() if len(v) != 1}
     if len(lengths) > 1:
-        raise ExperimentError(f"{where}: mu, lam and step lists must have the same length, got "
-                              + ", ".join(f"{k}: {len(v)}" for k, v in lists.items()))
+        raise ExperimentError(
+            f"{where}: mu, lam and step lists must have the same length, got "
+            + ", ".join(f"{k}: {len(v)}" for k, v in lists.items())
+        )
     n = lengths.pop() if lengths else 1
     out = []
     for i in range(n):
@@ -163,8 +167,10 @@ def vary_settings(vary: list[dict[str, Any]], where: str) -> list[dict[str, Any]
             raise ExperimentError(f"{where}[{i}]: a setting is a non-empty mapping of keys to values")
         for key in item:
             if key not in VARY_ENTRY_KEYS and "." not in key:
-                raise ExperimentError(f"{where}[{i}].{key}: unknown key; known: {', '.join(VARY_ENTRY_KEYS)} or a "
-                                      "dotted run-config key (solver.lr)")
+                raise ExperimentError(
+                    f"{where}[{i}].{key}: unknown key; known: {', '.join(VARY_ENTRY_KEYS)} or a "
+                    "dotted run-config key (solver.lr)"
+                )
         if "lam" in item and "step" in item:
             raise ExperimentError(f"{where}[{i}]: lam and step both set (each gives the even-iteration coefficient)")
         keys = list(item)
@@ -245,8 +251,14 @@ def _merge(doc: dict[str, Any], settings: dict[str, Any] | None, where: str) -> 
             raise ExperimentError(f"{where}.set.{key}: {e}") from None
 
 
-def _run_doc(config: dict[str, Any], exp: dict[str, Any], entry: dict[str, Any], where: str,
-             protocol: str = "paper", dataset_model: str | None = None) -> dict[str, Any]:
+def _run_doc(
+    config: dict[str, Any],
+    exp: dict[str, Any],
+    entry: dict[str, Any],
+    where: str,
+    protocol: str = "paper",
+    dataset_model: str | None = None,
+) -> dict[str, Any]:
     """A run's config: ``run_defaults``, the data set's ``model``, the experiment's ``set``, the entry (each
     over the one before)."""
     doc = tree_copy(config.get("run_defaults", {}))
@@ -315,6 +327,7 @@ def shared_run_doc(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | Non
     """The document of a run that two experiments ask for as ``a`` and ``b``: the same document, or, where they
     differ only in ``evaluation.last``, the one that evaluates more (null, every iteration, before the larger
     K), so a figure's curve is never cut by a table's schedule; None when they differ otherwise."""
+
     def without_schedule(doc):
         return {**doc, "evaluation": {k: v for k, v in (doc.get("evaluation") or {}).items() if k != "last"}}
 
@@ -340,8 +353,14 @@ def build_plan(config: dict[str, Any]) -> Plan:
             check_name(f"datasets.{name}.setting", d["setting"])
         setting = d.get("setting", name)
         if d.get("source") in ("paper", "synthetic") and setting not in PAPER_SYNTHETIC_SETS:
-            where = f"datasets.{name}.setting" if "setting" in d else f"datasets.{name} (no setting: its name is the setting)"
-            raise ExperimentError(f"{where}: {setting!r} is not a synthetic set; known: {', '.join(PAPER_SYNTHETIC_SETS)}")
+            where = (
+                f"datasets.{name}.setting"
+                if "setting" in d
+                else f"datasets.{name} (no setting: its name is the setting)"
+            )
+            raise ExperimentError(
+                f"{where}: {setting!r} is not a synthetic set; known: {', '.join(PAPER_SYNTHETIC_SETS)}"
+            )
     seeds = [int(s) for s in config.get("seeds", [0])]
     solver_defaults = (config.get("run_defaults") or {}).get("solver") or {}
     runs: dict[str, RunSpec] = {}
@@ -352,8 +371,9 @@ def build_plan(config: dict[str, Any]) -> Plan:
     skipped = set(config.get("exclude_experiments", []))
     unknown = sorted(skipped - set(config.get("experiments", {})))
     if unknown:
-        raise ExperimentError(f"exclude_experiments: {unknown[0]!r} is not an experiment "
-                              f"({', '.join(config.get('experiments', {}))})")
+        raise ExperimentError(
+            f"exclude_experiments: {unknown[0]!r} is not an experiment ({', '.join(config.get('experiments', {}))})"
+        )
     for name, exp in config.get("experiments", {}).items():
         check_name("experiments", name)
         if name in skipped:
@@ -361,22 +381,28 @@ def build_plan(config: dict[str, Any]) -> Plan:
         ids: dict[str, None] = {}
         exp_seeds = [int(s) for s in exp.get("seeds", seeds)]
         for gi, group in enumerate(exp.get("groups", [])):
-            job = {**JOB_DEFAULTS, **config.get("job_defaults", {}),
-                   **exp.get("job", {}), **group.get("job", {})}
+            job = {**JOB_DEFAULTS, **config.get("job_defaults", {}), **exp.get("job", {}), **group.get("job", {})}
             group_seeds = [int(s) for s in group.get("seeds", exp_seeds)]
             settings = [{}, *vary_settings(group.get("vary", []), f"experiments.{name}.groups[{gi}].vary")]
             for ds in group["datasets"]:
                 if ds not in datasets:
-                    raise ExperimentError(f"experiments.{name}.groups[{gi}].datasets: {ds!r} is not in datasets "
-                                          f"({', '.join(datasets)})")
+                    raise ExperimentError(
+                        f"experiments.{name}.groups[{gi}].datasets: {ds!r} is not in datasets ({', '.join(datasets)})"
+                    )
                 if datasets[ds]["source"] in excluded:
                     continue
                 for ei, raw in enumerate(group["runs"]):
                     where = f"experiments.{name}.groups[{gi}].runs[{ei}]"
                     entries = [varied_entry(e, v) for v in settings for e in expand_entry(raw, where)]
                     for entry in entries:
-                        doc = _run_doc(config, exp, entry, where, group.get("protocol", exp.get("protocol", "paper")),
-                                       datasets[ds].get("model"))
+                        doc = _run_doc(
+                            config,
+                            exp,
+                            entry,
+                            where,
+                            group.get("protocol", exp.get("protocol", "paper")),
+                            datasets[ds].get("model"),
+                        )
                         _check_run(doc, where)
                         for seed in group_seeds:
                             rid = run_id(ds, doc, seed, solver_defaults)
@@ -384,8 +410,10 @@ def build_plan(config: dict[str, Any]) -> Plan:
                             if rid in runs:
                                 shared = shared_run_doc(runs[rid].doc, spec.doc)
                                 if shared is None:
-                                    raise ExperimentError(f"{where}: run {rid} is also requested by "
-                                                          f"{runs[rid].experiments} with other settings")
+                                    raise ExperimentError(
+                                        f"{where}: run {rid} is also requested by "
+                                        f"{runs[rid].experiments} with other settings"
+                                    )
                                 spec = runs[rid]
                                 spec.doc = shared
                             else:
@@ -399,8 +427,9 @@ def build_plan(config: dict[str, Any]) -> Plan:
         experiments[name] = list(ids)
         for oi, out in enumerate(exp.get("outputs", [])):
             if out["kind"] not in OUTPUT_KINDS:
-                raise ExperimentError(f"experiments.{name}.outputs[{oi}].kind: {out['kind']!r}; "
-                                      f"known: {', '.join(OUTPUT_KINDS)}")
+                raise ExperimentError(
+                    f"experiments.{name}.outputs[{oi}].kind: {out['kind']!r}; known: {', '.join(OUTPUT_KINDS)}"
+                )
             check_name(f"experiments.{name}.outputs[{oi}].name", out["name"])
             check_name(f"experiments.{name}.outputs[{oi}].target", out.get("target", out["name"]))
             if out["name"] in outputs:

@@ -28,24 +28,36 @@ RESULTS_LAYOUT = """\
 def results_readme(config: dict[str, Any]) -> str:
     """``results/README.md``: what the full config and each preset build (runs, data sets and the files of every
     target), computed from the plan so that it cannot drift from the workflow."""
-    lines = ["# results/", "",
-             "Outputs of the workflow; nothing but this README is tracked by git. This file is generated from "
-             "`config/config.yaml` by `python tools/results_readme.py` (a test checks that it matches the plan).", ""]
+    lines = [
+        "# results/",
+        "",
+        "Outputs of the workflow; nothing but this README is tracked by git. This file is generated from "
+        "`config/config.yaml` by `python tools/results_readme.py` (a test checks that it matches the plan).",
+        "",
+    ]
     for preset in ["full", *config.get("presets", {})]:
         plan = build_plan({**config, "preset": preset})
         resolved = resolve_preset({**config, "preset": preset})
-        selects = "" if preset == "full" else f" --config preset={preset}"  # after any target: --config takes every word
+        selects = (
+            "" if preset == "full" else f" --config preset={preset}"
+        )  # after any target: --config takes every word
         command = f"snakemake --cores all{selects}"
         sources = sorted({resolved["datasets"][d]["source"] for d in plan.datasets})
-        lines += [f"## Preset `{preset}`: `{command}`", "",
-                  f"{len(plan.runs)} runs on {len(plan.datasets)} data sets (sources: {', '.join(sources)}); "
-                  f"{len(plan.outputs)} report outputs. Targets (`snakemake --cores all TARGET{selects}`) and their "
-                  "files:", ""]
+        lines += [
+            f"## Preset `{preset}`: `{command}`",
+            "",
+            f"{len(plan.runs)} runs on {len(plan.datasets)} data sets (sources: {', '.join(sources)}); "
+            f"{len(plan.outputs)} report outputs. Targets (`snakemake --cores all TARGET{selects}`) and their "
+            "files:",
+            "",
+        ]
         for target, names in sorted(plan.targets.items()):
-            files = [f.removeprefix("results/") for n in names
-                     for f in output_files(plan.outputs[n]["kind"], n)]
+            files = [f.removeprefix("results/") for n in names for f in output_files(plan.outputs[n]["kind"], n)]
             lines.append(f"- `{target}`: " + ", ".join(f"`{f}`" for f in files))
-        lines += ["- every build: `runs.csv`, `tables/table2.csv`, `tables/table2.md`, `tables/table2.html`, "
-                  "`tables/claims.csv`, `tables/claims.md`, `tables/claims.html`", ""]
+        lines += [
+            "- every build: `runs.csv`, `tables/table2.csv`, `tables/table2.md`, `tables/table2.html`, "
+            "`tables/claims.csv`, `tables/claims.md`, `tables/claims.html`",
+            "",
+        ]
     lines += ["## Layout", "", RESULTS_LAYOUT]
     return "\n".join(lines).rstrip("\n") + "\n"

@@ -66,8 +66,7 @@ def workflow_specs(config: dict[str, Any], plan=None, bundles=None) -> dict[str,
     def data_dir(name: str) -> str:
         return dataset_folder(resources, datasets[name]["source"], name)
 
-    return {b.name: spec_text(bundle_spec(b, plan.runs, data_dir, run_folder, run_log_file))
-            for b in bundles.values()}
+    return {b.name: spec_text(bundle_spec(b, plan.runs, data_dir, run_folder, run_log_file)) for b in bundles.values()}
 
 
 def encode_config(config: dict[str, Any]) -> str:
@@ -79,8 +78,10 @@ def encode_config(config: dict[str, Any]) -> str:
 def decode_config(text: str | None) -> dict[str, Any]:
     """The workflow config from :data:`CONFIG_ENV`'s value; :class:`SpecError` when it is absent or damaged."""
     if not text:
-        raise SpecError(f"{CONFIG_ENV} is not set: bundle specs are written by the workflow's rule bundle_specs "
-                          "(run snakemake), not by hand")
+        raise SpecError(
+            f"{CONFIG_ENV} is not set: bundle specs are written by the workflow's rule bundle_specs "
+            "(run snakemake), not by hand"
+        )
     try:
         return json.loads(zlib.decompress(base64.b64decode(text)).decode("utf-8"))
     except (ValueError, zlib.error) as e:
@@ -95,8 +96,10 @@ def write_specs(files: list[str], environ: dict[str, str] | None = None) -> list
     by_path = {spec_path(name, spec_digest(text)): text for name, text in workflow_specs(config).items()}
     unknown = [f for f in files if os.path.normpath(f) not in {os.path.normpath(p) for p in by_path}]
     if unknown:
-        raise SpecError(f"{unknown[0]}: no bundle of this workflow config has this spec (the config changed "
-                          "after the workflow was parsed; run snakemake again)")
+        raise SpecError(
+            f"{unknown[0]}: no bundle of this workflow config has this spec (the config changed "
+            "after the workflow was parsed; run snakemake again)"
+        )
     normalised = {os.path.normpath(p): text for p, text in by_path.items()}
     for f in files:
         write_text(f, normalised[os.path.normpath(f)])
@@ -109,7 +112,9 @@ def check_spec_file(path: str | os.PathLike, text: str) -> None:
     stem = os.path.basename(str(path))
     if not stem.endswith(".json") or "-" not in stem:
         return
-    named = stem[:-len(".json")].rsplit("-", 1)[1]
+    named = stem[: -len(".json")].rsplit("-", 1)[1]
     if len(named) == 16 and all(c in "0123456789abcdef" for c in named) and spec_digest(text) != named:
-        raise SpecError(f"{path}: its content does not match the digest in its name (the file was edited after the "
-                          f"workflow wrote it); delete it and run snakemake again")
+        raise SpecError(
+            f"{path}: its content does not match the digest in its name (the file was edited after the "
+            f"workflow wrote it); delete it and run snakemake again"
+        )

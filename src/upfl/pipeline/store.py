@@ -19,8 +19,7 @@ from pathlib import Path
 
 from .. import config as cfgmod
 from ..files import publish_mode, write_bytes, write_text
-from ..integrity import (RECORD, RESULT_FILES, IntegrityError, mismatches, read_record, record_text,
-                         sha256_bytes)
+from ..integrity import RECORD, RESULT_FILES, IntegrityError, mismatches, read_record, record_text, sha256_bytes
 
 MANIFEST = "manifest.json"
 DEFAULT_STORE = os.path.join("results", "finished")
@@ -34,8 +33,11 @@ def identity(cfg: cfgmod.RunConfig) -> dict[str, str]:
     """What made a run's result: config hash, data fingerprint, code fingerprint (:mod:`upfl.engine.checkpoints`)."""
     from ..engine.checkpoints import code_fingerprint, data_fingerprint
 
-    return {"config_hash": cfgmod.config_hash(cfg), "data_fingerprint": data_fingerprint(cfg.data.path),
-            "code_fingerprint": code_fingerprint()}
+    return {
+        "config_hash": cfgmod.config_hash(cfg),
+        "data_fingerprint": data_fingerprint(cfg.data.path),
+        "code_fingerprint": code_fingerprint(),
+    }
 
 
 def entry_path(store: str | os.PathLike, ident: dict[str, str]) -> Path:
@@ -77,8 +79,9 @@ def save(entry: Path, run_dir: Path, ident: dict[str, str]) -> None:
                 return
             except StoreMismatch:
                 _move_aside(entry)
-        raise StoreMismatch(f"{entry}: could not be saved in {SAVE_ATTEMPTS} attempts (other processes kept "
-                            "replacing it)")
+        raise StoreMismatch(
+            f"{entry}: could not be saved in {SAVE_ATTEMPTS} attempts (other processes kept replacing it)"
+        )
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -106,8 +109,10 @@ def verified_files(entry: Path, ident: dict[str, str]) -> dict[str, bytes]:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise StoreMismatch(f"{manifest_path}: unreadable ({e})") from None
     if not isinstance(manifest, dict) or manifest.get("identity") != ident:
-        raise StoreMismatch(f"{manifest_path}: made for {manifest.get('identity') if isinstance(manifest, dict) else manifest!r}, "
-                            f"not this run's {ident}")
+        raise StoreMismatch(
+            f"{manifest_path}: made for {manifest.get('identity') if isinstance(manifest, dict) else manifest!r}, "
+            f"not this run's {ident}"
+        )
     checksums = manifest.get("files")
     if not isinstance(checksums, dict) or sorted(checksums) != sorted(RESULT_FILES):
         raise StoreMismatch(f"{manifest_path}: 'files' must give the checksum of {', '.join(RESULT_FILES)}")
@@ -118,8 +123,10 @@ def verified_files(entry: Path, ident: dict[str, str]) -> dict[str, bytes]:
         except OSError as e:
             raise StoreMismatch(f"{entry / name}: unreadable ({e.strerror})") from None
         if sha256_bytes(data) != checksums[name]:
-            raise StoreMismatch(f"{entry / name}: checksum {sha256_bytes(data)[:16]} does not match the manifest's "
-                                f"{str(checksums[name])[:16]} (the file was changed after the run)")
+            raise StoreMismatch(
+                f"{entry / name}: checksum {sha256_bytes(data)[:16]} does not match the manifest's "
+                f"{str(checksums[name])[:16]} (the file was changed after the run)"
+            )
         out[name] = data
     return out
 
@@ -179,8 +186,9 @@ def _entries_holding(store: str | os.PathLike | None, config_hash: str, checksum
     return found
 
 
-def _restore_recorded(run_dir: Path, config_hash: str, checksums: dict[str, str], store: str | os.PathLike | None
-                      ) -> Path | None:
+def _restore_recorded(
+    run_dir: Path, config_hash: str, checksums: dict[str, str], store: str | os.PathLike | None
+) -> Path | None:
     """Write back the files of a store entry that holds exactly the recorded ones (checked again); its path."""
     for entry in _entries_holding(store, config_hash, checksums):
         try:
@@ -239,8 +247,12 @@ def check_published(run_dir: str | os.PathLike, store: str | os.PathLike | None 
             if isinstance(config_hash, str) and _entries_holding(store, config_hash, checksums):
                 write_text(run_dir / RECORD, record_text(config_hash, files))
                 return "adopted"
-            problems = [f"{run_dir}: no {RECORD} and no store entry holding these files: its numbers cannot be "
-                        "checked against its training"]
+            problems = [
+                f"{run_dir}: no {RECORD} and no store entry holding these files: its numbers cannot be "
+                "checked against its training"
+            ]
     aside = _set_aside(run_dir)
-    raise IntegrityError("; ".join(problems) + f"; no store entry holds the trained files: moved to {aside}, "
-                         "the next snakemake retrains the run")
+    raise IntegrityError(
+        "; ".join(problems) + f"; no store entry holds the trained files: moved to {aside}, "
+        "the next snakemake retrains the run"
+    )

@@ -31,44 +31,58 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any
 from collections.abc import Sequence
+from typing import Any
 
 from ..errors import ConfigError
 from ..names import accountants_of, is_upcycled
 
-SGD_CAVEAT = ("Theorem C.2 assumes the exact minimiser of the perturbed local objective; the engine "
-              "approximates it with SGD, so this epsilon is the theorem's value for the exact minimiser, "
-              "not a guarantee certified for the SGD iterates.")
+SGD_CAVEAT = (
+    "Theorem C.2 assumes the exact minimiser of the perturbed local objective; the engine "
+    "approximates it with SGD, so this epsilon is the theorem's value for the exact minimiser, "
+    "not a guarantee certified for the SGD iterates."
+)
 """Printed with every objective-perturbation epsilon."""
 
-OUTPUT_NOTE = ("Output perturbation: 'sound' is the exact Gaussian accountant with sensitivity 2*tau (two "
-               "models clipped to norm tau differ by at most 2*tau); "
-               "'paper_formula' is Theorem C.1 as printed (sensitivity tau/|D_i|, closed form); "
-               "'paper_sensitivity' is the exact accountant at the paper's tau/|D_i|. Only 'sound' is a "
-               "guarantee for the clipped model the engine releases.")
+OUTPUT_NOTE = (
+    "Output perturbation: 'sound' is the exact Gaussian accountant with sensitivity 2*tau (two "
+    "models clipped to norm tau differ by at most 2*tau); "
+    "'paper_formula' is Theorem C.1 as printed (sensitivity tau/|D_i|, closed form); "
+    "'paper_sensitivity' is the exact accountant at the paper's tau/|D_i|. Only 'sound' is a "
+    "guarantee for the clipped model the engine releases."
+)
 
-OFF_BY_ONE_NOTE = ("Theorem C.2 sums m = 0..M (M + 1 terms) over 2M iterations, which hold M odd "
-                   "(training) iterations; we sum M_i terms, one per release. "
-                   "'theorem_c2_paper_sum' gives the printed M_i + 1 terms for comparison (0 for a device "
-                   "that never trained).")
+OFF_BY_ONE_NOTE = (
+    "Theorem C.2 sums m = 0..M (M + 1 terms) over 2M iterations, which hold M odd "
+    "(training) iterations; we sum M_i terms, one per release. "
+    "'theorem_c2_paper_sum' gives the printed M_i + 1 terms for comparison (0 for a device "
+    "that never trained)."
+)
 
 NEIGHBOURING_RELATION = "replace-one record of one device, |D_i| public"
 """The neighbouring relation every epsilon here is for."""
 
-NEIGHBOURING_NOTE = ("Neighbouring relation: two data sets differ in one record of one device, which replaces it "
-                     "(replace-one), and |D_i| is public: the aggregation weights, Flower's num-examples and "
-                     "FedNova's step counts release it, so no epsilon here covers adding or removing a record.")
+NEIGHBOURING_NOTE = (
+    "Neighbouring relation: two data sets differ in one record of one device, which replaces it "
+    "(replace-one), and |D_i| is public: the aggregation weights, Flower's num-examples and "
+    "FedNova's step counts release it, so no epsilon here covers adding or removing a record."
+)
 
-SHARED_NOISE_NOTE = ("Runs with the same seed share their noise draws on purpose (common random numbers make a "
-                     "comparison across sigma, alpha or algorithms sharper): each run's epsilon holds for that run "
-                     "alone; the runs of a sweep on one seed together have no guarantee (from two of them the "
-                     "noise cancels and the clipped models are recovered).")
+SHARED_NOISE_NOTE = (
+    "Runs with the same seed share their noise draws on purpose (common random numbers make a "
+    "comparison across sigma, alpha or algorithms sharper): each run's epsilon holds for that run "
+    "alone; the runs of a sweep on one seed together have no guarantee (from two of them the "
+    "noise cancels and the clipped models are recovered)."
+)
 
-SEED_KEYED_NOISE = ("seed-keyed: every noise draw comes from the run seed's stream keyed (seed, training round, "
-                    "device); runs of one seed share it, and whoever knows the seed can regenerate it")
-OS_ENTROPY_NOISE = ("os-entropy: each client draws its noise from the operating system's entropy; not reproducible, "
-                    "shared by no other run, and the server cannot regenerate it")
+SEED_KEYED_NOISE = (
+    "seed-keyed: every noise draw comes from the run seed's stream keyed (seed, training round, "
+    "device); runs of one seed share it, and whoever knows the seed can regenerate it"
+)
+OS_ENTROPY_NOISE = (
+    "os-entropy: each client draws its noise from the operating system's entropy; not reproducible, "
+    "shared by no other run, and the server cannot regenerate it"
+)
 """``privacy.noise_source`` of a private run: ``upfl run`` draws seed-keyed noise, a Flower client OS entropy (unless
 its run config names the seed-keyed stream)."""
 
@@ -80,9 +94,11 @@ def noise_is_seed_keyed(noise_source: str | None) -> bool:
     return noise_source is None or str(noise_source).startswith(SEED_KEYED_NOISE.split(":")[0])
 
 
-TRAIN_METRICS_NOTE = ("Training loss and accuracy are computed on every device's private training data: a release "
-                      "that no epsilon covers (metrics.csv marks them 'outside_privacy_guarantee'; "
-                      "privacy.release_train_metrics: false leaves them out).")
+TRAIN_METRICS_NOTE = (
+    "Training loss and accuracy are computed on every device's private training data: a release "
+    "that no epsilon covers (metrics.csv marks them 'outside_privacy_guarantee'; "
+    "privacy.release_train_metrics: false leaves them out)."
+)
 
 MEANINGFUL_EPSILON = 10.0
 """Above this epsilon a guarantee is marked 'no meaningful guarantee' (docs/privacy.md, "Which epsilons mean
@@ -117,8 +133,11 @@ def _positive(name: str, value: Any) -> float:
 
 
 def _delta(delta: Any, allow_zero: bool = False) -> float:
-    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not (
-            (0 <= delta < 1) if allow_zero else (0 < delta < 1)):
+    if (
+        isinstance(delta, bool)
+        or not isinstance(delta, (int, float))
+        or not ((0 <= delta < 1) if allow_zero else (0 < delta < 1))
+    ):
         raise PrivacyParameterError(f"privacy.delta: must be in (0, 1), got {delta!r}")
     return float(delta)
 
@@ -133,8 +152,9 @@ def per_device(value: Any, num_devices: int, key: str) -> list[float]:
     """A number, or a list of one positive number per device (data-set order of the training users)."""
     if isinstance(value, (list, tuple)):
         if len(value) != num_devices:
-            raise PrivacyParameterError(f"{key}: the list has {len(value)} values but the data set has "
-                                        f"{num_devices} devices (training users)")
+            raise PrivacyParameterError(
+                f"{key}: the list has {len(value)} values but the data set has {num_devices} devices (training users)"
+            )
         return [_positive(f"{key}[{i}]", v) for i, v in enumerate(value)]
     return [_positive(key, value)] * num_devices
 
@@ -192,7 +212,7 @@ def theorem_c1_epsilon(releases: int, sigma: float, tau: float, n_train: int, de
     m = _releases(releases)
     sigma, tau, n = _positive("privacy.sigma", sigma), _positive("privacy.tau", tau), _positive("|D_i|", n_train)
     delta = _delta(delta)
-    rho = m * tau ** 2 / (2 * sigma ** 2 * n ** 2)
+    rho = m * tau**2 / (2 * sigma**2 * n**2)
     return 2 * math.sqrt(rho * math.log(1 / delta)) + rho
 
 
@@ -234,7 +254,7 @@ def rdp_epsilon(noise_multiplier: float, releases: int, delta: float) -> float:
 
 def pld_tractable(noise_multiplier: float, releases: int) -> bool:
     """Whether the PLD cross-check fits in about 1 GiB: composed rho = M / (2 z^2) <= :data:`PLD_MAX_COMPOSED_RHO`."""
-    return releases / (2 * noise_multiplier ** 2) <= PLD_MAX_COMPOSED_RHO
+    return releases / (2 * noise_multiplier**2) <= PLD_MAX_COMPOSED_RHO
 
 
 @functools.lru_cache(maxsize=4096)
@@ -269,8 +289,9 @@ def paper_sensitivity(tau: float, n_train: int) -> float:
     return _positive("privacy.tau", tau) / _positive("|D_i|", n_train)
 
 
-def output_epsilons(releases: int, sigma: float, tau: float, n_train: int, delta: float,
-                    cross_check: Sequence[str] = ()) -> dict[str, float | None]:
+def output_epsilons(
+    releases: int, sigma: float, tau: float, n_train: int, delta: float, cross_check: Sequence[str] = ()
+) -> dict[str, float | None]:
     """The three output-perturbation epsilons of one device, plus requested cross-checks (``rdp``, ``pld``).
 
     Keys: ``paper_formula`` (Theorem C.1 as printed), ``sound`` (exact, sensitivity 2 tau),
@@ -358,26 +379,38 @@ def objective_assumptions(cfg, dataset, model, n_train: Sequence[int], max_norm:
     """
     consts = glm_constants(model)
     mu = 0.0 if cfg.algorithm.name == "fedavg" else float(cfg.algorithm.mu)
-    out: dict[str, Any] = {"glm": consts is not None, "mu": mu,
-                           "condition": "u2 <= 0.5 |D_i| mu (Theorem C.2)",
-                           "exact_minimiser": SGD_CAVEAT}
+    out: dict[str, Any] = {
+        "glm": consts is not None,
+        "mu": mu,
+        "condition": "u2 <= 0.5 |D_i| mu (Theorem C.2)",
+        "exact_minimiser": SGD_CAVEAT,
+    }
     if consts is None:
         out.update({"holds": False, "reason": f"model {cfg.model.name!r} is not a generalized linear model"})
         return out
     u1, u2 = consts
     norm = max_feature_norm(cfg, dataset, model) if max_norm is None else float(max_norm)
     failing = [i for i, n in enumerate(n_train) if mu <= 0 or not theorem_c2_condition(n, mu, u2)]
-    out.update({"u1": u1, "u2": u2, "max_feature_norm": norm, "features_bounded": norm <= 1 + 1e-6,
-                "min_n_train_for_condition": (u2 / (0.5 * mu)) if mu > 0 else None,
-                "failing_devices": failing})
+    out.update(
+        {
+            "u1": u1,
+            "u2": u2,
+            "max_feature_norm": norm,
+            "features_bounded": norm <= 1 + 1e-6,
+            "min_n_train_for_condition": (u2 / (0.5 * mu)) if mu > 0 else None,
+            "failing_devices": failing,
+        }
+    )
     reasons = []
     if norm > 1 + 1e-6:
         reasons.append(f"features reach norm {norm:.4g} > 1 (set data.feature_scaling: unit_norm)")
     if mu <= 0:
         reasons.append("mu must be > 0")
     elif failing:
-        reasons.append(f"u2 <= 0.5 |D_i| mu fails for {len(failing)} device(s) (u2 = {u2}, mu = {mu}, "
-                       f"smallest |D_i| = {min(n_train[i] for i in failing)}, needs |D_i| >= {u2 / (0.5 * mu):.4g})")
+        reasons.append(
+            f"u2 <= 0.5 |D_i| mu fails for {len(failing)} device(s) (u2 = {u2}, mu = {mu}, "
+            f"smallest |D_i| = {min(n_train[i] for i in failing)}, needs |D_i| >= {u2 / (0.5 * mu):.4g})"
+        )
     out["holds"] = not reasons
     if reasons:
         out["reason"] = "; ".join(reasons)
@@ -412,9 +445,11 @@ def _worst(rows: list[dict], key: str) -> dict[str, Any] | None:
 def _epsilon_summary(rows: list[dict], kinds: Sequence[str]) -> dict[str, Any]:
     """epsilon_max (the worst device's epsilon per accountant), worst_device, and the meaningful-guarantee rule."""
     worst = {k: _worst(rows, k) for k in kinds}
-    return {"epsilon_max": {k: (w["epsilon"] if w else None) for k, w in worst.items()},
-            "worst_device": worst,
-            "meaningful_rule": f"epsilon <= {MEANINGFUL_EPSILON:g}; above it: '{NO_MEANINGFUL}'"}
+    return {
+        "epsilon_max": {k: (w["epsilon"] if w else None) for k, w in worst.items()},
+        "worst_device": worst,
+        "meaningful_rule": f"epsilon <= {MEANINGFUL_EPSILON:g}; above it: '{NO_MEANINGFUL}'",
+    }
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
@@ -424,14 +459,23 @@ def _mean(values: Sequence[float | None]) -> float | None:
     return float(sum(known) / len(known))
 
 
-REPLAYED_RELEASES = ("replayed: the engine's device and straggler draws (upfl.draws.rounds) for the run config, the "
-                     "draws the simulation trains with")
+REPLAYED_RELEASES = (
+    "replayed: the engine's device and straggler draws (upfl.draws.rounds) for the run config, the "
+    "draws the simulation trains with"
+)
 """``releases_source`` of :func:`privacy_report` when the counts come from :func:`release_counts`."""
 
 
-def privacy_report(cfg, dataset, model, cross_check: Sequence[str] = ("rdp",), releases: Sequence[int] | None = None,
-                   releases_source: str = REPLAYED_RELEASES, noise_source: str = SEED_KEYED_NOISE,
-                   max_norm: float | None = None) -> dict[str, Any]:
+def privacy_report(
+    cfg,
+    dataset,
+    model,
+    cross_check: Sequence[str] = ("rdp",),
+    releases: Sequence[int] | None = None,
+    releases_source: str = REPLAYED_RELEASES,
+    noise_source: str = SEED_KEYED_NOISE,
+    max_norm: float | None = None,
+) -> dict[str, Any]:
     """Per-device epsilons and epsilon-bar of a run config, without training (JSON-serialisable).
 
     ``releases`` gives M_i per device where they were observed (a Flower server counts the replies it received;
@@ -450,25 +494,41 @@ def privacy_report(cfg, dataset, model, cross_check: Sequence[str] = ("rdp",), r
     sizes = [int(len(dataset.train_y[u])) for u in users]
     n = len(users)
     base: dict[str, Any] = {
-        "mechanism": p.mechanism, "algorithm": alg, "iterations": cfg.rounds,
-        "training_rounds": training_rounds(cfg), "num_devices": n,
+        "mechanism": p.mechanism,
+        "algorithm": alg,
+        "iterations": cfg.rounds,
+        "training_rounds": training_rounds(cfg),
+        "num_devices": n,
         "num_params": int(getattr(model, "num_params", 0)) or None,
-        "releases_rule": ("odd iterations only (Lemma 5.1: even iterations are post-processing)"
-                          if is_upcycled(alg) else "every iteration"),
-        "sampling": {"frac": cfg.devices.frac, "straggler": cfg.devices.straggler,
-                     "straggler_policy": cfg.devices.straggler_policy,
-                     "straggler_draw": cfg.devices.straggler_draw},
+        "releases_rule": (
+            "odd iterations only (Lemma 5.1: even iterations are post-processing)"
+            if is_upcycled(alg)
+            else "every iteration"
+        ),
+        "sampling": {
+            "frac": cfg.devices.frac,
+            "straggler": cfg.devices.straggler,
+            "straggler_policy": cfg.devices.straggler_policy,
+            "straggler_draw": cfg.devices.straggler_draw,
+        },
         "releases_source": releases_source,
     }
     if p.mechanism == "none":
         base.update({"guarantee": "none (non-private run)", "devices": [], "epsilon_bar": {}})
         return base
-    base.update({"neighbouring_relation": NEIGHBOURING_RELATION,
-                 "train_metrics": ("outside_privacy_guarantee" if p.release_train_metrics else "not_computed"),
-                 "released_outside_the_guarantee": (["train_loss", "train_acc"] if p.release_train_metrics else [])})
+    base.update(
+        {
+            "neighbouring_relation": NEIGHBOURING_RELATION,
+            "train_metrics": ("outside_privacy_guarantee" if p.release_train_metrics else "not_computed"),
+            "released_outside_the_guarantee": (["train_loss", "train_acc"] if p.release_train_metrics else []),
+        }
+    )
     base["noise_source"] = noise_source
-    shared = ([NEIGHBOURING_NOTE] + ([SHARED_NOISE_NOTE] if noise_is_seed_keyed(noise_source) else [])
-              + ([TRAIN_METRICS_NOTE] if p.release_train_metrics else []))
+    shared = (
+        [NEIGHBOURING_NOTE]
+        + ([SHARED_NOISE_NOTE] if noise_is_seed_keyed(noise_source) else [])
+        + ([TRAIN_METRICS_NOTE] if p.release_train_metrics else [])
+    )
     if releases is None:
         releases = release_counts(cfg, n)
     elif len(releases) != n:
@@ -485,50 +545,75 @@ def privacy_report(cfg, dataset, model, cross_check: Sequence[str] = ("rdp",), r
                 cache[key] = output_epsilons(m, s, tau, size, delta, cross_check)
             rows.append({"device": u, "n_train": size, "releases": m, "sigma": s, **cache[key]})
         kinds = [k for k in rows[0] if k not in ("device", "n_train", "releases", "sigma")] if rows else []
-        base.update({
-            "guarantee": (f"(epsilon, delta)-DP per device, delta = {delta!r}: the 'sound' epsilon (Theorem C.1's "
-                          "'paper_formula' beside it for comparison only)"),
-            "guarantee_epsilon": "sound",
-            "delta": delta, "parameters": {"tau": tau, "sigma": p.sigma},
-            "sensitivity": {"sound": "2*tau", "paper": "tau/|D_i|"},
-            "accountant": "dp_accounting.get_epsilon_gaussian(z / sqrt(M_i), delta), z = sigma / sensitivity "
-                          "(exact composition of M_i Gaussian releases)",
-            "devices": rows,
-            "epsilon_bar": {k: _mean([r[k] for r in rows]) for k in kinds},
-            **_epsilon_summary(rows, kinds),
-            "notes": [OUTPUT_NOTE, *shared],
-        })
+        base.update(
+            {
+                "guarantee": (
+                    f"(epsilon, delta)-DP per device, delta = {delta!r}: the 'sound' epsilon (Theorem C.1's "
+                    "'paper_formula' beside it for comparison only)"
+                ),
+                "guarantee_epsilon": "sound",
+                "delta": delta,
+                "parameters": {"tau": tau, "sigma": p.sigma},
+                "sensitivity": {"sound": "2*tau", "paper": "tau/|D_i|"},
+                "accountant": "dp_accounting.get_epsilon_gaussian(z / sqrt(M_i), delta), z = sigma / sensitivity "
+                "(exact composition of M_i Gaussian releases)",
+                "devices": rows,
+                "epsilon_bar": {k: _mean([r[k] for r in rows]) for k in kinds},
+                **_epsilon_summary(rows, kinds),
+                "notes": [OUTPUT_NOTE, *shared],
+            }
+        )
         return base
     # objective perturbation
     alphas = per_device(p.alpha, n, "privacy.alpha")
     assumptions = objective_assumptions(cfg, dataset, model, sizes, max_norm)
     rows = []
     if not assumptions["glm"]:
-        rows = [{"device": u, "n_train": size, "releases": m, "alpha": a, "theorem_c2": None,
-                 "theorem_c2_paper_sum": None, "status": NO_GLM}
-                for u, size, m, a in zip(users, sizes, releases, alphas, strict=True)]
+        rows = [
+            {
+                "device": u,
+                "n_train": size,
+                "releases": m,
+                "alpha": a,
+                "theorem_c2": None,
+                "theorem_c2_paper_sum": None,
+                "status": NO_GLM,
+            }
+            for u, size, m, a in zip(users, sizes, releases, alphas, strict=True)
+        ]
     else:
         if not assumptions["holds"] and not p.allow_no_guarantee:
-            raise NoGuaranteeError(f"privacy.allow_no_guarantee: Theorem C.2 gives no guarantee for this run: "
-                                   f"{assumptions['reason']}; fix it or set privacy.allow_no_guarantee: true")
+            raise NoGuaranteeError(
+                f"privacy.allow_no_guarantee: Theorem C.2 gives no guarantee for this run: "
+                f"{assumptions['reason']}; fix it or set privacy.allow_no_guarantee: true"
+            )
         u1, u2, mu = assumptions["u1"], assumptions["u2"], assumptions["mu"]
         globally_ok = assumptions["features_bounded"] and mu > 0
         failing = set(assumptions["failing_devices"])
         for i, (u, size, m, a) in enumerate(zip(users, sizes, releases, alphas, strict=True)):
             if globally_ok and i not in failing:
-                row = {"theorem_c2": theorem_c2_epsilon(m, a, size, mu, u1, u2),
-                       "theorem_c2_paper_sum": theorem_c2_epsilon(m + 1 if m else 0, a, size, mu, u1, u2),
-                       "status": "pure (epsilon, 0)-DP, exact minimiser assumed"}
+                row = {
+                    "theorem_c2": theorem_c2_epsilon(m, a, size, mu, u1, u2),
+                    "theorem_c2_paper_sum": theorem_c2_epsilon(m + 1 if m else 0, a, size, mu, u1, u2),
+                    "status": "pure (epsilon, 0)-DP, exact minimiser assumed",
+                }
             else:
                 row = {"theorem_c2": None, "theorem_c2_paper_sum": None, "status": NO_GUARANTEE}
             rows.append({"device": u, "n_train": size, "releases": m, "alpha": a, **row})
-    base.update({
-        "guarantee": ("pure (epsilon, 0)-DP per device (Theorem C.2), delta = 0" if assumptions.get("holds")
-                      else (NO_GLM if not assumptions["glm"] else NO_GUARANTEE)),
-        "delta": 0.0, "parameters": {"alpha": p.alpha, "mu": assumptions["mu"]},
-        "assumptions": assumptions, "devices": rows,
-        "epsilon_bar": {k: _mean([r[k] for r in rows]) for k in accountants_of("objective")},
-        **_epsilon_summary(rows, accountants_of("objective")),
-        "notes": [SGD_CAVEAT, OFF_BY_ONE_NOTE, *shared],
-    })
+    base.update(
+        {
+            "guarantee": (
+                "pure (epsilon, 0)-DP per device (Theorem C.2), delta = 0"
+                if assumptions.get("holds")
+                else (NO_GLM if not assumptions["glm"] else NO_GUARANTEE)
+            ),
+            "delta": 0.0,
+            "parameters": {"alpha": p.alpha, "mu": assumptions["mu"]},
+            "assumptions": assumptions,
+            "devices": rows,
+            "epsilon_bar": {k: _mean([r[k] for r in rows]) for k in accountants_of("objective")},
+            **_epsilon_summary(rows, accountants_of("objective")),
+            "notes": [SGD_CAVEAT, OFF_BY_ONE_NOTE, *shared],
+        }
+    )
     return base

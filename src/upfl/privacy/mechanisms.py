@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import math
 import struct
-from typing import TYPE_CHECKING
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import numpy as np
     import torch
 
 
-FLOAT32_TINY = 2.0 ** -126
+FLOAT32_TINY = 2.0**-126
 """The smallest normal float32."""
 
 
@@ -32,8 +32,10 @@ def float32_scale_problem(value: float) -> str | None:
     if math.isinf(rounded):
         return f"{value!r} overflows float32 (the noise is drawn in float32)"
     if rounded < FLOAT32_TINY:
-        return (f"{value!r} rounds to {'0' if rounded == 0.0 else 'a subnormal number'} in float32 (the noise is "
-                "drawn in float32, so no noise would be added)")
+        return (
+            f"{value!r} rounds to {'0' if rounded == 0.0 else 'a subnormal number'} in float32 (the noise is "
+            "drawn in float32, so no noise would be added)"
+        )
     return None
 
 
@@ -92,16 +94,21 @@ def clip_to_norm(W: torch.Tensor, tau: float) -> torch.Tensor:
     return W * torch.where(norms > tau, (tau * (1 - 1e-6)) / norms, 1.0)
 
 
-def standard_normal_rows(shape: tuple[int, ...], generators: Sequence[torch.Generator], dtype=None,
-                         device=None) -> torch.Tensor:
+def standard_normal_rows(
+    shape: tuple[int, ...], generators: Sequence[torch.Generator], dtype=None, device=None
+) -> torch.Tensor:
     """(len(generators), *shape) standard normal draws, row i from ``generators[i]``."""
     import torch
 
     return torch.cat([torch.randn((1,) + tuple(shape), generator=g, dtype=dtype, device=device) for g in generators])
 
 
-def gaussian_output_noise(W: torch.Tensor, sigma, generator: torch.Generator | Sequence[torch.Generator] | None = None,
-                          noise: torch.Tensor | None = None) -> torch.Tensor:
+def gaussian_output_noise(
+    W: torch.Tensor,
+    sigma,
+    generator: torch.Generator | Sequence[torch.Generator] | None = None,
+    noise: torch.Tensor | None = None,
+) -> torch.Tensor:
     """W + N(0, sigma^2 I) with standard deviation sigma (scalar or one value per row).
 
     ``generator`` is one generator for the whole matrix or one per row (row i drawn from generator i,
@@ -130,9 +137,13 @@ def gaussian_output_noise(W: torch.Tensor, sigma, generator: torch.Generator | S
     return W + s * noise
 
 
-def output_perturbation(W: torch.Tensor, tau: float, sigma,
-                        generator: torch.Generator | Sequence[torch.Generator] | None = None,
-                        noise: torch.Tensor | None = None) -> torch.Tensor:
+def output_perturbation(
+    W: torch.Tensor,
+    tau: float,
+    sigma,
+    generator: torch.Generator | Sequence[torch.Generator] | None = None,
+    noise: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Section 5 output perturbation of the odd-iteration release: clip to tau, then add N(0, sigma^2 I)
     (drawn from ``generator``, or ``noise`` times sigma: see :func:`gaussian_output_noise`)."""
     return gaussian_output_noise(clip_to_norm(W, tau), sigma, generator, noise)

@@ -14,8 +14,23 @@ from .tables import table1_frame, write_table1, write_table2
 from .timing import time_frame, write_time
 
 __all__ = [
-    "ReportError", "apply_where", "collect_runs", "load_metrics", "read_runs", "select_experiment",
-    "convergence_figure", "lambda_sweep_figure", "mean_interval", "t_quantile",
-    "table1_frame", "write_table1", "write_table2", "time_frame", "write_time",
-    "privacy_claims_frame", "privacy_frame", "privacy_tradeoff_figure", "write_privacy_table",
+    "ReportError",
+    "apply_where",
+    "collect_runs",
+    "load_metrics",
+    "read_runs",
+    "select_experiment",
+    "convergence_figure",
+    "lambda_sweep_figure",
+    "mean_interval",
+    "t_quantile",
+    "table1_frame",
+    "write_table1",
+    "write_table2",
+    "time_frame",
+    "write_time",
+    "privacy_claims_frame",
+    "privacy_frame",
+    "privacy_tradeoff_figure",
+    "write_privacy_table",
 ]

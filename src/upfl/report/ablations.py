@@ -21,14 +21,13 @@ import pandas as pd
 from ..config import CHOICES
 from ..names import BASE_ALGORITHMS, is_upcycled
 from .cells import paired
+from .claim_rules import Context, claim_row, not_measured, number_text, paired_gain, verdict_direction
 from .collect import ReportError, converged, cumulative_rounds, load_metrics
 from .figures import ALGORITHM_COLOURS, csv_colour, figure_title, palette_for, pyplot, save_figure, set_theme
 from .paper_numbers import algorithm_label, dataset_label, dataset_order
-from .render import fmt, markdown_table, write_csv, write_markdown
+from .render import as_number, fmt, fmt_mu, markdown_table, write_csv, write_markdown
 from .stats import LEVEL, mean_interval
 from .styles import ALGORITHM_STYLES
-from .render import as_number, fmt_mu
-from .claim_rules import (number_text, verdict_direction, Context, claim_row, not_measured, paired_gain)
 
 SCHEDULES = CHOICES["algorithm.schedule"]
 
@@ -68,8 +67,13 @@ def variant_label(row: dict) -> str:
 
 
 def _group_key(row: dict) -> tuple:
-    return (row["algorithm"], _text(row.get("algorithm_options")), float(row["mu"]),
-            str(row.get("coef")), str(row.get("schedule")))
+    return (
+        row["algorithm"],
+        _text(row.get("algorithm_options")),
+        float(row["mu"]),
+        str(row.get("coef")),
+        str(row.get("schedule")),
+    )
 
 
 def _variants(sub: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
@@ -109,16 +113,26 @@ def momentum_frame(runs: pd.DataFrame) -> pd.DataFrame:
         ref = sub[(sub["algorithm"] == "fedprox") & sub["algorithm_options"].map(lambda o: not _text(o))]
         if ref.empty:
             raise ReportError(f"ablation_momentum: {dataset} has no FedProx runs to compare with")
-        budgets = {int(r["seed"]): float(load_metrics(r["run_dir"])["cum_wall_s"].iloc[-1])
-                   for r in ref.to_dict("records")}
-        sub["wall_test_acc"] = [at_wall_time(load_metrics(r["run_dir"]), budgets.get(int(r["seed"]), math.nan))
-                                for r in sub.to_dict("records")]
+        budgets = {
+            int(r["seed"]): float(load_metrics(r["run_dir"])["cum_wall_s"].iloc[-1]) for r in ref.to_dict("records")
+        }
+        sub["wall_test_acc"] = [
+            at_wall_time(load_metrics(r["run_dir"]), budgets.get(int(r["seed"]), math.nan))
+            for r in sub.to_dict("records")
+        ]
         ref = sub.loc[ref.index]
         for label, cell in _variants(sub):
-            row = {"dataset": dataset, "variant": label, "algorithm": cell["algorithm"].iloc[0],
-                   "options": _text(cell["algorithm_options"].iloc[0]), "mu": float(cell["mu"].iloc[0]),
-                   "training_rounds": int(cell["training_rounds"].iloc[0]), "n": len(cell),
-                   "test_acc": float(cell["final_test_acc"].mean()), "wall_test_acc": float(cell["wall_test_acc"].mean())}
+            row = {
+                "dataset": dataset,
+                "variant": label,
+                "algorithm": cell["algorithm"].iloc[0],
+                "options": _text(cell["algorithm_options"].iloc[0]),
+                "mu": float(cell["mu"].iloc[0]),
+                "training_rounds": int(cell["training_rounds"].iloc[0]),
+                "n": len(cell),
+                "test_acc": float(cell["final_test_acc"].mean()),
+                "wall_test_acc": float(cell["wall_test_acc"].mean()),
+            }
             for prefix, column in (("", "final_test_acc"), ("wall_", "wall_test_acc")):
                 gain = _gain(cell, ref, column)
                 row.update({f"{prefix}{k}": v for k, v in gain.items()})
@@ -139,13 +153,24 @@ def bases_frame(runs: pd.DataFrame) -> pd.DataFrame:
                 if plain.empty or up.empty:
                     continue
                 gain = _gain(up, plain, "final_test_acc")
-                row = {"dataset": dataset, "straggler": straggler, "base": base, "label": BASE_LABELS[base],
-                       "n": min(len(plain), len(up)), "base_test_acc": float(plain["final_test_acc"].mean()),
-                       "upcycled_test_acc": float(up["final_test_acc"].mean()), **gain,
-                       "verdict": verdict(gain["gain_low"], gain["gain_high"])}
+                row = {
+                    "dataset": dataset,
+                    "straggler": straggler,
+                    "base": base,
+                    "label": BASE_LABELS[base],
+                    "n": min(len(plain), len(up)),
+                    "base_test_acc": float(plain["final_test_acc"].mean()),
+                    "upcycled_test_acc": float(up["final_test_acc"].mean()),
+                    **gain,
+                    "verdict": verdict(gain["gain_low"], gain["gain_high"]),
+                }
                 if "final_personal_test_acc" in sub.columns and plain["final_personal_test_acc"].notna().any():
-                    row.update({"base_personal_test_acc": float(plain["final_personal_test_acc"].mean()),
-                                "upcycled_personal_test_acc": float(up["final_personal_test_acc"].mean())})
+                    row.update(
+                        {
+                            "base_personal_test_acc": float(plain["final_personal_test_acc"].mean()),
+                            "upcycled_personal_test_acc": float(up["final_personal_test_acc"].mean()),
+                        }
+                    )
                 rows.append(row)
     if not rows:
         raise ReportError("upcycling_bases: no base with both its plain and its upcycled runs")
@@ -167,15 +192,38 @@ def write_momentum_table(runs: pd.DataFrame, out_prefix: str, provenance: str) -
     write_csv(f"{out_prefix}.csv", frame, provenance)
     sections = []
     for dataset, grp in frame.groupby("dataset", sort=False):
-        rows = [[r["variant"], str(r["training_rounds"]), str(r["n"]), _pct(r["test_acc"]),
-                 _interval(r["gain"], r["gain_low"], r["gain_high"]), _pct(r["wall_test_acc"]),
-                 _interval(r["wall_gain"], r["wall_gain_low"], r["wall_gain_high"])] for r in grp.to_dict("records")]
-        sections.append(f"## {dataset_label(str(dataset))}\n\n" + markdown_table(
-            ["variant", "training rounds", "seeds", "test acc. (%)", f"gain over FedProx, {LEVEL:.0%} CI (pp)",
-             "test acc. at FedProx's wall time (%)", f"gain at equal wall time, {LEVEL:.0%} CI (pp)"], rows))
-    sections.append("Gains are paired on seed (same devices, stragglers and batches in each training round). "
-                    "Equal wall time: each run's accuracy at the last iteration within the training time FedProx "
-                    "needed for the same seed.")
+        rows = [
+            [
+                r["variant"],
+                str(r["training_rounds"]),
+                str(r["n"]),
+                _pct(r["test_acc"]),
+                _interval(r["gain"], r["gain_low"], r["gain_high"]),
+                _pct(r["wall_test_acc"]),
+                _interval(r["wall_gain"], r["wall_gain_low"], r["wall_gain_high"]),
+            ]
+            for r in grp.to_dict("records")
+        ]
+        sections.append(
+            f"## {dataset_label(str(dataset))}\n\n"
+            + markdown_table(
+                [
+                    "variant",
+                    "training rounds",
+                    "seeds",
+                    "test acc. (%)",
+                    f"gain over FedProx, {LEVEL:.0%} CI (pp)",
+                    "test acc. at FedProx's wall time (%)",
+                    f"gain at equal wall time, {LEVEL:.0%} CI (pp)",
+                ],
+                rows,
+            )
+        )
+    sections.append(
+        "Gains are paired on seed (same devices, stragglers and batches in each training round). "
+        "Equal wall time: each run's accuracy at the last iteration within the training time FedProx "
+        "needed for the same seed."
+    )
     write_markdown(f"{out_prefix}.md", "Is the gain upcycling or momentum? (ablation_momentum)", sections, provenance)
     return frame
 
@@ -185,13 +233,35 @@ def write_bases_table(runs: pd.DataFrame, out_prefix: str, provenance: str) -> p
     write_csv(f"{out_prefix}.csv", frame, provenance)
     sections = []
     for (dataset, straggler), grp in frame.groupby(["dataset", "straggler"], sort=False):
-        rows = [[r["label"], str(r["n"]), _pct(r["base_test_acc"]), _pct(r["upcycled_test_acc"]),
-                 _interval(r["gain"], r["gain_low"], r["gain_high"]), r["verdict"]] for r in grp.to_dict("records")]
-        sections.append(f"## {dataset_label(str(dataset))}, {straggler:.0%} stragglers\n\n" + markdown_table(
-            ["base", "seeds", "base test acc. (%)", "upcycled test acc. (%)",
-             f"gain, {LEVEL:.0%} CI (pp)", "verdict"], rows))
-    sections.append("Equal training rounds: the upcycled run has twice the iterations, the even ones free. "
-                    "Claim tested: 'upcycling is orthogonal to the base algorithm' (Section 4).")
+        rows = [
+            [
+                r["label"],
+                str(r["n"]),
+                _pct(r["base_test_acc"]),
+                _pct(r["upcycled_test_acc"]),
+                _interval(r["gain"], r["gain_low"], r["gain_high"]),
+                r["verdict"],
+            ]
+            for r in grp.to_dict("records")
+        ]
+        sections.append(
+            f"## {dataset_label(str(dataset))}, {straggler:.0%} stragglers\n\n"
+            + markdown_table(
+                [
+                    "base",
+                    "seeds",
+                    "base test acc. (%)",
+                    "upcycled test acc. (%)",
+                    f"gain, {LEVEL:.0%} CI (pp)",
+                    "verdict",
+                ],
+                rows,
+            )
+        )
+    sections.append(
+        "Equal training rounds: the upcycled run has twice the iterations, the even ones free. "
+        "Claim tested: 'upcycling is orthogonal to the base algorithm' (Section 4)."
+    )
     write_markdown(f"{out_prefix}.md", "Upcycling on every base algorithm (upcycling_bases)", sections, provenance)
     return frame
 
@@ -201,10 +271,22 @@ def _curves(cell: pd.DataFrame, x: str) -> pd.DataFrame:
     for r in cell.to_dict("records"):
         m = load_metrics(r["run_dir"])
         xs = cumulative_rounds(m) if x == "round" else m["cum_wall_s"]
-        parts.append(pd.DataFrame({"iteration": m["iteration"], "x": xs.astype(float),
-                                   "test_acc": m["test_acc"].astype(float), "seed": r["seed"]}).dropna())
-    d = pd.concat(parts).groupby("iteration").agg(x=("x", "mean"), mean=("test_acc", "mean"),
-                                                  low=("test_acc", "min"), high=("test_acc", "max")).reset_index()
+        parts.append(
+            pd.DataFrame(
+                {
+                    "iteration": m["iteration"],
+                    "x": xs.astype(float),
+                    "test_acc": m["test_acc"].astype(float),
+                    "seed": r["seed"],
+                }
+            ).dropna()
+        )
+    d = (
+        pd.concat(parts)
+        .groupby("iteration")
+        .agg(x=("x", "mean"), mean=("test_acc", "mean"), low=("test_acc", "min"), high=("test_acc", "max"))
+        .reset_index()
+    )
     return d
 
 
@@ -250,19 +332,35 @@ def momentum_figure(runs: pd.DataFrame, out_prefix: str, provenance: str) -> Non
         plain = {variant_family(cell): label for label, cell in variants if "momentum" not in label}
         for k, family in enumerate(families):
             shown = [(label, cell) for label, cell in variants if variant_family(cell) == family]
-            other = [(label, cell) for label, cell in variants
-                     if variant_family(cell) != family and label == plain.get(variant_family(cell))]
+            other = [
+                (label, cell)
+                for label, cell in variants
+                if variant_family(cell) != family and label == plain.get(variant_family(cell))
+            ]
             for i, x in enumerate(("round", "time")):
                 ax = axes[i, 2 * j + k]
                 for label, cell in shown + other:
                     d = _curves(cell, x)
                     reference = (label, cell) in other
-                    ax.plot(d["x"], d["mean"], ":" if reference else "-", color=colours[label], linewidth=1.2,
-                            label=f"{label} (reference)" if reference else label)
+                    ax.plot(
+                        d["x"],
+                        d["mean"],
+                        ":" if reference else "-",
+                        color=colours[label],
+                        linewidth=1.2,
+                        label=f"{label} (reference)" if reference else label,
+                    )
                     if not reference:
                         ax.fill_between(d["x"], d["low"], d["high"], color=colours[label], alpha=0.12, linewidth=0)
-                        rows.append(d.assign(dataset=dataset, panel=family, variant=label, x_axis=x,
-                                             colour=csv_colour(colours[label])))
+                        rows.append(
+                            d.assign(
+                                dataset=dataset,
+                                panel=family,
+                                variant=label,
+                                x_axis=x,
+                                colour=csv_colour(colours[label]),
+                            )
+                        )
                 if x == "round":
                     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
                 ax.set_xlabel("Training round" if x == "round" else "Training time (s)")
@@ -270,8 +368,10 @@ def momentum_figure(runs: pd.DataFrame, out_prefix: str, provenance: str) -> Non
                 ax.set_title(f"{dataset_label(dataset)}: {family} ± momentum")
                 if i == 0:
                     ax.legend(fontsize=6, loc="lower right")
-    fig.suptitle(f"{figure_title(Path(out_prefix).name)}: upcycling or server momentum? "
-                 "Mean over seeds, bands min-max", fontsize=10)
+    fig.suptitle(
+        f"{figure_title(Path(out_prefix).name)}: upcycling or server momentum? Mean over seeds, bands min-max",
+        fontsize=10,
+    )
     fig.tight_layout()
     save_figure(fig, out_prefix)
     write_csv(f"{out_prefix}.csv", pd.concat(rows, ignore_index=True), provenance)
@@ -300,12 +400,28 @@ def schedule_figure(runs: pd.DataFrame, out_prefix: str, provenance: str) -> Non
             pts = []
             for c1, cell in grp.groupby(grp["coef"].astype(float)):
                 iv = mean_interval(cell["final_test_acc"].astype(float).tolist(), LEVEL)
-                pts.append({"dataset": dataset, "schedule": schedule, "c1": c1, "n": iv.n, "test_acc": iv.mean,
-                            "low": iv.low, "high": iv.high})
+                pts.append(
+                    {
+                        "dataset": dataset,
+                        "schedule": schedule,
+                        "c1": c1,
+                        "n": iv.n,
+                        "test_acc": iv.mean,
+                        "low": iv.low,
+                        "high": iv.high,
+                    }
+                )
             pts = pd.DataFrame(pts)
             rows.append(pts)
-            ax.errorbar(pts["c1"], pts["test_acc"], yerr=[pts["test_acc"] - pts["low"], pts["high"] - pts["test_acc"]],
-                        marker="o", capsize=2, color=colours.get(schedule), label=schedule)
+            ax.errorbar(
+                pts["c1"],
+                pts["test_acc"],
+                yerr=[pts["test_acc"] - pts["low"], pts["high"] - pts["test_acc"]],
+                marker="o",
+                capsize=2,
+                color=colours.get(schedule),
+                label=schedule,
+            )
             best = pts.loc[pts["test_acc"].idxmax(), "c1"]
             d = _curves(grp[grp["coef"].astype(float) == best], "round")
             axes[1, j].plot(d["x"], d["mean"], color=colours.get(schedule), label=f"{schedule}, c1 = {best:g}")
@@ -314,8 +430,21 @@ def schedule_figure(runs: pd.DataFrame, out_prefix: str, provenance: str) -> Non
             ax.axhline(acc, color=fedprox_colour, linestyle=":", label="FedProx")
             d = _curves(ref, "round")
             axes[1, j].plot(d["x"], d["mean"], ":", color=fedprox_colour, label="FedProx")
-            rows.append(pd.DataFrame([{"dataset": dataset, "schedule": "fedprox", "c1": math.nan, "n": len(ref),
-                                       "test_acc": acc, "low": math.nan, "high": math.nan}]))
+            rows.append(
+                pd.DataFrame(
+                    [
+                        {
+                            "dataset": dataset,
+                            "schedule": "fedprox",
+                            "c1": math.nan,
+                            "n": len(ref),
+                            "test_acc": acc,
+                            "low": math.nan,
+                            "high": math.nan,
+                        }
+                    ]
+                )
+            )
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))
@@ -328,8 +457,11 @@ def schedule_figure(runs: pd.DataFrame, out_prefix: str, provenance: str) -> Non
         axes[1, j].set_ylabel("Test accuracy")
     axes[0, -1].legend(fontsize=7)
     axes[1, -1].legend(fontsize=7)
-    fig.suptitle(f"{figure_title(Path(out_prefix).name)}: coefficient schedules, const c1, horizon c1/sqrt(M), "
-                 "inv_sqrt c1/sqrt(m)", fontsize=10)
+    fig.suptitle(
+        f"{figure_title(Path(out_prefix).name)}: coefficient schedules, const c1, horizon c1/sqrt(M), "
+        "inv_sqrt c1/sqrt(m)",
+        fontsize=10,
+    )
     fig.tight_layout()
     save_figure(fig, out_prefix)
     if not rows:
@@ -356,12 +488,16 @@ def bases_claims(ctx: Context) -> list[dict[str, Any]]:
 
     runs = ctx.of("bases")
     exp = ctx.roles["bases"]
-    base = dict(section="Upcycling on other base algorithms", paper=math.nan, unit="pp", experiment=exp,
-                source=BASES_SOURCE)
+    base = dict(
+        section="Upcycling on other base algorithms", paper=math.nan, unit="pp", experiment=exp, source=BASES_SOURCE
+    )
     claim = "Upcycling improves {label} (Upcycled {label} − {label}, final test accuracy, equal training rounds{s})"
     if runs.empty:
-        return [not_measured(**base, id="bases", dataset="", why=ctx.missing("bases"),
-                              claim=claim.format(label="every base", s=""))]
+        return [
+            not_measured(
+                **base, id="bases", dataset="", why=ctx.missing("bases"), claim=claim.format(label="every base", s="")
+            )
+        ]
     runs = runs.assign(base=runs["algorithm"].map(base_algorithm))
     straggler = runs["straggler"].map(as_number) if "straggler" in runs.columns else pd.Series(math.nan, runs.index)
     model = runs["model"].fillna("") if "model" in runs.columns else pd.Series("", runs.index)
@@ -372,16 +508,19 @@ def bases_claims(ctx: Context) -> list[dict[str, Any]]:
             for level in sorted({v for v in straggler[cell] if not math.isnan(v)} or {math.nan}):
                 at = cell & ((straggler == level) | (straggler.isna() & math.isnan(level)))
                 sub = runs[at]
-                order = [b for b in BASE_LABELS if b in set(sub["base"])] + \
-                    sorted(set(sub["base"]) - set(BASE_LABELS))
+                order = [b for b in BASE_LABELS if b in set(sub["base"])] + sorted(set(sub["base"]) - set(BASE_LABELS))
                 for name in order:
                     plain = sub[(sub["base"] == name) & (sub["algorithm"] == name)]
                     up = sub[(sub["base"] == name) & (sub["algorithm"] != name)]
                     label = BASE_LABELS.get(name, name)
                     real = bool(mdl) and dataset in ("femnist", "sent140")
                     where = _straggler_text(level) + (f", {mdl.upper()}" if real else "")
-                    ident = f"bases/{dataset}" + (f"/{mdl}" if real else "") + \
-                        ("" if math.isnan(level) else f"/s{level:g}") + f"/{name}"
+                    ident = (
+                        f"bases/{dataset}"
+                        + (f"/{mdl}" if real else "")
+                        + ("" if math.isnan(level) else f"/s{level:g}")
+                        + f"/{name}"
+                    )
                     row = dict(base, id=ident, dataset=dataset, claim=claim.format(label=label, s=where))
                     if plain.empty or up.empty:
                         missing = "its upcycled version" if up.empty else "the base itself"
@@ -393,15 +532,25 @@ def bases_claims(ctx: Context) -> list[dict[str, Any]]:
                         rows.append(not_measured(**row, why=str(err)))
                         continue
                     verdict, why = verdict_direction(+1, low, high, n)
-                    rows.append(claim_row(**row, ours=mean, ci_low=low, ci_high=high, n_pairs=n, verdict=verdict,
-                                     why=why + "; the paper gives a direction, no figure"))
+                    rows.append(
+                        claim_row(
+                            **row,
+                            ours=mean,
+                            ci_low=low,
+                            ci_high=high,
+                            n_pairs=n,
+                            verdict=verdict,
+                            why=why + "; the paper gives a direction, no figure",
+                        )
+                    )
     return rows
 
 
 MOMENTUM_NOTE = (
     "Not a claim of the paper (an ablation's question): the even step extrapolates along the last global update, as "
     "server momentum does. Upcycled-FL minus FedProx with server momentum β (`fedavgm` with the same μ), final "
-    "test accuracy at equal training rounds, paired on seed, mean and 95% t interval; no verdict.")
+    "test accuracy at equal training rounds, paired on seed, mean and 95% t interval; no verdict."
+)
 MOMENTUM_HEADER = ["Data", "Comparison", "Ours [95% CI] (pp)", "Pairs"]
 
 
@@ -427,10 +576,17 @@ def momentum_information(ctx: Context) -> list[list[str]]:
             except ReportError as err:
                 rows.append([dataset_label(dataset), "Upcycled-FL − FedProx + momentum", str(err), "0"])
                 continue
-            ours = number_text(mean, "pp") + ("" if math.isnan(low) else
-                                           f" [{number_text(low, 'pp')}, {number_text(high, 'pp')}]")
-            rows.append([dataset_label(dataset), f"Upcycled-FL − FedProx + momentum ({options_text(opts)}), "
-                         f"μ = {fmt_mu(m)}", ours, str(n)])
+            ours = number_text(mean, "pp") + (
+                "" if math.isnan(low) else f" [{number_text(low, 'pp')}, {number_text(high, 'pp')}]"
+            )
+            rows.append(
+                [
+                    dataset_label(dataset),
+                    f"Upcycled-FL − FedProx + momentum ({options_text(opts)}), μ = {fmt_mu(m)}",
+                    ours,
+                    str(n),
+                ]
+            )
     return rows
 
 
@@ -440,5 +596,8 @@ def momentum_page_section(ctx: Context) -> list[str]:
     info = momentum_information(ctx)
     if not info:
         return []
-    return ["## Information: upcycling or server momentum?\n", MOMENTUM_NOTE + "\n",
-            markdown_table(MOMENTUM_HEADER, info)]
+    return [
+        "## Information: upcycling or server momentum?\n",
+        MOMENTUM_NOTE + "\n",
+        markdown_table(MOMENTUM_HEADER, info),
+    ]

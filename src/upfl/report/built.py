@@ -11,7 +11,6 @@ from collections.abc import Iterable
 from pathlib import Path
 
 
-
 def built_runs(runs_csv: str | os.PathLike) -> int:
     """The number of runs in ``results/runs.csv`` (0 when it does not exist)."""
     try:

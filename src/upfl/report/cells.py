@@ -28,8 +28,10 @@ def check_one_config(group: pd.DataFrame, what: str, ignore: tuple[str, ...] = (
             continue
         values = sorted(set(group[col].astype(str)))
         if len(values) > 1:
-            raise ReportError(f"{what}: runs differ in {col} ({', '.join(values)}); "
-                              f"keep one with --where {col}=VALUE or split the experiment")
+            raise ReportError(
+                f"{what}: runs differ in {col} ({', '.join(values)}); "
+                f"keep one with --where {col}=VALUE or split the experiment"
+            )
 
 
 def missing(value) -> bool:

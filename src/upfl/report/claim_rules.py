@@ -5,11 +5,13 @@ page come from the output modules (:data:`upfl.report.claims.CLAIM_SECTIONS`).""
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import Iterable, Sequence
-
 import math
-from typing import Any  # noqa: F401
+from pathlib import Path
+from typing import (
+    Any,  # noqa: F401
+    Iterable,
+    Sequence,
+)
 
 import pandas as pd
 
@@ -22,10 +24,19 @@ from .stats import LEVEL, mean_interval
 ACC = ("train_acc", "test_acc")
 METRIC_TEXT = {"train_acc": "training accuracy", "test_acc": "test accuracy"}
 
-DEFAULT_ROLES = {"table1": "table1", "time": "table1", "lambda_sweep": "fig2_lambda",
-                 "privacy": "privacy_output,privacy_objective", "privacy_real": "fig12", "cnn": "fig4",
-                 "draws": "table1_draws", "bases": "upcycling_bases",
-                 "momentum": "ablation_momentum", "protocol_gap": "protocol_gap", "sensitivity": "sensitivity"}
+DEFAULT_ROLES = {
+    "table1": "table1",
+    "time": "table1",
+    "lambda_sweep": "fig2_lambda",
+    "privacy": "privacy_output,privacy_objective",
+    "privacy_real": "fig12",
+    "cnn": "fig4",
+    "draws": "table1_draws",
+    "bases": "upcycling_bases",
+    "momentum": "ablation_momentum",
+    "protocol_gap": "protocol_gap",
+    "sensitivity": "sensitivity",
+}
 """Which experiment(s) of the runs table each group of claims reads (comma-separated names)."""
 
 EQUIVALENCE_MARGIN = 0.10
@@ -56,16 +67,42 @@ VERDICT_RULE = (
     "figure (a direction only) holds when the interval excludes 0 on the claimed side, does not hold when it "
     "excludes 0 on the other side, else inconclusive. 'Not measured here': "
     "the runs are not in the runs table (the reason is given). Every row names the data its runs were trained on; "
-    f"a row on our generator's draws rather than the authors' released ones is marked '{PREVIEW}'.")
+    f"a row on our generator's draws rather than the authors' released ones is marked '{PREVIEW}'."
+)
 
-MEANINGFUL_RULE = (f"Privacy level: ε̄ (mean over devices) and the worst device's ε; a value above "
-                   f"{MEANINGFUL_EPSILON:g} is marked '{NO_MEANINGFUL}' (at ε = {MEANINGFUL_EPSILON:g} an adversary's "
-                   "odds on a record may grow e^10 = 22,026-fold; docs/privacy.md).")
+MEANINGFUL_RULE = (
+    f"Privacy level: ε̄ (mean over devices) and the worst device's ε; a value above "
+    f"{MEANINGFUL_EPSILON:g} is marked '{NO_MEANINGFUL}' (at ε = {MEANINGFUL_EPSILON:g} an adversary's "
+    "odds on a record may grow e^10 = 22,026-fold; docs/privacy.md)."
+)
 
-COLUMNS = ["id", "section", "claim", "dataset", "paper", "unit", "ours", "ci_low", "ci_high", "n_pairs",
-           "draws_n", "draws_min", "draws_max", "draws_above_zero", "draws_below_zero", "privacy_level",
-           "meaningful_guarantee", "verdict", "why", "experiment", "source", "data_origin", "preview", "seeds",
-           "n_runs"]
+COLUMNS = [
+    "id",
+    "section",
+    "claim",
+    "dataset",
+    "paper",
+    "unit",
+    "ours",
+    "ci_low",
+    "ci_high",
+    "n_pairs",
+    "draws_n",
+    "draws_min",
+    "draws_max",
+    "draws_above_zero",
+    "draws_below_zero",
+    "privacy_level",
+    "meaningful_guarantee",
+    "verdict",
+    "why",
+    "experiment",
+    "source",
+    "data_origin",
+    "preview",
+    "seeds",
+    "n_runs",
+]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -97,13 +134,15 @@ def evidence_gate(low: float, high: float, n: int) -> tuple[str, str] | None:
     if math.isnan(low) or math.isnan(high):
         return "inconclusive", f"{pairs_text(n)}: no interval"
     if zero_width(low, high):
-        return "inconclusive", (f"all {n} pairs gave the same difference: a zero-width interval says nothing of "
-                                "the spread")
+        return "inconclusive", (
+            f"all {n} pairs gave the same difference: a zero-width interval says nothing of the spread"
+        )
     return None
 
 
-def verdict_gain(paper: float, low: float, high: float, n: int, tolerance: float = 0.0,
-                 exact: bool = False) -> tuple[str, str]:
+def verdict_gain(
+    paper: float, low: float, high: float, n: int, tolerance: float = 0.0, exact: bool = False
+) -> tuple[str, str]:
     """The verdict on 'better by ``paper``' from our interval [low, high] over ``n`` pairs (see VERDICT_RULE);
     ``exact``: a figure without sampling noise, judged with low = high = ours."""
     if math.isnan(paper):
@@ -116,8 +155,11 @@ def verdict_gain(paper: float, low: float, high: float, n: int, tolerance: float
         return verdict, why.replace("above 0", "below 0 (the paper's sign)")
     target = paper - tolerance
     if paper == 0:
-        return ("holds", "the interval contains 0") if low <= 0 <= high else \
-            ("does not hold", "the interval excludes the paper's 0")
+        return (
+            ("holds", "the interval contains 0")
+            if low <= 0 <= high
+            else ("does not hold", "the interval excludes the paper's 0")
+        )
     if high < target and low > 0:
         return "does not hold", "a gain, but smaller than the paper's: the interval lies wholly below its figure"
     if high <= 0:
@@ -129,8 +171,9 @@ def verdict_gain(paper: float, low: float, high: float, n: int, tolerance: float
     return "inconclusive", "the interval contains both 0 and the paper's figure"
 
 
-def verdict_equivalence(target: float, low: float, high: float, n: int,
-                        margin: float = EQUIVALENCE_MARGIN) -> tuple[str, str]:
+def verdict_equivalence(
+    target: float, low: float, high: float, n: int, margin: float = EQUIVALENCE_MARGIN
+) -> tuple[str, str]:
     """'About ``target``' (a ratio): the interval within target x (1 +- margin)."""
     gate = evidence_gate(low, high, n)
     if gate:
@@ -183,12 +226,12 @@ def without_diverged(runs: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     """The runs that did not diverge, and a sentence saying what was left out (or that nothing records it)."""
     flags = diverged_flags(runs)
     if flags is None:
-        return runs, ("No run records a 'diverged' flag (summary.json field), so no run is left out on that "
-                      "ground.")
+        return runs, ("No run records a 'diverged' flag (summary.json field), so no run is left out on that ground.")
     out = runs[~flags]
     bad = runs[flags]
-    text = (f"{len(bad)} of {len(runs)} runs are flagged 'diverged' in their summary.json and are left out of "
-            "every figure")
+    text = (
+        f"{len(bad)} of {len(runs)} runs are flagged 'diverged' in their summary.json and are left out of every figure"
+    )
     if len(bad):
         where = sorted({f"{d} / {algorithm_label(a)}" for d, a in zip(bad["dataset"], bad["algorithm"])})
         text += f" ({'; '.join(where[:8])}{' ...' if len(where) > 8 else ''})"
@@ -214,18 +257,34 @@ class Context:
     def missing(self, role: str, dataset: str | None = None) -> str:
         exp = self.roles[role]
         if dataset and dataset in self.excluded:
-            return (f"{dataset_label(dataset)} is excluded from this pipeline run (the preset's exclude_sources), "
-                    f"so experiment {exp} made no runs on it")
+            return (
+                f"{dataset_label(dataset)} is excluded from this pipeline run (the preset's exclude_sources), "
+                f"so experiment {exp} made no runs on it"
+            )
         where = f" on {dataset_label(dataset)}" if dataset else ""
         real = dataset in ("femnist", "sent140")
-        return (f"no runs of experiment {exp}{where} in the runs table"
-                + (" (the real data was not downloaded, or its runs were not made)" if real else ""))
+        return f"no runs of experiment {exp}{where} in the runs table" + (
+            " (the real data was not downloaded, or its runs were not made)" if real else ""
+        )
 
 
 def claim_row(**kw) -> dict[str, Any]:
     row = {c: kw.get(c, math.nan) for c in COLUMNS}
-    for key in ("id", "section", "claim", "dataset", "unit", "privacy_level", "meaningful_guarantee", "verdict",
-                "why", "experiment", "source", "data_origin", "seeds"):
+    for key in (
+        "id",
+        "section",
+        "claim",
+        "dataset",
+        "unit",
+        "privacy_level",
+        "meaningful_guarantee",
+        "verdict",
+        "why",
+        "experiment",
+        "source",
+        "data_origin",
+        "seeds",
+    ):
         if isinstance(row[key], float) and math.isnan(row[key]):
             row[key] = ""
     return row

@@ -17,13 +17,25 @@ from __future__ import annotations
 
 import importlib
 import math
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import pandas as pd
 
 from ..privacy.accounting import NO_MEANINGFUL
-from .claim_rules import (COLUMNS, DEFAULT_ROLES, MEANINGFUL_RULE, PREVIEW, TOO_FEW, VERDICT_RULE, VERDICTS, Context,
-                          number_text, select, without_diverged)
+from .claim_rules import (
+    COLUMNS,
+    DEFAULT_ROLES,
+    MEANINGFUL_RULE,
+    PREVIEW,
+    TOO_FEW,
+    VERDICT_RULE,
+    VERDICTS,
+    Context,
+    number_text,
+    select,
+    without_diverged,
+)
 from .collect import ORIGIN_COLUMNS, REPORTING_NOTE, ReportError, is_generated, origin_text
 from .paper_numbers import dataset_label
 from .render import as_number, markdown_table, write_csv, write_markdown
@@ -31,12 +43,17 @@ from .render import as_number, markdown_table, write_csv, write_markdown
 # ---------------------------------------------------------------------------------------------
 # The page
 
-CLAIM_SECTIONS = ("table1_claims:table1_claims", "timing:time_claims", "figure_claims:lambda_claims",
-                  "privacy_claims:privacy_claims", "figure_claims:real_claims", "ablations:bases_claims")
+CLAIM_SECTIONS = (
+    "table1_claims:table1_claims",
+    "timing:time_claims",
+    "figure_claims:lambda_claims",
+    "privacy_claims:privacy_claims",
+    "figure_claims:real_claims",
+    "ablations:bases_claims",
+)
 """The claim rows each output module supplies, in the page's order: ``module:function`` under ``upfl.report``,
 called with the :class:`~upfl.report.claim_rules.Context`, returning rows (:func:`~upfl.report.claim_rules.claim_row`)."""
-PAGE_SECTIONS = ("ablations:momentum_page_section", "protocol_gap:claims_page_section",
-                 "gain_grid:claims_page_section")
+PAGE_SECTIONS = ("ablations:momentum_page_section", "protocol_gap:claims_page_section", "gain_grid:claims_page_section")
 """The sections of the page after the claims' tables, each from its output module: ``function(context)`` returns
 Markdown blocks (none where its experiment made no runs)."""
 
@@ -65,12 +82,17 @@ def provenance_columns(runs: pd.DataFrame) -> dict[str, Any]:
     origin = runs.reindex(columns=list(ORIGIN_COLUMNS))
     texts = sorted({origin_text(*r) for r in origin.itertuples(index=False)})
     seeds = sorted({int(float(v)) for v in runs["seed"] if not math.isnan(as_number(v))})
-    return dict(data_origin="; ".join(texts), preview=bool(origin["data_source"].map(is_generated).any()),
-                seeds=" ".join(str(v) for v in seeds), n_runs=len(runs))
+    return dict(
+        data_origin="; ".join(texts),
+        preview=bool(origin["data_source"].map(is_generated).any()),
+        seeds=" ".join(str(v) for v in seeds),
+        n_runs=len(runs),
+    )
 
 
-def claims_frame(runs: pd.DataFrame, roles: dict[str, str] | None = None,
-                 excluded: Iterable[str] = ()) -> tuple[pd.DataFrame, str]:
+def claims_frame(
+    runs: pd.DataFrame, roles: dict[str, str] | None = None, excluded: Iterable[str] = ()
+) -> tuple[pd.DataFrame, str]:
     """Every claim's row (see :data:`COLUMNS`) with the data, seeds and runs it came from, and the sentence on
     diverged runs."""
     kept, diverged = without_diverged(runs)
@@ -96,16 +118,28 @@ def _draws_text(r: dict) -> str:
     n = as_number(r["draws_n"])
     if math.isnan(n):
         return ""
-    return (f"{number_text(r['draws_min'], r['unit'])} to {number_text(r['draws_max'], r['unit'])} over {int(n)} draws; "
-            f"{int(r['draws_above_zero'])} above 0, {int(r['draws_below_zero'])} below 0")
+    return (
+        f"{number_text(r['draws_min'], r['unit'])} to {number_text(r['draws_max'], r['unit'])} over {int(n)} draws; "
+        f"{int(r['draws_above_zero'])} above 0, {int(r['draws_below_zero'])} below 0"
+    )
 
 
 def _unit_text(unit: str) -> str:
     return {"pp": "pp", "% less ε̄": "%", "% less time": "%", "ratio": "×", "loss": ""}.get(unit, unit)
 
 
-HEADER = ["Claim", "Data", "Paper", "Ours [95% CI]", "Pairs", "Across draws (mean gains; intervals)",
-          "Privacy level", "Verdict", "Why", "Trained on (seeds; runs)"]
+HEADER = [
+    "Claim",
+    "Data",
+    "Paper",
+    "Ours [95% CI]",
+    "Pairs",
+    "Across draws (mean gains; intervals)",
+    "Privacy level",
+    "Verdict",
+    "Why",
+    "Trained on (seeds; runs)",
+]
 
 
 def verdict_text(r: dict) -> str:
@@ -128,12 +162,24 @@ def claims_rows(frame: pd.DataFrame) -> dict[str, list[list[str]]]:
         paper = number_text(r["paper"], r["unit"])
         paper = f"{paper} {_unit_text(r['unit'])}".strip() if paper else "direction only"
         level = r["privacy_level"] + (f" — **{NO_MEANINGFUL}**" if r["meaningful_guarantee"] == "no" else "")
-        out.setdefault(r["section"], []).append([
-            r["claim"], dataset_label(r["dataset"]) if r["dataset"] not in ("", "all") and "," not in r["dataset"]
-            else (r["dataset"] or ""), paper, _ours_text(r),
-            "" if math.isnan(as_number(r["n_pairs"])) or r["verdict"] == "not measured here"
-            else str(int(r["n_pairs"])),
-            _draws_text(r), level, verdict_text(r), r["why"], origin_cell(r)])
+        out.setdefault(r["section"], []).append(
+            [
+                r["claim"],
+                dataset_label(r["dataset"])
+                if r["dataset"] not in ("", "all") and "," not in r["dataset"]
+                else (r["dataset"] or ""),
+                paper,
+                _ours_text(r),
+                ""
+                if math.isnan(as_number(r["n_pairs"])) or r["verdict"] == "not measured here"
+                else str(int(r["n_pairs"])),
+                _draws_text(r),
+                level,
+                verdict_text(r),
+                r["why"],
+                origin_cell(r),
+            ]
+        )
     return out
 
 
@@ -145,8 +191,13 @@ def summary_text(frame: pd.DataFrame) -> str:
     return ", ".join(f"{int(counts.get(v, 0))} {v}" for v in VERDICTS) + f" (of {len(frame)} claims{tail})."
 
 
-def write_claims(runs: pd.DataFrame, out_prefix: str, provenance: str, roles: dict[str, str] | None = None,
-                 excluded: Iterable[str] = ()) -> pd.DataFrame:
+def write_claims(
+    runs: pd.DataFrame,
+    out_prefix: str,
+    provenance: str,
+    roles: dict[str, str] | None = None,
+    excluded: Iterable[str] = (),
+) -> pd.DataFrame:
     """Write ``<prefix>.csv`` and ``<prefix>.md`` (the claims page); return the frame."""
     frame, diverged = claims_frame(runs, roles, excluded)
     write_csv(f"{out_prefix}.csv", frame, provenance)
@@ -156,7 +207,12 @@ def write_claims(runs: pd.DataFrame, out_prefix: str, provenance: str, roles: di
         "percentage points. Across draws: the same difference on fresh draws of the synthetic generator "
         "(the draws experiment), each draw's paired mean, their range and how many draws' intervals lie above "
         "or below 0.",
-        VERDICT_RULE, REPORTING_NOTE, MEANINGFUL_RULE, "Runs: " + diverged, "Summary: " + summary_text(frame)]
+        VERDICT_RULE,
+        REPORTING_NOTE,
+        MEANINGFUL_RULE,
+        "Runs: " + diverged,
+        "Summary: " + summary_text(frame),
+    ]
     for section, rows in claims_rows(frame).items():
         sections += [f"## {section}\n", markdown_table(HEADER, rows)]
     ctx = Context(without_diverged(runs)[0], roles or {}, excluded)
@@ -172,8 +228,9 @@ def parse_roles(items: Sequence[str] | None) -> dict[str, str]:
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or key not in DEFAULT_ROLES or not value:
-            raise ReportError(f"--experiment-for {item!r}: expected ROLE=EXPERIMENT with ROLE one of "
-                              f"{', '.join(DEFAULT_ROLES)}")
+            raise ReportError(
+                f"--experiment-for {item!r}: expected ROLE=EXPERIMENT with ROLE one of {', '.join(DEFAULT_ROLES)}"
+            )
         roles[key] = value
     return roles
 

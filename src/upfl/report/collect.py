@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable, Iterable
 
 import numpy as np
 import pandas as pd
@@ -24,36 +24,87 @@ class ReportError(ValueError):
 
 
 CONFIG_COLUMNS = [
-    "dataset", "algorithm", "base", "algorithm_options", "mu", "lam", "step", "coef", "schedule", "straggler", "frac",
-    "policy", "straggler_draw", "seed", "rounds", "training_rounds", "model", "model_options", "softmax_before_loss",
-    "epochs", "batch_size",
-    "lr", "momentum", "eval_every", "feature_scaling", "mechanism", "sigma", "tau", "alpha", "delta",
+    "dataset",
+    "algorithm",
+    "base",
+    "algorithm_options",
+    "mu",
+    "lam",
+    "step",
+    "coef",
+    "schedule",
+    "straggler",
+    "frac",
+    "policy",
+    "straggler_draw",
+    "seed",
+    "rounds",
+    "training_rounds",
+    "model",
+    "model_options",
+    "softmax_before_loss",
+    "epochs",
+    "batch_size",
+    "lr",
+    "momentum",
+    "eval_every",
+    "feature_scaling",
+    "mechanism",
+    "sigma",
+    "tau",
+    "alpha",
+    "delta",
 ]
 """Columns of ``runs.csv`` that describe a run's configuration (``seed`` included)."""
 
 DIVERGED_COLUMNS = ("diverged", "diverged_iteration", "diverged_what")
 """``runs.csv`` columns of a diverged run (``summary.json``'s ``diverged``): flag, first bad iteration, what."""
 
-TEXT_COLUMNS = ("diverged_what", "experiments", "dataset", "algorithm", "base", "algorithm_options", "schedule",
-                "policy", "straggler_draw", "model", "mechanism", "run_dir", "data_path", "data_source", "data_setting",
-                "data_commit", "config_hash", "git_commit", "upfl_version", "torch_version", "device")
+TEXT_COLUMNS = (
+    "diverged_what",
+    "experiments",
+    "dataset",
+    "algorithm",
+    "base",
+    "algorithm_options",
+    "schedule",
+    "policy",
+    "straggler_draw",
+    "model",
+    "mechanism",
+    "run_dir",
+    "data_path",
+    "data_source",
+    "data_setting",
+    "data_commit",
+    "config_hash",
+    "git_commit",
+    "upfl_version",
+    "torch_version",
+    "device",
+)
 """Columns of ``runs.csv`` read as text whatever they look like (a data set called ``2`` stays ``'2'``)."""
 
 RESULT_KEYS = ("iteration", "train_loss", "train_acc", "test_loss", "test_acc")
 TIME_KEYS = ("train_s", "upcycle_s", "eval_s", "total_s")
 METRIC_NAMES = ("train_loss", "train_acc", "test_loss", "test_acc")
 
-REPORTING_CHOICES = {"final": "at the last iteration", "max": "the highest over iterations",
-                     "last10": "the mean of the last 10 evaluated iterations"}
+REPORTING_CHOICES = {
+    "final": "at the last iteration",
+    "max": "the highest over iterations",
+    "last10": "the mean of the last 10 evaluated iterations",
+}
 """How one accuracy is read off a run's curve (``runs.csv`` columns ``<choice>_train_acc``, ``<choice>_test_acc``).
 Verdicts use ``final`` only: ``max`` picks the iteration on the very numbers it reports (an optimistic selection,
 more so the noisier the curve), and ``last10`` is a smoothing the paper does not describe."""
 LAST_ITERATIONS = 10
-REPORTING_NOTE = ("Reporting choice. Every verdict uses the accuracy at the final iteration. The best value over "
-                  "iterations selects the iteration on the very numbers it reports (an optimistic pick, larger the "
-                  "noisier the curve), and the mean of the last 10 iterations is a smoothing the paper does not "
-                  "describe; both are shown beside the final value in runs.csv, Table 1's CSV and the protocol_gap "
-                  "table, never judged.")
+REPORTING_NOTE = (
+    "Reporting choice. Every verdict uses the accuracy at the final iteration. The best value over "
+    "iterations selects the iteration on the very numbers it reports (an optimistic pick, larger the "
+    "noisier the curve), and the mean of the last 10 iterations is a smoothing the paper does not "
+    "describe; both are shown beside the final value in runs.csv, Table 1's CSV and the protocol_gap "
+    "table, never judged."
+)
 
 
 def parse_run_specs(specs: Iterable[str]) -> list[tuple[str, str]]:
@@ -103,8 +154,11 @@ def _cell(value: Any) -> Any:
 
 
 def _numbers(value: Any) -> bool:
-    return isinstance(value, list) and bool(value) and all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+    )
 
 
 def flatten_privacy(doc: Any, prefix: str = "privacy") -> dict[str, Any]:
@@ -119,8 +173,9 @@ def flatten_privacy(doc: Any, prefix: str = "privacy") -> dict[str, Any]:
             out.update(flatten_privacy(value, f"{prefix}_{key}"))
     elif _numbers(doc):
         arr = np.asarray(doc, dtype=float)
-        out.update({f"{prefix}_mean": float(arr.mean()), f"{prefix}_min": float(arr.min()),
-                    f"{prefix}_max": float(arr.max())})
+        out.update(
+            {f"{prefix}_mean": float(arr.mean()), f"{prefix}_min": float(arr.min()), f"{prefix}_max": float(arr.max())}
+        )
     else:
         out[prefix] = _cell(doc)
     return out
@@ -163,19 +218,34 @@ def config_columns(summary: dict[str, Any]) -> dict[str, Any]:
     path = str(data.get("path", ""))
     return {
         "dataset": os.path.basename(os.path.normpath(path)) if path else "",
-        "algorithm": alg.get("name"), "base": base_algorithm(alg.get("name")),
-        "algorithm_options": algorithm_options(alg), "mu": alg.get("mu"), "lam": _cell(alg.get("lam")),
-        "step": _cell(alg.get("step")), "coef": effective_coefficient(alg), "schedule": alg.get("schedule"),
-        "straggler": dev.get("straggler"), "frac": dev.get("frac"), "policy": dev.get("straggler_policy"),
+        "algorithm": alg.get("name"),
+        "base": base_algorithm(alg.get("name")),
+        "algorithm_options": algorithm_options(alg),
+        "mu": alg.get("mu"),
+        "lam": _cell(alg.get("lam")),
+        "step": _cell(alg.get("step")),
+        "coef": effective_coefficient(alg),
+        "schedule": alg.get("schedule"),
+        "straggler": dev.get("straggler"),
+        "frac": dev.get("frac"),
+        "policy": dev.get("straggler_policy"),
         "straggler_draw": dev.get("straggler_draw", "bernoulli"),
-        "seed": summary.get("seed", cfg.get("seed")), "rounds": cfg.get("rounds"),
+        "seed": summary.get("seed", cfg.get("seed")),
+        "rounds": cfg.get("rounds"),
         "training_rounds": _cell(summary.get("training_rounds")),
-        "model": model.get("name"), "model_options": _cell(model.get("options")),
+        "model": model.get("name"),
+        "model_options": _cell(model.get("options")),
         "softmax_before_loss": bool(model.get("softmax_before_loss", False)),
-        "epochs": sol.get("epochs"), "batch_size": sol.get("batch_size"), "lr": sol.get("lr"),
-        "momentum": sol.get("momentum"), "eval_every": cfg.get("evaluation", {}).get("every"),
-        "feature_scaling": data.get("feature_scaling"), "mechanism": priv.get("mechanism", "none"),
-        "sigma": _cell(priv.get("sigma")), "tau": _cell(priv.get("tau")), "alpha": _cell(priv.get("alpha")),
+        "epochs": sol.get("epochs"),
+        "batch_size": sol.get("batch_size"),
+        "lr": sol.get("lr"),
+        "momentum": sol.get("momentum"),
+        "eval_every": cfg.get("evaluation", {}).get("every"),
+        "feature_scaling": data.get("feature_scaling"),
+        "mechanism": priv.get("mechanism", "none"),
+        "sigma": _cell(priv.get("sigma")),
+        "tau": _cell(priv.get("tau")),
+        "alpha": _cell(priv.get("alpha")),
         "delta": _cell(priv.get("delta")),
     }
 
@@ -248,6 +318,7 @@ def data_origin(data_path: str | None) -> dict[str, Any]:
 def origin_text(source: Any, setting: Any = None, data_seed: Any = None, commit: Any = None) -> str:
     """What a figure was computed on, in words: the authors' released draw at its commit, or our generator's
     setting and ``data_seed`` ('data of unknown origin' when the runs table does not say)."""
+
     def given(v: Any) -> bool:
         return v is not None and not (isinstance(v, float) and math.isnan(v)) and str(v) != ""
 
@@ -298,8 +369,12 @@ def checked_runs(run_dirs: Iterable[str], store: str | os.PathLike | None, verif
     return statuses
 
 
-def collect_runs(pairs: Iterable[tuple[str, str]], store: str | os.PathLike | None = None,
-                 verify: bool = False, echo: Callable[[str], None] | None = None) -> pd.DataFrame:
+def collect_runs(
+    pairs: Iterable[tuple[str, str]],
+    store: str | os.PathLike | None = None,
+    verify: bool = False,
+    echo: Callable[[str], None] | None = None,
+) -> pd.DataFrame:
     """The runs table: one row per distinct run folder, its experiments joined with ``;``; each run's files are
     checked first (:func:`checked_runs`).
 
@@ -320,9 +395,14 @@ def collect_runs(pairs: Iterable[tuple[str, str]], store: str | os.PathLike | No
     statuses = checked_runs([spelled[key] for key in order], store, verify)
     for run_dir, status in statuses.items():
         if echo and status in ("restored", "adopted"):
-            echo(f"{run_dir}: {status} from the store ("
-                 + ("its files did not match the checksums recorded when it was trained)" if status == "restored"
-                    else "no checksum record: the store entry holding exactly these files gave it)"))
+            echo(
+                f"{run_dir}: {status} from the store ("
+                + (
+                    "its files did not match the checksums recorded when it was trained)"
+                    if status == "restored"
+                    else "no checksum record: the store entry holding exactly these files gave it)"
+                )
+            )
     rows = []
     for key in order:
         row = {"experiments": ";".join(sorted(experiments[key]))}
@@ -383,8 +463,10 @@ def select_experiment(runs: pd.DataFrame, experiment: str | None) -> pd.DataFram
         return runs.copy()
     mask = runs["experiments"].fillna("").map(lambda cell: experiment in str(cell).split(";"))
     if not mask.any():
-        raise ReportError(f"experiment {experiment!r}: no runs in the runs table; known experiments: "
-                          f"{', '.join(experiment_names(runs)) or 'none'}")
+        raise ReportError(
+            f"experiment {experiment!r}: no runs in the runs table; known experiments: "
+            f"{', '.join(experiment_names(runs)) or 'none'}"
+        )
     return runs[mask].copy()
 
 

@@ -6,13 +6,20 @@ from __future__ import annotations
 import math
 from typing import Any
 
-
 from .cells import paired
+from .claim_rules import (
+    ACC,
+    METRIC_TEXT,
+    Context,
+    claim_interval,
+    claim_row,
+    not_measured,
+    paired_gain,
+    verdict_direction,
+    verdict_gain,
+)
 from .collect import ReportError
 from .paper_numbers import dataset_label, paper_values
-
-from .claim_rules import (ACC, METRIC_TEXT, verdict_gain, verdict_direction, Context, claim_row, claim_interval, not_measured, paired_gain)
-
 
 # ---------------------------------------------------------------------------------------------
 # Figure 2 (right): the lambda sweep
@@ -30,15 +37,25 @@ def loss_area(run_dir: str) -> float:
 def lambda_claims(ctx: Context) -> list[dict[str, Any]]:
     """'Smaller lambda converges faster': the largest step mu/(mu+lambda) against the smallest, per seed."""
     runs = ctx.of("lambda_sweep")
-    base: dict[str, Any] = dict(id="fig2/lambda_sweep", section="Figure 2 (right)",
-                claim="Smaller λ (larger step μ/(μ+λ)) converges faster: mean training loss over the iterations, "
-                      "smallest λ minus largest λ (negative: faster)",
-                dataset="", paper=math.nan, unit="loss", experiment=ctx.roles["lambda_sweep"],
-                source="Section 6: 'models with smaller λ tend to converge faster'")
+    base: dict[str, Any] = dict(
+        id="fig2/lambda_sweep",
+        section="Figure 2 (right)",
+        claim="Smaller λ (larger step μ/(μ+λ)) converges faster: mean training loss over the iterations, "
+        "smallest λ minus largest λ (negative: faster)",
+        dataset="",
+        paper=math.nan,
+        unit="loss",
+        experiment=ctx.roles["lambda_sweep"],
+        source="Section 6: 'models with smaller λ tend to converge faster'",
+    )
     ups = runs[runs["algorithm"] == "upcycled"] if not runs.empty else runs
     if ups.empty or ups["coef"].astype(float).nunique() < 2:
-        return [not_measured(**base, why=ctx.missing("lambda_sweep") if ups.empty else
-                              "fewer than two λ values among the Upcycled-FL runs")]
+        return [
+            not_measured(
+                **base,
+                why=ctx.missing("lambda_sweep") if ups.empty else "fewer than two λ values among the Upcycled-FL runs",
+            )
+        ]
     rows = []
     for key, sub in ups.groupby("dataset", sort=True):
         dataset = str(key)
@@ -49,10 +66,22 @@ def lambda_claims(ctx: Context) -> list[dict[str, Any]]:
         p = paired(a, b, "area")
         mean, low, high, n = claim_interval(p["a"] - p["b"])
         verdict, why = verdict_direction(-1, low, high, n)
-        rows.append(claim_row(**{**base, "id": f"fig2/lambda_sweep/{dataset}", "dataset": dataset,
-                            "claim": base["claim"] + f" (step {float(coefs.max()):g} against {float(coefs.min()):g})"},
-                         ours=mean, ci_low=low, ci_high=high, n_pairs=n, verdict=verdict,
-                         why=why + "; the paper gives a direction, no figure"))
+        rows.append(
+            claim_row(
+                **{
+                    **base,
+                    "id": f"fig2/lambda_sweep/{dataset}",
+                    "dataset": dataset,
+                    "claim": base["claim"] + f" (step {float(coefs.max()):g} against {float(coefs.min()):g})",
+                },
+                ours=mean,
+                ci_low=low,
+                ci_high=high,
+                n_pairs=n,
+                verdict=verdict,
+                why=why + "; the paper gives a direction, no figure",
+            )
+        )
     return rows
 
 
@@ -90,10 +119,17 @@ def real_claims(ctx: Context) -> list[dict[str, Any]]:
         for key in ACC:
             paper = float(up[key]) - float(prox[key])
             what = f"private ({mech} perturbation, equal noise)" if mech != "none" else model.upper()
-            base = dict(id=f"{fig}/{dataset}/{mech}/{key}", section="Real data (Figures 4, 12)",
-                        claim=f"{dataset_label(dataset)}, {what}: Upcycled-FL − FedProx, final {METRIC_TEXT[key]} "
-                              f"({float(up[key]):.2f} − {float(prox[key]):.2f})",
-                        dataset=dataset, paper=paper, unit="pp", experiment=ctx.roles[role], source=up["source"])
+            base = dict(
+                id=f"{fig}/{dataset}/{mech}/{key}",
+                section="Real data (Figures 4, 12)",
+                claim=f"{dataset_label(dataset)}, {what}: Upcycled-FL − FedProx, final {METRIC_TEXT[key]} "
+                f"({float(up[key]):.2f} − {float(prox[key]):.2f})",
+                dataset=dataset,
+                paper=paper,
+                unit="pp",
+                experiment=ctx.roles[role],
+                source=up["source"],
+            )
             if cells is None:
                 rows.append(not_measured(**base, why=ctx.missing(role, dataset)))
                 continue

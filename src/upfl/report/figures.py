@@ -12,8 +12,8 @@ rcParams (:func:`set_theme`) without importing seaborn.
 from __future__ import annotations
 
 import math
-from typing import Any, cast
 from collections.abc import Sequence
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -28,17 +28,25 @@ from .styles import ALGORITHM_STYLES, PAPER_ALGORITHMS
 
 KINDS = ("convergence", "lambda_sweep")
 X_CHOICES = {"convergence": ("iteration", "round", "time"), "lambda_sweep": ("step", "lam")}
-X_LABELS = {"iteration": "Iteration", "round": "Training round", "time": "Training time (s)",
-            "step": "Step μ/(μ+λ)", "lam": "λ"}
+X_LABELS = {
+    "iteration": "Iteration",
+    "round": "Training round",
+    "time": "Training time (s)",
+    "step": "Step μ/(μ+λ)",
+    "lam": "λ",
+}
 DEFAULT_METRICS = ("train_loss", "test_acc")
 PRIVACY_KEYS = ("mechanism", "sigma", "tau", "alpha")
 """runs.csv columns of a run's privacy setting, carried into the convergence figure's CSV."""
 BAND_ALPHA = 0.2
 BAND_NOTE = "Lines: mean over seeds; bands: min-max over seeds."
-PRIVATE_RUNS_NOTE = ("Private runs: training metrics are computed on the devices' private training data, outside the "
-                     "privacy guarantee.")
-SHARED_NOISE_RUNS_NOTE = (" Runs of one seed share their noise draws (seed-keyed noise), so each run's ε holds on its "
-                          "own, not for the runs together.")
+PRIVATE_RUNS_NOTE = (
+    "Private runs: training metrics are computed on the devices' private training data, outside the privacy guarantee."
+)
+SHARED_NOISE_RUNS_NOTE = (
+    " Runs of one seed share their noise draws (seed-keyed noise), so each run's ε holds on its "
+    "own, not for the runs together."
+)
 
 
 def seed_keyed_runs(runs: pd.DataFrame, mechanism: str | None = None) -> bool:
@@ -47,8 +55,11 @@ def seed_keyed_runs(runs: pd.DataFrame, mechanism: str | None = None) -> bool:
     on shared noise apply."""
     from ..privacy.accounting import noise_is_seed_keyed
 
-    mechs = runs["mechanism"].fillna("none").astype(str) if "mechanism" in runs.columns else \
-        pd.Series("none", index=runs.index)
+    mechs = (
+        runs["mechanism"].fillna("none").astype(str)
+        if "mechanism" in runs.columns
+        else pd.Series("none", index=runs.index)
+    )
     private = runs[(mechs != "none") & ((mechs == mechanism) if mechanism else True)]
     sources = private["privacy_noise_source"] if "privacy_noise_source" in private.columns else [None] * len(private)
     return any(noise_is_seed_keyed(None if pd.isna(v) else v) for v in sources)
@@ -68,7 +79,9 @@ def parse_metrics(text: str | None) -> list[str]:
     names = [m.strip() for m in (text or ",".join(DEFAULT_METRICS)).split(",") if m.strip()]
     bad = [m for m in names if m not in METRIC_NAMES]
     if bad or not names:
-        raise ReportError(f"--metrics {text}: unknown metric {', '.join(bad) or '(none)'}; known: {', '.join(METRIC_NAMES)}")
+        raise ReportError(
+            f"--metrics {text}: unknown metric {', '.join(bad) or '(none)'}; known: {', '.join(METRIC_NAMES)}"
+        )
     return names
 
 
@@ -120,7 +133,9 @@ def line_keys(frame: pd.DataFrame) -> pd.DataFrame:
         if grp["coef"].nunique(dropna=False) > 1 or grp["schedule"].nunique() > 1:
             for idx in grp.index:
                 r = frame.loc[idx].to_dict()
-                frame.at[idx, "line"] = f"Upcycled-FL ({variant_label(r)}{', ' + r['schedule'] if grp['schedule'].nunique() > 1 else ''})"
+                frame.at[idx, "line"] = (
+                    f"Upcycled-FL ({variant_label(r)}{', ' + r['schedule'] if grp['schedule'].nunique() > 1 else ''})"
+                )
     if "mechanism" in frame.columns:
         mech = frame["mechanism"].fillna("none").astype(str)
         for _, grp in frame.groupby(["dataset", "facet_mu"], dropna=False):
@@ -174,8 +189,9 @@ def _curve_rows(run: dict, metrics: Sequence[str], x: str) -> pd.DataFrame:
 def aggregate(curves: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """Mean, min and max over seeds at each iteration (x averaged over seeds), and the seed count."""
     grouped = curves.groupby(keys + ["metric", "iteration"], dropna=False, sort=True)
-    out = grouped.agg(x=("x", "mean"), mean=("value", "mean"), min=("value", "min"), max=("value", "max"),
-                      n_seeds=("value", "size")).reset_index()
+    out = grouped.agg(
+        x=("x", "mean"), mean=("value", "mean"), min=("value", "min"), max=("value", "max"), n_seeds=("value", "size")
+    ).reset_index()
     return out
 
 
@@ -184,7 +200,9 @@ def curve_data(facets: pd.DataFrame, metrics: Sequence[str], x: str) -> pd.DataF
     parts = []
     cache: dict[str, pd.DataFrame] = {}
     for (dataset, mu, line), grp in facets.groupby(["dataset", "facet_mu", "line"], dropna=False, sort=False):
-        check_one_config(grp, f"figure line {line} on {facet_title(str(dataset), cast(float, mu))}", ignore=("seed", "mu"))
+        check_one_config(
+            grp, f"figure line {line} on {facet_title(str(dataset), cast(float, mu))}", ignore=("seed", "mu")
+        )
         for run in grp.to_dict("records"):
             if run["run_dir"] not in cache:
                 cache[run["run_dir"]] = _curve_rows(run, metrics, x)
@@ -216,34 +234,86 @@ def pyplot():
 
 
 WHITEGRID_STYLE = {
-    "figure.facecolor": "white", "axes.labelcolor": ".15", "xtick.direction": "out", "ytick.direction": "out",
-    "xtick.color": ".15", "ytick.color": ".15", "axes.axisbelow": True, "grid.linestyle": "-", "text.color": ".15",
+    "figure.facecolor": "white",
+    "axes.labelcolor": ".15",
+    "xtick.direction": "out",
+    "ytick.direction": "out",
+    "xtick.color": ".15",
+    "ytick.color": ".15",
+    "axes.axisbelow": True,
+    "grid.linestyle": "-",
+    "text.color": ".15",
     "font.family": ["sans-serif"],
     "font.sans-serif": ["Arial", "DejaVu Sans", "Liberation Sans", "Bitstream Vera Sans", "sans-serif"],
-    "lines.solid_capstyle": "round", "patch.edgecolor": "w", "patch.force_edgecolor": True, "xtick.top": False,
-    "ytick.right": False, "axes.grid": True, "axes.facecolor": "white", "axes.edgecolor": ".8", "grid.color": ".8",
-    "axes.spines.left": True, "axes.spines.bottom": True, "axes.spines.right": True, "axes.spines.top": True,
-    "xtick.bottom": False, "ytick.left": False,
+    "lines.solid_capstyle": "round",
+    "patch.edgecolor": "w",
+    "patch.force_edgecolor": True,
+    "xtick.top": False,
+    "ytick.right": False,
+    "axes.grid": True,
+    "axes.facecolor": "white",
+    "axes.edgecolor": ".8",
+    "grid.color": ".8",
+    "axes.spines.left": True,
+    "axes.spines.bottom": True,
+    "axes.spines.right": True,
+    "axes.spines.top": True,
+    "xtick.bottom": False,
+    "ytick.left": False,
 }
 """seaborn 0.13's ``axes_style("whitegrid")`` (its ``image.cmap``, seaborn's own "rocket", left out: no figure
 draws an image)."""
 
 PAPER_SIZES = {
-    "axes.linewidth": 1.25, "grid.linewidth": 1, "lines.linewidth": 1.5, "lines.markersize": 6,
-    "patch.linewidth": 1, "xtick.major.width": 1.25, "ytick.major.width": 1.25, "xtick.minor.width": 1,
-    "ytick.minor.width": 1, "xtick.major.size": 6, "ytick.major.size": 6, "xtick.minor.size": 4,
+    "axes.linewidth": 1.25,
+    "grid.linewidth": 1,
+    "lines.linewidth": 1.5,
+    "lines.markersize": 6,
+    "patch.linewidth": 1,
+    "xtick.major.width": 1.25,
+    "ytick.major.width": 1.25,
+    "xtick.minor.width": 1,
+    "ytick.minor.width": 1,
+    "xtick.major.size": 6,
+    "ytick.major.size": 6,
+    "xtick.minor.size": 4,
     "ytick.minor.size": 4,
 }
 FONT_SIZES = {
-    "font.size": 12, "axes.labelsize": 12, "axes.titlesize": 12, "xtick.labelsize": 11, "ytick.labelsize": 11,
-    "legend.fontsize": 11, "legend.title_fontsize": 12,
+    "font.size": 12,
+    "axes.labelsize": 12,
+    "axes.titlesize": 12,
+    "xtick.labelsize": 11,
+    "ytick.labelsize": 11,
+    "legend.fontsize": 11,
+    "legend.title_fontsize": 12,
 }
 """seaborn 0.13's base plotting context; its "paper" context scales every size by 0.8, fonts then by the font scale."""
 
-DEEP_COLOURS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C", "#CCB974",
-                "#64B5CD")
-COLOURBLIND_COLOURS = ("#0173B2", "#DE8F05", "#029E73", "#D55E00", "#CC78BC", "#CA9161", "#FBAFE4", "#949494",
-                       "#ECE133", "#56B4E9")
+DEEP_COLOURS = (
+    "#4C72B0",
+    "#DD8452",
+    "#55A868",
+    "#C44E52",
+    "#8172B3",
+    "#937860",
+    "#DA8BC3",
+    "#8C8C8C",
+    "#CCB974",
+    "#64B5CD",
+)
+COLOURBLIND_COLOURS = (
+    "#0173B2",
+    "#DE8F05",
+    "#029E73",
+    "#D55E00",
+    "#CC78BC",
+    "#CA9161",
+    "#FBAFE4",
+    "#949494",
+    "#ECE133",
+    "#56B4E9",
+)
 """seaborn's "deep" (the colour cycle of its theme) and "colorblind" palettes."""
 COLOUR_CODES = {"b": 0, "g": 2, "r": 3, "m": 4, "y": 8, "c": 9}
 """The single-letter colours seaborn's theme maps onto "deep" (index into :data:`DEEP_COLOURS`); "k" is 0.1 grey."""
@@ -290,8 +360,9 @@ def colour_palette(name: str, n_colors: int | None = None) -> list[tuple[float, 
     return [to_rgb(tuple(row)) for row in samples]
 
 
-ALGORITHM_COLOURS = {(label if name in PAPER_ALGORITHMS else name): colour
-                     for name, (label, colour) in ALGORITHM_STYLES.items()}
+ALGORITHM_COLOURS = {
+    (label if name in PAPER_ALGORITHMS else name): colour for name, (label, colour) in ALGORITHM_STYLES.items()
+}
 """The one colour of each algorithm in every figure (keyed by its legend label; Okabe-Ito colour-blind safe
 for the paper's three). Variants of one algorithm (λ values, privacy settings) get shades of its colour."""
 OTHER_COLOUR = "#444444"
@@ -301,7 +372,7 @@ def csv_colour(colour: str) -> str:
     """A hex colour as a figure's CSV records it, ``rgb(0,114,178)`` ('#' is the CSV's comment character, and a
     bare hex such as ``009e73`` would read as a number)."""
     value = colour.lstrip("#")
-    return "rgb({},{},{})".format(*(int(value[i:i + 2], 16) for i in (0, 2, 4)))
+    return "rgb({},{},{})".format(*(int(value[i : i + 2], 16) for i in (0, 2, 4)))
 
 
 def line_algorithm(line: str) -> str:
@@ -333,7 +404,9 @@ def outside_legend(ax, fontsize: str = "small") -> None:
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, frameon=False, fontsize=fontsize)
 
 
-def draw_band(ax, d: pd.DataFrame, color, label: str | None = None, style: Any = "-", marker: str | None = None) -> None:
+def draw_band(
+    ax, d: pd.DataFrame, color, label: str | None = None, style: Any = "-", marker: str | None = None
+) -> None:
     """Mean line and the min-max band of one line, sorted by x; points without a value are left out of the line.
 
     The line is ``ax.plot``: what ``seaborn.lineplot`` draws for one line without error bars, at a tenth of its cost
@@ -341,8 +414,17 @@ def draw_band(ax, d: pd.DataFrame, color, label: str | None = None, style: Any =
     """
     d = d.sort_values("x")
     line = d.dropna(subset=["x", "mean"])
-    ax.plot(line["x"].to_numpy(), line["mean"].to_numpy(), color=color, label=label, linestyle=style, linewidth=1.3,
-            marker=marker, markevery=max(1, len(line) // 8), markersize=4)
+    ax.plot(
+        line["x"].to_numpy(),
+        line["mean"].to_numpy(),
+        color=color,
+        label=label,
+        linestyle=style,
+        linewidth=1.3,
+        marker=marker,
+        markevery=max(1, len(line) // 8),
+        markersize=4,
+    )
     ax.fill_between(d["x"], d["min"], d["max"], color=color, alpha=BAND_ALPHA, linewidth=0)
 
 
@@ -370,10 +452,12 @@ def grid(n_rows: int, n_cols: int):
 
 def _line_order(data: pd.DataFrame) -> list[str]:
     firsts = data.groupby("line", sort=False)["coef"].first()
+
     def key(line: str):
         rank = next((i for i, a in enumerate(ALGORITHM_ORDER) if line.startswith(algorithm_label(a))), 9)
         coef = as_number(firsts.get(line))
         return rank, -math.inf if math.isnan(coef) else coef, line
+
     return sorted(firsts.index, key=key)
 
 
@@ -432,8 +516,14 @@ def figure_legend(fig, axes) -> None:
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             entries.setdefault(label, handle)
     if entries:
-        fig.legend(list(entries.values()), list(entries), loc="center left", bbox_to_anchor=(1.0, 0.5),
-                   frameon=False, fontsize="small")
+        fig.legend(
+            list(entries.values()),
+            list(entries),
+            loc="center left",
+            bbox_to_anchor=(1.0, 0.5),
+            frameon=False,
+            fontsize="small",
+        )
 
 
 def _single_lambda(fd: pd.DataFrame) -> str:
@@ -458,8 +548,11 @@ def length_note(data: pd.DataFrame, x: str) -> str:
         groups.setdefault(float(end), []).append(str(line))
     unit = {"iteration": "iteration", "round": "training round", "time": "second"}[x]
     parts = [f"{', '.join(lines)} at {unit} {end:g}" for end, lines in sorted(groups.items())]
-    why = (" (equal training rounds: Upcycled-FL's even iterations train no device)" if x == "iteration"
-           and any(ln.startswith("Upcycled") for ln in ends.index) else "")
+    why = (
+        " (equal training rounds: Upcycled-FL's even iterations train no device)"
+        if x == "iteration" and any(ln.startswith("Upcycled") for ln in ends.index)
+        else ""
+    )
     return "Curves end at different points: " + "; ".join(parts) + why + "."
 
 
@@ -492,8 +585,14 @@ def _finish(fig, title: str | None, note: str = "") -> None:
     fig.tight_layout()
 
 
-def convergence_figure(runs: pd.DataFrame, out_prefix: str, metrics: Sequence[str], x: str = "iteration",
-                       title: str | None = None, provenance: str | None = None) -> pd.DataFrame:
+def convergence_figure(
+    runs: pd.DataFrame,
+    out_prefix: str,
+    metrics: Sequence[str],
+    x: str = "iteration",
+    title: str | None = None,
+    provenance: str | None = None,
+) -> pd.DataFrame:
     """Loss and accuracy against iterations (or training rounds, or time) of every algorithm, per facet."""
     if x not in X_CHOICES["convergence"]:
         raise ReportError(f"--x {x}: convergence plots against {', '.join(X_CHOICES['convergence'])}")
@@ -511,14 +610,28 @@ def final_data(ups: pd.DataFrame, metrics: Sequence[str], x: str) -> pd.DataFram
     """Per facet and lambda: mean, min and max over seeds of the final metrics (from runs.csv)."""
     rows = []
     for (dataset, mu, coef), grp in ups.groupby(["dataset", "facet_mu", "coef"], dropna=False, sort=True):
-        check_one_config(grp, f"lambda sweep point {facet_title(str(dataset), cast(float, mu))}, step {coef:g}", ignore=("seed",))
+        check_one_config(
+            grp, f"lambda sweep point {facet_title(str(dataset), cast(float, mu))}, step {coef:g}", ignore=("seed",)
+        )
         for metric in metrics:
             v = grp[f"final_{metric}"].astype(float)
-            rows.append({"dataset": dataset, "mu": mu, "line": grp["line"].iloc[0], "algorithm": "upcycled",
-                         "lam": grp["lam"].iloc[0], "coef": coef, "metric": metric,
-                         "iteration": int(grp["final_iteration"].iloc[0]),
-                         "x": float(cast(float, coef) if x == "step" else grp["lam"].iloc[0]),
-                         "mean": v.mean(), "min": v.min(), "max": v.max(), "n_seeds": len(v)})
+            rows.append(
+                {
+                    "dataset": dataset,
+                    "mu": mu,
+                    "line": grp["line"].iloc[0],
+                    "algorithm": "upcycled",
+                    "lam": grp["lam"].iloc[0],
+                    "coef": coef,
+                    "metric": metric,
+                    "iteration": int(grp["final_iteration"].iloc[0]),
+                    "x": float(cast(float, coef) if x == "step" else grp["lam"].iloc[0]),
+                    "mean": v.mean(),
+                    "min": v.min(),
+                    "max": v.max(),
+                    "n_seeds": len(v),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -529,9 +642,20 @@ def reference_final(refs: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
         check_one_config(grp, f"FedProx reference on {facet_title(str(dataset), cast(float, mu))}", ignore=("seed",))
         for metric in metrics:
             v = grp[f"final_{metric}"].astype(float)
-            rows.append({"dataset": dataset, "mu": mu, "line": "FedProx", "algorithm": "fedprox", "metric": metric,
-                         "iteration": int(grp["final_iteration"].iloc[0]),
-                         "mean": v.mean(), "min": v.min(), "max": v.max(), "n_seeds": len(v)})
+            rows.append(
+                {
+                    "dataset": dataset,
+                    "mu": mu,
+                    "line": "FedProx",
+                    "algorithm": "fedprox",
+                    "metric": metric,
+                    "iteration": int(grp["final_iteration"].iloc[0]),
+                    "mean": v.mean(),
+                    "min": v.min(),
+                    "max": v.max(),
+                    "n_seeds": len(v),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -541,13 +665,21 @@ def _sweep_lines(ups: pd.DataFrame) -> pd.DataFrame:
     return ups
 
 
-def plot_lambda_sweep(curves: pd.DataFrame, finals: pd.DataFrame, refs: pd.DataFrame, metrics: Sequence[str],
-                      x: str, panels: Sequence[str], title: str | None):
+def plot_lambda_sweep(
+    curves: pd.DataFrame,
+    finals: pd.DataFrame,
+    refs: pd.DataFrame,
+    metrics: Sequence[str],
+    x: str,
+    panels: Sequence[str],
+    title: str | None,
+):
     """Per facet: curves of every lambda against iterations (FedProx dashed), and final value against step."""
     facets = facet_list(pd.concat([finals, curves]) if not curves.empty else finals)
     fig, axes = grid(len(metrics), len(facets) * len(panels))
     ref_color = ALGORITHM_COLOURS["FedProx"]
     for j, (dataset, mu) in enumerate(facets):
+
         def sel(d, dataset=dataset, mu=mu):
             return d[(d["dataset"] == dataset) & d["mu"].map(lambda m: _same(m, mu))] if not d.empty else d
 
@@ -561,8 +693,13 @@ def plot_lambda_sweep(curves: pd.DataFrame, finals: pd.DataFrame, refs: pd.DataF
                     _sweep_curves(ax, fc[fc["metric"] == metric], sweep, ramp, ref_color, legend=i == 0)
                     ax.set_xlabel("Iteration" if i == len(metrics) - 1 else "")
                 else:
-                    _sweep_final(ax, ff[ff["metric"] == metric], fr[fr["metric"] == metric] if not fr.empty else fr,
-                                 ref_color, legend=i == 0)
+                    _sweep_final(
+                        ax,
+                        ff[ff["metric"] == metric],
+                        fr[fr["metric"] == metric] if not fr.empty else fr,
+                        ref_color,
+                        legend=i == 0,
+                    )
                     ax.set_xlabel(X_LABELS[x] if i == len(metrics) - 1 else "")
                 ax.set_ylabel(metric_label(metric) if panel == "curves" else f"Final {metric_label(metric).lower()}")
                 if i == 0:
@@ -592,9 +729,15 @@ def _sweep_final(ax, d: pd.DataFrame, ref: pd.DataFrame, ref_color, legend: bool
         outside_legend(ax)
 
 
-def lambda_sweep_figure(runs: pd.DataFrame, out_prefix: str, metrics: Sequence[str], x: str = "step",
-                        panels: Sequence[str] = ("curves", "final"), title: str | None = None,
-                        provenance: str | None = None) -> pd.DataFrame:
+def lambda_sweep_figure(
+    runs: pd.DataFrame,
+    out_prefix: str,
+    metrics: Sequence[str],
+    x: str = "step",
+    panels: Sequence[str] = ("curves", "final"),
+    title: str | None = None,
+    provenance: str | None = None,
+) -> pd.DataFrame:
     """Upcycled-FL over lambda per data set x mu: curves against iterations and final value against step."""
     if x not in X_CHOICES["lambda_sweep"]:
         raise ReportError(f"--x {x}: the lambda sweep plots against {', '.join(X_CHOICES['lambda_sweep'])}")
@@ -609,17 +752,25 @@ def lambda_sweep_figure(runs: pd.DataFrame, out_prefix: str, metrics: Sequence[s
         raise ReportError("lambda_sweep --x lam: some Upcycled-FL runs give step instead of lambda; use --x step")
     ups = _sweep_lines(ups)
     keys = set(zip(ups["dataset"], ups["facet_mu"], strict=True))
-    in_sweep = pd.Series([k in keys for k in zip(facets["dataset"], facets["facet_mu"], strict=True)], index=facets.index)
+    in_sweep = pd.Series(
+        [k in keys for k in zip(facets["dataset"], facets["facet_mu"], strict=True)], index=facets.index
+    )
     refs = facets[(facets["algorithm"] == "fedprox") & in_sweep].copy()
     refs["line"] = "FedProx"
     finals = final_data(ups, metrics, x)
     ref_finals = reference_final(refs, metrics) if not refs.empty else pd.DataFrame()
-    curves = curve_data(pd.concat([ups, refs], ignore_index=True), metrics, "iteration") \
-        if "curves" in panels else pd.DataFrame(columns=["dataset", "mu", "line", "metric"])
+    curves = (
+        curve_data(pd.concat([ups, refs], ignore_index=True), metrics, "iteration")
+        if "curves" in panels
+        else pd.DataFrame(columns=["dataset", "mu", "line", "metric"])
+    )
     fig = plot_lambda_sweep(curves, finals, ref_finals, metrics, x, panels, title)
     save_figure(fig, out_prefix)
-    parts = [df.assign(panel=name) for name, df in (("curve", curves), ("final", finals),
-                                                      ("final_reference", ref_finals)) if not df.empty]
+    parts = [
+        df.assign(panel=name)
+        for name, df in (("curve", curves), ("final", finals), ("final_reference", ref_finals))
+        if not df.empty
+    ]
     data = pd.concat(parts, ignore_index=True)
     data = data[["panel"] + [c for c in data.columns if c != "panel"]]
     write_csv(f"{out_prefix}.csv", data, provenance)

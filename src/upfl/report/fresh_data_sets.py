@@ -36,8 +36,10 @@ def draw_of(dataset: str, data_path: Any) -> tuple[str, int]:
             return str(doc["name"]), int(doc["data_seed"])
     m = DRAW_NAME.match(dataset)
     if not m:
-        raise ReportError(f"draws: data set {dataset!r} has no meta.json with 'name' and 'data_seed' and is not "
-                          f"named <setting>_draw<k>; cannot tell its generator setting")
+        raise ReportError(
+            f"draws: data set {dataset!r} has no meta.json with 'name' and 'data_seed' and is not "
+            f"named <setting>_draw<k>; cannot tell its generator setting"
+        )
     return m.group("setting"), int(m.group("draw"))
 
 
@@ -56,10 +58,20 @@ def draw_gains(runs: pd.DataFrame) -> pd.DataFrame:
     for r in frame[(frame["algorithm"] == "upcycled") & frame["n_pairs"].notna()].to_dict("records"):
         setting, draw = draw_of(r["dataset"], paths.get(r["dataset"]))
         for key in ACC:
-            rows.append({"setting": setting, "label": dataset_label(setting), "dataset": r["dataset"], "draw": draw,
-                         "mu": r["mu"], "metric": key, "n_pairs": int(r["n_pairs"]),
-                         "gain_mean": r[f"{key}_gain_mean"], "gain_ci_low": r[f"{key}_gain_ci_low"],
-                         "gain_ci_high": r[f"{key}_gain_ci_high"]})
+            rows.append(
+                {
+                    "setting": setting,
+                    "label": dataset_label(setting),
+                    "dataset": r["dataset"],
+                    "draw": draw,
+                    "mu": r["mu"],
+                    "metric": key,
+                    "n_pairs": int(r["n_pairs"]),
+                    "gain_mean": r[f"{key}_gain_mean"],
+                    "gain_ci_low": r[f"{key}_gain_ci_low"],
+                    "gain_ci_high": r[f"{key}_gain_ci_high"],
+                }
+            )
     if not rows:
         raise ReportError("draws: no FedProx / Upcycled-FL pairs with the same data set and mu")
     out = pd.DataFrame(rows)
@@ -72,15 +84,22 @@ def draw_gains(runs: pd.DataFrame) -> pd.DataFrame:
 def spread(gains: pd.DataFrame, setting: str, mu: float, metric: str) -> dict[str, Any] | None:
     """The spread of one claim across draws: number of draws, min and max of their mean gains, and how many
     draws' intervals lie above 0 and below 0. None when the setting has no draws at this mu."""
-    sub = gains[(gains["setting"] == setting) & (gains["metric"] == metric)
-                & ((gains["mu"].astype(float) - float(mu)).abs() < 1e-12)]
+    sub = gains[
+        (gains["setting"] == setting)
+        & (gains["metric"] == metric)
+        & ((gains["mu"].astype(float) - float(mu)).abs() < 1e-12)
+    ]
     if sub.empty:
         return None
     means = sub["gain_mean"].astype(float)
-    return {"draws_n": len(sub), "draws_min": float(means.min()), "draws_max": float(means.max()),
-            "draws_above_zero": int((sub["gain_ci_low"].astype(float) > 0).sum()),
-            "draws_below_zero": int((sub["gain_ci_high"].astype(float) < 0).sum()),
-            "draws_pairs": " ".join(str(int(n)) for n in sub["n_pairs"])}
+    return {
+        "draws_n": len(sub),
+        "draws_min": float(means.min()),
+        "draws_max": float(means.max()),
+        "draws_above_zero": int((sub["gain_ci_low"].astype(float) > 0).sum()),
+        "draws_below_zero": int((sub["gain_ci_high"].astype(float) < 0).sum()),
+        "draws_pairs": " ".join(str(int(n)) for n in sub["n_pairs"]),
+    }
 
 
 def paper_gain(setting: str, mu: float, metric: str) -> float:
@@ -108,19 +127,45 @@ def draws_frame(draw_runs: pd.DataFrame, reference_runs: pd.DataFrame | None) ->
     rows = []
     for key, sub in gains.groupby(["setting", "mu", "metric"], sort=False):
         setting, mu, metric = cast(tuple[str, float, str], key)
-        base = {"setting": setting, "label": dataset_label(setting), "mu": mu, "metric": metric,
-                "paper_gain": paper_gain(setting, mu, metric)}
-        hit = ref[(ref["dataset"] == setting) & ((ref["mu"].astype(float) - float(mu)).abs() < 1e-12)] \
-            if ref is not None else pd.DataFrame()
+        base = {
+            "setting": setting,
+            "label": dataset_label(setting),
+            "mu": mu,
+            "metric": metric,
+            "paper_gain": paper_gain(setting, mu, metric),
+        }
+        hit = (
+            ref[(ref["dataset"] == setting) & ((ref["mu"].astype(float) - float(mu)).abs() < 1e-12)]
+            if ref is not None
+            else pd.DataFrame()
+        )
         if not hit.empty:
             r = hit.iloc[0]
-            rows.append({**base, "source": "paper's draw", "dataset": setting, "draw": math.nan,
-                         "n_pairs": int(r["n_pairs"]), "gain_mean": r[f"{metric}_gain_mean"],
-                         "gain_ci_low": r[f"{metric}_gain_ci_low"], "gain_ci_high": r[f"{metric}_gain_ci_high"]})
+            rows.append(
+                {
+                    **base,
+                    "source": "paper's draw",
+                    "dataset": setting,
+                    "draw": math.nan,
+                    "n_pairs": int(r["n_pairs"]),
+                    "gain_mean": r[f"{metric}_gain_mean"],
+                    "gain_ci_low": r[f"{metric}_gain_ci_low"],
+                    "gain_ci_high": r[f"{metric}_gain_ci_high"],
+                }
+            )
         for g in sub.to_dict("records"):
-            rows.append({**base, "source": "fresh draw", "dataset": g["dataset"], "draw": g["draw"],
-                         "n_pairs": g["n_pairs"], "gain_mean": g["gain_mean"], "gain_ci_low": g["gain_ci_low"],
-                         "gain_ci_high": g["gain_ci_high"]})
+            rows.append(
+                {
+                    **base,
+                    "source": "fresh draw",
+                    "dataset": g["dataset"],
+                    "draw": g["draw"],
+                    "n_pairs": g["n_pairs"],
+                    "gain_mean": g["gain_mean"],
+                    "gain_ci_low": g["gain_ci_low"],
+                    "gain_ci_high": g["gain_ci_high"],
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -133,14 +178,23 @@ def _gain_text(mean: Any, low: Any, high: Any) -> str:
     return f"{fmt(mean, signed=True)}{ci}"
 
 
-DRAWS_HEADER = ["Data set", "μ", "Metric", "paper (its draw)", "ours on the paper's draw [95% CI]",
-                "our draws: mean gain [95% CI] per draw", "draws above 0 / below 0"]
+DRAWS_HEADER = [
+    "Data set",
+    "μ",
+    "Metric",
+    "paper (its draw)",
+    "ours on the paper's draw [95% CI]",
+    "our draws: mean gain [95% CI] per draw",
+    "draws above 0 / below 0",
+]
 
-DRAWS_CAPTION = ("Upcycled-FL minus FedProx, final accuracy in percentage points, per seed (same seed, same device "
-                 "draws), mean and 95% t interval. 'paper': the paper's Table 1 difference on the draw it used; "
-                 "'ours on the paper's draw': the same difference from our runs on that data set (experiment "
-                 "table1); then each fresh draw of the generator (data_seed k) with its own interval. A claim that "
-                 "holds on the paper's draw but not on most fresh draws depends on that draw.")
+DRAWS_CAPTION = (
+    "Upcycled-FL minus FedProx, final accuracy in percentage points, per seed (same seed, same device "
+    "draws), mean and 95% t interval. 'paper': the paper's Table 1 difference on the draw it used; "
+    "'ours on the paper's draw': the same difference from our runs on that data set (experiment "
+    "table1); then each fresh draw of the generator (data_seed k) with its own interval. A claim that "
+    "holds on the paper's draw but not on most fresh draws depends on that draw."
+)
 
 
 def draws_rows(frame: pd.DataFrame) -> list[list[str]]:
@@ -150,21 +204,32 @@ def draws_rows(frame: pd.DataFrame) -> list[list[str]]:
     for (setting, mu, metric), sub in frame.groupby(["setting", "mu", "metric"], sort=False):
         ref = sub[sub["source"] == "paper's draw"]
         draws = sub[sub["source"] == "fresh draw"].sort_values("draw")
-        per_draw = "; ".join(f"{int(d['draw'])}: {_gain_text(d['gain_mean'], d['gain_ci_low'], d['gain_ci_high'])}"
-                             for d in draws.to_dict("records"))
+        per_draw = "; ".join(
+            f"{int(d['draw'])}: {_gain_text(d['gain_mean'], d['gain_ci_low'], d['gain_ci_high'])}"
+            for d in draws.to_dict("records")
+        )
         above = int((draws["gain_ci_low"].astype(float) > 0).sum())
         below = int((draws["gain_ci_high"].astype(float) < 0).sum())
-        lines.append([dataset_label(str(setting)), fmt_mu(mu), "train" if metric == "train_acc" else "test",
-                      fmt(sub["paper_gain"].iloc[0], signed=True),
-                      _gain_text(*ref.iloc[0][["gain_mean", "gain_ci_low", "gain_ci_high"]]) if not ref.empty
-                      else "not measured", per_draw, f"{above} / {below} of {len(draws)}"])
+        lines.append(
+            [
+                dataset_label(str(setting)),
+                fmt_mu(mu),
+                "train" if metric == "train_acc" else "test",
+                fmt(sub["paper_gain"].iloc[0], signed=True),
+                _gain_text(*ref.iloc[0][["gain_mean", "gain_ci_low", "gain_ci_high"]])
+                if not ref.empty
+                else "not measured",
+                per_draw,
+                f"{above} / {below} of {len(draws)}",
+            ]
+        )
     return lines
 
 
 def plot_draws(frame: pd.DataFrame, title: str | None = None):
     """One panel per setting (columns) and metric (rows): x = mu; the paper's gain (star), ours on the paper's
     draw (black, 95% interval), each fresh draw (coloured, 95% interval, side by side)."""
-    from .figures import grid, colour_palette
+    from .figures import colour_palette, grid
 
     settings = list(dict.fromkeys(frame["setting"]))
     metrics = [m for m in ACC if m in set(frame["metric"])]
@@ -179,18 +244,37 @@ def plot_draws(frame: pd.DataFrame, title: str | None = None):
             mus = sorted({float(m) for m in sub["mu"]})
             for k, mu in enumerate(mus):
                 at = sub[(sub["mu"].astype(float) - mu).abs() < 1e-12]
-                ax.plot([k - 0.4], [at["paper_gain"].iloc[0]], marker="*", color="black", markersize=10, linestyle="",
-                        label="paper (its draw)" if k == 0 and i == 0 and j == 0 else None)
+                ax.plot(
+                    [k - 0.4],
+                    [at["paper_gain"].iloc[0]],
+                    marker="*",
+                    color="black",
+                    markersize=10,
+                    linestyle="",
+                    label="paper (its draw)" if k == 0 and i == 0 and j == 0 else None,
+                )
                 for r in at.to_dict("records"):
                     off = -0.3 if r["source"] == "paper's draw" else -0.3 + width * (draws.index(int(r["draw"])) + 1)
                     colour = "black" if r["source"] == "paper's draw" else colours[int(r["draw"])]
-                    err = None if pd.isna(r["gain_ci_low"]) else [[r["gain_mean"] - r["gain_ci_low"]],
-                                                                  [r["gain_ci_high"] - r["gain_mean"]]]
+                    err = (
+                        None
+                        if pd.isna(r["gain_ci_low"])
+                        else [[r["gain_mean"] - r["gain_ci_low"]], [r["gain_ci_high"] - r["gain_mean"]]]
+                    )
                     label = None
                     if k == 0 and i == 0 and j == 0:
                         label = "ours, paper's draw" if r["source"] == "paper's draw" else f"draw {int(r['draw'])}"
-                    ax.errorbar([k + off], [r["gain_mean"]], yerr=err, color=colour, marker="o", markersize=4,
-                                capsize=2, linestyle="", label=label)
+                    ax.errorbar(
+                        [k + off],
+                        [r["gain_mean"]],
+                        yerr=err,
+                        color=colour,
+                        marker="o",
+                        markersize=4,
+                        capsize=2,
+                        linestyle="",
+                        label=label,
+                    )
             ax.axhline(0, color="grey", linewidth=0.8)
             ax.set_xticks(range(len(mus)), [f"μ = {m:g}" for m in mus])
             ax.set_ylabel(f"Upcycled − FedProx, {'train' if metric == 'train_acc' else 'test'} acc (pp)")
@@ -204,16 +288,21 @@ def plot_draws(frame: pd.DataFrame, title: str | None = None):
     return fig
 
 
-def write_draws(draw_runs: pd.DataFrame, reference_runs: pd.DataFrame | None, table_prefix: str,
-                figure_prefix: str, provenance: str) -> pd.DataFrame:
+def write_draws(
+    draw_runs: pd.DataFrame, reference_runs: pd.DataFrame | None, table_prefix: str, figure_prefix: str, provenance: str
+) -> pd.DataFrame:
     """``<table_prefix>.csv``/``.md`` and ``<figure_prefix>.png``/``.pdf``/``.csv``; return the frame."""
     from .figures import save_figure
     from .render import markdown_table, write_csv, write_markdown
 
     frame = draws_frame(draw_runs, reference_runs)
     write_csv(f"{table_prefix}.csv", frame, provenance)
-    write_markdown(f"{table_prefix}.md", "Claims across data draws: the Upcycled-FL gain on the paper's draw and "
-                   "on fresh draws", [DRAWS_CAPTION, markdown_table(DRAWS_HEADER, draws_rows(frame))], provenance)
+    write_markdown(
+        f"{table_prefix}.md",
+        "Claims across data draws: the Upcycled-FL gain on the paper's draw and on fresh draws",
+        [DRAWS_CAPTION, markdown_table(DRAWS_HEADER, draws_rows(frame))],
+        provenance,
+    )
     save_figure(plot_draws(frame), figure_prefix)
     write_csv(f"{figure_prefix}.csv", frame, provenance)
     return frame

@@ -29,7 +29,9 @@ def _span(values: list[float]) -> str:
     values = sorted(v for v in values if not math.isnan(v))
     if not values:
         return "not measured here"
-    return f"{values[0]:+.2f}" if len(values) == 1 or values[0] == values[-1] else f"{values[0]:+.2f} to {values[-1]:+.2f}"
+    return (
+        f"{values[0]:+.2f}" if len(values) == 1 or values[0] == values[-1] else f"{values[0]:+.2f} to {values[-1]:+.2f}"
+    )
 
 
 def headline_numbers(claims_csv: str | Path) -> list[dict[str, str]]:
@@ -50,9 +52,14 @@ def headline_numbers(claims_csv: str | Path) -> list[dict[str, str]]:
         for r in hit:
             verdicts[r["verdict"]] = verdicts.get(r["verdict"], 0) + 1
         measured = [r for r in hit if not math.isnan(_number(r["ours"]))]
-        headlines.append({"what": label, "paper": _span([_number(r["paper"]) for r in measured or hit]),
-                          "ours": _span([_number(r["ours"]) for r in hit]),
-                          "verdicts": ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items()))})
+        headlines.append(
+            {
+                "what": label,
+                "paper": _span([_number(r["paper"]) for r in measured or hit]),
+                "ours": _span([_number(r["ours"]) for r in hit]),
+                "verdicts": ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items())),
+            }
+        )
     return headlines
 
 
@@ -60,11 +67,24 @@ def headline_table_rst(headlines: list[dict[str, str]]) -> str:
     """The headline rows as a reStructuredText list table ('' when there are none)."""
     if not headlines:
         return ""
+
     def cell(text: str) -> str:
         return text.replace("*", "\\*").replace("`", "'")
-    lines = [".. list-table::", "   :header-rows: 1", "", "   * - Headline", "     - Paper", "     - Ours",
-             "     - Verdicts"]
+
+    lines = [
+        ".. list-table::",
+        "   :header-rows: 1",
+        "",
+        "   * - Headline",
+        "     - Paper",
+        "     - Ours",
+        "     - Verdicts",
+    ]
     for h in headlines:
-        lines += [f"   * - {cell(h['what'])}", f"     - {cell(h['paper'])}", f"     - {cell(h['ours'])}",
-                  f"     - {cell(h['verdicts'])}"]
+        lines += [
+            f"   * - {cell(h['what'])}",
+            f"     - {cell(h['paper'])}",
+            f"     - {cell(h['ours'])}",
+            f"     - {cell(h['verdicts'])}",
+        ]
     return "\n".join(lines)

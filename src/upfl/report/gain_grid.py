@@ -22,8 +22,14 @@ from .render import as_number, fmt, markdown_table, write_csv, write_markdown
 from .stats import LEVEL, mean_interval
 
 SPLITS = ("train", "test")
-KNOBS = {"mu": "μ (Table 1's λ with it)", "lr": "learning rate", "coef": "even-iteration coefficient μ/(μ+λ)",
-         "epochs": "local epochs E", "batch_size": "batch size", "fedprox_rounds": "iterations T (Upcycled-FL 2T)"}
+KNOBS = {
+    "mu": "μ (Table 1's λ with it)",
+    "lr": "learning rate",
+    "coef": "even-iteration coefficient μ/(μ+λ)",
+    "epochs": "local epochs E",
+    "batch_size": "batch size",
+    "fedprox_rounds": "iterations T (Upcycled-FL 2T)",
+}
 """The grid's knobs: runs.csv column (``fedprox_rounds``: FedProx's ``rounds``) and label."""
 SHORT = {"mu": "μ", "lr": "lr", "coef": "c", "epochs": "E", "batch_size": "B", "fedprox_rounds": "T"}
 PROTOCOLS = {False: "paper's model", True: "authors' protocol"}
@@ -77,7 +83,9 @@ def gain_grid_frame(runs: pd.DataFrame) -> pd.DataFrame:
     if runs.empty:
         raise ReportError("sensitivity: no FedProx or Upcycled-FL runs")
     runs = _cells(converged(runs))
-    prox_cells = dict(iter(runs[runs["algorithm"] == "fedprox"].groupby([*SHARED, "fedprox_rounds"])))  # (key, rows) pairs
+    prox_cells = dict(
+        iter(runs[runs["algorithm"] == "fedprox"].groupby([*SHARED, "fedprox_rounds"]))
+    )  # (key, rows) pairs
     rows = []
     for key, up in runs[runs["algorithm"] == "upcycled"].groupby([*SHARED, "fedprox_rounds", "coef"], sort=True):
         prox = prox_cells.get(key[:-1])
@@ -88,12 +96,28 @@ def gain_grid_frame(runs: pd.DataFrame) -> pd.DataFrame:
         row["upcycled_rounds"] = int(up["rounds"].iloc[0])
         for split in SPLITS:
             values = paired_gain(up, prox, split)
-            row.update(dict(zip([f"fedprox_{split}", f"upcycled_{split}", f"gain_{split}", f"gain_{split}_low",
-                                 f"gain_{split}_high", "pairs"], values, strict=True)))
+            row.update(
+                dict(
+                    zip(
+                        [
+                            f"fedprox_{split}",
+                            f"upcycled_{split}",
+                            f"gain_{split}",
+                            f"gain_{split}_low",
+                            f"gain_{split}_high",
+                            "pairs",
+                        ],
+                        values,
+                        strict=True,
+                    )
+                )
+            )
         rows.append(row)
     if not rows:
-        raise ReportError("sensitivity: no Upcycled-FL cell has a FedProx cell at half its iterations with the same "
-                          "mu, lr, epochs, batch size and protocol")
+        raise ReportError(
+            "sensitivity: no Upcycled-FL cell has a FedProx cell at half its iterations with the same "
+            "mu, lr, epochs, batch size and protocol"
+        )
     frame = pd.DataFrame(rows)
     parts = []
     for _, cell in frame.groupby(["dataset", "protocol"], sort=False):
@@ -125,19 +149,45 @@ def _gain_cell(row: dict[str, Any], split: str) -> str:
     return f"{fmt(g, signed=True)} [{fmt(lo, signed=True)}, {fmt(hi, signed=True)}]"
 
 
-HEADER = ["Data set", "Protocol", "Setting", "μ", "lr", "c", "E", "B", "T / 2T", "Pairs", "FedProx train (test) %",
-          "Upcycled-FL train (test) %", "Gain train pp [95% CI]", "Gain test pp [95% CI]"]
+HEADER = [
+    "Data set",
+    "Protocol",
+    "Setting",
+    "μ",
+    "lr",
+    "c",
+    "E",
+    "B",
+    "T / 2T",
+    "Pairs",
+    "FedProx train (test) %",
+    "Upcycled-FL train (test) %",
+    "Gain train pp [95% CI]",
+    "Gain test pp [95% CI]",
+]
 
 
 def grid_rows(frame: pd.DataFrame) -> list[list[str]]:
     rows = []
     for r in cast(list[dict[str, Any]], frame.to_dict("records")):
-        rows.append([dataset_label(r["dataset"]), r["protocol"], setting_text(r), f"{r['mu']:g}", f"{r['lr']:g}",
-                     f"{r['coef']:.3g}", f"{r['epochs']:g}", f"{r['batch_size']:g}",
-                     f"{int(r['fedprox_rounds'])} / {int(r['upcycled_rounds'])}", str(int(r["pairs"])),
-                     f"{fmt(r['fedprox_train'])} ({fmt(r['fedprox_test'])})",
-                     f"{fmt(r['upcycled_train'])} ({fmt(r['upcycled_test'])})",
-                     _gain_cell(r, "train"), _gain_cell(r, "test")])
+        rows.append(
+            [
+                dataset_label(r["dataset"]),
+                r["protocol"],
+                setting_text(r),
+                f"{r['mu']:g}",
+                f"{r['lr']:g}",
+                f"{r['coef']:.3g}",
+                f"{r['epochs']:g}",
+                f"{r['batch_size']:g}",
+                f"{int(r['fedprox_rounds'])} / {int(r['upcycled_rounds'])}",
+                str(int(r["pairs"])),
+                f"{fmt(r['fedprox_train'])} ({fmt(r['fedprox_test'])})",
+                f"{fmt(r['upcycled_train'])} ({fmt(r['upcycled_test'])})",
+                _gain_cell(r, "train"),
+                _gain_cell(r, "test"),
+            ]
+        )
     return rows
 
 
@@ -158,47 +208,55 @@ def largest_gains(frame: pd.DataFrame) -> list[str]:
     top = cast(dict[str, Any], frame.loc[cast(int, frame["gain_train"].idxmax())].to_dict())
     reach = cast(dict[str, Any], frame.loc[cast(int, frame["gain_train_high"].idxmax())].to_dict())
     seeds = sorted({int(p) for p in frame["pairs"]})
-    lines = [f"- In {len(frame)} settings ({frame['dataset'].nunique()} data sets x {frame['protocol'].nunique()} "
-             f"protocols x the grid; {'-'.join(map(str, seeds[::max(len(seeds) - 1, 1)]))} seed pairs each) no mean "
-             f"gain in final training accuracy exceeds {fmt(top['gain_train'], signed=True)} pp: "
-             f"{_gain_cell(top, 'train')} pp on {_where(top)}. The highest upper end of a 95% interval is "
-             f"{fmt(reach['gain_train_high'], signed=True)} pp ({_where(reach)})."]
+    lines = [
+        f"- In {len(frame)} settings ({frame['dataset'].nunique()} data sets x {frame['protocol'].nunique()} "
+        f"protocols x the grid; {'-'.join(map(str, seeds[:: max(len(seeds) - 1, 1)]))} seed pairs each) no mean "
+        f"gain in final training accuracy exceeds {fmt(top['gain_train'], signed=True)} pp: "
+        f"{_gain_cell(top, 'train')} pp on {_where(top)}. The highest upper end of a 95% interval is "
+        f"{fmt(reach['gain_train_high'], signed=True)} pp ({_where(reach)})."
+    ]
     for dataset in dict.fromkeys(frame["dataset"]):
         cell = frame[frame["dataset"] == dataset]
         best = cell.loc[cell["gain_train"].idxmax()].to_dict()
         paper = paper_gain(dataset)
-        lines.append(f"- {dataset_label(dataset)}: largest gain {_gain_cell(best, 'train')} pp ({best['protocol']}, "
-                     f"{setting_text(best)}; FedProx {fmt(best['fedprox_train'])}%) in {len(cell)} settings"
-                     + ("" if math.isnan(paper) else f"; the paper's Table 1 gain at μ = 1: "
-                                                      f"{fmt(paper, signed=True)} pp") + ".")
+        lines.append(
+            f"- {dataset_label(dataset)}: largest gain {_gain_cell(best, 'train')} pp ({best['protocol']}, "
+            f"{setting_text(best)}; FedProx {fmt(best['fedprox_train'])}%) in {len(cell)} settings"
+            + ("" if math.isnan(paper) else f"; the paper's Table 1 gain at μ = 1: {fmt(paper, signed=True)} pp")
+            + "."
+        )
     return lines
 
 
-CAPTION = ("The Upcycled-FL minus FedProx gain over a grid of settings (experiment sensitivity): the paper's "
-           "synthetic sets, 90% stragglers, both protocols (the paper's model with λ = 0.43; the authors' protocol: "
-           "their softmax before the cross-entropy, their scalar step 0.7), one knob at a time around the base (μ 1, "
-           "lr 0.05, c = μ/(μ+λ) 0.699 / 0.7, E 20, batch 32, FedProx T = 80 and Upcycled-FL 2T = 160 iterations), "
-           "the authors' tuning comment (lr 0.005, c 0.9) crossed with c 1 and lr 0.0125 and with their code's E 10, "
-           "and on Synthetic(1,1) Table 1's other μ rows (λ 0.04, 0.12, 0.21 with μ 0.1, 0.3, 0.5; the authors' "
-           "protocol keeps step 0.7). Setting: the knobs that differ from the base. Final accuracy in %, mean over "
-           "seeds; gain in percentage points per seed (same seed, same devices and stragglers), mean and 95% t "
-           "interval. Diverged runs are left out (Pairs counts the rest).")
+CAPTION = (
+    "The Upcycled-FL minus FedProx gain over a grid of settings (experiment sensitivity): the paper's "
+    "synthetic sets, 90% stragglers, both protocols (the paper's model with λ = 0.43; the authors' protocol: "
+    "their softmax before the cross-entropy, their scalar step 0.7), one knob at a time around the base (μ 1, "
+    "lr 0.05, c = μ/(μ+λ) 0.699 / 0.7, E 20, batch 32, FedProx T = 80 and Upcycled-FL 2T = 160 iterations), "
+    "the authors' tuning comment (lr 0.005, c 0.9) crossed with c 1 and lr 0.0125 and with their code's E 10, "
+    "and on Synthetic(1,1) Table 1's other μ rows (λ 0.04, 0.12, 0.21 with μ 0.1, 0.3, 0.5; the authors' "
+    "protocol keeps step 0.7). Setting: the knobs that differ from the base. Final accuracy in %, mean over "
+    "seeds; gain in percentage points per seed (same seed, same devices and stragglers), mean and 95% t "
+    "interval. Diverged runs are left out (Pairs counts the rest)."
+)
 
 
 def section(frame: pd.DataFrame) -> list[str]:
     """Markdown parts of the statement "how large can the gain get" (claims page and the table's own page)."""
-    return ["## How large can the gain get\n",
-            "Measured by the sensitivity experiment (results/tables/sensitivity.md, results/figures/sensitivity.png): "
-            "Upcycled-FL 2T against FedProx T iterations, paired on seed, over learning rate, even-iteration "
-            "coefficient, local epochs, batch size, iterations and Table 1's μ rows, under both protocols. No "
-            "verdict: the paper states no such range.\n",
-            "\n".join(largest_gains(frame))]
+    return [
+        "## How large can the gain get\n",
+        "Measured by the sensitivity experiment (results/tables/sensitivity.md, results/figures/sensitivity.png): "
+        "Upcycled-FL 2T against FedProx T iterations, paired on seed, over learning rate, even-iteration "
+        "coefficient, local epochs, batch size, iterations and Table 1's μ rows, under both protocols. No "
+        "verdict: the paper states no such range.\n",
+        "\n".join(largest_gains(frame)),
+    ]
 
 
 def plot_gain_grid(frame: pd.DataFrame):
     """One panel per knob: the gain in final training accuracy (95% interval) against the knob's value, over the
     base and the settings that vary that knob alone; colour = data set, line style = protocol."""
-    from .figures import grid, colour_palette
+    from .figures import colour_palette, grid
 
     knobs = [k for k in KNOBS if (frame["varied"] == k).any()]
     if not knobs:
@@ -215,8 +273,12 @@ def plot_gain_grid(frame: pd.DataFrame):
         ax = axes[i // cols][i % cols]
         log = knob in ("lr", "epochs", "batch_size", "fedprox_rounds")
         # one tick per value (the paper's c 0.699 and the authors' 0.7 share one)
-        values = sorted({round(float(v), 2) if knob == "coef" else float(v)
-                         for v in frame.loc[(frame["varied"] == knob) | frame["base"], knob]})
+        values = sorted(
+            {
+                round(float(v), 2) if knob == "coef" else float(v)
+                for v in frame.loc[(frame["varied"] == knob) | frame["base"], knob]
+            }
+        )
         span = (values[-1] - values[0]) or 1.0
         for k, (key, cell) in enumerate(lines):
             dataset, protocol = cast(tuple[str, str], key)
@@ -228,13 +290,32 @@ def plot_gain_grid(frame: pd.DataFrame):
             offset = (k - (len(lines) - 1) / 2) / max(len(lines), 1)
             x = line[knob] * 2 ** (0.12 * offset) if log else line[knob] + 0.04 * span * offset
             err = [line["gain_train"] - line["gain_train_low"], line["gain_train_high"] - line["gain_train"]]
-            ax.errorbar(x, line["gain_train"], yerr=err, color=colours[dataset], linestyle=style,
-                        marker=marker, markersize=4, capsize=2, linewidth=1,
-                        label=None if (dataset, protocol) in labelled else f"{dataset_label(dataset)}, {protocol}")
+            ax.errorbar(
+                x,
+                line["gain_train"],
+                yerr=err,
+                color=colours[dataset],
+                linestyle=style,
+                marker=marker,
+                markersize=4,
+                capsize=2,
+                linewidth=1,
+                label=None if (dataset, protocol) in labelled else f"{dataset_label(dataset)}, {protocol}",
+            )
             labelled.add((dataset, protocol))
-            points += [{"knob": knob, "dataset": dataset, "protocol": protocol, "value": r[knob],
-                        "gain_train": r["gain_train"], "gain_train_low": r["gain_train_low"],
-                        "gain_train_high": r["gain_train_high"], "pairs": r["pairs"]} for r in line.to_dict("records")]
+            points += [
+                {
+                    "knob": knob,
+                    "dataset": dataset,
+                    "protocol": protocol,
+                    "value": r[knob],
+                    "gain_train": r["gain_train"],
+                    "gain_train_low": r["gain_train_low"],
+                    "gain_train_high": r["gain_train_high"],
+                    "pairs": r["pairs"],
+                }
+                for r in line.to_dict("records")
+            ]
         ax.axhline(0, color="grey", linewidth=0.8)
         if log:
             ax.set_xscale("log", base=2)
@@ -245,10 +326,20 @@ def plot_gain_grid(frame: pd.DataFrame):
     for j in range(len(knobs), len(axes) * cols):
         axes[j // cols][j % cols].set_visible(False)
     fig.tight_layout()
-    found = {label: handle for ax in (a for row in axes for a in row)
-             for handle, label in zip(*ax.get_legend_handles_labels(), strict=True)}
+    found = {
+        label: handle
+        for ax in (a for row in axes for a in row)
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True)
+    }
     labels = [f"{dataset_label(str(d))}, {p}" for (d, p), _ in lines if f"{dataset_label(str(d))}, {p}" in found]
-    fig.legend([found[label] for label in labels], labels, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=True, fontsize="small")
+    fig.legend(
+        [found[label] for label in labels],
+        labels,
+        loc="center left",
+        bbox_to_anchor=(1.0, 0.5),
+        frameon=True,
+        fontsize="small",
+    )
     return fig, pd.DataFrame(points)
 
 
@@ -258,8 +349,12 @@ def write_gain_grid(runs: pd.DataFrame, table_prefix: str, figure_prefix: str, p
 
     frame = gain_grid_frame(runs)
     write_csv(f"{table_prefix}.csv", frame, provenance)
-    write_markdown(f"{table_prefix}.md", "How large can the gain get: the gain over a grid of settings",
-                   [*section(frame), "## The grid\n", CAPTION, markdown_table(HEADER, grid_rows(frame))], provenance)
+    write_markdown(
+        f"{table_prefix}.md",
+        "How large can the gain get: the gain over a grid of settings",
+        [*section(frame), "## The grid\n", CAPTION, markdown_table(HEADER, grid_rows(frame))],
+        provenance,
+    )
     fig, points = plot_gain_grid(frame)
     save_figure(fig, figure_prefix)
     write_csv(f"{figure_prefix}.csv", points, provenance)

@@ -14,8 +14,12 @@ from .styles import ALGORITHM_STYLES, PAPER_ALGORITHMS
 
 ALGORITHM_LABELS = {name: ALGORITHM_STYLES[name][0] for name in PAPER_ALGORITHMS}
 ALGORITHM_ORDER = list(PAPER_ALGORITHMS)
-METRIC_LABELS = {"train_loss": "Training loss", "test_loss": "Test loss",
-                 "train_acc": "Training accuracy", "test_acc": "Test accuracy"}
+METRIC_LABELS = {
+    "train_loss": "Training loss",
+    "test_loss": "Test loss",
+    "train_acc": "Training accuracy",
+    "test_acc": "Test accuracy",
+}
 
 
 @cache

@@ -4,7 +4,8 @@ per noise level, from the settings of :mod:`upfl.report.privacy_table`."""
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -18,17 +19,21 @@ from .render import as_number, write_csv
 FIGURE_ACCOUNTANTS = {mech: accountants_of(mech, drawn=True) for mech in PRIVACY_MECHANISMS}
 """Epsilons drawn per mechanism: the first filled with solid lines, the second hollow and dashed."""
 FIGURE_METRICS = ("test_acc", "train_acc")
-TRADEOFF_NOTE = ("Points: noise levels (mean over seeds; error bars: min-max over seeds) at ε̄, the mean over "
-                 "devices; each is joined by a thin line to a triangle at the worst device's ε (max over devices and "
-                 "seeds; which device: the CSV's worst_device). The guarantee is per device: the worst device's ε "
-                 "(triangle) is the one that holds for every device, ε̄ is no device's guarantee. Output "
-                 "perturbation: filled markers, solid lines: the sound accountant (sensitivity 2τ), the guarantee; "
-                 "hollow, dashed: the paper's formula (Theorem C.1), for comparison only. Objective perturbation: "
-                 "Theorem C.2 (δ = 0, exact minimiser assumed). Dotted: non-private. Training accuracy is computed "
-                 "on the private training data, outside the guarantee.")
+TRADEOFF_NOTE = (
+    "Points: noise levels (mean over seeds; error bars: min-max over seeds) at ε̄, the mean over "
+    "devices; each is joined by a thin line to a triangle at the worst device's ε (max over devices and "
+    "seeds; which device: the CSV's worst_device). The guarantee is per device: the worst device's ε "
+    "(triangle) is the one that holds for every device, ε̄ is no device's guarantee. Output "
+    "perturbation: filled markers, solid lines: the sound accountant (sensitivity 2τ), the guarantee; "
+    "hollow, dashed: the paper's formula (Theorem C.1), for comparison only. Objective perturbation: "
+    "Theorem C.2 (δ = 0, exact minimiser assumed). Dotted: non-private. Training accuracy is computed "
+    "on the private training data, outside the guarantee."
+)
 WORST_LABELS = {name: f"{a.short} ε" for name, a in NAMED_ACCOUNTANTS.items() if a.short}
-SHARED_NOISE_FIGURE_NOTE = (" The noise levels of a seed share their noise draws (seed-keyed noise): each point's ε "
-                            "holds for that run alone, the sweep together has no guarantee.")
+SHARED_NOISE_FIGURE_NOTE = (
+    " The noise levels of a seed share their noise draws (seed-keyed noise): each point's ε "
+    "holds for that run alone, the sweep together has no guarantee."
+)
 
 
 def tradeoff_data(runs: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
@@ -45,15 +50,30 @@ def tradeoff_data(runs: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
         for acc in accs:
             for metric in metrics:
                 v = cell[f"final_{metric}"].astype(float)
-                rows.append({"panel": "point" if mech != "none" else "nonprivate_reference", "dataset": dataset,
-                             "mechanism": mech, "algorithm": alg, "line": algorithm_label(alg), "noise": noise,
-                             "sigma": s["sigma"], "tau": s["tau"], "alpha": s["alpha"], "accountant": acc,
-                             "metric": metric, "x": as_number(s.get(f"eps_{acc}")) if acc else math.nan,
-                             "x_worst": as_number(s.get(f"epsmax_{acc}")) if acc else math.nan,
-                             "worst_device": s.get(f"worstdev_{acc}") if acc else None,
-                             "mean": float(v.mean()), "min": float(v.min()), "max": float(v.max()),
-                             "n_seeds": len(v), "iteration": int(cell["final_iteration"].iloc[0]),
-                             "guarantee": s.get("guarantee", "")})
+                rows.append(
+                    {
+                        "panel": "point" if mech != "none" else "nonprivate_reference",
+                        "dataset": dataset,
+                        "mechanism": mech,
+                        "algorithm": alg,
+                        "line": algorithm_label(alg),
+                        "noise": noise,
+                        "sigma": s["sigma"],
+                        "tau": s["tau"],
+                        "alpha": s["alpha"],
+                        "accountant": acc,
+                        "metric": metric,
+                        "x": as_number(s.get(f"eps_{acc}")) if acc else math.nan,
+                        "x_worst": as_number(s.get(f"epsmax_{acc}")) if acc else math.nan,
+                        "worst_device": s.get(f"worstdev_{acc}") if acc else None,
+                        "mean": float(v.mean()),
+                        "min": float(v.min()),
+                        "max": float(v.max()),
+                        "n_seeds": len(v),
+                        "iteration": int(cell["final_iteration"].iloc[0]),
+                        "guarantee": s.get("guarantee", ""),
+                    }
+                )
     data = pd.DataFrame(rows)
     if data.empty or not (data["panel"] == "point").any():
         raise ReportError("privacy_tradeoff: the selected runs have no private runs (mechanism output or objective)")
@@ -81,58 +101,102 @@ def plot_tradeoff(data: pd.DataFrame, metrics: Sequence[str], title: str | None,
             d = data[(data["dataset"] == dataset) & (data["metric"] == metric)]
             pts = d[(d["panel"] == "point") & (d["mechanism"] == mech)]
             drawn = False
-            for alg in [a for a in ("fedavg", "fedprox", "upcycled") if a in set(pts["algorithm"])] + \
-                    sorted(set(pts["algorithm"]) - {"fedavg", "fedprox", "upcycled"}):
+            for alg in [a for a in ("fedavg", "fedprox", "upcycled") if a in set(pts["algorithm"])] + sorted(
+                set(pts["algorithm"]) - {"fedavg", "fedprox", "upcycled"}
+            ):
                 colour = colours.get(alg, cb[4])
                 for k, acc in enumerate(FIGURE_ACCOUNTANTS[mech]):
-                    p = pts[(pts["algorithm"] == alg) & (pts["accountant"] == acc) & pts["x"].notna()
-                            & (pts["x"] > 0)].sort_values("x")
+                    p = pts[
+                        (pts["algorithm"] == alg) & (pts["accountant"] == acc) & pts["x"].notna() & (pts["x"] > 0)
+                    ].sort_values("x")
                     if p.empty:
                         continue
                     drawn = True
                     short = f"{NAMED_ACCOUNTANTS[acc].short} ε̄"
-                    ax.errorbar(p["x"], p["mean"], yerr=[p["mean"] - p["min"], p["max"] - p["mean"]],
-                                color=colour, marker="o" if alg != "upcycled" else "s", markersize=5,
-                                linestyle="-" if k == 0 else "--", linewidth=1.3, capsize=2,
-                                markerfacecolor=colour if k == 0 else "none", markeredgecolor=colour,
-                                label=f"{algorithm_label(alg)}, {short}" if i == 0 else None)
+                    ax.errorbar(
+                        p["x"],
+                        p["mean"],
+                        yerr=[p["mean"] - p["min"], p["max"] - p["mean"]],
+                        color=colour,
+                        marker="o" if alg != "upcycled" else "s",
+                        markersize=5,
+                        linestyle="-" if k == 0 else "--",
+                        linewidth=1.3,
+                        capsize=2,
+                        markerfacecolor=colour if k == 0 else "none",
+                        markeredgecolor=colour,
+                        label=f"{algorithm_label(alg)}, {short}" if i == 0 else None,
+                    )
                     worst = p[p["x_worst"].notna() & (p["x_worst"] > 0)]
                     for x, x_worst, y in zip(worst["x"], worst["x_worst"], worst["mean"]):
-                        ax.plot([x, x_worst], [y, y], color=colour, linewidth=0.6,
-                                linestyle="-" if k == 0 else "--", alpha=0.7)
+                        ax.plot(
+                            [x, x_worst],
+                            [y, y],
+                            color=colour,
+                            linewidth=0.6,
+                            linestyle="-" if k == 0 else "--",
+                            alpha=0.7,
+                        )
                     if not worst.empty:
-                        ax.plot(worst["x_worst"], worst["mean"], linestyle="none", marker=">", markersize=6,
-                                color=colour, markerfacecolor=colour if k == 0 else "none", markeredgecolor=colour,
-                                label=f"{algorithm_label(alg)}, worst device's {WORST_LABELS[acc]}" if i == 0 else None)
+                        ax.plot(
+                            worst["x_worst"],
+                            worst["mean"],
+                            linestyle="none",
+                            marker=">",
+                            markersize=6,
+                            color=colour,
+                            markerfacecolor=colour if k == 0 else "none",
+                            markeredgecolor=colour,
+                            label=f"{algorithm_label(alg)}, worst device's {WORST_LABELS[acc]}" if i == 0 else None,
+                        )
             for r in d[d["panel"] == "nonprivate_reference"].to_dict("records"):
-                ax.axhline(r["mean"], color=colours.get(r["algorithm"], cb[4]), linestyle=":", linewidth=1.2,
-                           label=f"{algorithm_label(r['algorithm'])}, non-private" if i == 0 else None)
+                ax.axhline(
+                    r["mean"],
+                    color=colours.get(r["algorithm"], cb[4]),
+                    linestyle=":",
+                    linewidth=1.2,
+                    label=f"{algorithm_label(r['algorithm'])}, non-private" if i == 0 else None,
+                )
             if drawn:
                 log_axis(ax)
             else:
                 guarantee = "; ".join(sorted({g for g in pts["guarantee"] if g})) or "no epsilon"
                 ax.text(0.5, 0.5, guarantee, ha="center", va="center", transform=ax.transAxes, fontsize="small")
             ax.set_ylabel(f"Final {metric_label(metric).lower()}")
-            ax.set_xlabel("ε̄ (mean over devices); ▶ worst device"
-                          if i == len(metrics) - 1 else "")
+            ax.set_xlabel("ε̄ (mean over devices); ▶ worst device" if i == len(metrics) - 1 else "")
             if i == 0:
                 ax.set_title(f"{dataset_label(dataset)}, {mech} perturbation")
     if title:
         fig.suptitle(title)
-    fig.text(0.5, -0.01, TRADEOFF_NOTE + (SHARED_NOISE_FIGURE_NOTE if shared_noise else ""), ha="center", va="top", fontsize="small", wrap=True)
+    fig.text(
+        0.5,
+        -0.01,
+        TRADEOFF_NOTE + (SHARED_NOISE_FIGURE_NOTE if shared_noise else ""),
+        ha="center",
+        va="top",
+        fontsize="small",
+        wrap=True,
+    )
     fig.tight_layout()
     legend: dict[str, Any] = {}
     for ax in axes.flat:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             legend.setdefault(label, handle)
-    fig.legend(list(legend.values()), list(legend), loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=True,
-               fontsize="small")
+    fig.legend(
+        list(legend.values()),
+        list(legend),
+        loc="center left",
+        bbox_to_anchor=(1.0, 0.5),
+        frameon=True,
+        fontsize="small",
+    )
     return fig
 
 
 def log_axis(ax) -> None:
     """Log x axis with plain-number labels at 1, 2, 5 x 10^k and unlabelled minor ticks (no overlapping labels)."""
     from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
+
     ax.set_xscale("log")
     low, high = ax.get_xlim()
     subs = (1.0, 2.0, 5.0) if high / low < 1e3 else (1.0,)
@@ -142,8 +206,13 @@ def log_axis(ax) -> None:
     ax.xaxis.set_minor_formatter(NullFormatter())
 
 
-def privacy_tradeoff_figure(runs: pd.DataFrame, out_prefix: str, metrics: Sequence[str] = FIGURE_METRICS,
-                            title: str | None = None, provenance: str | None = None) -> pd.DataFrame:
+def privacy_tradeoff_figure(
+    runs: pd.DataFrame,
+    out_prefix: str,
+    metrics: Sequence[str] = FIGURE_METRICS,
+    title: str | None = None,
+    provenance: str | None = None,
+) -> pd.DataFrame:
     """Final accuracy against epsilon-bar (log x) for every algorithm and noise level; PNG, PDF and CSV."""
     from .figures import ALGORITHM_COLOURS, OTHER_COLOUR, csv_colour, save_figure, seed_keyed_runs
 

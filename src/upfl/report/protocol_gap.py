@@ -28,8 +28,9 @@ IMPLEMENTATIONS = {False: "upfl, the paper's model", True: "upfl, the authors' p
 AUTHORS_CODE = "the authors' code (measured)"
 
 
-def gap_row(dataset: str, authors: bool, choice: str, split: str, prox: pd.DataFrame,
-            up: pd.DataFrame) -> dict[str, Any]:
+def gap_row(
+    dataset: str, authors: bool, choice: str, split: str, prox: pd.DataFrame, up: pd.DataFrame
+) -> dict[str, Any]:
     """FedProx and Upcycled-FL means (%) of one reporting choice and split, and the paired gain with its 95% t
     interval (percentage points)."""
     column = f"{choice}_{split}_acc"
@@ -39,10 +40,22 @@ def gap_row(dataset: str, authors: bool, choice: str, split: str, prox: pd.DataF
     index = SPLITS.index(split)
     paper_prox = paper["fedprox"][index] if paper["fedprox"] and choice == "final" else math.nan
     paper_up = paper["upcycled"][index] if paper["upcycled"] and choice == "final" else math.nan
-    return {"dataset": dataset, "implementation": IMPLEMENTATIONS[authors], "reporting": choice, "split": split,
-            "seeds": ci.n, "fedprox": float(pairs["b"].mean() * 100.0), "upcycled": float(pairs["a"].mean() * 100.0),
-            "gain": ci.mean, "gain_std": ci.std, "gain_ci_low": ci.low, "gain_ci_high": ci.high,
-            "paper_fedprox": paper_prox, "paper_upcycled": paper_up, "paper_gain": paper_up - paper_prox}
+    return {
+        "dataset": dataset,
+        "implementation": IMPLEMENTATIONS[authors],
+        "reporting": choice,
+        "split": split,
+        "seeds": ci.n,
+        "fedprox": float(pairs["b"].mean() * 100.0),
+        "upcycled": float(pairs["a"].mean() * 100.0),
+        "gain": ci.mean,
+        "gain_std": ci.std,
+        "gain_ci_low": ci.low,
+        "gain_ci_high": ci.high,
+        "paper_fedprox": paper_prox,
+        "paper_upcycled": paper_up,
+        "paper_gain": paper_up - paper_prox,
+    }
 
 
 def seeds_text(seeds) -> str:
@@ -63,8 +76,11 @@ def measured_rows(runs: pd.DataFrame, same_seeds: dict[str, list[int]] | None = 
     for dataset, seeds in (same_seeds or {}).items():
         cell = runs[(runs["dataset"] == dataset) & runs["authors"] & runs["seed"].astype(int).isin(seeds)]
         prox, up = cell[cell["algorithm"] == "fedprox"], cell[cell["algorithm"] == "upcycled"]
-        if set(runs.loc[(runs["dataset"] == dataset) & runs["authors"], "seed"].astype(int)) <= set(seeds) \
-                or prox.empty or up.empty:
+        if (
+            set(runs.loc[(runs["dataset"] == dataset) & runs["authors"], "seed"].astype(int)) <= set(seeds)
+            or prox.empty
+            or up.empty
+        ):
             continue
         for choice in REPORTING_CHOICES:
             for split in SPLITS:
@@ -74,8 +90,9 @@ def measured_rows(runs: pd.DataFrame, same_seeds: dict[str, list[int]] | None = 
         dataset, authors = cast(tuple[str, bool], key)
         prox, up = cell[cell["algorithm"] == "fedprox"], cell[cell["algorithm"] == "upcycled"]
         if prox.empty or up.empty:
-            raise ReportError(f"protocol_gap {dataset} / {IMPLEMENTATIONS[authors]}: needs FedProx and Upcycled-FL "
-                              f"runs at mu 1")
+            raise ReportError(
+                f"protocol_gap {dataset} / {IMPLEMENTATIONS[authors]}: needs FedProx and Upcycled-FL runs at mu 1"
+            )
         for choice in REPORTING_CHOICES:
             for split in SPLITS:
                 rows.append(gap_row(dataset, authors, choice, split, prox, up))
@@ -96,13 +113,24 @@ def reference_rows(datasets: list[str]) -> list[dict[str, Any]]:
     ref = paper_values("authors_code")
     rows = []
     for r in ref[ref["dataset"].isin(datasets)].to_dict("records"):
-        rows.append({"dataset": r["dataset"], "implementation": reference_label(r["variant"], r["lr"], r["step"],
-                                                                                r["epochs"]),
-                     "reporting": r["reporting"], "split": r["split"], "seeds": int(r["seeds"]),
-                     "fedprox": r["fedprox"], "upcycled": r["upcycled"], "gain": r["gain"],
-                     "gain_std": std_from_interval(r["gain_ci_low"], r["gain_ci_high"], int(r["seeds"]), LEVEL),
-                     "gain_ci_low": r["gain_ci_low"], "gain_ci_high": r["gain_ci_high"],
-                     "paper_fedprox": math.nan, "paper_upcycled": math.nan, "paper_gain": math.nan})
+        rows.append(
+            {
+                "dataset": r["dataset"],
+                "implementation": reference_label(r["variant"], r["lr"], r["step"], r["epochs"]),
+                "reporting": r["reporting"],
+                "split": r["split"],
+                "seeds": int(r["seeds"]),
+                "fedprox": r["fedprox"],
+                "upcycled": r["upcycled"],
+                "gain": r["gain"],
+                "gain_std": std_from_interval(r["gain_ci_low"], r["gain_ci_high"], int(r["seeds"]), LEVEL),
+                "gain_ci_low": r["gain_ci_low"],
+                "gain_ci_high": r["gain_ci_high"],
+                "paper_fedprox": math.nan,
+                "paper_upcycled": math.nan,
+                "paper_gain": math.nan,
+            }
+        )
     return rows
 
 
@@ -146,27 +174,54 @@ def on_paper_data(runs: pd.DataFrame) -> bool:
 def _gain_text(r: dict) -> str:
     if math.isnan(r["gain_ci_low"]):
         return fmt(r["gain"], signed=True)
-    return f"{fmt(r['gain'], signed=True)} [{fmt(r['gain_ci_low'], signed=True)}, {fmt(r['gain_ci_high'], signed=True)}]"
+    return (
+        f"{fmt(r['gain'], signed=True)} [{fmt(r['gain_ci_low'], signed=True)}, {fmt(r['gain_ci_high'], signed=True)}]"
+    )
 
 
-HEADER = ["Data set", "Implementation", "Reporting", "Split", "Seeds", "FedProx %", "Upcycled-FL %",
-          "Gain pp [95% CI]", "Paper: FedProx, Upcycled-FL, gain"]
+HEADER = [
+    "Data set",
+    "Implementation",
+    "Reporting",
+    "Split",
+    "Seeds",
+    "FedProx %",
+    "Upcycled-FL %",
+    "Gain pp [95% CI]",
+    "Paper: FedProx, Upcycled-FL, gain",
+]
 
 
 def gap_rows(frame: pd.DataFrame) -> list[list[str]]:
     rows = []
     for r in frame.to_dict("records"):
-        paper = "" if math.isnan(r["paper_gain"]) else \
-            f"{fmt(r['paper_fedprox'])}, {fmt(r['paper_upcycled'])}, {fmt(r['paper_gain'], signed=True)}"
-        rows.append([dataset_label(r["dataset"]), r["implementation"], r["reporting"], r["split"], str(int(r["seeds"])),
-                     fmt(r["fedprox"]), fmt(r["upcycled"]), _gain_text(r), paper])
+        paper = (
+            ""
+            if math.isnan(r["paper_gain"])
+            else f"{fmt(r['paper_fedprox'])}, {fmt(r['paper_upcycled'])}, {fmt(r['paper_gain'], signed=True)}"
+        )
+        rows.append(
+            [
+                dataset_label(r["dataset"]),
+                r["implementation"],
+                r["reporting"],
+                r["split"],
+                str(int(r["seeds"])),
+                fmt(r["fedprox"]),
+                fmt(r["upcycled"]),
+                _gain_text(r),
+                paper,
+            ]
+        )
     return rows
 
 
 def iterations_text(runs: pd.DataFrame) -> str:
     """'80/160': FedProx's and Upcycled-FL's iterations in these runs (several values joined by ', ')."""
+
     def values(alg):
         return ", ".join(str(int(r)) for r in sorted(set(runs.loc[runs["algorithm"] == alg, "rounds"].astype(int))))
+
     return f"{values('fedprox')}/{values('upcycled')}"
 
 
@@ -174,20 +229,34 @@ def caption(runs: pd.DataFrame, frame: pd.DataFrame) -> str:
     """The table's caption, stating the iterations and data of these runs; the paper's figure and the authors'
     code's rows are named only when the runs are on the paper's released data."""
     on_paper = not frame["paper_gain"].isna().all()
-    data = "the paper's released synthetic sets" if on_paper else \
-        "draws of upfl's synthetic generator (not the paper's data)"
-    text = (f"FedProx and Upcycled-FL ({iterations_text(runs)} iterations) at μ = 1, 90% stragglers, on {data}. "
-            "Implementations: upfl with the paper's model (λ = 0.43); upfl under the authors' protocol (their softmax "
-            "before the cross-entropy, their scalar step 0.7)")
-    text += ("; the authors' code, measured on the same data (every measured row: its released settings and the "
-             "variants at lr 5e-3, step 0.7 or 0.9 (the code's tuning comment), E 20 or 10; provenance in "
-             "src/upfl/report/paper_values/authors_code.md)" if on_paper else "")
-    text += (". Reporting: " + "; ".join(f"{k} = {v}" for k, v in REPORTING_CHOICES.items())
-             + ". Gain: Upcycled-FL minus FedProx per seed, mean and 95% t interval.")
+    data = (
+        "the paper's released synthetic sets"
+        if on_paper
+        else "draws of upfl's synthetic generator (not the paper's data)"
+    )
+    text = (
+        f"FedProx and Upcycled-FL ({iterations_text(runs)} iterations) at μ = 1, 90% stragglers, on {data}. "
+        "Implementations: upfl with the paper's model (λ = 0.43); upfl under the authors' protocol (their softmax "
+        "before the cross-entropy, their scalar step 0.7)"
+    )
+    text += (
+        "; the authors' code, measured on the same data (every measured row: its released settings and the "
+        "variants at lr 5e-3, step 0.7 or 0.9 (the code's tuning comment), E 20 or 10; provenance in "
+        "src/upfl/report/paper_values/authors_code.md)"
+        if on_paper
+        else ""
+    )
+    text += (
+        ". Reporting: "
+        + "; ".join(f"{k} = {v}" for k, v in REPORTING_CHOICES.items())
+        + ". Gain: Upcycled-FL minus FedProx per seed, mean and 95% t interval."
+    )
     if on_paper:
         return text + " The paper's figure (Table 1) is a final value; it is shown on the final rows."
-    return text + (" Neither the paper's Table 1 figure nor the authors' code's results are shown: they describe "
-                   "the paper's data, which these runs are not on.")
+    return text + (
+        " Neither the paper's Table 1 figure nor the authors' code's results are shown: they describe "
+        "the paper's data, which these runs are not on."
+    )
 
 
 def write_protocol_gap(runs: pd.DataFrame, out_prefix: str, provenance: str) -> pd.DataFrame:
@@ -195,15 +264,22 @@ def write_protocol_gap(runs: pd.DataFrame, out_prefix: str, provenance: str) -> 
     then the table); return the frame."""
     frame = protocol_gap_frame(runs)
     write_csv(f"{out_prefix}.csv", frame, provenance)
-    write_markdown(f"{out_prefix}.md", "Where the headline comes from: implementation x reporting choice",
-                   [*headline_section(runs), "## The table\n", caption(runs, frame),
-                    markdown_table(HEADER, gap_rows(frame))], provenance)
+    write_markdown(
+        f"{out_prefix}.md",
+        "Where the headline comes from: implementation x reporting choice",
+        [*headline_section(runs), "## The table\n", caption(runs, frame), markdown_table(HEADER, gap_rows(frame))],
+        provenance,
+    )
     return frame
 
 
 def _final_row(frame: pd.DataFrame, dataset: str, implementation: str, split: str = "train") -> dict | None:
-    rows = frame[(frame["dataset"] == dataset) & (frame["implementation"] == implementation)
-                 & (frame["reporting"] == "final") & (frame["split"] == split)]
+    rows = frame[
+        (frame["dataset"] == dataset)
+        & (frame["implementation"] == implementation)
+        & (frame["reporting"] == "final")
+        & (frame["split"] == split)
+    ]
     return rows.iloc[0].to_dict() if len(rows) else None
 
 
@@ -235,20 +311,26 @@ def smaller_step_lines(frame: pd.DataFrame, grid: pd.DataFrame | None) -> list[s
         smaller = cell[(cell["varied"] == "lr") & (cell["lr"] < base["lr"].iloc[0])].sort_values("lr", ascending=False)
         if smaller.empty:
             continue
-        excluded = int(((smaller["gain_train_low"] > authors["gain"]) | (smaller["gain_train_high"] < authors["gain"])).sum())
+        excluded = int(
+            ((smaller["gain_train_low"] > authors["gain"]) | (smaller["gain_train_high"] < authors["gain"])).sum()
+        )
         rates = ", ".join(f"{v:g}" for v in smaller["lr"])
-        lines.append(f"- Is the authors' loss a smaller step? {dataset_label(dataset)}, final train accuracy: the paper's "
-                     f"model at lr {rates} gives FedProx {fmt(smaller['fedprox_train'].min())}-"
-                     f"{fmt(smaller['fedprox_train'].max())}% and gains {fmt(smaller['gain_train'].min(), signed=True)} "
-                     f"to {fmt(smaller['gain_train'].max(), signed=True)} pp (sensitivity table); the authors' protocol "
-                     f"at lr {base['lr'].iloc[0]:g} gives FedProx {fmt(authors['fedprox'])}% and "
-                     f"{fmt(authors['gain'], signed=True)} pp (this table); {excluded} of the {len(smaller)} smaller "
-                     f"learning rates' 95% intervals exclude that gain.")
+        lines.append(
+            f"- Is the authors' loss a smaller step? {dataset_label(dataset)}, final train accuracy: the paper's "
+            f"model at lr {rates} gives FedProx {fmt(smaller['fedprox_train'].min())}-"
+            f"{fmt(smaller['fedprox_train'].max())}% and gains {fmt(smaller['gain_train'].min(), signed=True)} "
+            f"to {fmt(smaller['gain_train'].max(), signed=True)} pp (sensitivity table); the authors' protocol "
+            f"at lr {base['lr'].iloc[0]:g} gives FedProx {fmt(authors['fedprox'])}% and "
+            f"{fmt(authors['gain'], signed=True)} pp (this table); {excluded} of the {len(smaller)} smaller "
+            f"learning rates' 95% intervals exclude that gain."
+        )
     if lines:
         factors = ", ".join(f"{authors_gradient_factor(w):.2g} at {w:g}" for w in FACTOR_AT)
-        lines.append("- Per sample, the authors' loss scales the paper's gradient by a factor that depends on the "
-                     "probability w the model puts on the wrong class (two classes, docs/differences.md): "
-                     f"{factors}; a smaller step scales every sample by one factor.")
+        lines.append(
+            "- Per sample, the authors' loss scales the paper's gradient by a factor that depends on the "
+            "probability w the model puts on the wrong class (two classes, docs/differences.md): "
+            f"{factors}; a smaller step scales every sample by one factor."
+        )
     return lines
 
 
@@ -274,17 +356,24 @@ def seed_spread_lines(frame: pd.DataFrame) -> list[str]:
             for label in (same[0], IMPLEMENTATIONS[True]):
                 ours = rows.loc[label].to_dict()
                 diff, low, high = welch_interval(_interval(ours), _interval(theirs), LEVEL)
-                where = "on the same " + label.split(", ")[-1] if label != IMPLEMENTATIONS[True] else \
-                    f"on all {int(ours['seeds'])} seeds"
+                where = (
+                    "on the same " + label.split(", ")[-1]
+                    if label != IMPLEMENTATIONS[True]
+                    else f"on all {int(ours['seeds'])} seeds"
+                )
                 spread = "within seed spread" if low <= 0 <= high else "beyond seed spread"
-                parts.append(f"{where} {_gain_text(ours)} pp (FedProx {fmt(ours['fedprox'])}%, Upcycled-FL "
-                             f"{fmt(ours['upcycled'])}%, std of the per-seed gains {fmt(ours['gain_std'])}): "
-                             f"difference {fmt(diff, signed=True)} pp, Welch 95% interval [{fmt(low, signed=True)}, "
-                             f"{fmt(high, signed=True)}], {spread}")
-            lines.append(f"- {dataset_label(dataset)}, final {split} accuracy, the authors' code against upfl under "
-                         f"the authors' protocol: the authors' code {_gain_text(theirs)} pp ({int(theirs['seeds'])} "
-                         f"seeds; FedProx {fmt(theirs['fedprox'])}%, Upcycled-FL {fmt(theirs['upcycled'])}%, std of "
-                         f"the per-seed gains {fmt(theirs['gain_std'])}); upfl " + "; ".join(parts) + ".")
+                parts.append(
+                    f"{where} {_gain_text(ours)} pp (FedProx {fmt(ours['fedprox'])}%, Upcycled-FL "
+                    f"{fmt(ours['upcycled'])}%, std of the per-seed gains {fmt(ours['gain_std'])}): "
+                    f"difference {fmt(diff, signed=True)} pp, Welch 95% interval [{fmt(low, signed=True)}, "
+                    f"{fmt(high, signed=True)}], {spread}"
+                )
+            lines.append(
+                f"- {dataset_label(dataset)}, final {split} accuracy, the authors' code against upfl under "
+                f"the authors' protocol: the authors' code {_gain_text(theirs)} pp ({int(theirs['seeds'])} "
+                f"seeds; FedProx {fmt(theirs['fedprox'])}%, Upcycled-FL {fmt(theirs['upcycled'])}%, std of "
+                f"the per-seed gains {fmt(theirs['gain_std'])}); upfl " + "; ".join(parts) + "."
+            )
     return lines
 
 
@@ -300,31 +389,49 @@ def headline_section(runs: pd.DataFrame, grid_runs: pd.DataFrame | None = None) 
     for dataset in dict.fromkeys(frame["dataset"]):
         cell = frame[frame["dataset"] == dataset]
         for split in SPLITS:
-            final = cell[(cell["reporting"] == "final") & (cell["split"] == split)
-                         & cell["implementation"].isin([*IMPLEMENTATIONS.values(), AUTHORS_CODE])]
-            parts = [f"{r['implementation']} {_gain_text(r)} pp"
-                     + ("" if math.isnan(r["fedprox"]) else f" (FedProx {fmt(r['fedprox'])}%)")
-                     for r in final.to_dict("records") if r["seeds"]]
+            final = cell[
+                (cell["reporting"] == "final")
+                & (cell["split"] == split)
+                & cell["implementation"].isin([*IMPLEMENTATIONS.values(), AUTHORS_CODE])
+            ]
+            parts = [
+                f"{r['implementation']} {_gain_text(r)} pp"
+                + ("" if math.isnan(r["fedprox"]) else f" (FedProx {fmt(r['fedprox'])}%)")
+                for r in final.to_dict("records")
+                if r["seeds"]
+            ]
             paper = final["paper_gain"].dropna()
             if parts:
-                lines.append(f"- {dataset_label(dataset)}, final {split} accuracy: "
-                             + (f"paper {fmt(paper.iloc[0], signed=True)} pp; " if len(paper) else "")
-                             + "; ".join(parts) + ".")
+                lines.append(
+                    f"- {dataset_label(dataset)}, final {split} accuracy: "
+                    + (f"paper {fmt(paper.iloc[0], signed=True)} pp; " if len(paper) else "")
+                    + "; ".join(parts)
+                    + "."
+                )
         widest = cell[cell["implementation"].isin(IMPLEMENTATIONS.values())]
         top = widest.loc[widest["gain"].idxmax()] if len(widest) else None
         if top is not None:
-            lines.append(f"- {dataset_label(dataset)}, the largest mean gain of upfl over every reporting choice "
-                         f"and split: {fmt(top['gain'], signed=True)} pp ({top['implementation']}, {top['reporting']} "
-                         f"{top['split']}).")
-    measured = ("the Upcycled-FL gain of upfl with the paper's model and of upfl under the authors' protocol (their "
-                "softmax before the cross-entropy and their scalar step 0.7)")
-    text = (f"What was measured (experiment protocol_gap, FedProx and Upcycled-FL at {iterations_text(runs)} "
-            f"iterations, μ = 1, paired on seed, 95% t intervals; the full table is results/tables/protocol_gap.md): "
-            + (f"{measured}, and of the authors' code measured on the same data (final rows of its released "
-               "settings here; every measured row in the table), beside the paper's figure." if on_paper else
-               f"{measured}. These runs are not on the paper's released data (a generator draw), so neither the "
-               "paper's figure nor the authors' code's results are set beside them.")
-            + " No conclusion is drawn beyond these numbers.")
+            lines.append(
+                f"- {dataset_label(dataset)}, the largest mean gain of upfl over every reporting choice "
+                f"and split: {fmt(top['gain'], signed=True)} pp ({top['implementation']}, {top['reporting']} "
+                f"{top['split']})."
+            )
+    measured = (
+        "the Upcycled-FL gain of upfl with the paper's model and of upfl under the authors' protocol (their "
+        "softmax before the cross-entropy and their scalar step 0.7)"
+    )
+    text = (
+        f"What was measured (experiment protocol_gap, FedProx and Upcycled-FL at {iterations_text(runs)} "
+        f"iterations, μ = 1, paired on seed, 95% t intervals; the full table is results/tables/protocol_gap.md): "
+        + (
+            f"{measured}, and of the authors' code measured on the same data (final rows of its released "
+            "settings here; every measured row in the table), beside the paper's figure."
+            if on_paper
+            else f"{measured}. These runs are not on the paper's released data (a generator draw), so neither the "
+            "paper's figure nor the authors' code's results are set beside them."
+        )
+        + " No conclusion is drawn beyond these numbers."
+    )
     grid = None
     if grid_runs is not None and not grid_runs.empty:
         from .gain_grid import gain_grid_frame

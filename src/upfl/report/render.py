@@ -6,9 +6,9 @@ import datetime as dt
 import math
 import os
 import re
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
-from collections.abc import Iterable, Sequence
 
 import pandas as pd
 
@@ -53,8 +53,11 @@ def runs_origins_and_seeds(runs: pd.DataFrame) -> tuple[list[str], list[int]]:
     """What the runs were trained on (each data origin in words) and their seeds."""
     from .collect import ORIGIN_COLUMNS, origin_text
 
-    origins = sorted({origin_text(*r) for r in runs.reindex(columns=list(ORIGIN_COLUMNS)).itertuples(index=False)}) \
-        if len(runs) else []
+    origins = (
+        sorted({origin_text(*r) for r in runs.reindex(columns=list(ORIGIN_COLUMNS)).itertuples(index=False)})
+        if len(runs)
+        else []
+    )
     return origins, sorted({int(as_number(v)) for v in runs.get("seed", []) if not math.isnan(as_number(v))})
 
 
@@ -64,9 +67,15 @@ def data_and_seeds_title(runs: pd.DataFrame) -> str:
     if not origins:
         return ""
     generated = [o for o in origins if o.startswith("our generator")]
-    data = ("our generator's draws" if len(generated) == len(origins) else
-            "the authors' released draws" if all(o.startswith("the authors'") for o in origins) else
-            "; ".join(origins) if len(origins) <= 2 else f"{len(origins)} data origins (provenance line)")
+    data = (
+        "our generator's draws"
+        if len(generated) == len(origins)
+        else "the authors' released draws"
+        if all(o.startswith("the authors'") for o in origins)
+        else "; ".join(origins)
+        if len(origins) <= 2
+        else f"{len(origins)} data origins (provenance line)"
+    )
     return f" ({data}; {len(seeds)} seed{'s' if len(seeds) != 1 else ''})"
 
 
@@ -74,8 +83,10 @@ def runs_provenance(runs: pd.DataFrame) -> str:
     """'data: <origins>; seeds 0 1; 350 runs made at git <commits>': what the runs were trained on."""
     origins, seeds = runs_origins_and_seeds(runs)
     commits = sorted({str(c) for c in runs["git_commit"].dropna()}) if "git_commit" in runs.columns else []
-    return (f"data: {', '.join(origins) or 'none'}; seeds {' '.join(map(str, seeds)) or 'none'}; "
-            f"{len(runs)} runs made at git {', '.join(commits) or 'unknown'}")
+    return (
+        f"data: {', '.join(origins) or 'none'}; seeds {' '.join(map(str, seeds)) or 'none'}; "
+        f"{len(runs)} runs made at git {', '.join(commits) or 'unknown'}"
+    )
 
 
 def relative_to_workdir(path: str | os.PathLike) -> str:
@@ -84,8 +95,9 @@ def relative_to_workdir(path: str | os.PathLike) -> str:
     return os.path.relpath(path) if os.path.isabs(path) else str(path)
 
 
-def provenance_line(config_files: str | Sequence[str] | None = None, runs: pd.DataFrame | None = None,
-                    preset: str | None = None) -> str:
+def provenance_line(
+    config_files: str | Sequence[str] | None = None, runs: pd.DataFrame | None = None, preset: str | None = None
+) -> str:
     """``upfl <version>; git <commit>; config <file> (sha256 ...); preset <name>; data: ...; seeds ...; <n> runs
     made at git ...; <date>``: the code, configuration, data, seeds and runs behind an output."""
     if isinstance(config_files, str):
@@ -129,16 +141,33 @@ def mean_std(mean, std, digits: int = 2) -> str:
 
 def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
     """A GitHub-flavoured Markdown table (pipes in cells escaped)."""
+
     def line(cells):
         return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+
     out = [line(header), "|" + "|".join("---" for _ in header) + "|"]
     out.extend(line(r) for r in rows)
     return "\n".join(out) + "\n"
 
 
-TEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-               "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
-               "±": r"$\pm$", "μ": r"$\mu$", "λ": r"$\lambda$", "−": "-", "Δ": r"$\Delta$", "–": "--"}
+TEX_ESCAPES = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "±": r"$\pm$",
+    "μ": r"$\mu$",
+    "λ": r"$\lambda$",
+    "−": "-",
+    "Δ": r"$\Delta$",
+    "–": "--",
+}
 
 
 def tex_escape(text: str) -> str:
@@ -154,18 +183,31 @@ def tex_cell(text: str) -> str:
     return r"\begin{tabular}[t]{@{}l@{}}" + r" \\ ".join(tex_escape(x) for x in lines) + r"\end{tabular}"
 
 
-def latex_table(header: Sequence[str], rows: Iterable[Sequence[str]], caption: str, label: str,
-                footer: str) -> str:
+def latex_table(header: Sequence[str], rows: Iterable[Sequence[str]], caption: str, label: str, footer: str) -> str:
     """A ``table*`` with booktabs rules, scaled to the text width; ``footer`` below the rules."""
     cols = "l" * len(header)
     body = [" & ".join(tex_cell(c) for c in r) + r" \\" for r in rows]
-    return "\n".join([
-        r"% needs \usepackage{booktabs,graphicx}",
-        r"\begin{table*}[t]", r"\centering", rf"\caption{{{tex_escape(caption)}}}", rf"\label{{{label}}}",
-        r"\resizebox{\textwidth}{!}{%", rf"\begin{{tabular}}{{{cols}}}", r"\toprule",
-        " & ".join(tex_cell(h) for h in header) + r" \\", r"\midrule", *body, r"\bottomrule",
-        r"\end{tabular}}", "", rf"\footnotesize {tex_escape(footer)}", r"\end{table*}", "",
-    ])
+    return "\n".join(
+        [
+            r"% needs \usepackage{booktabs,graphicx}",
+            r"\begin{table*}[t]",
+            r"\centering",
+            rf"\caption{{{tex_escape(caption)}}}",
+            rf"\label{{{label}}}",
+            r"\resizebox{\textwidth}{!}{%",
+            rf"\begin{{tabular}}{{{cols}}}",
+            r"\toprule",
+            " & ".join(tex_cell(h) for h in header) + r" \\",
+            r"\midrule",
+            *body,
+            r"\bottomrule",
+            r"\end{tabular}}",
+            "",
+            rf"\footnotesize {tex_escape(footer)}",
+            r"\end{table*}",
+            "",
+        ]
+    )
 
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
@@ -207,7 +249,8 @@ HTML_STYLE = (
     "ul{margin:0.4em 0;padding-left:1.4em}li{margin:0.15em 0}"
     "th,td{border:1px solid #bbb;padding:0.25em 0.5em;vertical-align:top;text-align:left}"
     "th{background:#eee}tr:nth-child(even) td{background:#fafafa}"
-    "p.provenance{color:#666;font-size:0.8em}")
+    "p.provenance{color:#666;font-size:0.8em}"
+)
 
 
 def _inline_html(text: str) -> str:
@@ -262,5 +305,7 @@ def markdown_html(text: str, title: str) -> str:
             cls = ' class="provenance"' if joined.startswith("Provenance:") else ""
             body.append(f"<p{cls}>{_inline_html(joined)}</p>")
         i += 1
-    return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
-            f"<style>{HTML_STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        f"<style>{HTML_STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
+    )

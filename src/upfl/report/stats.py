@@ -73,11 +73,11 @@ def welch_interval(a: Interval, b: Interval, level: float = LEVEL) -> tuple[floa
     diff = a.mean - b.mean
     if a.n < 2 or b.n < 2:
         return diff, math.nan, math.nan
-    va, vb = a.std ** 2 / a.n, b.std ** 2 / b.n
+    va, vb = a.std**2 / a.n, b.std**2 / b.n
     se = math.sqrt(va + vb)
     if se == 0:
         return diff, diff, diff
-    df = se ** 4 / (va ** 2 / (a.n - 1) + vb ** 2 / (b.n - 1))
+    df = se**4 / (va**2 / (a.n - 1) + vb**2 / (b.n - 1))
     from scipy.special import stdtrit
 
     half = float(stdtrit(df, (1 + level) / 2)) * se

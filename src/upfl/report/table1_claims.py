@@ -37,28 +37,56 @@ def table1_claims(ctx: Context) -> list[dict[str, Any]]:
         for mu in sorted({float(m) for m in d["mu"]}):
             up = d[(d["algorithm"] == "upcycled") & ((d["mu"] - mu).abs() < 1e-9)].iloc[0]
             prox = d[(d["algorithm"] == "fedprox") & ((d["mu"] - mu).abs() < 1e-9)].iloc[0]
-            ours = frame[(frame["dataset"] == dataset) & (frame["algorithm"] == "upcycled")
-                         & (frame["mu"].astype(float).sub(mu).abs() < 1e-9)] if len(frame) else frame
+            ours = (
+                frame[
+                    (frame["dataset"] == dataset)
+                    & (frame["algorithm"] == "upcycled")
+                    & (frame["mu"].astype(float).sub(mu).abs() < 1e-9)
+                ]
+                if len(frame)
+                else frame
+            )
             for key in ACC:
                 paper = float(up[key]) - float(prox[key])
                 text = f"{float(up[key]):.2f} − {float(prox[key]):.2f}"
-                base = dict(id=f"table1/{dataset}/mu{fmt_mu(mu)}/{key}", section="Table 1",
-                            claim=f"Upcycled-FL − FedProx, final {METRIC_TEXT[key]}, μ = {fmt_mu(mu)} ({text})",
-                            dataset=dataset, paper=paper, unit="pp", experiment=ctx.roles["table1"],
-                            source="Table 1")
+                base = dict(
+                    id=f"table1/{dataset}/mu{fmt_mu(mu)}/{key}",
+                    section="Table 1",
+                    claim=f"Upcycled-FL − FedProx, final {METRIC_TEXT[key]}, μ = {fmt_mu(mu)} ({text})",
+                    dataset=dataset,
+                    paper=paper,
+                    unit="pp",
+                    experiment=ctx.roles["table1"],
+                    source="Table 1",
+                )
                 if draws is not None:
                     sp = spread(draws, dataset, mu, key)
                     if sp:
                         base.update(sp)
                 if ours.empty or "n_pairs" not in ours.columns or pd.isna(ours.iloc[0].get("n_pairs")):
                     have = not runs.empty and (runs["dataset"] == dataset).any()
-                    why = (f"no FedProx / Upcycled-FL pair at μ = {fmt_mu(mu)} on {dataset_label(dataset)} in "
-                           f"experiment {ctx.roles['table1']}") if have else ctx.missing("table1", dataset)
+                    why = (
+                        (
+                            f"no FedProx / Upcycled-FL pair at μ = {fmt_mu(mu)} on {dataset_label(dataset)} in "
+                            f"experiment {ctx.roles['table1']}"
+                        )
+                        if have
+                        else ctx.missing("table1", dataset)
+                    )
                     rows.append(not_measured(**base, why=why))
                     continue
                 r = ours.iloc[0]
                 low, high, n = r[f"{key}_gain_ci_low"], r[f"{key}_gain_ci_high"], int(r["n_pairs"])
                 verdict, why = verdict_gain(paper, low, high, n, 0.01)
-                rows.append(claim_row(**base, ours=r[f"{key}_gain_mean"], ci_low=low, ci_high=high, n_pairs=n,
-                                 verdict=verdict, why=why))
+                rows.append(
+                    claim_row(
+                        **base,
+                        ours=r[f"{key}_gain_mean"],
+                        ci_low=low,
+                        ci_high=high,
+                        n_pairs=n,
+                        verdict=verdict,
+                        why=why,
+                    )
+                )
     return rows

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-from collections.abc import Sequence
 
 import pandas as pd
 
@@ -31,10 +31,18 @@ def table1_cell(dataset: str, alg: str, mu: float, cell: pd.DataFrame) -> dict[s
     if cell["seed"].duplicated().any():
         raise ReportError(f"{what}: several runs with the same seed ({sorted(cell['seed'])})")
     ok = converged(cell)
-    row: dict[str, Any] = {"dataset": dataset, "label": dataset_label(dataset), "algorithm": alg,
-                           "mu": mu, "lam": cell["lam"].iloc[0], "rounds": int(cell["rounds"].iloc[0]),
-                           "n_seeds": len(ok), "seeds": " ".join(str(int(s)) for s in sorted(ok["seed"])),
-                           "n_diverged": len(cell) - len(ok), "diverged": diverged_note(cell)}
+    row: dict[str, Any] = {
+        "dataset": dataset,
+        "label": dataset_label(dataset),
+        "algorithm": alg,
+        "mu": mu,
+        "lam": cell["lam"].iloc[0],
+        "rounds": int(cell["rounds"].iloc[0]),
+        "n_seeds": len(ok),
+        "seeds": " ".join(str(int(s)) for s in sorted(ok["seed"])),
+        "n_diverged": len(cell) - len(ok),
+        "diverged": diverged_note(cell),
+    }
     paper = table1_value(dataset, alg, None if math.isnan(mu) else mu)
     for i, key in enumerate(ACC):
         values = _pct(ok[f"final_{key}"])
@@ -55,9 +63,15 @@ def claim_columns(up: pd.DataFrame, prox: pd.DataFrame, paper_up: dict, paper_pr
         pairs = paired(up, prox, f"final_{key}")
         ci = mean_interval(_pct(pairs["a"]) - _pct(pairs["b"]), LEVEL)
         out["n_pairs"] = ci.n
-        out.update({f"{key}_gain_mean": ci.mean, f"{key}_gain_ci_low": ci.low, f"{key}_gain_ci_high": ci.high,
-                    f"claim_holds_{key}": ci.above_zero,
-                    f"paper_{key}_gain": paper_up.get(f"paper_{key}", math.nan) - paper_prox.get(f"paper_{key}", math.nan)})
+        out.update(
+            {
+                f"{key}_gain_mean": ci.mean,
+                f"{key}_gain_ci_low": ci.low,
+                f"{key}_gain_ci_high": ci.high,
+                f"claim_holds_{key}": ci.above_zero,
+                f"paper_{key}_gain": paper_up.get(f"paper_{key}", math.nan) - paper_prox.get(f"paper_{key}", math.nan),
+            }
+        )
     return out
 
 
@@ -108,12 +122,24 @@ def holds_text(row: dict) -> str:
         return ""
     if missing(train) or missing(test):
         return "n/a (under 2 paired seeds)"
-    verdicts: dict[tuple[Any, Any], str] = {(True, True): "yes", (True, False): "train only", (False, True): "test only"}
+    verdicts: dict[tuple[Any, Any], str] = {
+        (True, True): "yes",
+        (True, False): "train only",
+        (False, True): "test only",
+    }
     return verdicts.get((train, test), "no")
 
 
-TABLE1_HEADER = ["Dataset", "μ", "FedAvg<br>paper; Δ", "FedProx<br>paper; Δ", "Upcycled-FL<br>paper; Δ",
-                 "Upcycled − FedProx [95% CI]<br>train; test", "claim holds", "paper: Upcycled − FedProx"]
+TABLE1_HEADER = [
+    "Dataset",
+    "μ",
+    "FedAvg<br>paper; Δ",
+    "FedProx<br>paper; Δ",
+    "Upcycled-FL<br>paper; Δ",
+    "Upcycled − FedProx [95% CI]<br>train; test",
+    "claim holds",
+    "paper: Upcycled − FedProx",
+]
 
 
 def table1_rows(frame: pd.DataFrame) -> list[list[str]]:
@@ -127,19 +153,30 @@ def table1_rows(frame: pd.DataFrame) -> list[list[str]]:
             up: dict = {}
             for alg in ("fedavg", "fedprox", "upcycled"):
                 want = math.nan if alg == "fedavg" else mu
-                hit = [r for r in records if r["dataset"] == dataset and r["algorithm"] == alg
-                       and (missing(r["mu"]) if missing(want) else (not missing(r["mu"]) and abs(r["mu"] - want) < 1e-12))]
+                hit = [
+                    r
+                    for r in records
+                    if r["dataset"] == dataset
+                    and r["algorithm"] == alg
+                    and (missing(r["mu"]) if missing(want) else (not missing(r["mu"]) and abs(r["mu"] - want) < 1e-12))
+                ]
                 if not hit or (alg == "fedavg" and i > 0):
                     line.append("")
                     continue
                 r = hit[0]
                 up = r if alg == "upcycled" else up
-                line.append(f"{_ours(r)}<br>{_pair_text(r['paper_train_acc'], r['paper_test_acc'])}; "
-                            f"{_pair_text(r['diff_train_acc'], r['diff_test_acc'], signed=True)}")
+                line.append(
+                    f"{_ours(r)}<br>{_pair_text(r['paper_train_acc'], r['paper_test_acc'])}; "
+                    f"{_pair_text(r['diff_train_acc'], r['diff_test_acc'], signed=True)}"
+                )
             gains = [_ci_text(up, "train_acc"), _ci_text(up, "test_acc")]
-            line += ["<br>".join(g for g in gains if g), holds_text(up),
-                     _pair_text(up.get("paper_train_acc_gain", math.nan), up.get("paper_test_acc_gain", math.nan),
-                                signed=True)]
+            line += [
+                "<br>".join(g for g in gains if g),
+                holds_text(up),
+                _pair_text(
+                    up.get("paper_train_acc_gain", math.nan), up.get("paper_test_acc_gain", math.nan), signed=True
+                ),
+            ]
             lines.append(line)
     return lines
 
@@ -147,12 +184,19 @@ def table1_rows(frame: pd.DataFrame) -> list[list[str]]:
 def settings_text(runs: pd.DataFrame) -> str:
     """The experiment's shared settings (stragglers, fraction, iterations per algorithm, epochs)."""
     parts = []
-    for col, name in (("straggler", "stragglers"), ("frac", "fraction"), ("epochs", "epochs E"),
-                      ("policy", "straggler policy"), ("straggler_draw", "straggler draw")):
+    for col, name in (
+        ("straggler", "stragglers"),
+        ("frac", "fraction"),
+        ("epochs", "epochs E"),
+        ("policy", "straggler policy"),
+        ("straggler_draw", "straggler draw"),
+    ):
         if col in runs.columns:
             parts.append(f"{name} {', '.join(sorted({fmt_mu(v) if not isinstance(v, str) else v for v in runs[col]}))}")
-    iters = [f"{algorithm_label(str(a))} {', '.join(str(int(r)) for r in sorted(set(g['rounds'])))}"
-             for a, g in runs.groupby("algorithm", sort=False)]
+    iters = [
+        f"{algorithm_label(str(a))} {', '.join(str(int(r)) for r in sorted(set(g['rounds'])))}"
+        for a, g in runs.groupby("algorithm", sort=False)
+    ]
     return "; ".join(parts + ["iterations: " + ", ".join(iters)])
 
 
@@ -162,18 +206,22 @@ def paper_notes(frame: pd.DataFrame) -> list[str]:
     notes = []
     for r in pv[pv["note"].notna()].to_dict("records"):
         if r["dataset"] in set(frame["dataset"]):
-            notes.append(f"- {r['label']}, {algorithm_label(r['algorithm'])}"
-                         f"{'' if missing(r['mu']) else ', μ = ' + fmt_mu(r['mu'])}: {r['note']}")
+            notes.append(
+                f"- {r['label']}, {algorithm_label(r['algorithm'])}"
+                f"{'' if missing(r['mu']) else ', μ = ' + fmt_mu(r['mu'])}: {r['note']}"
+            )
     return notes
 
 
-TABLE1_CAPTION = ("Training (testing) accuracy in % at the final iteration: mean ± sample std over seeds; paper: "
-                  "the paper's Table 1 value; Δ: ours − paper (percentage points). Upcycled − FedProx: the "
-                  "difference per seed (same seed, same device draws), its mean and 95% t interval; the claim "
-                  "holds when the interval lies above 0. The CSV adds the other reporting choices (max_*: the best "
-                  "value over iterations, last10_*: the mean of the last 10), which no verdict uses. A run whose "
-                  "weights or losses stopped being finite ('diverged k/n seeds') is left out of means, intervals "
-                  "and pairs.")
+TABLE1_CAPTION = (
+    "Training (testing) accuracy in % at the final iteration: mean ± sample std over seeds; paper: "
+    "the paper's Table 1 value; Δ: ours − paper (percentage points). Upcycled − FedProx: the "
+    "difference per seed (same seed, same device draws), its mean and 95% t interval; the claim "
+    "holds when the interval lies above 0. The CSV adds the other reporting choices (max_*: the best "
+    "value over iterations, last10_*: the mean of the last 10), which no verdict uses. A run whose "
+    "weights or losses stopped being finite ('diverged k/n seeds') is left out of means, intervals "
+    "and pairs."
+)
 
 
 def write_table1(runs: pd.DataFrame, out_prefix: str, provenance: str) -> pd.DataFrame:
@@ -186,10 +234,15 @@ def write_table1(runs: pd.DataFrame, out_prefix: str, provenance: str) -> pd.Dat
     notes = paper_notes(frame)
     if notes:
         sections.append("Notes on the paper's values:\n\n" + "\n".join(notes))
-    write_markdown(f"{out_prefix}.md", "Table 1: training (testing) accuracy of FedAvg, FedProx and Upcycled-FL"
-                   + data_and_seeds_title(runs), sections, provenance)
-    tex = latex_table(TABLE1_HEADER, rows, TABLE1_CAPTION + f" Settings: {settings}.", "tab:table1",
-                      "Provenance: " + provenance)
+    write_markdown(
+        f"{out_prefix}.md",
+        "Table 1: training (testing) accuracy of FedAvg, FedProx and Upcycled-FL" + data_and_seeds_title(runs),
+        sections,
+        provenance,
+    )
+    tex = latex_table(
+        TABLE1_HEADER, rows, TABLE1_CAPTION + f" Settings: {settings}.", "tab:table1", "Provenance: " + provenance
+    )
     write_text(f"{out_prefix}.tex", tex)
     return frame
 
@@ -211,22 +264,47 @@ def table2_row(data_dir: str) -> dict[str, Any]:
     from .collect import data_origin, origin_text
 
     origin = data_origin(data_dir)
-    row = {"dataset": name, "label": dataset_label(name), "data_dir": data_dir, **origin,
-           "data_origin": origin_text(*origin.values()),
-           **{k: v for k, v in stats.items() if k != "dataset"},
-           "reading": reading, "samples": samples,
-           "mean": stats[f"per_device_{reading}_mean"], "std": stats[f"per_device_{reading}_std"]}
+    row = {
+        "dataset": name,
+        "label": dataset_label(name),
+        "data_dir": data_dir,
+        **origin,
+        "data_origin": origin_text(*origin.values()),
+        **{k: v for k, v in stats.items() if k != "dataset"},
+        "reading": reading,
+        "samples": samples,
+        "mean": stats[f"per_device_{reading}_mean"],
+        "std": stats[f"per_device_{reading}_std"],
+    }
     for key in ("samples", "test", "devices", "mean", "std"):
         row[f"paper_{key}"] = paper.get(key, math.nan)
-    ours = {"samples": samples, "test": stats["samples_test"], "devices": stats["devices"],
-            "mean": row["mean"], "std": row["std"]}
+    ours = {
+        "samples": samples,
+        "test": stats["samples_test"],
+        "devices": stats["devices"],
+        "mean": row["mean"],
+        "std": row["std"],
+    }
     for key, value in ours.items():
         row[f"diff_{key}"] = value - row[f"paper_{key}"]
     return row
 
 
-TABLE2_HEADER = ["Dataset", "Data", "Total", "Train", "Test", "Devices", "Mean per device", "Std per device",
-                 "paper: samples (test)", "paper: devices", "paper: mean", "paper: std", "paper's samples count"]
+TABLE2_HEADER = [
+    "Dataset",
+    "Data",
+    "Total",
+    "Train",
+    "Test",
+    "Devices",
+    "Mean per device",
+    "Std per device",
+    "paper: samples (test)",
+    "paper: devices",
+    "paper: mean",
+    "paper: std",
+    "paper's samples count",
+]
 
 
 def table2_rows(frame: pd.DataFrame) -> list[list[str]]:
@@ -237,18 +315,32 @@ def table2_rows(frame: pd.DataFrame) -> list[list[str]]:
     for r in frame.to_dict("records"):
         paper = "" if missing(r["paper_samples"]) else f"{int(r['paper_samples'])} ({int(r['paper_test'])})"
         data = r["data_origin"] + (" — preview, not the paper's data" if is_generated(r["data_source"]) else "")
-        lines.append([r["label"], data, str(r["samples_total"]), str(r["samples_train"]), str(r["samples_test"]),
-                      str(r["devices"]), fmt(r["mean"], 1), fmt(r["std"], 1), paper,
-                      "" if missing(r["paper_devices"]) else str(int(r["paper_devices"])),
-                      fmt(r["paper_mean"], 0), fmt(r["paper_std"], 0),
-                      "" if not paper else ("train + test" if r["reading"] == "total" else "train")])
+        lines.append(
+            [
+                r["label"],
+                data,
+                str(r["samples_total"]),
+                str(r["samples_train"]),
+                str(r["samples_test"]),
+                str(r["devices"]),
+                fmt(r["mean"], 1),
+                fmt(r["std"], 1),
+                paper,
+                "" if missing(r["paper_devices"]) else str(int(r["paper_devices"])),
+                fmt(r["paper_mean"], 0),
+                fmt(r["paper_std"], 0),
+                "" if not paper else ("train + test" if r["reading"] == "total" else "train"),
+            ]
+        )
     return lines
 
 
-TABLE2_CAPTION = ("Data sets as used (computed from the data folders). Mean and std (population, ddof 0) of "
-                  "samples per device, counted as the paper's row counts them: train + test for the synthetic "
-                  "sets, training samples for FEMNIST and Sent140 (last column). Data: the authors' released draw, "
-                  "or our generator's draw (its setting and data_seed), whose counts need not match the paper's.")
+TABLE2_CAPTION = (
+    "Data sets as used (computed from the data folders). Mean and std (population, ddof 0) of "
+    "samples per device, counted as the paper's row counts them: train + test for the synthetic "
+    "sets, training samples for FEMNIST and Sent140 (last column). Data: the authors' released draw, "
+    "or our generator's draw (its setting and data_seed), whose counts need not match the paper's."
+)
 
 
 def write_table2(data_dirs: Sequence[str], out_prefix: str, provenance: str) -> pd.DataFrame:
@@ -260,6 +352,10 @@ def write_table2(data_dirs: Sequence[str], out_prefix: str, provenance: str) -> 
             raise ReportError(f"table2: data set folder {d}: not found")
     frame = pd.DataFrame([table2_row(d) for d in data_dirs])
     write_csv(f"{out_prefix}.csv", frame, provenance)
-    write_markdown(f"{out_prefix}.md", "Table 2: details of the data sets",
-                   [TABLE2_CAPTION, markdown_table(TABLE2_HEADER, table2_rows(frame))], provenance)
+    write_markdown(
+        f"{out_prefix}.md",
+        "Table 2: details of the data sets",
+        [TABLE2_CAPTION, markdown_table(TABLE2_HEADER, table2_rows(frame))],
+        provenance,
+    )
     return frame

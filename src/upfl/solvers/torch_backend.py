@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, NamedTuple
 from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -59,10 +59,18 @@ def pad_devices(xs: list[torch.Tensor], ys: list[torch.Tensor], plans: list[torc
     return x_pad, y_pad, idx, mask_all, order, inverse, steps[order].tolist()
 
 
-def local_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: list[torch.Tensor],
-                plans: list[torch.Tensor], mu: float, lr: float, momentum: float,
-                linear_term: torch.Tensor | None = None,
-                generator: torch.Generator | None = None) -> tuple[torch.Tensor, int]:
+def local_solve(
+    model,
+    w_global: torch.Tensor,
+    xs: list[torch.Tensor],
+    ys: list[torch.Tensor],
+    plans: list[torch.Tensor],
+    mu: float,
+    lr: float,
+    momentum: float,
+    linear_term: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, int]:
     """Run every device's plan from ``w_global``; return the (k, P) local models and the total SGD steps.
 
     ``ys`` are one-hot (n_i, C) float tensors; ``linear_term`` (k, P) adds n_i to each gradient.
@@ -131,13 +139,18 @@ def numba_solver(threads: int = 0, entries: tuple[str, ...] | None = None) -> Co
         solver_numba.warm_up(threads, *(() if entries is None else (tuple(entries),)))
     return CompiledSolver(
         solve=functools.partial(solver_numba.local_solve, threads=threads) if threads else solver_numba.local_solve,
-        personal_solve=(functools.partial(solver_numba.personal_solve, threads=threads) if threads
-                        else solver_numba.personal_solve),
-        evaluate=solver_numba.evaluate, evaluator=solver_numba.evaluator, batch_plan=solver_numba.batch_plans)
+        personal_solve=(
+            functools.partial(solver_numba.personal_solve, threads=threads) if threads else solver_numba.personal_solve
+        ),
+        evaluate=solver_numba.evaluate,
+        evaluator=solver_numba.evaluator,
+        batch_plan=solver_numba.batch_plans,
+    )
 
 
-def select_local_solver(backend: str, model, device: torch.device, threads: int = 0,
-                        entries: tuple[str, ...] | None = None) -> Callable:
+def select_local_solver(
+    backend: str, model, device: torch.device, threads: int = 0, entries: tuple[str, ...] | None = None
+) -> Callable:
     """The local solver of Algorithm 1 line 4 for ``solver.backend`` (``auto``, ``torch`` or ``numba``).
 
     Both solvers share the :func:`local_solve` contract and arithmetic. ``numba`` needs numba, a

@@ -73,11 +73,31 @@ do not depend on the layer (each worker runs a fixed list of devices)."""
 
 from . import arithmetic, evaluation, layout, plans, training, vectors  # noqa: E402
 from . import solver as _solver  # noqa: E402
-from .solver import (DEVICE_ROWS, EVALUATION_ROWS, SOLVER_ENTRIES, KeptArrays, batch_plans, evaluate,  # noqa: E402
-                     evaluator, local_solve, personal_solve, warm_up)
+from .solver import (  # noqa: E402
+    DEVICE_ROWS,
+    EVALUATION_ROWS,
+    SOLVER_ENTRIES,
+    KeptArrays,
+    batch_plans,
+    evaluate,
+    evaluator,
+    local_solve,
+    personal_solve,
+    warm_up,
+)
 
 for _module in (arithmetic, vectors, layout, plans, training, evaluation, _solver):
     guard_module(vars(_module))  # a damaged cache file is removed and its kernel compiled again
 
-__all__ = ["DEVICE_ROWS", "EVALUATION_ROWS", "SOLVER_ENTRIES", "KeptArrays", "batch_plans", "evaluate", "evaluator", "local_solve",
-           "personal_solve", "warm_up"]
+__all__ = [
+    "DEVICE_ROWS",
+    "EVALUATION_ROWS",
+    "SOLVER_ENTRIES",
+    "KeptArrays",
+    "batch_plans",
+    "evaluate",
+    "evaluator",
+    "local_solve",
+    "personal_solve",
+    "warm_up",
+]

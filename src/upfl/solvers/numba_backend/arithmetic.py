@@ -11,7 +11,6 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
-
 DTYPE = np.float32
 """Working precision: float32 like the torch path (parameters, momentum buffer, gradient)."""
 FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -24,12 +23,20 @@ LOG2E, LN2_HIGH, LN2_LOW = 1.44269504088896341, 0.693359375, -2.12194440e-4
 SQRT2 = math.sqrt(2.0)
 EXP_LOW, EXP_HIGH = -87.0, 88.0
 """The range of :func:`exp32`'s polynomial; below it exp is 0, above it inf."""
-EXP_POLYNOMIAL = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
-                  5.0000001201e-1)
+EXP_POLYNOMIAL = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
 """Cephes' expf polynomial in Horner order (highest degree first): exp(r) = 1 + r + r^2 P(r) on |r| <= ln 2 / 2."""
-LOG1P_POLYNOMIAL = (-3.2437588088214397e-3, 1.9850272685289383e-2, -5.695732682943344e-2, 1.0603433847427368e-1,
-                    -1.530546396970749e-1, 1.967589557170868e-1, -2.495412528514862e-1, 3.332996070384979e-1,
-                    -4.999990165233612e-1, 1.0)
+LOG1P_POLYNOMIAL = (
+    -3.2437588088214397e-3,
+    1.9850272685289383e-2,
+    -5.695732682943344e-2,
+    1.0603433847427368e-1,
+    -1.530546396970749e-1,
+    1.967589557170868e-1,
+    -2.495412528514862e-1,
+    3.332996070384979e-1,
+    -4.999990165233612e-1,
+    1.0,
+)
 """P(u) ~ log(1 + u) / u on [0, 1] in Horner order (degree 9, least relative error, rounded to float32; relative
 error under 5e-9): :func:`log1p32`."""
 
@@ -37,8 +44,12 @@ error under 5e-9): :func:`log1p32`."""
 INT64 = ir.IntType(64)
 
 
-BIT_CASTS = {types.int32: (types.float32, ir.FloatType()), types.float32: (types.int32, ir.IntType(32)),
-             types.int64: (types.float64, ir.DoubleType()), types.float64: (types.int64, INT64)}
+BIT_CASTS = {
+    types.int32: (types.float32, ir.FloatType()),
+    types.float32: (types.int32, ir.IntType(32)),
+    types.int64: (types.float64, ir.DoubleType()),
+    types.float64: (types.int64, INT64),
+}
 """The bit casts :func:`bit_cast` makes: each type to the type of the same width whose IEEE 754 bits it gives."""
 
 

@@ -86,7 +86,7 @@ def evaluate_rows(wt, xt, labels, binary, scale, softmax_first):
     correct = 0
     for r0 in range(0, n, EVALUATION_BLOCK):
         m = min(EVALUATION_BLOCK, n - r0)
-        rows, first, block_labels = xt, r0, labels[r0:r0 + EVALUATION_BLOCK]
+        rows, first, block_labels = xt, r0, labels[r0 : r0 + EVALUATION_BLOCK]
         if m < EVALUATION_BLOCK:
             tail[:, :m] = xt[:, r0:]
             tail_labels[:m] = labels[r0:]

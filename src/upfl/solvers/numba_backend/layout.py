@@ -28,7 +28,7 @@ def aligned_zeros(rows, width):
     """A zero (``rows``, ``width``) float32 matrix whose data starts at a multiple of :data:`VECTOR_BYTES`."""
     whole = np.zeros(rows * width + LANES, DTYPE)
     first = (-whole.ctypes.data) % VECTOR_BYTES // 4
-    return whole[first:first + rows * width].reshape(rows, width)
+    return whole[first : first + rows * width].reshape(rows, width)
 
 
 @numba.njit(nogil=True, cache=True)

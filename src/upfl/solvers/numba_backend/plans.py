@@ -25,13 +25,20 @@ def batch_plans(sizes: list[int], epochs: list[int], batch_size: int, seeds: lis
     generator seeded ``seeds[i]``): torch views of one int32 array (a kept plan keeps its round's array), which
     :class:`PlanViews` also hands over as it is."""
     if max(sizes, default=0) >= RANDPERM_SWAP_LIMIT:
-        raise ValueError(f"a device of {max(sizes)} samples: the compiled batch plans reproduce torch.randperm below "
-                         f"{RANDPERM_SWAP_LIMIT} samples only; use solver.backend: torch")
+        raise ValueError(
+            f"a device of {max(sizes)} samples: the compiled batch plans reproduce torch.randperm below "
+            f"{RANDPERM_SWAP_LIMIT} samples only; use solver.backend: torch"
+        )
     steps = [-(-n // batch_size) * e for n, e in zip(sizes, epochs, strict=True)]
     offsets = offsets_of(steps)
     plan = np.empty((int(offsets[-1]), batch_size), dtype=np.int32)
-    shuffle_plans(np.asarray(seeds, dtype=np.uint64), np.array(sizes, dtype=np.int64), np.array(epochs, dtype=np.int64),
-                  plan, offsets)
+    shuffle_plans(
+        np.asarray(seeds, dtype=np.uint64),
+        np.array(sizes, dtype=np.int64),
+        np.array(epochs, dtype=np.int64),
+        plan,
+        offsets,
+    )
     views = PlanViews(torch.from_numpy(plan).split(steps))
     views.rows, views.starts, views.steps = plan, offsets, steps
     return views

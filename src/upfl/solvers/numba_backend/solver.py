@@ -17,7 +17,7 @@ from ...models import BIAS_FEATURE_SCALE, BinaryLogisticRegression
 from .arithmetic import DTYPE, FLOAT32_MAX
 from .evaluation import evaluate_rows
 from .layout import from_class_major, solver_rows, to_class_major
-from .plans import balance, batch_plans, offsets_of
+from .plans import balance, offsets_of
 from .training import personal_devices, personal_devices_serial, solve_devices, solve_devices_serial
 
 
@@ -35,8 +35,9 @@ class KeptArrays:
     def __init__(self, size: int = 4, max_bytes: int = 256 << 20):
         self.kept = BoundedCache(max_bytes, max_entries=size)
 
-    def get(self, groups: list[tuple[torch.Tensor, ...]], tag: tuple, make: Callable[[], tuple],
-            any_order: bool = False) -> tuple:
+    def get(
+        self, groups: list[tuple[torch.Tensor, ...]], tag: tuple, make: Callable[[], tuple], any_order: bool = False
+    ) -> tuple:
         """``make()`` (a tuple of arrays and other values) for the tensor ``groups`` and ``tag`` (what else it
         depends on), kept; with ``any_order`` the same groups in another order are the same entry."""
         ids = [tuple((id(t), t._version) for t in group) for group in groups]
@@ -72,8 +73,14 @@ def row_blocks(xs, ys) -> tuple[torch.Tensor, torch.Tensor, np.ndarray] | None:
     of one y (the simulation's devices are views of its pooled training rows, :class:`upfl.engine.simulation.Simulation`);
     else None."""
     x, y = xs[0]._base, ys[0]._base
-    if (x is None or y is None or x.shape[0] != y.shape[0] or x.shape[1:] != xs[0].shape[1:]
-            or y.shape[1:] != ys[0].shape[1:] or not (x.is_contiguous() and y.is_contiguous())):
+    if (
+        x is None
+        or y is None
+        or x.shape[0] != y.shape[0]
+        or x.shape[1:] != xs[0].shape[1:]
+        or y.shape[1:] != ys[0].shape[1:]
+        or not (x.is_contiguous() and y.is_contiguous())
+    ):
         return None
     stride_x, stride_y, start_x, start_y = x.stride(0), y.stride(0), x.storage_offset(), y.storage_offset()
     rows = []
@@ -98,9 +105,9 @@ Schedule = tuple[np.ndarray | None, np.ndarray | None, bool, bool]
 """Assignment, worker offsets (None for one worker), binary, softmax first (:func:`pack`)."""
 
 
-def pack(model, w_global, xs, ys, plans, threads,
-         pooled=None) -> tuple[Inputs, Schedule, Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray],
-                               list[int]]:
+def pack(
+    model, w_global, xs, ys, plans, threads, pooled=None
+) -> tuple[Inputs, Schedule, Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray], list[int]]:
     """The kernels' shared inputs: (wg, x, y, (k, 2) row ranges of the devices in x, int32 plan, plan offsets), the schedule
     (assignment, worker offsets, binary, softmax first; no assignment for one worker), the layout function, its inverse and the
     devices' step counts. With ``pooled`` (:class:`upfl.solvers.torch_backend.PooledRound`, the simulation's rounds)
@@ -118,14 +125,18 @@ def pack(model, w_global, xs, ys, plans, threads,
         plan, offsets = joined_plans(plans), offsets_of(steps)
         source_x, source_y, x_rows = row_blocks(xs, ys) or (None, None, None)
     if source_x is not None:
+
         def made():
             return with_solver_rows(device_rows(model, [source_x], [source_y], binary), binary)
 
         x, y, _, xp = DEVICE_ROWS.get([(source_x, source_y)], tag, made)
     else:
-        x, y, rows, xp = DEVICE_ROWS.get(list(zip(xs, ys, strict=True)), tag,
-                                         lambda: with_solver_rows(device_rows(model, xs, ys, binary), binary),
-                                         any_order=True)
+        x, y, rows, xp = DEVICE_ROWS.get(
+            list(zip(xs, ys, strict=True)),
+            tag,
+            lambda: with_solver_rows(device_rows(model, xs, ys, binary), binary),
+            any_order=True,
+        )
         x_rows = np.array([rows[id(t)] for t in xs], dtype=np.int64).reshape(len(xs), 2)
     most = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]  # an option numba sets at run time
     workers = max(1, min(len(steps), threads or numba.get_num_threads(), most))
@@ -145,10 +156,20 @@ def several_workers(schedule) -> bool:
     return schedule[1] is not None and schedule[1].shape[0] > 2
 
 
-def local_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: list[torch.Tensor],
-                plans: list[torch.Tensor], mu: float, lr: float, momentum: float,
-                linear_term: torch.Tensor | None = None, generator: torch.Generator | None = None,
-                threads: int = 0, pooled=None) -> tuple[torch.Tensor, int]:
+def local_solve(
+    model,
+    w_global: torch.Tensor,
+    xs: list[torch.Tensor],
+    ys: list[torch.Tensor],
+    plans: list[torch.Tensor],
+    mu: float,
+    lr: float,
+    momentum: float,
+    linear_term: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+    threads: int = 0,
+    pooled=None,
+) -> tuple[torch.Tensor, int]:
     """:func:`upfl.solvers.torch_backend.local_solve` for :class:`upfl.models.LogisticRegression` and
     :class:`upfl.models.BinaryLogisticRegression` on the CPU.
 
@@ -159,8 +180,9 @@ def local_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: list[
     inputs, schedule, layout, flat, steps = pack(model, w_global, xs, ys, plans, threads, pooled)
     k, wg = len(steps), inputs[0]
     has_lin = linear_term is not None
-    lin = (layout(linear_term.numpy().astype(DTYPE, copy=False)) if linear_term is not None
-           else np.zeros((k, 0, 0), DTYPE))
+    lin = (
+        layout(linear_term.numpy().astype(DTYPE, copy=False)) if linear_term is not None else np.zeros((k, 0, 0), DTYPE)
+    )
     hyper = np.array([mu, lr, momentum], dtype=DTYPE)
     out = np.empty((k,) + wg.shape, dtype=DTYPE)
     if several_workers(schedule):
@@ -170,10 +192,20 @@ def local_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: list[
     return torch.from_numpy(flat(out)), sum(steps)
 
 
-def personal_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: list[torch.Tensor],
-                   plans: list[torch.Tensor], lr: float, personal_lambda: float, personal_lr: float,
-                   personal_steps: int, generator: torch.Generator | None = None,
-                   threads: int = 0, pooled=None) -> tuple[torch.Tensor, torch.Tensor, int]:
+def personal_solve(
+    model,
+    w_global: torch.Tensor,
+    xs: list[torch.Tensor],
+    ys: list[torch.Tensor],
+    plans: list[torch.Tensor],
+    lr: float,
+    personal_lambda: float,
+    personal_lr: float,
+    personal_steps: int,
+    generator: torch.Generator | None = None,
+    threads: int = 0,
+    pooled=None,
+) -> tuple[torch.Tensor, torch.Tensor, int]:
     """:func:`upfl.algorithms.pfedme.personal_solve` (pFedMe's local solve, Dinh et al. 2020, Algorithm 1)
     for the two logistic-regression models on the CPU: ((k, P) local models w_i, (k, P) personal models
     theta_i, total SGD steps times ``personal_steps``), float32, input device order."""
@@ -187,13 +219,16 @@ def personal_solve(model, w_global: torch.Tensor, xs: list[torch.Tensor], ys: li
     return torch.from_numpy(flat(local)), torch.from_numpy(flat(theta)), sum(steps) * personal_steps
 
 
-def evaluator(model, sets: list[tuple[torch.Tensor, torch.Tensor]]) -> Callable[[torch.Tensor], list[tuple[float, int]]]:
+def evaluator(
+    model, sets: list[tuple[torch.Tensor, torch.Tensor]]
+) -> Callable[[torch.Tensor], list[tuple[float, int]]]:
     """A function of a parameter vector giving :func:`evaluate` on each (x, y) of ``sets`` (a run's training and test
     rows): the sets' transposed rows and labels are made once (:data:`EVALUATION_ROWS`), the parameters' layout once
     per call for all sets."""
     binary = isinstance(model, BinaryLogisticRegression)
     scale = (BIAS_FEATURE_SCALE if model.bias else 1.0) if binary else 1.0
     softmax_first = bool(getattr(model, "softmax_before_loss", False))
+
     def transposed(x: torch.Tensor, y: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
         return np.ascontiguousarray(x.numpy().T, dtype=DTYPE), np.ascontiguousarray(y.numpy(), dtype=np.int64)
 
@@ -240,8 +275,13 @@ def warm_up(threads: int = 0, entries: tuple[str, ...] = SOLVER_ENTRIES) -> None
     """
     most = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]  # an option numba sets at run time
     k = max(1, min(2, threads or numba.get_num_threads(), most))
-    problem = (None, torch.zeros(4), [torch.zeros(1, 1)] * k, [torch.tensor([[1.0, 0.0]])] * k,
-               [torch.zeros(1, 1, dtype=torch.int32)] * k)
+    problem = (
+        None,
+        torch.zeros(4),
+        [torch.zeros(1, 1)] * k,
+        [torch.tensor([[1.0, 0.0]])] * k,
+        [torch.zeros(1, 1, dtype=torch.int32)] * k,
+    )
     unknown = set(entries) - set(SOLVER_ENTRIES)
     if unknown:
         raise ValueError(f"warm_up: unknown solver entries {sorted(unknown)}; known: {', '.join(SOLVER_ENTRIES)}")

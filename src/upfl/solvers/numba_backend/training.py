@@ -18,8 +18,15 @@ def batch_buffers(outputs, batch):
     padding read as row 0 (int32, as the plans), per-row entry of the one-hot labels gathered from y (float32),
     the weights of a full batch (1 / ``batch`` each))."""
     full = np.full(batch, DTYPE(1) / DTYPE(max(batch, 1)))
-    return (np.zeros((outputs, batch), DTYPE), np.zeros(batch, DTYPE), np.zeros(batch, DTYPE),
-            np.zeros(batch, DTYPE), np.zeros(batch, np.int32), np.zeros(batch, DTYPE), full)
+    return (
+        np.zeros((outputs, batch), DTYPE),
+        np.zeros(batch, DTYPE),
+        np.zeros(batch, DTYPE),
+        np.zeros(batch, DTYPE),
+        np.zeros(batch, np.int32),
+        np.zeros(batch, DTYPE),
+        full,
+    )
 
 
 @numba.njit(nogil=True, cache=True)
@@ -193,8 +200,9 @@ def device_solve(wt, wg, xp, y, plan, lin, has_lin, hyper, binary, softmax_first
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
-def solve_devices(out, wg, x, y, x_rows, plan, plan_offsets, lin, has_lin, hyper,
-                  assignment, worker_offsets, binary, softmax_first):
+def solve_devices(
+    out, wg, x, y, x_rows, plan, plan_offsets, lin, has_lin, hyper, assignment, worker_offsets, binary, softmax_first
+):
     """Fill ``out[i]`` (C, d + 1) with device i's local model from its rows ``x[x_rows[i, 0]:x_rows[i, 1]]`` (``x`` the
     pooled rows in the padded layout, :func:`solver_rows`); worker t runs ``assignment[worker_offsets[t]:...]``."""
     for t in numba.prange(worker_offsets.shape[0] - 1):
@@ -257,22 +265,39 @@ def device_personal_solve(local, theta, wg, xp, y, plan, hyper, personal_steps, 
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
-def personal_devices(local, theta, wg, x, y, x_rows, plan, plan_offsets, hyper, personal_steps,
-                     assignment, worker_offsets, binary, softmax_first):
+def personal_devices(
+    local,
+    theta,
+    wg,
+    x,
+    y,
+    x_rows,
+    plan,
+    plan_offsets,
+    hyper,
+    personal_steps,
+    assignment,
+    worker_offsets,
+    binary,
+    softmax_first,
+):
     """:func:`solve_devices` for :func:`device_personal_solve`: fill ``local[i]`` and ``theta[i]``."""
     for t in numba.prange(worker_offsets.shape[0] - 1):
         for q in range(worker_offsets[t], worker_offsets[t + 1]):
             i = assignment[q]
             a, b, s0, s1 = x_rows[i, 0], x_rows[i, 1], plan_offsets[i], plan_offsets[i + 1]
-            device_personal_solve(local[i], theta[i], wg, x[a:b], y[a:b], plan[s0:s1], hyper,
-                                  personal_steps, binary, softmax_first)
+            device_personal_solve(
+                local[i], theta[i], wg, x[a:b], y[a:b], plan[s0:s1], hyper, personal_steps, binary, softmax_first
+            )
 
 
 @numba.njit(nogil=True, cache=True)
-def personal_devices_serial(local, theta, wg, x, y, x_rows, plan, plan_offsets, hyper,
-                            personal_steps, binary, softmax_first):
+def personal_devices_serial(
+    local, theta, wg, x, y, x_rows, plan, plan_offsets, hyper, personal_steps, binary, softmax_first
+):
     """:func:`personal_devices` on the calling thread (see :func:`solve_devices_serial`)."""
     for i in range(local.shape[0]):
         a, b, s0, s1 = x_rows[i, 0], x_rows[i, 1], plan_offsets[i], plan_offsets[i + 1]
-        device_personal_solve(local[i], theta[i], wg, x[a:b], y[a:b], plan[s0:s1], hyper,
-                              personal_steps, binary, softmax_first)
+        device_personal_solve(
+            local[i], theta[i], wg, x[a:b], y[a:b], plan[s0:s1], hyper, personal_steps, binary, softmax_first
+        )

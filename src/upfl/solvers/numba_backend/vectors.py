@@ -9,9 +9,7 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-from .arithmetic import (DTYPE, EXP_HIGH, EXP_LOW, EXP_POLYNOMIAL, INT64, LN2_HIGH, LN2_LOW, LOG1P_POLYNOMIAL,
-                         LOG2E)
-
+from .arithmetic import DTYPE, EXP_HIGH, EXP_LOW, EXP_POLYNOMIAL, INT64, LN2_HIGH, LN2_LOW, LOG1P_POLYNOMIAL, LOG2E
 
 LANES = 16
 """float32 lanes of the kernels' vectors (one 512-bit register): rows of the padded layout are a multiple long."""
@@ -48,16 +46,16 @@ def store_vector(builder, vector, base, offset):
 
 def fused(builder, a, b, c):
     """a * b + c lane by lane, rounded once (``llvm.fma``)."""
-    fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(VECTOR, [VECTOR] * 3),
-                                         f"llvm.fma.v{LANES}f32")
+    fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(VECTOR, [VECTOR] * 3), f"llvm.fma.v{LANES}f32")
     return builder.call(fma, [a, b, c])
 
 
 def splat(builder, value):
     """A vector of :data:`LANES` copies of the float32 LLVM value ``value``."""
     one = builder.insert_element(ir.Constant(VECTOR, None), value, ir.Constant(ir.IntType(32), 0))
-    return builder.shuffle_vector(one, ir.Constant(VECTOR, None),
-                                  ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES))
+    return builder.shuffle_vector(
+        one, ir.Constant(VECTOR, None), ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES)
+    )
 
 
 def halving_sum(builder, vector):
@@ -88,8 +86,9 @@ def row_dot(typingctx, w, c, x, r):
         total = cgutils.alloca_once_value(builder, ir.Constant(VECTOR, [0.0] * LANES))
         with cgutils.for_range(builder, builder.udiv(width, ir.Constant(INT64, LANES))) as loop:
             offset = builder.mul(loop.index, ir.Constant(INT64, LANES))
-            product = fused(builder, load_vector(builder, w_row, offset), load_vector(builder, x_row, offset),
-                            builder.load(total))
+            product = fused(
+                builder, load_vector(builder, w_row, offset), load_vector(builder, x_row, offset), builder.load(total)
+            )
             builder.store(product, total)
         return halving_sum(builder, builder.load(total))
 
@@ -115,8 +114,9 @@ def transposed_halving_sums(builder, vectors):
                 for group in range(LANES // width):
                     low += [side + group * width + i for i in range(half)]
                     high += [side + group * width + half + i for i in range(half)]
-            merged.append(builder.fadd(shuffle_pair(builder, first, second, low),
-                                       shuffle_pair(builder, first, second, high)))
+            merged.append(
+                builder.fadd(shuffle_pair(builder, first, second, low), shuffle_pair(builder, first, second, high))
+            )
         vectors = merged
         width = half
     return vectors[0]
@@ -140,8 +140,11 @@ def block_dots(typingctx, w, c, x, rows, q, z):
         w_row = row_start(builder, w_data, cls, width)
         x_rows = []
         for s in range(LANES):
-            r = builder.load(builder.gep(rows_data, [builder.add(first, ir.Constant(INT64, s))], inbounds=True,
-                                         source_etype=row_type))
+            r = builder.load(
+                builder.gep(
+                    rows_data, [builder.add(first, ir.Constant(INT64, s))], inbounds=True, source_etype=row_type
+                )
+            )
             x_rows.append(row_start(builder, x_data, as_int64(builder, r), width))
         totals = [cgutils.alloca_once_value(builder, ir.Constant(VECTOR, [0.0] * LANES)) for _ in range(LANES)]
         with cgutils.for_range(builder, builder.udiv(width, ir.Constant(INT64, LANES))) as loop:
@@ -183,8 +186,9 @@ def class_accumulate_rows(group):
             groups = builder.udiv(count, ir.Constant(INT64, 4))
 
             def accumulate_pass(offsets):
-                partial = [[[cgutils.alloca_once(builder, VECTOR) for _ in range(4)] for _ in offsets]
-                           for _ in range(group)]
+                partial = [
+                    [[cgutils.alloca_once(builder, VECTOR) for _ in range(4)] for _ in offsets] for _ in range(group)
+                ]
 
                 def add_row(k, b):
                     r = builder.load(builder.gep(rows_data, [b], inbounds=True, source_etype=row_type))
@@ -204,14 +208,16 @@ def class_accumulate_rows(group):
                     first = builder.mul(quad.index, ir.Constant(INT64, 4))
                     for k in range(4):
                         add_row(k, builder.add(first, ir.Constant(INT64, k)))
-                with cgutils.for_range_slice(builder, builder.mul(groups, ir.Constant(INT64, 4)), count,
-                                             ir.Constant(INT64, 1)) as (b, _):
+                with cgutils.for_range_slice(
+                    builder, builder.mul(groups, ir.Constant(INT64, 4)), count, ir.Constant(INT64, 1)
+                ) as (b, _):
                     add_row(0, b)
                 for g_row, class_partial in zip(g_rows, partial, strict=True):
                     for offset, totals in zip(offsets, class_partial, strict=True):
                         t = [builder.load(total) for total in totals]
-                        store_vector(builder, builder.fadd(builder.fadd(t[0], t[1]), builder.fadd(t[2], t[3])),
-                                     g_row, offset)
+                        store_vector(
+                            builder, builder.fadd(builder.fadd(t[0], t[1]), builder.fadd(t[2], t[3])), g_row, offset
+                        )
 
             chunks = builder.udiv(width, ir.Constant(INT64, LANES))
             with cgutils.for_range(builder, builder.udiv(chunks, ir.Constant(INT64, 2))) as pair:
@@ -240,8 +246,9 @@ def splat_constant(value):
 
 def vector_function(builder, name, args):
     """The LLVM intrinsic ``llvm.<name>`` on vectors of :data:`LANES` float32 (``fma``, ``floor``)."""
-    function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(VECTOR, [VECTOR] * len(args)),
-                                              f"llvm.{name}.v{LANES}f32")
+    function = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(VECTOR, [VECTOR] * len(args)), f"llvm.{name}.v{LANES}f32"
+    )
     return builder.call(function, args)
 
 
@@ -278,7 +285,8 @@ def momentum_vectors(typingctx, w, buf, g, wg, lin, has_lin, mu, lr, momentum):
 
     def codegen(context, builder, sig, args):
         (w_data, w_shape), (buf_data, _), (g_data, _), (wg_data, _), (lin_data, _) = (
-            array_data(context, builder, sig.args[i], args[i]) for i in range(5))
+            array_data(context, builder, sig.args[i], args[i]) for i in range(5)
+        )
         has_lin = builder.icmp_unsigned("!=", args[5], ir.Constant(args[5].type, 0))
         mu, lr, momentum = (splat(builder, value) for value in args[6:9])
         vectors = builder.udiv(builder.extract_value(w_shape, 0), ir.Constant(INT64, LANES))
@@ -289,16 +297,16 @@ def momentum_vectors(typingctx, w, buf, g, wg, lin, has_lin, mu, lr, momentum):
                 weights = load_vector(builder, w_data, offset)
                 step = load_vector(builder, g_data, offset)
                 if with_mu:
-                    step = builder.fadd(step, builder.fmul(mu, builder.fsub(weights, load_vector(builder, wg_data,
-                                                                                                   offset))))
+                    step = builder.fadd(
+                        step, builder.fmul(mu, builder.fsub(weights, load_vector(builder, wg_data, offset)))
+                    )
                 if with_lin:
                     step = builder.fadd(step, load_vector(builder, lin_data, offset))
                 velocity = builder.fadd(builder.fmul(momentum, load_vector(builder, buf_data, offset)), step)
                 store_vector(builder, velocity, buf_data, offset)
                 store_vector(builder, builder.fsub(weights, builder.fmul(lr, velocity)), w_data, offset)
 
-        with builder.if_else(builder.fcmp_unordered("!=", args[6], ir.Constant(args[6].type, 0.0))) as (
-                nonzero, zero):
+        with builder.if_else(builder.fcmp_unordered("!=", args[6], ir.Constant(args[6].type, 0.0))) as (nonzero, zero):
             for with_mu, branch in ((True, nonzero), (False, zero)):
                 with branch, builder.if_else(has_lin) as (linear, plain):
                     with linear:
@@ -336,8 +344,14 @@ def block_log1p_exp(typingctx, t, base, out):
         base_data, _ = array_data(context, builder, sig.args[1], args[1])
         out_data, _ = array_data(context, builder, sig.args[2], args[2])
         offsets = [ir.Constant(INT64, v * LANES) for v in range(EVALUATION_BLOCK // LANES)]
-        values = [vector_log1p32_plus(builder, vector_exp32(builder, load_vector(builder, t_data, offset)),
-                                      load_vector(builder, base_data, offset)) for offset in offsets]
+        values = [
+            vector_log1p32_plus(
+                builder,
+                vector_exp32(builder, load_vector(builder, t_data, offset)),
+                load_vector(builder, base_data, offset),
+            )
+            for offset in offsets
+        ]
         for value, offset in zip(values, offsets, strict=True):
             store_vector(builder, value, out_data, offset)
         return context.get_dummy_value()
@@ -375,12 +389,15 @@ def class_block_logits(group):
                 w_rows.append(w_row)
                 totals.append([cgutils.alloca_once_value(builder, splat(builder, bias)) for _ in range(vectors)])
             with cgutils.for_range(builder, features) as loop:
-                x_row = builder.gep(row_start(builder, x_data, loop.index, n), [first], inbounds=True,
-                                    source_etype=ir.FloatType())
+                x_row = builder.gep(
+                    row_start(builder, x_data, loop.index, n), [first], inbounds=True, source_etype=ir.FloatType()
+                )
                 rows = [load_vector(builder, x_row, ir.Constant(INT64, v * LANES)) for v in range(vectors)]
                 for w_row, class_totals in zip(w_rows, totals, strict=True):
-                    weight = splat(builder, builder.load(builder.gep(w_row, [loop.index], inbounds=True,
-                                                                     source_etype=ir.FloatType())))
+                    weight = splat(
+                        builder,
+                        builder.load(builder.gep(w_row, [loop.index], inbounds=True, source_etype=ir.FloatType())),
+                    )
                     for row, total in zip(rows, class_totals, strict=True):
                         builder.store(fused(builder, weight, row, builder.load(total)), total)
             for i, class_totals in enumerate(totals):
