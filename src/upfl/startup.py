@@ -31,8 +31,6 @@ def exit_now(status: int) -> None:
     nothing the system would not. Only for a command line whose every file is written and closed (``atexit``
     handlers do not run)."""
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe or stream: nothing more to say there
             stream.flush()
-        except (OSError, ValueError):  # a closed pipe or stream: nothing more to say there
-            pass
     os._exit(status)

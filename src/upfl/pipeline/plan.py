@@ -175,7 +175,7 @@ def vary_settings(vary: list[dict[str, Any]], where: str) -> list[dict[str, Any]
             raise ExperimentError(f"{where}[{i}]: lam and step both set (each gives the even-iteration coefficient)")
         keys = list(item)
         for values in itertools.product(*(_as_list(item[k]) for k in keys)):
-            one = dict(zip(keys, values))
+            one = dict(zip(keys, values, strict=True))
             if one not in settings:
                 settings.append(one)
     return settings

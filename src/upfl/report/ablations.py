@@ -488,9 +488,9 @@ def bases_claims(ctx: Context) -> list[dict[str, Any]]:
 
     runs = ctx.of("bases")
     exp = ctx.roles["bases"]
-    base = dict(
-        section="Upcycling on other base algorithms", paper=math.nan, unit="pp", experiment=exp, source=BASES_SOURCE
-    )
+    base = {
+        "section": "Upcycling on other base algorithms", "paper": math.nan, "unit": "pp", "experiment": exp, "source": BASES_SOURCE
+    }
     claim = "Upcycling improves {label} (Upcycled {label} − {label}, final test accuracy, equal training rounds{s})"
     if runs.empty:
         return [
@@ -563,7 +563,7 @@ def momentum_information(ctx: Context) -> list[list[str]]:
         return []
     rows = []
     mu = runs["mu"].map(as_number)
-    for dataset, m in sorted({(d, v) for d, v in zip(runs["dataset"], mu) if v > 0}):
+    for dataset, m in sorted({(d, v) for d, v in zip(runs["dataset"], mu, strict=True) if v > 0}):
         sub = runs[(runs["dataset"] == dataset) & (mu == m)]
         up = sub[sub["algorithm"] == "upcycled"]
         mom = sub[sub["algorithm"] == "fedavgm"]

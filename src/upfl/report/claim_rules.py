@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import (
-    Any,  # noqa: F401
-    Iterable,
-    Sequence,
+    Any,
 )
 
 import pandas as pd
@@ -233,7 +232,7 @@ def without_diverged(runs: pd.DataFrame) -> tuple[pd.DataFrame, str]:
         f"{len(bad)} of {len(runs)} runs are flagged 'diverged' in their summary.json and are left out of every figure"
     )
     if len(bad):
-        where = sorted({f"{d} / {algorithm_label(a)}" for d, a in zip(bad["dataset"], bad["algorithm"])})
+        where = sorted({f"{d} / {algorithm_label(a)}" for d, a in zip(bad["dataset"], bad["algorithm"], strict=True)})
         text += f" ({'; '.join(where[:8])}{' ...' if len(where) > 8 else ''})"
     return out, text + "."
 

@@ -78,16 +78,16 @@ def provenance_columns(runs: pd.DataFrame) -> dict[str, Any]:
     """``data_origin`` (each distinct data origin in words), ``preview`` (any run on our generator's draws),
     ``seeds`` and ``n_runs`` of a claim's runs."""
     if runs.empty:
-        return dict(data_origin="", preview=False, seeds="", n_runs=0)
+        return {"data_origin": "", "preview": False, "seeds": "", "n_runs": 0}
     origin = runs.reindex(columns=list(ORIGIN_COLUMNS))
     texts = sorted({origin_text(*r) for r in origin.itertuples(index=False)})
     seeds = sorted({int(float(v)) for v in runs["seed"] if not math.isnan(as_number(v))})
-    return dict(
-        data_origin="; ".join(texts),
-        preview=bool(origin["data_source"].map(is_generated).any()),
-        seeds=" ".join(str(v) for v in seeds),
-        n_runs=len(runs),
-    )
+    return {
+        "data_origin": "; ".join(texts),
+        "preview": bool(origin["data_source"].map(is_generated).any()),
+        "seeds": " ".join(str(v) for v in seeds),
+        "n_runs": len(runs),
+    }
 
 
 def claims_frame(

@@ -37,17 +37,17 @@ def loss_area(run_dir: str) -> float:
 def lambda_claims(ctx: Context) -> list[dict[str, Any]]:
     """'Smaller lambda converges faster': the largest step mu/(mu+lambda) against the smallest, per seed."""
     runs = ctx.of("lambda_sweep")
-    base: dict[str, Any] = dict(
-        id="fig2/lambda_sweep",
-        section="Figure 2 (right)",
-        claim="Smaller λ (larger step μ/(μ+λ)) converges faster: mean training loss over the iterations, "
+    base: dict[str, Any] = {
+        "id": "fig2/lambda_sweep",
+        "section": "Figure 2 (right)",
+        "claim": "Smaller λ (larger step μ/(μ+λ)) converges faster: mean training loss over the iterations, "
         "smallest λ minus largest λ (negative: faster)",
-        dataset="",
-        paper=math.nan,
-        unit="loss",
-        experiment=ctx.roles["lambda_sweep"],
-        source="Section 6: 'models with smaller λ tend to converge faster'",
-    )
+        "dataset": "",
+        "paper": math.nan,
+        "unit": "loss",
+        "experiment": ctx.roles["lambda_sweep"],
+        "source": "Section 6: 'models with smaller λ tend to converge faster'",
+    }
     ups = runs[runs["algorithm"] == "upcycled"] if not runs.empty else runs
     if ups.empty or ups["coef"].astype(float).nunique() < 2:
         return [
@@ -119,17 +119,17 @@ def real_claims(ctx: Context) -> list[dict[str, Any]]:
         for key in ACC:
             paper = float(up[key]) - float(prox[key])
             what = f"private ({mech} perturbation, equal noise)" if mech != "none" else model.upper()
-            base = dict(
-                id=f"{fig}/{dataset}/{mech}/{key}",
-                section="Real data (Figures 4, 12)",
-                claim=f"{dataset_label(dataset)}, {what}: Upcycled-FL − FedProx, final {METRIC_TEXT[key]} "
+            base = {
+                "id": f"{fig}/{dataset}/{mech}/{key}",
+                "section": "Real data (Figures 4, 12)",
+                "claim": f"{dataset_label(dataset)}, {what}: Upcycled-FL − FedProx, final {METRIC_TEXT[key]} "
                 f"({float(up[key]):.2f} − {float(prox[key]):.2f})",
-                dataset=dataset,
-                paper=paper,
-                unit="pp",
-                experiment=ctx.roles[role],
-                source=up["source"],
-            )
+                "dataset": dataset,
+                "paper": paper,
+                "unit": "pp",
+                "experiment": ctx.roles[role],
+                "source": up["source"],
+            }
             if cells is None:
                 rows.append(not_measured(**base, why=ctx.missing(role, dataset)))
                 continue

@@ -86,14 +86,14 @@ def privacy_claims(ctx: Context) -> list[dict[str, Any]]:
     for c in paper.to_dict("records"):
         mech, claim = c["mechanism"], c["claim"]
         unit = {"privacy_loss": "% less ε̄", "time": "% less time"}.get(claim, "pp")
-        base = dict(
-            section="Section 6 (privacy)",
-            dataset=", ".join(dataset_label(d) for d in str(c["paper_datasets"]).split(";")),
-            paper=float(c["paper_value"]),
-            unit=unit,
-            experiment=exp,
-            source=c["source"],
-        )
+        base = {
+            "section": "Section 6 (privacy)",
+            "dataset": ", ".join(dataset_label(d) for d in str(c["paper_datasets"]).split(";")),
+            "paper": float(c["paper_value"]),
+            "unit": unit,
+            "experiment": exp,
+            "source": c["source"],
+        }
         label = f"{mech} perturbation: {names[claim]}"
         sub = claims[(claims["mechanism"] == mech) & (claims["claim"] == claim)] if not claims.empty else claims
         if sub.empty:

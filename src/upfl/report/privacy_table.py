@@ -124,7 +124,7 @@ def iter_settings(runs: pd.DataFrame):
     """(dataset, mechanism, algorithm, noise text, runs) per setting, in the paper's data set order."""
     runs = runs.copy()
     runs["_mech"] = _mechanisms(runs)
-    runs["_noise"] = [noise_text(m, r) for m, r in zip(runs["_mech"], runs.to_dict("records"))]
+    runs["_noise"] = [noise_text(m, r) for m, r in zip(runs["_mech"], runs.to_dict("records"), strict=True)]
     for dataset in dataset_order(runs["dataset"]):
         sub = runs[runs["dataset"] == dataset]
         for (mech, alg, noise), grp in sub.groupby(["_mech", "algorithm", "_noise"], sort=True):
@@ -446,7 +446,7 @@ def privacy_claims_frame(runs: pd.DataFrame, paper: pd.DataFrame | None = None) 
     claim_order = {c: i for i, c in enumerate(("privacy_loss", "train_acc", "test_acc", "time"))}
     frame["_o"] = [
         (order.get(m, 9), claim_order.get(c, 9), d == "all")
-        for m, c, d in zip(frame["mechanism"], frame["claim"], frame["dataset"])
+        for m, c, d in zip(frame["mechanism"], frame["claim"], frame["dataset"], strict=True)
     ]
     return frame.sort_values("_o", kind="stable").drop(columns="_o").reset_index(drop=True)
 

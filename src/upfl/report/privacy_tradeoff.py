@@ -83,7 +83,7 @@ def tradeoff_data(runs: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
 def _columns(data: pd.DataFrame) -> list[tuple[str, str]]:
     points = data[data["panel"] == "point"]
     order = dataset_order(points["dataset"])
-    pairs = {(m, d) for m, d in zip(points["mechanism"], points["dataset"])}
+    pairs = {(m, d) for m, d in zip(points["mechanism"], points["dataset"], strict=True)}
     return sorted(pairs, key=lambda p: (MECHANISMS.index(p[0]) if p[0] in MECHANISMS else 9, order.index(p[1])))
 
 
@@ -128,7 +128,7 @@ def plot_tradeoff(data: pd.DataFrame, metrics: Sequence[str], title: str | None,
                         label=f"{algorithm_label(alg)}, {short}" if i == 0 else None,
                     )
                     worst = p[p["x_worst"].notna() & (p["x_worst"] > 0)]
-                    for x, x_worst, y in zip(worst["x"], worst["x_worst"], worst["mean"]):
+                    for x, x_worst, y in zip(worst["x"], worst["x_worst"], worst["mean"], strict=True):
                         ax.plot(
                             [x, x_worst],
                             [y, y],
@@ -180,7 +180,7 @@ def plot_tradeoff(data: pd.DataFrame, metrics: Sequence[str], title: str | None,
     fig.tight_layout()
     legend: dict[str, Any] = {}
     for ax in axes.flat:
-        for handle, label in zip(*ax.get_legend_handles_labels()):
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             legend.setdefault(label, handle)
     fig.legend(
         list(legend.values()),

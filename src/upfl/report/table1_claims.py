@@ -49,16 +49,16 @@ def table1_claims(ctx: Context) -> list[dict[str, Any]]:
             for key in ACC:
                 paper = float(up[key]) - float(prox[key])
                 text = f"{float(up[key]):.2f} − {float(prox[key]):.2f}"
-                base = dict(
-                    id=f"table1/{dataset}/mu{fmt_mu(mu)}/{key}",
-                    section="Table 1",
-                    claim=f"Upcycled-FL − FedProx, final {METRIC_TEXT[key]}, μ = {fmt_mu(mu)} ({text})",
-                    dataset=dataset,
-                    paper=paper,
-                    unit="pp",
-                    experiment=ctx.roles["table1"],
-                    source="Table 1",
-                )
+                base = {
+                    "id": f"table1/{dataset}/mu{fmt_mu(mu)}/{key}",
+                    "section": "Table 1",
+                    "claim": f"Upcycled-FL − FedProx, final {METRIC_TEXT[key]}, μ = {fmt_mu(mu)} ({text})",
+                    "dataset": dataset,
+                    "paper": paper,
+                    "unit": "pp",
+                    "experiment": ctx.roles["table1"],
+                    "source": "Table 1",
+                }
                 if draws is not None:
                     sp = spread(draws, dataset, mu, key)
                     if sp:

@@ -280,27 +280,27 @@ def time_claims(ctx: Context) -> list[dict[str, Any]]:
     runs = ctx.of("time")
     paper = paper_values("time").set_index("comparison")
     exp = ctx.roles["time"]
-    base_eq: dict[str, Any] = dict(
-        id="time/equal_iterations",
-        section="Training time",
-        claim="Upcycled-FL needs less training time than FedProx at equal iterations (all Table 1 cells pooled)",
-        dataset="all",
-        paper=(1 - float(paper.loc["equal_iterations", "paper_ratio"])) * 100,
-        unit="% less time",
-        experiment=exp,
-        source=str(paper.loc["equal_iterations", "source"]),
-    )
-    base_rounds: dict[str, Any] = dict(
-        id="time/equal_rounds",
-        section="Training time",
-        claim="About the same training time with double iterations (Upcycled-FL / FedProx at equal "
+    base_eq: dict[str, Any] = {
+        "id": "time/equal_iterations",
+        "section": "Training time",
+        "claim": "Upcycled-FL needs less training time than FedProx at equal iterations (all Table 1 cells pooled)",
+        "dataset": "all",
+        "paper": (1 - float(paper.loc["equal_iterations", "paper_ratio"])) * 100,
+        "unit": "% less time",
+        "experiment": exp,
+        "source": str(paper.loc["equal_iterations", "source"]),
+    }
+    base_rounds: dict[str, Any] = {
+        "id": "time/equal_rounds",
+        "section": "Training time",
+        "claim": "About the same training time with double iterations (Upcycled-FL / FedProx at equal "
         "training rounds; all Table 1 cells pooled)",
-        dataset="all",
-        paper=float(paper.loc["equal_rounds", "paper_ratio"]),
-        unit="ratio",
-        experiment=exp,
-        source=str(paper.loc["equal_rounds", "source"]),
-    )
+        "dataset": "all",
+        "paper": float(paper.loc["equal_rounds", "paper_ratio"]),
+        "unit": "ratio",
+        "experiment": exp,
+        "source": str(paper.loc["equal_rounds", "source"]),
+    }
     pairs = runs[runs["algorithm"].isin(["fedprox", "upcycled"])] if not runs.empty else runs
     if pairs.empty or set(pairs["algorithm"]) != {"fedprox", "upcycled"}:
         why = ctx.missing("time")
