@@ -14,7 +14,7 @@ pytest.importorskip("numba")
 
 from upfl.data import generate_synthetic  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 LOADED = """
 import json, sys

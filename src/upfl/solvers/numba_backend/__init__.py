@@ -73,12 +73,12 @@ do not depend on the layer (each worker runs a fixed list of devices)."""
 
 from . import arithmetic, evaluation, layout, plans, training, vectors  # noqa: E402
 from . import solver as _solver  # noqa: E402
+from .plans import batch_plans  # noqa: E402
 from .solver import (  # noqa: E402
     DEVICE_ROWS,
     EVALUATION_ROWS,
     SOLVER_ENTRIES,
     KeptArrays,
-    batch_plans,
     evaluate,
     evaluator,
     local_solve,
