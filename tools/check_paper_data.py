@@ -10,8 +10,8 @@ folder (the installed command: download with resume and retries, the pinned sha2
 loader, the index checks, the LEAF conversion). Each converted set's Table 2 row (samples (test),
 devices, per-device mean +- std of train + test samples, population std, rounded as the paper prints
 them) must equal the paper's (src/upfl/report/paper_values/table2.csv); so must FEMNIST's row computed
-from the per-device counts our FEMNIST procedure takes from the authors' index (training samples). The mirror is not part of the
-repository, so `.ci/run` runs this only where it exists; it is a check of the real files, not a test.
+from the per-device counts our FEMNIST procedure takes from the authors' index (training samples). The mirror is not
+part of the repository, so `.ci/run` runs this only where it exists; it is a check of the real files, not a test.
 """
 
 from __future__ import annotations

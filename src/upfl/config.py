@@ -136,7 +136,8 @@ class EvaluationConfig:
 @dataclass
 class PrivacyConfig:
     mechanism: str = "none"
-    """``none``, ``output`` (clip to tau, add N(0, sigma^2)) or ``objective`` (add <n, w>, density ~ exp(-alpha||n||))."""
+    """``none``, ``output`` (clip to tau, add N(0, sigma^2)) or ``objective`` (add <n, w>, density ~
+    exp(-alpha||n||))."""
     sigma: Any = None
     """Output-perturbation noise std: a number or a list with one value per device (in data-set order)."""
     tau: float | None = None

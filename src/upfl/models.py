@@ -548,7 +548,8 @@ def build_binary_logreg(dataset, options: dict | None, softmax_before_loss: bool
 
 
 def build_mlp(dataset, options: dict | None, softmax_before_loss: bool = False) -> TorchModel:
-    """``mlp`` options: ``hidden`` (196 = 14*14), ``dropout`` (0.5, the authors' code), ``init`` (normal), ``batching``."""
+    """``mlp`` options: ``hidden`` (196 = 14*14), ``dropout`` (0.5, the authors' code), ``init`` (normal),
+    ``batching``."""
     opts = check_options("mlp", options, {"hidden": 196, "dropout": 0.5, "init": "normal", "batching": "auto"})
     d, hidden = math.prod(dataset.feature_shape), positive_int(opts, "hidden")
     dropout, init, batching = (
@@ -561,7 +562,8 @@ def build_mlp(dataset, options: dict | None, softmax_before_loss: bool = False) 
 
 
 def build_cnn(dataset, options: dict | None, softmax_before_loss: bool = False) -> TorchModel:
-    """``cnn`` options: ``channels`` (3), ``hidden`` ([1000, 100]), ``dropout`` (0.5), ``init`` (torch), ``batching``."""
+    """``cnn`` options: ``channels`` (3), ``hidden`` ([1000, 100]), ``dropout`` (0.5), ``init`` (torch),
+    ``batching``."""
     opts = check_options(
         "cnn", options, {"channels": 3, "hidden": [1000, 100], "dropout": 0.5, "init": "torch", "batching": "auto"}
     )

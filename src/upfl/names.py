@@ -170,7 +170,8 @@ def privacy_refusals(base: str) -> dict[str, str | None]:
 
 
 def check_algorithm_config(cfg) -> None:
-    """Cross-key rules of ``algorithm.*`` and the privacy mechanisms each algorithm admits (ConfigError naming the key)."""
+    """Cross-key rules of ``algorithm.*`` and the privacy mechanisms each algorithm admits
+    (ConfigError naming the key)."""
     a = cfg.algorithm
     base = check_known(a.name)
     upcycled = is_upcycled(a.name)

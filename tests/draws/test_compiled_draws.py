@@ -1,5 +1,5 @@
-"""The compiled draws (upfl.draws.compiled) give torch's and upfl.draws.streams's numbers bit for bit: seeds derived many at a
-time, torch.randperm's shuffle, and the device and straggler draws of training rounds."""
+"""The compiled draws (upfl.draws.compiled) give torch's and upfl.draws.streams's numbers bit for bit: seeds derived
+many at a time, torch.randperm's shuffle, and the device and straggler draws of training rounds."""
 
 from __future__ import annotations
 

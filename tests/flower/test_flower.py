@@ -716,11 +716,10 @@ def test_upcycled_over_every_flower_strategy(name, tmp_path, task_identity):
         evaluate_fn=lambda t, a: seen.__setitem__(t, a["params"].numpy().astype(np.float64)),
     )
     per_round = [counting.sent[t] for t in range(1, rounds + 1)]
-    print(
-        f"UpcycledFL({name}): messages per round {per_round} (training {[counting.train_sent[t] for t in range(1, rounds + 1)]})"
-    )
+    training = [counting.train_sent[t] for t in range(1, rounds + 1)]
+    print(f"UpcycledFL({name}): messages per round {per_round} (training {training})")
     assert per_round == [6, 0, 6, 0, 6, 0]
-    assert [counting.train_sent[t] for t in range(1, rounds + 1)] == [3, 0, 3, 0, 3, 0]
+    assert training == [3, 0, 3, 0, 3, 0]
     assert dict(counting.released) == {0: 3, 1: 3, 2: 3}
     step = reference_step(name, args)
     for t in range(1, rounds + 1):

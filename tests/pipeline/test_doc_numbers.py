@@ -1,5 +1,5 @@
-"""One source for every number the docs state: docs/numbers.md, docs/pipeline.md's setup and outputs, the README's time table and
-docs/testing.md's duration are what `python tools/doc_numbers.py` makes from the plan and benchmarks/results/,
+"""One source for every number the docs state: docs/numbers.md, docs/pipeline.md's setup and outputs, the README's time
+table and docs/testing.md's duration are what `python tools/doc_numbers.py` makes from the plan and benchmarks/results/,
 and no other page states the presets' run or job counts, or the solver's speed-up, differently."""
 
 import json

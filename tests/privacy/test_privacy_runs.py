@@ -1,4 +1,5 @@
-"""Private runs: noise only in training rounds, keyed streams that leave device draws unchanged, epsilons in summary.json."""
+"""Private runs: noise only in training rounds, keyed streams that leave device draws unchanged, epsilons in
+summary.json."""
 
 import csv
 import json

@@ -1,8 +1,10 @@
-"""Start-up guards of the report commands (the pipeline runs one report job per table or figure): each ``upfl report`` job imports only what it uses.
+"""Start-up guards of the report commands (the pipeline runs one report job per table or figure): each ``upfl report``
+job imports only what it uses.
 
 Every command runs in a fresh Python process, as a Snakemake job does, and lists the heavy packages it
 imported: no torch and no seaborn in any report command, matplotlib only in figure rendering, and scipy (for its t
-quantile) only in the commands that compute confidence intervals. Timings are the benchmark's job (benchmarks/report_startup.py), not these tests'.
+quantile) only in the commands that compute confidence intervals. Timings are the benchmark's job
+(benchmarks/report_startup.py), not these tests'.
 """
 
 import json
@@ -129,7 +131,8 @@ def test_every_report_module_imports_without_torch_or_plotting(tmp_path):
     code = (
         "import sys\n"
         "import upfl.commands.report, upfl.report, upfl.privacy\n"
-        "from upfl.report import ablations, claims, collect, fresh_data_sets, figures, privacy_tradeoff, protocol_gap, sensitivity\n"
+        "from upfl.report import ablations, claims, collect, fresh_data_sets, figures\n"
+        "from upfl.report import privacy_tradeoff, protocol_gap, sensitivity\n"
         "from upfl.report import tables, timing\n"
         "from upfl.report import convergence_figure, privacy_tradeoff_figure, write_privacy_table\n"
         "from upfl.privacy import clip_to_norm, output_epsilons, privacy_report\n"

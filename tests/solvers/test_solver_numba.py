@@ -424,11 +424,11 @@ def test_compiled_evaluation_of_overflowing_logits_is_not_finite():
 
 @pytest.mark.parametrize("classes", [1, 3, 10])
 def test_compiled_evaluation_equals_a_row_by_row_float32_loop_bit_for_bit(classes):
-    """Logits of 64 rows at a time (rows the vector lanes; classes in pairs, an odd last one alone) are the
-    row-by-row feature-order sums of fused multiply-adds exactly (here each one as a float64 multiply-add, whose
-    product is exact, rounded to float32), the losses use the same float32 exp and log (:func:`arithmetic.exp32`, :func:`arithmetic.log32`) and row r's
-    loss goes to partial sum r mod 64, so loss and accuracy equal a row loop's to the last bit (random weights and
-    features: every rounding counts)."""
+    """Logits of 64 rows at a time (rows the vector lanes; classes in pairs, an odd last one alone) are the row-by-row
+    feature-order sums of fused multiply-adds exactly (here each one as a float64 multiply-add, whose product is exact,
+    rounded to float32), the losses use the same float32 exp and log (:func:`arithmetic.exp32`,
+    :func:`arithmetic.log32`) and row r's loss goes to partial sum r mod 64, so loss and accuracy equal a row loop's to
+    the last bit (random weights and features: every rounding counts)."""
     import numba
 
     f32 = np.float32

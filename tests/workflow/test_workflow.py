@@ -1,4 +1,5 @@
-"""The Snakemake workflow: lint, schema errors, the full grid's job count, a tiny end-to-end run, resume after SIGINT."""
+"""The Snakemake workflow: lint, schema errors, the full grid's job count, a tiny end-to-end run, resume after
+SIGINT."""
 
 import json
 import os

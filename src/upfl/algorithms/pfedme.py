@@ -18,8 +18,8 @@ from .updates import average
 
 def personal_solve(model, w_global, xs, ys, plans, lr, personal_lambda, personal_lr, personal_steps, generator=None):
     """pFedMe's local solve (Dinh et al. 2020, Algorithm 1 lines 5-8), all devices batched as in
-    :func:`upfl.solvers.torch_backend.local_solve`: from w_i = theta_i = ``w_global``, per batch row ``personal_steps`` times
-    {theta_i -= personal_lr (grad f_i(theta_i; batch) + lambda (theta_i - w_i))}, then
+    :func:`upfl.solvers.torch_backend.local_solve`: from w_i = theta_i = ``w_global``, per batch row ``personal_steps``
+    times {theta_i -= personal_lr (grad f_i(theta_i; batch) + lambda (theta_i - w_i))}, then
     w_i -= lr lambda (w_i - theta_i). Returns ((k, P) local models, (k, P) personal models, total SGD steps
     times ``personal_steps``) in input device order."""
     extra = {"generator": generator} if getattr(model, "needs_generator", False) else {}

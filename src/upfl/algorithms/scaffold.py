@@ -14,7 +14,8 @@ from .updates import average
 
 class Scaffold(Algorithm):
     """Local: g + c - c_i. Option II: c_i+ = c_i - c + (1 - rho)(w^t - w_i) / (tau_i eta) (rho the local momentum;
-    the paper's formula at rho = 0). Server: w^{t+1} = w^t + eta_s (sum_i p_i w_i - w^t); c += sum_i (c_i+ - c_i) / N."""
+    the paper's formula at rho = 0). Server: w^{t+1} = w^t + eta_s (sum_i p_i w_i - w^t);
+    c += sum_i (c_i+ - c_i) / N."""
 
     name = "scaffold"
     device_state = ("device_controls", "control")

@@ -5,8 +5,8 @@
 
     upfl bundle-specs results/bundles/<name>-<digest>.json ...   (the workflow's rule bundle_specs)
 
-The spec (written by the workflow's job ``upfl bundle-specs``, :mod:`upfl.pipeline.specs`) lists runs, each with its id, data set
-folder, result folder, log file and run-config document; every run is :func:`upfl.engine.simulation.run` with
+The spec (written by the workflow's job ``upfl bundle-specs``, :mod:`upfl.pipeline.specs`) lists runs, each with its id,
+data set folder, result folder, log file and run-config document; every run is :func:`upfl.engine.simulation.run` with
 that config, exactly as ``upfl run`` would train it. Runs that fail do not stop the others; the command
 then exits 1 and names them. ``--benchmark`` writes the job's wall time, peak memory and CPU time in the
 first columns of a Snakemake benchmark file (:func:`write_benchmark`), measured by the process itself: Snakemake's

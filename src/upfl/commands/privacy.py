@@ -124,10 +124,11 @@ def format_report(rep: dict[str, Any]) -> str:
         a = rep["assumptions"]
         lines.append(f"objective perturbation: {rep['guarantee']}; mu = {a['mu']}")
         if a["glm"]:
+            failing = a["failing_devices"]
+            verdict = f"fails for devices {failing}" if failing else "holds for every device"
             lines.append(
                 f"assumptions (Theorem C.2): GLM with |L'| <= u1 = {a['u1']}, L'' <= u2 = {a['u2']}; "
-                f"max feature norm {a['max_feature_norm']:.4g} (must be <= 1); {a['condition']}: "
-                f"{'holds for every device' if not a['failing_devices'] else 'fails for devices ' + str(a['failing_devices'])}"
+                f"max feature norm {a['max_feature_norm']:.4g} (must be <= 1); {a['condition']}: {verdict}"
             )
         if not a["holds"]:
             lines.append(f"NO GUARANTEE: {a['reason']}")

@@ -1,9 +1,11 @@
 """``upfl report``: run folders to results/runs.csv, and the paper's tables and figures from it.
 
     upfl report runs   --out results/runs.csv [--list FILE] EXPERIMENT:RUN_DIR ...
-    upfl report table1 --runs results/runs.csv --experiment table1 --out-prefix results/tables/table1 [--config-file F ...]
+    upfl report table1 --runs results/runs.csv --experiment table1 --out-prefix results/tables/table1
+                       [--config-file F ...]
     upfl report table2 --out-prefix results/tables/table2 [--config-file F ...] DATA_DIR ...
-    upfl report time   --runs results/runs.csv --experiment table1 --out-prefix results/tables/time [--config-file F ...]
+    upfl report time   --runs results/runs.csv --experiment table1 --out-prefix results/tables/time
+                       [--config-file F ...]
     upfl report privacy-table --runs results/runs.csv --experiment privacy_output --out-prefix results/tables/NAME
                        [--where KEY=VALUE[,VALUE...] ...] [--config-file F ...]
     upfl report claims --runs results/runs.csv --out-prefix results/tables/claims [--experiment-for ROLE=EXP ...]
@@ -17,9 +19,11 @@
     upfl report protocol-gap --runs results/runs.csv --experiment protocol_gap --out-prefix results/tables/NAME
     upfl report gain-grid --runs results/runs.csv --experiment sensitivity --out-prefix results/tables/NAME
                        --figure-prefix results/figures/NAME
-    upfl report figure convergence|lambda_sweep|privacy_tradeoff|momentum_curves|schedule_figure --runs results/runs.csv --experiment EXP
-                       --out-prefix results/figures/NAME [--where KEY=VALUE[,VALUE...] ...] [--metrics train_loss,test_acc]
-                       [--x iteration|round|time (convergence), step|lam (lambda_sweep)] [--panels curves,final] [--title T]
+    upfl report figure convergence|lambda_sweep|privacy_tradeoff|momentum_curves|schedule_figure
+                       --runs results/runs.csv --experiment EXP --out-prefix results/figures/NAME
+                       [--where KEY=VALUE[,VALUE...] ...] [--metrics train_loss,test_acc]
+                       [--x iteration|round|time (convergence), step|lam (lambda_sweep)]
+                       [--panels curves,final] [--title T]
 
 Tables: CSV (ending with a '# provenance:' line; read with pandas' comment="#"), Markdown, and LaTeX
 for Table 1 and the privacy table. Figures: NAME.png, NAME.pdf and NAME.csv (the plotted numbers).

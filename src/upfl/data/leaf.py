@@ -208,7 +208,8 @@ def _read_split(
                 if label >= MAX_CLASSES:
                     _fail(
                         file,
-                        f"user {user!r}: label {i} is {label:g}, outside 0..{MAX_CLASSES - 1} (upfl.data.leaf.MAX_CLASSES)",
+                        f"user {user!r}: label {i} is {label:g}, outside 0..{MAX_CLASSES - 1} "
+                        "(upfl.data.leaf.MAX_CLASSES)",
                     )
             if x and _depth(x, MAX_X_DIMS + 1) > MAX_X_DIMS + 1:
                 _fail(file, f"user {user!r}: x row 0 is nested more than {MAX_X_DIMS} levels deep")
@@ -220,7 +221,8 @@ def _read_split(
                     if np.shape(r) not in shapes:
                         _fail(
                             file,
-                            f"user {user!r}: x row {i} has shape {np.shape(r)}, row 0 has {next(iter(shapes))} (ragged x)",
+                            f"user {user!r}: x row {i} has shape {np.shape(r)}, "
+                            f"row 0 has {next(iter(shapes))} (ragged x)",
                         )
                 _fail(file, f"user {user!r}: x holds non-numeric values")
             if len(x) and x_arr.ndim < 2:

@@ -90,27 +90,43 @@ def dataset_folder(resources: str | os.PathLike, source: str, name: str) -> str:
     return f"{resources}/data/{DATA_FOLDERS[source]}/{name}"
 
 
-# sha256 of each released file (path in the repository -> digest), computed from the files at PAPER_COMMIT.
-PAPER_SHA256: dict[str, str] = {
-    "data/synthetic_iid/data/train/mytrain.pt": "faf5186d8c95fa3a0dae6755102d8f20eab8464a6b689f82e925c634fe11f534",
-    "data/synthetic_iid/data/train/user_groups.json": "f9299819ed0cf0219810654b0afd63c940aa91886a895d3ca9c8b81972851549",
-    "data/synthetic_iid/data/test/mytest.pt": "b9eb59fe338955fed9cd0f27aa1049ca1f7f504f0a36a6931afc3f34be623be5",
-    "data/synthetic_iid/data/test/user_groups.json": "1028ba93a84e27d59764dbf7f30498221e3d45c7edcabe27df0c3eb32c1b8e02",
-    "data/synthetic_0_0/data/train/mytrain.pt": "4bb5f32bc04e722f4b8fbb1ed839394a438488e9bcd7a0874c108203026f372c",
-    "data/synthetic_0_0/data/train/user_groups.json": "2a9b66c80c1d9d3fbb96ed13eb9b436b0c38072d4d6c70059367690ee7c0b449",
-    "data/synthetic_0_0/data/test/mytest.pt": "12dfcafab0aaa70b60f59f98413c118a2999c7d9032844351ee6cc7fc22398fa",
-    "data/synthetic_0_0/data/test/user_groups.json": "619072dc0413f20e8ee34a5302fb89a2da0fc4a8fee7d299cc1cf3064284f9db",
-    "data/synthetic_0.5_0.5/data/train/mytrain.pt": "8c6dbfa976f301414620c2ec2592dd1fd2341beb63df98dafeac05053d3c4329",
-    "data/synthetic_0.5_0.5/data/train/user_groups.json": "4c4ec6e3526d718ee5d1879208117e3aaefc9f83ed18d725fc6eeb67461e2d4d",
-    "data/synthetic_0.5_0.5/data/test/mytest.pt": "3ae5f3ad59d9c4f621d632ad0431adeb6edd5ca22f0e08534dda4e39177d6bce",
-    "data/synthetic_0.5_0.5/data/test/user_groups.json": "7ee4536af74bed335165667995eb5c24bc0fcc48c0aebfea2f50c44270392a4f",
-    "data/synthetic_1_1/data/train/mytrain.pt": "948d6dc570bcf4f3a06d9f27af68ce64ac56f8046f628377509bd60d7dc53179",
-    "data/synthetic_1_1/data/train/user_groups.json": "1205071a7a72039b6c68727bd13a9b28261b05ee027e5ff70d8db2162ce9d602",
-    "data/synthetic_1_1/data/test/mytest.pt": "4069d3d6684a0d7e38011f517b12fb1d9165f0d405f38ef3f06feb7234e6d559",
-    "data/synthetic_1_1/data/test/user_groups.json": "33a06dcadbbe67d33394e1c933079551c734e4dfc97837b747d0823a7eff9aeb",
-    "data/femnist/data/train/user_groups.json": "255023a19f5b456696de2e25e574e01362e895626adc10385f5ca6a030d78f14",
-    "data/femnist/data/test/user_groups.json": "b702b148862474391c643a9e3b7ba1c244dfbd1ea3f6b6dc19177e3261bf2681",
+# sha256 of each released file at PAPER_COMMIT, per data set: path under data/<set>/data/ -> digest.
+PAPER_SET_SHA256: dict[str, dict[str, str]] = {
+    "synthetic_iid": {
+        "train/mytrain.pt": "faf5186d8c95fa3a0dae6755102d8f20eab8464a6b689f82e925c634fe11f534",
+        "train/user_groups.json": "f9299819ed0cf0219810654b0afd63c940aa91886a895d3ca9c8b81972851549",
+        "test/mytest.pt": "b9eb59fe338955fed9cd0f27aa1049ca1f7f504f0a36a6931afc3f34be623be5",
+        "test/user_groups.json": "1028ba93a84e27d59764dbf7f30498221e3d45c7edcabe27df0c3eb32c1b8e02",
+    },
+    "synthetic_0_0": {
+        "train/mytrain.pt": "4bb5f32bc04e722f4b8fbb1ed839394a438488e9bcd7a0874c108203026f372c",
+        "train/user_groups.json": "2a9b66c80c1d9d3fbb96ed13eb9b436b0c38072d4d6c70059367690ee7c0b449",
+        "test/mytest.pt": "12dfcafab0aaa70b60f59f98413c118a2999c7d9032844351ee6cc7fc22398fa",
+        "test/user_groups.json": "619072dc0413f20e8ee34a5302fb89a2da0fc4a8fee7d299cc1cf3064284f9db",
+    },
+    "synthetic_0.5_0.5": {
+        "train/mytrain.pt": "8c6dbfa976f301414620c2ec2592dd1fd2341beb63df98dafeac05053d3c4329",
+        "train/user_groups.json": "4c4ec6e3526d718ee5d1879208117e3aaefc9f83ed18d725fc6eeb67461e2d4d",
+        "test/mytest.pt": "3ae5f3ad59d9c4f621d632ad0431adeb6edd5ca22f0e08534dda4e39177d6bce",
+        "test/user_groups.json": "7ee4536af74bed335165667995eb5c24bc0fcc48c0aebfea2f50c44270392a4f",
+    },
+    "synthetic_1_1": {
+        "train/mytrain.pt": "948d6dc570bcf4f3a06d9f27af68ce64ac56f8046f628377509bd60d7dc53179",
+        "train/user_groups.json": "1205071a7a72039b6c68727bd13a9b28261b05ee027e5ff70d8db2162ce9d602",
+        "test/mytest.pt": "4069d3d6684a0d7e38011f517b12fb1d9165f0d405f38ef3f06feb7234e6d559",
+        "test/user_groups.json": "33a06dcadbbe67d33394e1c933079551c734e4dfc97837b747d0823a7eff9aeb",
+    },
+    "femnist": {
+        "train/user_groups.json": "255023a19f5b456696de2e25e574e01362e895626adc10385f5ca6a030d78f14",
+        "test/user_groups.json": "b702b148862474391c643a9e3b7ba1c244dfbd1ea3f6b6dc19177e3261bf2681",
+    },
 }
+PAPER_SHA256: dict[str, str] = {
+    f"data/{dataset}/data/{file}": digest
+    for dataset, files in PAPER_SET_SHA256.items()
+    for file, digest in files.items()
+}
+"""sha256 of each released file: its path in the repository -> digest."""
 
 
 def paper_file_name(dataset: str, split: str, groups: bool) -> str:

@@ -33,7 +33,8 @@ def batch_plan(
 
 
 def seeded_batch_plan(sizes: list[int], epochs: list[int], batch_size: int, seeds: list[int]) -> list[torch.Tensor]:
-    """:func:`batch_plan` with device i's generator seeded ``seeds[i]`` (a seed of :func:`upfl.draws.streams.derive_seed`)."""
+    """:func:`batch_plan` with device i's generator seeded ``seeds[i]`` (a seed of
+    :func:`upfl.draws.streams.derive_seed`)."""
     return batch_plan(sizes, epochs, batch_size, [seeded_generator(int(s)) for s in seeds])
 
 

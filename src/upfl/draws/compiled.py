@@ -1,4 +1,5 @@
-"""The random draws of a run, compiled: the same numbers as :mod:`upfl.draws.streams` and torch, bit for bit, many at a time.
+"""The random draws of a run, compiled: the same numbers as :mod:`upfl.draws.streams` and torch, bit for bit,
+many at a time.
 
 - :func:`keyed_seeds`: :func:`upfl.draws.streams.derive_seed` of many key tuples in one call (SHA-256 of the same text;
   :func:`upfl.draws.streams.derive_seeds` calls it).

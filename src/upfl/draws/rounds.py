@@ -1,8 +1,8 @@
 """The random draws of a federated run, shared by the simulation loop and the privacy accountant.
 
 Iterations t = 1..T; training round k is the k-th iteration that trains (every t for a base algorithm, odd t
-for Upcycled-FL and every upcycled base, ``upcycled_<base>``). Round k of every algorithm draws the same devices and stragglers for the same seed:
-the streams are keyed by k, not by t.
+for Upcycled-FL and every upcycled base, ``upcycled_<base>``). Round k of every algorithm draws the same devices and
+stragglers for the same seed: the streams are keyed by k, not by t.
 
 Where the paper is silent, two switches (``devices.straggler_draw``, ``devices.straggler_policy``) follow the
 authors' code by default:
@@ -163,8 +163,8 @@ def block_draws(
 ) -> tuple[tuple[tuple[int, ...], tuple[bool, ...], tuple[int, ...]], ...]:
     """(chosen, flags, epochs) of training rounds first .. first + :data:`DRAW_BLOCK_ROUNDS` - 1: the numbers of
     :func:`sample_clients` and :func:`draw_stragglers`, made in one compiled call
-    (:func:`upfl.draws.compiled.round_draws`, seeds by :func:`upfl.draws.streams.derive_seeds`), or round by round with torch
-    where numba does not import."""
+    (:func:`upfl.draws.compiled.round_draws`, seeds by :func:`upfl.draws.streams.derive_seeds`), or round by round with
+    torch where numba does not import."""
     import numpy as np
 
     if draw not in STRAGGLER_DRAWS:

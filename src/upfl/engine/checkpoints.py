@@ -201,7 +201,8 @@ class Checkpoint:
             torch.save({"format": FORMAT, "key": self.key, **state}, tmp)
 
     def save_device_state(self, state: dict[str, torch.Tensor], t: int) -> None:
-        """Write a private run's device state to :attr:`device_file`, owner-only (folders 0700, file 0600), atomically."""
+        """Write a private run's device state to :attr:`device_file`, owner-only (folders 0700, file 0600),
+        atomically."""
         if self.device_dir is None or self.device_file is None:
             raise CheckpointError(f"{self.file}: a run without privacy keeps no device state")
         self.device_dir.parent.mkdir(mode=0o700, parents=True, exist_ok=True)

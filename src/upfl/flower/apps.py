@@ -530,7 +530,8 @@ def make_server_app(
     its held-out test set and adds the training metrics the clients reported (federated evaluation); it writes
     ``out-dir``.
 
-    ``run_config`` entries override the context's run config. ``on_round(t, w)`` is called with every round's global flat model (t = 0 is the initial model).
+    ``run_config`` entries override the context's run config. ``on_round(t, w)`` is called with every round's global
+    flat model (t = 0 is the initial model).
     """
     app = ServerApp()
 

@@ -117,8 +117,9 @@ def setup_section(config: dict[str, Any]) -> str:
 
 
 def outputs_section(config: dict[str, Any]) -> str:
-    """'## Tables and figures': per output of the full config, the command that makes it, its files, its place in
-    the paper and what it shows (its experiment's description; for an experiment's later outputs, what their kind shows of the same runs)."""
+    """'## Tables and figures': per output of the full config, the command that makes it, its files, its place in the
+    paper and what it shows (its experiment's description; for an experiment's later outputs, what their kind shows of
+    the same runs)."""
     plan = build_plan({**config, "preset": "full"})
     target_of = {name: target for target, names in plan.targets.items() for name in names}
     lines = [

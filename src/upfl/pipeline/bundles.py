@@ -5,10 +5,10 @@ workflow trains runs in *bundles*: one job, one process, several runs, each stil
 :func:`upfl.engine.simulation.run` with its own config, result folder, log and checkpoint (the data set is read
 once per process and handed to ``run``).
 
-Bundle formation (:func:`form_bundles`) is deterministic and stable: runs are partitioned by first requesting
-experiment and job settings, sorted by run id (so a bundle's runs are grouped by data set), and cut with content-defined boundaries (a run starts a new bundle when a
-hash of its id is 0 modulo ``runs_per_job``; at most ``2 * runs_per_job`` runs per bundle). Adding or
-removing a run changes only the bundle it falls into. A run whose result is already finished is not
+Bundle formation (:func:`form_bundles`) is deterministic and stable: runs are partitioned by first requesting experiment
+and job settings, sorted by run id (so a bundle's runs are grouped by data set), and cut with content-defined boundaries
+(a run starts a new bundle when a hash of its id is 0 modulo ``runs_per_job``; at most ``2 * runs_per_job`` runs per
+bundle). Adding or removing a run changes only the bundle it falls into. A run whose result is already finished is not
 retrained when its bundle changes: every finished run is also kept in the *finished-run store*
 (:mod:`upfl.pipeline.store`: keyed by config, data and code fingerprints, each file checksummed) from which
 :func:`upfl.pipeline.bundle_trainer.train_bundle` restores it.
@@ -130,8 +130,9 @@ def run_work(doc: dict[str, Any]) -> float:
 
 def bundle_priorities(bundles: dict[str, Bundle], runs: dict[str, Any]) -> dict[str, int]:
     """Snakemake priorities of the bundle jobs: more estimated work (:func:`run_work`), higher priority, all above
-    Snakemake's default 0 (the workflow puts data sets and reports above every bundle). Longest first is the classic makespan heuristic: on two cores the last job to start is a
-    short one, not a bundle that keeps one core busy while the other idles."""
+    Snakemake's default 0 (the workflow puts data sets and reports above every bundle). Longest first is the classic
+    makespan heuristic: on two cores the last job to start is a short one, not a bundle that keeps one core busy while
+    the other idles."""
     work = {name: sum(run_work(runs[r].doc) for r in b.run_ids) for name, b in bundles.items()}
     return {name: rank + 1 for rank, name in enumerate(sorted(work, key=lambda n: (work[n], n)))}
 

@@ -46,10 +46,12 @@ def output_captions(config: dict[str, Any], plan: Plan) -> dict[str, str]:
         runs = [plan.runs[r] for r in plan.experiments.get(experiment, [])]
         what = str(config.get("experiments", {}).get(experiment, {}).get("description", "")).strip()
         datasets = list(dict.fromkeys(r.dataset for r in runs))
+        specs = config.get("datasets", {})
         data = "; ".join(
-            f"{dataset_label(d)}: {origin_text(config['datasets'][d].get('source'), config['datasets'][d].get('setting', d), config['datasets'][d].get('data_seed'))}"
+            f"{dataset_label(d)}: "
+            f"{origin_text(specs[d].get('source'), specs[d].get('setting', d), specs[d].get('data_seed'))}"
             for d in datasets
-            if d in config.get("datasets", {})
+            if d in specs
         )
         seeds = sorted({r.seed for r in runs})
         if out["kind"] in FIGURE_KINDS:

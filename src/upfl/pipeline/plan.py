@@ -28,9 +28,10 @@ from .config_errors import ExperimentError
 from .outputs import OUTPUT_KINDS
 
 PROTOCOLS = ("paper", "authors")
-"""``experiments.<name>.protocol`` (or a group's ``protocol``): ``paper`` (the default: the paper's model and Eq. (5)'s lambda) or ``authors``
-(what the authors' released code runs: :data:`AUTHORS_SETTINGS` on every run, the even-iteration coefficient as
-the scalar :data:`AUTHORS_STEP` on every upcycled run instead of its ``lam``; a run given a ``step`` keeps it)."""
+"""``experiments.<name>.protocol`` (or a group's ``protocol``): ``paper`` (the default: the paper's model and Eq. (5)'s
+lambda) or ``authors`` (what the authors' released code runs: :data:`AUTHORS_SETTINGS` on every run, the even-iteration
+coefficient as the scalar :data:`AUTHORS_STEP` on every upcycled run instead of its ``lam``; a run given a ``step``
+keeps it)."""
 AUTHORS_SETTINGS = {"model.softmax_before_loss": True}
 AUTHORS_STEP = 0.7
 """The authors' code's even-iteration coefficient, a tuned scalar: mu / (mu + lambda) = 1 / 1.43 = 0.699 for

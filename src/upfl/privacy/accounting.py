@@ -176,8 +176,8 @@ def participation(cfg, num_devices: int) -> list[list[int]]:
     Exactly the engine's draws (:mod:`upfl.draws.rounds`): iterations t = 1..T, training round k is the
     k-th t with ``is_training_iteration`` (odd t for Upcycled-FL, every t otherwise);
     ``sample_clients(seed, k, N, frac)``; under ``straggler_policy: drop`` the stragglers of
-    ``draw_stragglers(seed, k, N, p, E, straggler_draw, chosen)`` are removed (they release nothing); under ``partial`` they
-    train fewer epochs and do release.
+    ``draw_stragglers(seed, k, N, p, E, straggler_draw, chosen)`` are removed (they release nothing); under ``partial``
+    they train fewer epochs and do release.
     """
     from ..draws.rounds import round_participants
 
@@ -203,7 +203,8 @@ def release_counts(cfg, num_devices: int) -> list[int]:
 
 
 def theorem_c1_epsilon(releases: int, sigma: float, tau: float, n_train: int, delta: float) -> float:
-    """Theorem C.1's closed form as printed: ``eps = 2 sqrt(rho log(1/delta)) + rho``, ``rho = M tau^2 / (2 sigma^2 |D|^2)``.
+    """Theorem C.1's closed form as printed: ``eps = 2 sqrt(rho log(1/delta)) + rho``,
+    ``rho = M tau^2 / (2 sigma^2 |D|^2)``.
 
     The moments-accountant bound alpha(lambda) = M s^2 lambda (lambda + 1) / 2 (Appendix G) with
     s = tau / (sigma |D|), minimised over lambda: the zCDP-to-(eps, delta) conversion. Its sensitivity

@@ -489,7 +489,11 @@ def bases_claims(ctx: Context) -> list[dict[str, Any]]:
     runs = ctx.of("bases")
     exp = ctx.roles["bases"]
     base = {
-        "section": "Upcycling on other base algorithms", "paper": math.nan, "unit": "pp", "experiment": exp, "source": BASES_SOURCE
+        "section": "Upcycling on other base algorithms",
+        "paper": math.nan,
+        "unit": "pp",
+        "experiment": exp,
+        "source": BASES_SOURCE,
     }
     claim = "Upcycling improves {label} (Upcycled {label} − {label}, final test accuracy, equal training rounds{s})"
     if runs.empty:

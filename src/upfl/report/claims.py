@@ -51,8 +51,8 @@ CLAIM_SECTIONS = (
     "figure_claims:real_claims",
     "ablations:bases_claims",
 )
-"""The claim rows each output module supplies, in the page's order: ``module:function`` under ``upfl.report``,
-called with the :class:`~upfl.report.claim_rules.Context`, returning rows (:func:`~upfl.report.claim_rules.claim_row`)."""
+"""The claim rows each output module supplies, in the page's order: ``module:function`` under ``upfl.report``, called
+with the :class:`~upfl.report.claim_rules.Context`, returning rows (:func:`~upfl.report.claim_rules.claim_row`)."""
 PAGE_SECTIONS = ("ablations:momentum_page_section", "protocol_gap:claims_page_section", "gain_grid:claims_page_section")
 """The sections of the page after the claims' tables, each from its output module: ``function(context)`` returns
 Markdown blocks (none where its experiment made no runs)."""

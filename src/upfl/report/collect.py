@@ -296,7 +296,8 @@ def curve_columns(run_dir: str | os.PathLike) -> dict[str, float]:
 
 ORIGIN_COLUMNS = ("data_source", "data_setting", "data_seed", "data_commit")
 """``runs.csv`` columns naming a run's data: its source (``paper``: the authors' released draw; ``synthetic``: our
-generator; ``femnist``, ``sent140``: LEAF; ``leaf``: a LEAF-format folder named by config), the generator setting, ``data_seed`` and the authors' commit."""
+generator; ``femnist``, ``sent140``: LEAF; ``leaf``: a LEAF-format folder named by config), the generator setting,
+``data_seed`` and the authors' commit."""
 
 
 def data_origin(data_path: str | None) -> dict[str, Any]:

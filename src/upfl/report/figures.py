@@ -1,4 +1,5 @@
-"""The paper's figures from the runs table: convergence curves (Figures 2 left, 4-8) and the lambda sweep (Figure 2 right).
+"""The paper's figures from the runs table: convergence curves (Figures 2 left, 4-8) and the lambda sweep
+(Figure 2 right).
 
 Every figure draws the mean over seeds as a line and the min-max range over seeds as a band (the
 paper's convention for its repeated runs), and writes ``NAME.png``, ``NAME.pdf`` and ``NAME.csv``
@@ -125,8 +126,8 @@ def privacy_label(row: dict, show_tau: bool = False) -> str:
 
 
 def line_keys(frame: pd.DataFrame) -> pd.DataFrame:
-    """Add ``line``, the legend entry: the algorithm, with lambda (and schedule) when Upcycled-FL variants share a facet,
-    and with the privacy setting (noise level, or 'non-private') in every facet that holds a private run."""
+    """Add ``line``, the legend entry: the algorithm, with lambda (and schedule) when Upcycled-FL variants share a
+    facet, and with the privacy setting (noise level, or 'non-private') in every facet that holds a private run."""
     frame = frame.copy()
     frame["line"] = [algorithm_label(a) for a in frame["algorithm"]]
     for _, grp in frame[frame["algorithm"] == "upcycled"].groupby(["dataset", "facet_mu"], dropna=False):
@@ -462,8 +463,8 @@ def _line_order(data: pd.DataFrame) -> list[str]:
 
 
 def panel_layout(facets: Sequence[tuple[str, float]], n_metrics: int) -> tuple[int, int, dict]:
-    """Grid positions: one facet per data set gives rows = metrics, columns = facets; several mu per
-    data set give a block of metric rows per data set and one column per mu. Returns (rows, cols, {facet: (row0, col)})."""
+    """Grid positions: one facet per data set gives rows = metrics, columns = facets; several mu per data set give a
+    block of metric rows per data set and one column per mu. Returns (rows, cols, {facet: (row0, col)})."""
     datasets = list(dict.fromkeys(d for d, _ in facets))
     if len(datasets) == len(facets):
         return n_metrics, len(facets), {f: (0, j) for j, f in enumerate(facets)}

@@ -1,7 +1,8 @@
 """How the report shows each algorithm: its label in tables and legends and its one colour in every figure.
 
-Colours: Okabe-Ito (colour-blind safe) for the paper's three algorithms. :data:`upfl.report.paper_numbers.ALGORITHM_LABELS`,
-:data:`upfl.report.ablations.BASE_LABELS` and :data:`upfl.report.figures.ALGORITHM_COLOURS` are read from this table.
+Colours: Okabe-Ito (colour-blind safe) for the paper's three algorithms.
+:data:`upfl.report.paper_numbers.ALGORITHM_LABELS`, :data:`upfl.report.ablations.BASE_LABELS` and
+:data:`upfl.report.figures.ALGORITHM_COLOURS` are read from this table.
 """
 
 from __future__ import annotations

@@ -95,7 +95,8 @@ def _ours(row: dict) -> str:
     note = row.get("diverged") or ""
     if not row["n_seeds"]:
         return note
-    text = f"{mean_std(row['train_acc_mean'], row['train_acc_std'])} ({mean_std(row['test_acc_mean'], row['test_acc_std'])})"
+    test = mean_std(row["test_acc_mean"], row["test_acc_std"])
+    text = f"{mean_std(row['train_acc_mean'], row['train_acc_std'])} ({test})"
     return f"{text}; {note}" if note else text
 
 

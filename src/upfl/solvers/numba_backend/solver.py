@@ -70,8 +70,8 @@ def with_solver_rows(made: tuple, binary: bool) -> tuple:
 
 def row_blocks(xs, ys) -> tuple[torch.Tensor, torch.Tensor, np.ndarray] | None:
     """(x, y, (k, 2) row ranges) when every x_i is a block of rows of one contiguous tensor x and y_i the same rows
-    of one y (the simulation's devices are views of its pooled training rows, :class:`upfl.engine.simulation.Simulation`);
-    else None."""
+    of one y (the simulation's devices are views of its pooled training rows,
+    :class:`upfl.engine.simulation.Simulation`); else None."""
     x, y = xs[0]._base, ys[0]._base
     if (
         x is None
@@ -108,13 +108,13 @@ Schedule = tuple[np.ndarray | None, np.ndarray | None, bool, bool]
 def pack(
     model, w_global, xs, ys, plans, threads, pooled=None
 ) -> tuple[Inputs, Schedule, Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray], list[int]]:
-    """The kernels' shared inputs: (wg, x, y, (k, 2) row ranges of the devices in x, int32 plan, plan offsets), the schedule
-    (assignment, worker offsets, binary, softmax first; no assignment for one worker), the layout function, its inverse and the
-    devices' step counts. With ``pooled`` (:class:`upfl.solvers.torch_backend.PooledRound`, the simulation's rounds)
-    the devices' rows are read from the pooled rows' arrays, made once per run, at the row ranges it names, and the
-    plans are its joined ones; without it, devices that are row blocks of one pooled pair of tensors
-    (:func:`row_blocks`: a caller's views of the simulation's rows) read that pair's arrays too, and other device
-    sets have their rows made per set (:data:`DEVICE_ROWS`)."""
+    """The kernels' shared inputs: (wg, x, y, (k, 2) row ranges of the devices in x, int32 plan, plan offsets), the
+    schedule (assignment, worker offsets, binary, softmax first; no assignment for one worker), the layout function, its
+    inverse and the devices' step counts. With ``pooled`` (:class:`upfl.solvers.torch_backend.PooledRound`, the
+    simulation's rounds) the devices' rows are read from the pooled rows' arrays, made once per run, at the row ranges
+    it names, and the plans are its joined ones; without it, devices that are row blocks of one pooled pair of tensors
+    (:func:`row_blocks`: a caller's views of the simulation's rows) read that pair's arrays too, and other device sets
+    have their rows made per set (:data:`DEVICE_ROWS`)."""
     binary = isinstance(model, BinaryLogisticRegression)
     tag = (binary, getattr(model, "bias", None))
     if pooled is not None:
