@@ -185,3 +185,26 @@ def test_no_import_circle():
             visit(v)
     assert len(graph) > 60 and "upfl.engine.simulation" in graph["upfl.cli"] | graph["upfl.pipeline.bundle_trainer"]
     assert not circles, f"import circles: {circles}"
+
+
+def test_no_folder_loop():
+    """Folders (and top-level modules) of upfl import each other without a loop: collapsed to its first name below
+    ``upfl``, the import graph is acyclic (pipeline -> report -> engine, never back)."""
+    folders: dict[str, set[str]] = {}
+    for module, imported in import_graph().items():
+        here = module.split(".")[1] if "." in module else module
+        folders.setdefault(here, set()).update(
+            there for there in (m.split(".")[1] if "." in m else m for m in imported) if there != here
+        )
+
+    def reachable(start: str) -> set[str]:
+        seen, stack = set(), [start]
+        while stack:
+            for nxt in folders.get(stack.pop(), ()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    stack.append(nxt)
+        return seen
+
+    loops = sorted((a, b) for a, targets in folders.items() for b in targets if a in reachable(b))
+    assert {"pipeline", "report", "engine"} <= set(folders) and not loops, f"folder loops: {loops}"

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import yaml
 
-from upfl.pipeline.captions import output_captions, paper_order_label
+from upfl.paper_order import paper_order_label
+from upfl.pipeline.captions import output_captions
 from upfl.pipeline.plan import build_plan, resolve_preset
 from upfl.report.front import headline_numbers, headline_table_rst
 

@@ -300,7 +300,7 @@ def front_page():
     if os.path.exists("results/tables/claims.md"):
         with open("results/tables/claims.md", encoding="utf-8") as f:
             summary = next((line[len("Summary: "):].strip() for line in f if line.startswith("Summary: ")), "")
-    from upfl.pipeline.captions import paper_figure
+    from upfl.paper_order import paper_figure
     from upfl.report.front import headline_numbers, headline_table_rst
 
     # The headline figure: the convergence figure built that comes first in the paper (Figure 2, left, in the
@@ -321,7 +321,7 @@ def front_page():
 
 def figure_labels(wildcards):
     """A figure's label in the report: its place in the paper's order (Snakemake sorts the labels as text)."""
-    from upfl.pipeline.captions import paper_order_label
+    from upfl.paper_order import paper_order_label
 
     return {"figure": paper_order_label(wildcards.name)}
 

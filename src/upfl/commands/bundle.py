@@ -75,7 +75,7 @@ def cmd_bundle_specs(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from ..pipeline.store import DEFAULT_STORE
+    from ..engine.store import DEFAULT_STORE
 
     p = sub.add_parser("run-many", help="train a bundle of run configs in one process")
     p.add_argument("--spec", required=True, help="bundle spec JSON (results/bundles/<name>.json)")

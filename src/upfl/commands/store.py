@@ -1,7 +1,7 @@
 """``upfl store forget RUN_DIR...``: remove runs' finished-run store entries and result files.
 
 The next ``snakemake`` then retrains those runs (their results are neither on disk nor in the store). The
-store entry of a run is found by the config hash its ``summary.json`` records (:func:`upfl.pipeline.store.forget`).
+store entry of a run is found by the config hash its ``summary.json`` records (:func:`upfl.engine.store.forget`).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import argparse
 
 
 def cmd_store_forget(args: argparse.Namespace) -> int:
-    from ..pipeline.store import forget
+    from ..engine.store import forget
 
     for path in forget(args.store, args.run_dirs):
         print(f"removed {path}")
@@ -18,7 +18,7 @@ def cmd_store_forget(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from ..pipeline.store import DEFAULT_STORE
+    from ..engine.store import DEFAULT_STORE
 
     p = sub.add_parser("store", help="the finished-run store (results/finished)")
     actions = p.add_subparsers(dest="action", required=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .captions import paper_figure
+from ..paper_order import paper_figure
 from .outputs import output_files, output_kind
 from .plan import build_plan, resolve_preset
 

@@ -2,7 +2,7 @@
 
 Each run still calls :func:`upfl.engine.simulation.run` with its own config, result folder, log and checkpoint;
 the data set is read once per process. A finished run is restored from, and saved to, the finished-run store
-(:mod:`upfl.pipeline.store`). The spec is written at parse time by :func:`upfl.pipeline.bundles.bundle_spec`.
+(:mod:`upfl.engine.store`). The spec is written at parse time by :func:`upfl.pipeline.bundles.bundle_spec`.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import config as cfgmod
-from . import store as storemod
+from ..engine import store as storemod
+from ..engine.store import DEFAULT_STORE
 from .bundles import BundleError, SpecError
-from .store import DEFAULT_STORE
 
 
 def run_config(entry: dict[str, Any], threads: int) -> cfgmod.RunConfig:

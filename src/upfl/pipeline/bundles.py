@@ -10,7 +10,7 @@ and job settings, sorted by run id (so a bundle's runs are grouped by data set),
 (a run starts a new bundle when a hash of its id is 0 modulo ``runs_per_job``; at most ``2 * runs_per_job`` runs per
 bundle). Adding or removing a run changes only the bundle it falls into. A run whose result is already finished is not
 retrained when its bundle changes: every finished run is also kept in the *finished-run store*
-(:mod:`upfl.pipeline.store`: keyed by config, data and code fingerprints, each file checksummed) from which
+(:mod:`upfl.engine.store`: keyed by config, data and code fingerprints, each file checksummed) from which
 :func:`upfl.pipeline.bundle_trainer.train_bundle` restores it.
 The process that trains one bundle is :mod:`upfl.pipeline.bundle_trainer`.
 """

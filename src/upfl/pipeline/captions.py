@@ -5,28 +5,11 @@ templates of ``workflow/report/`` when a report is made."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from .plan import Plan
 
 FIGURE_KINDS = ("convergence", "lambda_sweep", "privacy_tradeoff", "momentum_curves", "schedule_figure", "draws")
-
-
-def paper_figure(name: str) -> tuple[int, str] | None:
-    """An output named ``fig<N>[_part]``: (N, part), else None (not a figure of the paper)."""
-    match = re.fullmatch(r"fig(\d+)(?:_(\w+))?", name)
-    return (int(match.group(1)), (match.group(2) or "").replace("_", " ")) if match else None
-
-
-def paper_order_label(name: str) -> str:
-    """The report's first label column, which Snakemake sorts as text: 'Figure 02 (convergence)', ..., 'Figure 11',
-    then outputs that are not in the paper ('More: lambda schedule')."""
-    figure = paper_figure(name)
-    if figure is None:
-        return f"More: {name.replace('_', ' ')}"
-    number, part = figure
-    return f"Figure {number:02d}" + (f" ({part})" if part else "")
 
 
 def seed_phrase(seeds: list[int]) -> str:

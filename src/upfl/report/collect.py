@@ -343,7 +343,7 @@ def is_generated(source: Any) -> bool:
 def checked_runs(run_dirs: Iterable[str], store: str | os.PathLike | None, verify: bool) -> dict[str, str]:
     """Each run folder's files checked against the checksums recorded when it was trained (:mod:`upfl.integrity`)
     before its numbers are read. ``verify`` (the workflow): every run must match its record, or is restored from
-    ``store``, or adopted there when it has no record (:func:`upfl.pipeline.store.check_published`); a run that is
+    ``store``, or adopted there when it has no record (:func:`upfl.engine.store.check_published`); a run that is
     none of these is moved aside. Otherwise a run with a record must match it; one without is read as it is.
     Returns run folder -> status; :class:`ReportError` names every run that fails."""
     from ..integrity import IntegrityError, mismatches, read_record
@@ -354,7 +354,7 @@ def checked_runs(run_dirs: Iterable[str], store: str | os.PathLike | None, verif
             continue  # load_summary names it
         try:
             if verify:
-                from ..pipeline.store import check_published
+                from ..engine.store import check_published
 
                 statuses[run_dir] = check_published(run_dir, store)
                 continue

@@ -560,7 +560,7 @@ def length_note(data: pd.DataFrame, x: str) -> str:
 def figure_title(name: str) -> str:
     """The paper's number for an output named ``fig<N>[_part]`` ('Figure 5', 'Figure 3 (output)'), else a name
     that says the paper has no such figure."""
-    from ..pipeline.captions import paper_figure
+    from ..paper_order import paper_figure
 
     figure = paper_figure(name)
     if figure:

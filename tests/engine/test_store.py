@@ -1,4 +1,4 @@
-"""The finished-run store (upfl.pipeline.store): keyed by config, data and code fingerprints; each file checksummed and
+"""The finished-run store (upfl.engine.store): keyed by config, data and code fingerprints; each file checksummed and
 checked on restore; `upfl store forget` and a deleted run folder make the workflow retrain or restore."""
 
 import json
@@ -9,8 +9,7 @@ import yaml
 
 from upfl.cli import main
 from upfl.data import generate_synthetic
-from upfl.engine import checkpoints
-from upfl.pipeline import store
+from upfl.engine import checkpoints, store
 from upfl.pipeline.bundle_trainer import run_config, train_bundle
 
 

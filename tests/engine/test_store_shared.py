@@ -7,14 +7,14 @@ import sys
 import time
 from pathlib import Path
 
-from upfl.pipeline import store
+from upfl.engine import store
 
 IDENT = {"config_hash": "c" * 16, "data_fingerprint": "d" * 16, "code_fingerprint": "e" * 16}
 SAVER = """
 import sys
 import time
 from pathlib import Path
-from upfl.pipeline import store
+from upfl.engine import store
 ident = {"config_hash": "c" * 16, "data_fingerprint": "d" * 16, "code_fingerprint": "e" * 16}
 entry, run = Path(sys.argv[1]), Path(sys.argv[2])
 time.sleep(max(0.0, float(sys.argv[4]) - time.time()))  # both start saving together

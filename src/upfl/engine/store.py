@@ -31,7 +31,7 @@ class StoreMismatch(ValueError):
 
 def identity(cfg: cfgmod.RunConfig) -> dict[str, str]:
     """What made a run's result: config hash, data fingerprint, code fingerprint (:mod:`upfl.engine.checkpoints`)."""
-    from ..engine.checkpoints import code_fingerprint, data_fingerprint
+    from .checkpoints import code_fingerprint, data_fingerprint
 
     return {
         "config_hash": cfgmod.config_hash(cfg),
