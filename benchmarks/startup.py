@@ -3,6 +3,7 @@ of `snakemake -n` of one job (what a cluster job's own parse of the workflow cos
 fresh processes, this tree against another alternating.
 
     python benchmarks/startup.py [--baseline TREE] [--repeats 5]
+    python benchmarks/startup.py --parts dry_run,job_parse --baseline TREE --out benchmarks/results/parse.json
 
 W1 is FedProx 80 (Synthetic(1,1) from our generator, 30 devices, frac 0.3, 90% stragglers, E = 20, batch 32,
 lr 0.05, momentum 0.5, mu 1, seed 2, one numba thread, checkpoints as `upfl run` defaults them), run with the
@@ -11,7 +12,7 @@ tree's workflow (Snakefile, workflow/, config/, profiles/) made once per tree, a
 writes the bundles' specs on its first run). A process's CPU-seconds are its user + system time and its children's
 (`resource.getrusage(RUSAGE_CHILDREN)` around it). The machine is shared: each figure is the median of `--repeats`
 processes per tree, the trees alternating, with the load average before and after. Writes
-benchmarks/results/startup.json.
+benchmarks/results/startup.json (or `--out`).
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ def cpu_seconds(cmd: list[str], cwd: Path, env: dict) -> tuple[float, float]:
 def workflow_copy(tree: Path, dest: Path) -> Path:
     """A copy of ``tree``'s workflow in ``dest`` (no results)."""
     dest.mkdir(parents=True)
-    shutil.copy(tree / "Snakefile", dest)
+    if (tree / "Snakefile").exists():  # a tree from before workflow/Snakefile
+        shutil.copy(tree / "Snakefile", dest)
     for folder in ("workflow", "config", "profiles"):
         shutil.copytree(tree / folder, dest / folder)
     return dest
@@ -63,6 +65,7 @@ def main() -> None:
     parser.add_argument("--baseline", help="source tree to compare with (e.g. `git worktree add /tmp/base <commit>`)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--parts", default="w1,dry_run,job_parse", help="comma list of w1, dry_run, job_parse")
+    parser.add_argument("--out", default=str(OUT), help="the JSON file written (default: benchmarks/results/startup.json)")
     args = parser.parse_args()
     trees = {"current": ROOT}
     if args.baseline:
@@ -95,7 +98,10 @@ def main() -> None:
                                               "load_average": [round(x, 2) for x in os.getloadavg()]})
     results = {"command": "python benchmarks/startup.py " + " ".join(sys.argv[1:]), "repeats": args.repeats,
                "load_average_before": load_before, "load_average_after": os.getloadavg(),
-               "cpu_count": os.cpu_count(), "trees": {k: str(v) for k, v in trees.items()}}
+               "cpu_count": os.cpu_count(), "trees": {k: str(v) for k, v in trees.items()},
+               "commits": {k: subprocess.run(["git", "-C", str(v), "rev-parse", "HEAD"], capture_output=True,
+                                             text=True).stdout.strip() for k, v in trees.items()},
+               "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     for label in trees:
         results[label] = {part: {"cpu_s_median": statistics.median(r["cpu_s"] for r in runs),
                                  "wall_s_median": statistics.median(r["wall_s"] for r in runs), "runs": runs}
@@ -109,7 +115,7 @@ def main() -> None:
         results["current_over_baseline_cpu"] = {
             part: results["current"][part]["cpu_s_median"] / results["baseline"][part]["cpu_s_median"] for part in parts}
     shutil.rmtree(tmp, ignore_errors=True)
-    publish(results, OUT)
+    publish(results, Path(args.out))
 
 
 if __name__ == "__main__":
