@@ -43,6 +43,29 @@ def test_dry_run_of_the_full_config_imports_no_torch_and_no_numba(tmp_path):
     assert info == {"rc": 0, "imported": []}, proc.stderr[-3000:]
 
 
+@pytest.mark.workflow
+def test_a_fresh_dry_run_asks_for_no_runs_files_only_the_bundles_benchmark_files(tmp_path):
+    """Snakemake matches each file asked for against every output of its bundle listed before it: the runs tables
+    and targets of a fresh tree wait for each bundle's first output, its benchmark file, never a run's files."""
+    from test_workflow import job_counts, workflow_copy
+
+    wd = workflow_copy(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--workflow-profile", "none"], cwd=wd,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    inputs, rule = {}, None
+    for line in proc.stdout.splitlines():
+        if line.startswith(("rule ", "localrule ")):
+            rule = line.split()[1].rstrip(":")
+        elif rule and line.strip().startswith("input:"):
+            inputs.setdefault(rule, []).extend(f.strip() for f in line.split(":", 1)[1].split(","))
+    readers = [r for r in inputs if r in ("experiment_runs", "all")]
+    assert sorted(readers) == ["all", "experiment_runs"] and job_counts(proc.stdout)["experiment_runs"] > 1
+    asked = [f for r in readers for f in inputs[r]]
+    assert not [f for f in asked if f.startswith("results/runs/")]
+    assert any(f.startswith("results/benchmarks/bundles/") for f in inputs["experiment_runs"])
+
+
 @pytest.mark.parametrize("algorithm", algorithm_names())
 def test_training_rounds_before_counts_the_training_iterations(algorithm):
     for t in range(0, 41):
