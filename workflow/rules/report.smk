@@ -19,8 +19,9 @@ rule experiment_runs:
         "upfl report runs --verify --out {output:q} {params.pairs} > {log:q} 2>&1"
 
 
-# results/runs.csv waits for the experiments' runs tables, which wait for every run's summary.json (an edit of one
-# makes its experiment's table, and so this one, out of date); it reads the run folders themselves.
+# results/runs.csv waits for the experiments' runs tables, which wait for their runs (common.smk's
+# experiment_results: a retrained or edited run makes its experiment's table, and so this one, out of date); it
+# reads the run folders themselves.
 rule all_runs:
     input:
         [f"results/experiments/{e}/runs.csv" for e in PLAN.experiments],
