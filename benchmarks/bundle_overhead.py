@@ -36,26 +36,54 @@ from results_file import publish
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-BASE = {"device": "auto", "solver": {"epochs": 20, "batch_size": 32, "lr": 0.05, "momentum": 0.5, "backend": "auto"},
-        "checkpoint": {"seconds": 30}, "threads": 1}
+BASE = {
+    "device": "auto",
+    "solver": {"epochs": 20, "batch_size": 32, "lr": 0.05, "momentum": 0.5, "backend": "auto"},
+    "checkpoint": {"seconds": 30},
+    "threads": 1,
+}
 
 
 def table1_docs(data: str) -> list[dict]:
     algorithms = [({"name": "fedavg"}, 80)] + [({"name": "fedprox", "mu": m}, 80) for m in (0.1, 0.3, 0.5, 1)]
-    algorithms += [({"name": "upcycled", "mu": m, "lam": lam}, 160) for m in (0.1, 0.3, 0.5, 1)
-                   for lam in (0.04, 0.12, 0.21, 0.43)]
-    return [{**BASE, "data": {"path": data}, "devices": {"frac": 0.3, "straggler": 0.9}, "evaluation": {"every": 1},
-             "algorithm": alg, "rounds": rounds, "seed": seed} for seed in (0, 1) for alg, rounds in algorithms]
+    algorithms += [
+        ({"name": "upcycled", "mu": m, "lam": lam}, 160) for m in (0.1, 0.3, 0.5, 1) for lam in (0.04, 0.12, 0.21, 0.43)
+    ]
+    return [
+        {
+            **BASE,
+            "data": {"path": data},
+            "devices": {"frac": 0.3, "straggler": 0.9},
+            "evaluation": {"every": 1},
+            "algorithm": alg,
+            "rounds": rounds,
+            "seed": seed,
+        }
+        for seed in (0, 1)
+        for alg, rounds in algorithms
+    ]
 
 
 def privacy_docs(data: str) -> list[dict]:
     noise = [{}] + [{"mechanism": "output", "tau": 10, "sigma": s} for s in (0.5, 0.7071, 1.0, 1.4142, 2.0)]
     noise += [{"mechanism": "objective", "alpha": a} for a in (5, 10, 20, 40)]
     algorithms = ({"name": "fedprox", "mu": 0.1}, {"name": "upcycled", "mu": 0.1, "lam": 0.04})
-    return [{**BASE, "data": {"path": data, "feature_scaling": "unit_norm"}, "model": {"name": "binary_logreg"},
-             "devices": {"frac": 1.0, "straggler": 0.0}, "evaluation": {"every": 1, "last": 10}, "rounds": 80,
-             "algorithm": alg, "seed": seed, **({"privacy": p} if p else {})}
-            for seed in (0, 1) for p in noise for alg in algorithms]
+    return [
+        {
+            **BASE,
+            "data": {"path": data, "feature_scaling": "unit_norm"},
+            "model": {"name": "binary_logreg"},
+            "devices": {"frac": 1.0, "straggler": 0.0},
+            "evaluation": {"every": 1, "last": 10},
+            "rounds": 80,
+            "algorithm": alg,
+            "seed": seed,
+            **({"privacy": p} if p else {}),
+        }
+        for seed in (0, 1)
+        for p in noise
+        for alg in algorithms
+    ]
 
 
 BUNDLES = {"table1": ("synthetic_1_1", table1_docs), "privacy": ("synthetic_iid", privacy_docs)}
@@ -69,8 +97,10 @@ def worker(bundle: str, data: str) -> dict:
     from upfl.pipeline.bundle_trainer import train_entry
 
     out = Path(tempfile.mkdtemp())
-    entries = [{"id": f"r{i}", "out": str(out / f"r{i}"), "log": str(out / "logs" / f"r{i}.log"), "data": data,
-                "config": doc} for i, doc in enumerate(BUNDLES[bundle][1](data))]
+    entries = [
+        {"id": f"r{i}", "out": str(out / f"r{i}"), "log": str(out / "logs" / f"r{i}.log"), "data": data, "config": doc}
+        for i, doc in enumerate(BUNDLES[bundle][1](data))
+    ]
     train_entry({**entries[0], "id": "warm", "out": str(out / "warm")}, 1, None)  # numba's kernels loaded first
     c0 = time.process_time()
     failed = [r for r in (train_entry(e, 1, None) for e in entries) if r["status"] != "trained"]
@@ -82,8 +112,12 @@ def worker(bundle: str, data: str) -> dict:
         inside += json.loads((Path(e["out"]) / "summary.json").read_text())["time"]["total_s"]
         metrics = pd.read_csv(Path(e["out"]) / "metrics.csv").drop(columns=["wall_s", "cum_wall_s"])
         digest.update(metrics.to_csv(index=False).encode())
-    return {"runs": len(entries), "cpu_s_per_run": cpu / len(entries), "inside_runs_s": inside,
-            "metrics_sha256": digest.hexdigest()}
+    return {
+        "runs": len(entries),
+        "cpu_s_per_run": cpu / len(entries),
+        "inside_runs_s": inside,
+        "metrics_sha256": digest.hexdigest(),
+    }
 
 
 def spawn(src: Path, bundle: str, data: str) -> dict:
@@ -103,22 +137,34 @@ def main() -> None:
         json.dump(worker(args.worker, args.data), sys.stdout)
         return
     from upfl.data import generate_synthetic
+
     tmp = Path(tempfile.mkdtemp())
     sides = {"current": ROOT / "src"}
     if args.baseline:
         sides["baseline"] = Path(args.baseline).resolve() / "src"
     load_before = os.getloadavg()
-    results: dict = {"processes": args.processes, "cpu_count": os.cpu_count(), "baseline": args.baseline,
-                     "load_average_before": load_before, "bundles": {}}
+    results: dict = {
+        "processes": args.processes,
+        "cpu_count": os.cpu_count(),
+        "baseline": args.baseline,
+        "load_average_before": load_before,
+        "bundles": {},
+    }
     for bundle, (name, _) in BUNDLES.items():
         data = str(generate_synthetic(name, tmp / name))
         runs = {side: [spawn(src, bundle, data) for _ in range(1)] for side, src in sides.items()}
         for _ in range(args.processes - 1):
             for side, src in sides.items():
                 runs[side].append(spawn(src, bundle, data))
-        entry = {side: {"runs": r[0]["runs"], "cpu_ms_per_run": min(x["cpu_s_per_run"] for x in r) * 1e3,
-                        "inside_runs_s": min(x["inside_runs_s"] for x in r), "metrics_sha256": r[0]["metrics_sha256"]}
-                 for side, r in runs.items()}
+        entry = {
+            side: {
+                "runs": r[0]["runs"],
+                "cpu_ms_per_run": min(x["cpu_s_per_run"] for x in r) * 1e3,
+                "inside_runs_s": min(x["inside_runs_s"] for x in r),
+                "metrics_sha256": r[0]["metrics_sha256"],
+            }
+            for side, r in runs.items()
+        }
         if args.baseline:
             entry["metrics_identical"] = entry["current"]["metrics_sha256"] == entry["baseline"]["metrics_sha256"]
         results["bundles"][bundle] = entry

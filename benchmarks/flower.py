@@ -17,6 +17,7 @@ Run: python benchmarks/flower.py   (needs ``pip install -e ".[flower]"``; writes
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import os
@@ -27,18 +28,30 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-import contextlib
 
 RESULTS = Path(__file__).resolve().parent / "results" / "flower.json"
 
-W1 = {"num-server-rounds": 160, "seed": 0, "algorithm": "upcycled", "mu": 1.0, "lam": 0.43, "fraction-train": 0.3,
-      "straggler": 0.9, "local-epochs": 20, "batch-size": 32, "lr": 0.05, "momentum": 0.5, "device": "cpu"}
+W1 = {
+    "num-server-rounds": 160,
+    "seed": 0,
+    "algorithm": "upcycled",
+    "mu": 1.0,
+    "lam": 0.43,
+    "fraction-train": 0.3,
+    "straggler": 0.9,
+    "local-epochs": 20,
+    "batch-size": 32,
+    "lr": 0.05,
+    "momentum": 0.5,
+    "device": "cpu",
+}
 NUM_DEVICES = 30
 RAY_RESOURCES = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0}, "init_args": {"num_cpus": 2, "num_gpus": 0}}
 
 
 def tree_rss(pid: int) -> int:
     import psutil
+
     try:
         root = psutil.Process(pid)
         procs = [root, *root.children(recursive=True)]
@@ -80,12 +93,16 @@ def per_round(metrics_csv: Path, wall_column: str) -> dict:
         rows = list(csv.DictReader(f))
     train = [float(r[wall_column]) for r in rows if r["kind"] == "train"]
     even = [float(r[wall_column]) for r in rows if r["kind"] == "upcycle"]
-    out = {"training_rounds": len(train), "even_rounds": len(even),
-           "first_training_round_s": train[0],
-           "per_training_round_s": statistics.fmean(train[1:]),
-           "per_training_round_median_s": statistics.median(train[1:]),
-           "per_even_round_s": statistics.fmean(even) if even else None,
-           "final_test_acc": float(rows[-1]["test_acc"]), "final_train_loss": float(rows[-1]["train_loss"])}
+    out = {
+        "training_rounds": len(train),
+        "even_rounds": len(even),
+        "first_training_round_s": train[0],
+        "per_training_round_s": statistics.fmean(train[1:]),
+        "per_training_round_median_s": statistics.median(train[1:]),
+        "per_even_round_s": statistics.fmean(even) if even else None,
+        "final_test_acc": float(rows[-1]["test_acc"]),
+        "final_train_loss": float(rows[-1]["train_loss"]),
+    }
     if "messages" in rows[0]:
         out["messages_total"] = sum(int(r["messages"]) for r in rows)
         out["messages_even_rounds"] = sum(int(r["messages"]) for r in rows if r["kind"] == "upcycle")
@@ -94,18 +111,25 @@ def per_round(metrics_csv: Path, wall_column: str) -> dict:
 
 def worker_upfl(data: str, out: str) -> None:
     from upfl import config as cfgmod
-    from upfl.flower import run_config_to_upfl
     from upfl.engine.simulation import run
+    from upfl.flower import run_config_to_upfl
+
     cfg = run_config_to_upfl({**W1, "data-path": data})
     run(cfgmod.validate(cfg), out, log=lambda *_: None)
 
 
 def worker_flower(data: str, out: str) -> None:
     from flwr.simulation import run_simulation
+
     from upfl.flower import make_client_app, make_server_app
+
     run_config = {**W1, "data-path": data, "out-dir": out}
-    run_simulation(server_app=make_server_app(run_config), client_app=make_client_app(run_config),
-                   num_supernodes=NUM_DEVICES, backend_config=RAY_RESOURCES)
+    run_simulation(
+        server_app=make_server_app(run_config),
+        client_app=make_client_app(run_config),
+        num_supernodes=NUM_DEVICES,
+        backend_config=RAY_RESOURCES,
+    )
 
 
 def load_average() -> list[float]:
@@ -126,12 +150,14 @@ def main() -> None:
 
     import flwr
     import torch
+
     from upfl.data import generate_synthetic
     from upfl.files import provenance, write_json
 
     with tempfile.TemporaryDirectory() as tmp:
-        data = str(generate_synthetic("synthetic_1_1", Path(tmp) / "synthetic_1_1", data_seed=0,
-                                      num_devices=NUM_DEVICES))
+        data = str(
+            generate_synthetic("synthetic_1_1", Path(tmp) / "synthetic_1_1", data_seed=0, num_devices=NUM_DEVICES)
+        )
         me = [sys.executable, os.path.abspath(__file__), "--data", data]
         figures = {}
         for engine in ("upfl", "flower"):
@@ -140,15 +166,23 @@ def main() -> None:
             print(f"{engine}: running W1 (load average {load_before})", flush=True)
             wall, peak, _ = measure(me + ["--worker", engine, "--out", str(out)])
             wall_column = "wall_s"
-            figures[engine] = {"wall_total_s": wall, "peak_rss_mib": peak / 2**20,
-                               "load_average_before": load_before, "load_average_after": load_average(),
-                               **per_round(out / "metrics.csv", wall_column)}
+            figures[engine] = {
+                "wall_total_s": wall,
+                "peak_rss_mib": peak / 2**20,
+                "load_average_before": load_before,
+                "load_average_after": load_average(),
+                **per_round(out / "metrics.csv", wall_column),
+            }
             print(json.dumps({engine: figures[engine]}, indent=1), flush=True)
     result = {
         "workload": {"name": "W1", **W1, "devices": NUM_DEVICES, "data": "Synthetic(1,1) generator, data_seed 0"},
-        "flower": {"version": flwr.__version__, "engine": "flwr.simulation.run_simulation, Ray backend",
-                   "backend_config": RAY_RESOURCES},
-        "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+        "flower": {
+            "version": flwr.__version__,
+            "engine": "flwr.simulation.run_simulation, Ray backend",
+            "backend_config": RAY_RESOURCES,
+        },
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
         "engines": figures,
         "flower_over_upfl_per_training_round": figures["flower"]["per_training_round_s"]
         / figures["upfl"]["per_training_round_s"],

@@ -54,8 +54,17 @@ def compile_features() -> set[str]:
 def cpu_name_features(name: str) -> set[str]:
     """Vector features implied by an LLVM CPU name (numba's ``NUMBA_CPU_NAME``), for the few names this needs."""
     avx2 = {"haswell", "broadwell", "skylake", "znver1", "znver2", "znver3", "alderlake", "x86-64-v3"}
-    avx512 = {"skylake-avx512", "cascadelake", "icelake-server", "icelake-client", "sapphirerapids", "znver4",
-              "x86-64-v4", "tigerlake", "cooperlake"}
+    avx512 = {
+        "skylake-avx512",
+        "cascadelake",
+        "icelake-server",
+        "icelake-client",
+        "sapphirerapids",
+        "znver4",
+        "x86-64-v4",
+        "tigerlake",
+        "cooperlake",
+    }
     if name in avx512:
         return {"avx512f", "avx2", "avx", "fma", "sse2"}
     if name in avx2:
@@ -98,11 +107,13 @@ def make_probe(lanes: int, chains: int):
     def fma_loop(typingctx, iterations, seed):
         def codegen(context, builder, signature, args):
             count, start = args
-            fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector, [vector] * 3),
-                                                 f"llvm.fma.v{lanes}f32")
+            fma = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(vector, [vector] * 3), f"llvm.fma.v{lanes}f32"
+            )
             one = builder.insert_element(ir.Constant(vector, None), start, ir.Constant(ir.IntType(32), 0))
-            base = builder.shuffle_vector(one, ir.Constant(vector, None),
-                                          ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes))
+            base = builder.shuffle_vector(
+                one, ir.Constant(vector, None), ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
+            )
             scale = ir.Constant(vector, [0.999999] * lanes)
             step = ir.Constant(vector, [1e-7] * lanes)
             slots = []
@@ -153,10 +164,18 @@ def measure_floor(repeats: int = 20, seconds: float = 0.05) -> dict:
         probe(iterations, np.float32(1.0))
         best = min(best, time.perf_counter() - t0)
     from numba.core import config
-    return {"floor_gflops_measured": iterations * flops_per_iteration / best / 1e9,
-            "isa": isa_name(features, machine), "isa_host": isa_name(cpu_flags(), machine),
-            "probe_lanes": lanes, "probe_chains": chains, "probe_iterations": iterations,
-            "compile_cpu": config.CPU_NAME or "host", "machine": machine, "cpu_model": cpu_model()}
+
+    return {
+        "floor_gflops_measured": iterations * flops_per_iteration / best / 1e9,
+        "isa": isa_name(features, machine),
+        "isa_host": isa_name(cpu_flags(), machine),
+        "probe_lanes": lanes,
+        "probe_chains": chains,
+        "probe_iterations": iterations,
+        "compile_cpu": config.CPU_NAME or "host",
+        "machine": machine,
+        "cpu_model": cpu_model(),
+    }
 
 
 def cpu_model() -> str:
@@ -173,5 +192,7 @@ def cpu_model() -> str:
 if __name__ == "__main__":
     os.environ.setdefault("NUMBA_NUM_THREADS", "1")
     result = measure_floor()
-    print(f"{result['isa']} ({result['cpu_model']}): float32 FMA floor of one thread "
-          f"{result['floor_gflops_measured']:.1f} GFLOP/s ({result['probe_lanes']} lanes x {result['probe_chains']} chains)")
+    print(
+        f"{result['isa']} ({result['cpu_model']}): float32 FMA floor of one thread "
+        f"{result['floor_gflops_measured']:.1f} GFLOP/s ({result['probe_lanes']} lanes x {result['probe_chains']} chains)"
+    )

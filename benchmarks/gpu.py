@@ -32,21 +32,27 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "src"))
 
 from real_data import femnist_shaped, sent140_shaped  # noqa: E402
-
 from upfl import config as cfgmod  # noqa: E402
-from upfl.pipeline.bundle_trainer import train_bundle  # noqa: E402
 from upfl.data import generate_synthetic  # noqa: E402
 from upfl.engine.simulation import run  # noqa: E402
+from upfl.pipeline.bundle_trainer import train_bundle  # noqa: E402
 
 OUT = HERE / "results" / "gpu.json"
 
 
 def round_doc(data: Path, model: str, device: str, rounds: int, epochs: int, seed: int = 0) -> dict:
-    return {"data": {"path": str(data)}, "rounds": rounds, "seed": seed, "device": device,
-            "model": {"name": model}, "algorithm": {"name": "fedprox", "mu": 0.1},
-            "devices": {"frac": 0.3, "straggler": 0.9},
-            "solver": {"epochs": epochs, "batch_size": 32, "lr": 0.05, "momentum": 0.5, "backend": "torch"},
-            "evaluation": {"every": rounds}, "checkpoint": {"every": 0}}
+    return {
+        "data": {"path": str(data)},
+        "rounds": rounds,
+        "seed": seed,
+        "device": device,
+        "model": {"name": model},
+        "algorithm": {"name": "fedprox", "mu": 0.1},
+        "devices": {"frac": 0.3, "straggler": 0.9},
+        "solver": {"epochs": epochs, "batch_size": 32, "lr": 0.05, "momentum": 0.5, "backend": "torch"},
+        "evaluation": {"every": rounds},
+        "checkpoint": {"every": 0},
+    }
 
 
 def sync(device: str) -> None:
@@ -59,9 +65,13 @@ def timed_run(doc: dict, out: Path, device: str) -> dict:
     t0 = time.perf_counter()
     summary = run(cfgmod.from_dict(doc), out, log=lambda m: None)
     sync(device)
-    return {"wall_s": round(time.perf_counter() - t0, 4), "train_s": round(summary["time"]["train_s"], 4),
-            "eval_s": round(summary["time"]["eval_s"], 4), "device": summary["device"],
-            "final_train_acc": summary["final"]["train_acc"]}
+    return {
+        "wall_s": round(time.perf_counter() - t0, 4),
+        "train_s": round(summary["time"]["train_s"], 4),
+        "eval_s": round(summary["time"]["eval_s"], 4),
+        "device": summary["device"],
+        "final_train_acc": summary["final"]["train_acc"],
+    }
 
 
 def w1(tmp: Path, device: str, rounds: int, devices: int, epochs: int) -> dict:
@@ -72,8 +82,10 @@ def w1(tmp: Path, device: str, rounds: int, devices: int, epochs: int) -> dict:
     timed_run({**doc, "rounds": 2}, tmp / "w1_warm", device)  # CUDA context and kernels
     res = timed_run(doc, tmp / "w1_run", device)
     res.update(rounds=rounds, per_training_round_incl_eval_s=round((res["train_s"] + res["eval_s"]) / rounds, 5))
-    print(f"w1 ({device}, torch solver): {res['per_training_round_incl_eval_s'] * 1000:.1f} ms per training round",
-          flush=True)
+    print(
+        f"w1 ({device}, torch solver): {res['per_training_round_incl_eval_s'] * 1000:.1f} ms per training round",
+        flush=True,
+    )
     return res
 
 
@@ -82,8 +94,11 @@ def stand_ins(tmp: Path, smoke: bool) -> dict[str, Path]:
         femnist = femnist_shaped(tmp / "femnist", devices=6, sizes=[24] * 6)
         sent140 = sent140_shaped(tmp / "sent140", devices=5, sizes=[24] * 5)
     else:
-        from upfl.data.femnist import FemnistSpec, device_sizes as femnist_sizes
-        from upfl.data.sent140 import Sent140Spec, device_sizes as sent140_sizes
+        from upfl.data.femnist import FemnistSpec
+        from upfl.data.femnist import device_sizes as femnist_sizes
+        from upfl.data.sent140 import Sent140Spec
+        from upfl.data.sent140 import device_sizes as sent140_sizes
+
         fs, ss = femnist_sizes(FemnistSpec())[0], sent140_sizes(Sent140Spec())[0]
         femnist = femnist_shaped(tmp / "femnist", devices=len(fs), sizes=[int(n) for n in fs])
         sent140 = sent140_shaped(tmp / "sent140", devices=len(ss), sizes=[int(n) for n in ss])
@@ -95,23 +110,37 @@ def paper_rounds(tmp: Path, data: dict[str, Path], device: str, epochs: int) -> 
     for model, path in data.items():
         timed_run(round_doc(path, model, device, 1, 2), tmp / f"{model}_warm", device)
         out[model] = timed_run(round_doc(path, model, device, 1, epochs), tmp / f"{model}_round", device)
-        print(f"{model} one FedProx round ({device}): {out[model]['train_s']:.3f} s training, "
-              f"{out[model]['eval_s']:.3f} s evaluation", flush=True)
+        print(
+            f"{model} one FedProx round ({device}): {out[model]['train_s']:.3f} s training, "
+            f"{out[model]['eval_s']:.3f} s evaluation",
+            flush=True,
+        )
     return out
 
 
-def packing(tmp: Path, data: dict[str, Path], device: str, models: list[str], ks: list[int], rounds: int,
-            epochs: int) -> dict:
+def packing(
+    tmp: Path, data: dict[str, Path], device: str, models: list[str], ks: list[int], rounds: int, epochs: int
+) -> dict:
     out = {}
     for model in models:
         rows = {}
         for k in ks:
-            runs = [{"id": f"{model}_k{k}_seed{s}", "data": str(data[model]), "out": str(tmp / f"pack_{model}_{k}_{s}"),
-                     "log": str(tmp / "logs" / f"pack_{model}_{k}_{s}.log"),
-                     "config": round_doc(data[model], model, device, rounds, epochs, seed=s)} for s in range(k)]
+            runs = [
+                {
+                    "id": f"{model}_k{k}_seed{s}",
+                    "data": str(data[model]),
+                    "out": str(tmp / f"pack_{model}_{k}_{s}"),
+                    "log": str(tmp / "logs" / f"pack_{model}_{k}_{s}.log"),
+                    "config": round_doc(data[model], model, device, rounds, epochs, seed=s),
+                }
+                for s in range(k)
+            ]
             t0 = time.perf_counter()
-            train_bundle({"bundle": f"pack_{model}_{k}", "threads": 1, "concurrent": k, "runs": runs}, store=None,
-                         echo=lambda m: None)
+            train_bundle(
+                {"bundle": f"pack_{model}_{k}", "threads": 1, "concurrent": k, "runs": runs},
+                store=None,
+                echo=lambda m: None,
+            )
             wall = time.perf_counter() - t0
             rows[str(k)] = {"runs": k, "wall_s": round(wall, 3), "runs_per_hour": round(3600 * k / wall, 1)}
             print(f"packing {model}: {k} runs at once in {wall:.1f} s", flush=True)
@@ -138,16 +167,22 @@ def main(argv: list[str] | None = None) -> int:
         models = (args.packing_models or "mlp").split(",")
     else:
         if not torch.cuda.is_available():
-            print("gpu.py: torch finds no CUDA device; run on a GPU machine, or use --smoke for the CPU check",
-                  file=sys.stderr)
+            print(
+                "gpu.py: torch finds no CUDA device; run on a GPU machine, or use --smoke for the CPU check",
+                file=sys.stderr,
+            )
             return 2
         device, w1_rounds, w1_devices, epochs = "cuda", 80, 30, 20
         ks = [int(k) for k in (args.packing_runs or "1,2,4,8").split(",")]
         pack_rounds = args.packing_rounds or 6
         models = (args.packing_models or "mlp,lstm").split(",")
-    result = {"smoke": args.smoke, "device": device, "torch_version": torch.__version__,
-              "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None,
-              "loadavg_1min_before": os.getloadavg()[0]}
+    result = {
+        "smoke": args.smoke,
+        "device": device,
+        "torch_version": torch.__version__,
+        "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None,
+        "loadavg_1min_before": os.getloadavg()[0],
+    }
     with tempfile.TemporaryDirectory(prefix="upfl-gpu-") as tmpdir:
         tmp = Path(tmpdir)
         old = os.getcwd()

@@ -53,8 +53,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from upfl.data.mirror import serve_folder  # noqa: E402
-from upfl.pipeline.plan import build_plan  # noqa: E402
 from upfl.files import git_commit, write_texts  # noqa: E402
+from upfl.pipeline.plan import build_plan  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "pipeline.json"
 REAL_SOURCES = ["femnist", "sent140", "leaf"]
@@ -164,10 +164,13 @@ def timeline_figures(jobs: list[dict], cores: int) -> dict:
     last_training_end = max(j["end"] for j in training)
     busy = sum(j["end"] - j["start"] for j in finished)
     return {
-        "span_s": span, "last_training_start_s": max(j["start"] for j in training),
-        "last_training_end_s": last_training_end, "tail_s": span - last_training_end,
+        "span_s": span,
+        "last_training_start_s": max(j["start"] for j in training),
+        "last_training_end_s": last_training_end,
+        "tail_s": span - last_training_end,
         "jobs_in_tail": sum(j["start"] >= last_training_end for j in finished),
-        "busy_core_s": busy, "idle_core_s": cores * span - busy,
+        "busy_core_s": busy,
+        "idle_core_s": cores * span - busy,
     }
 
 
@@ -186,7 +189,9 @@ def numba_cache_state() -> str:
     compiled solver's training kernels, ``cold`` when the first jobs compile them (a fresh clone, an edit of the solver, or
     an empty ``NUMBA_CACHE_DIR``: ``NUMBA_CACHE_DIR=$(mktemp -d) python benchmarks/pipeline.py`` measures a cold
     start without touching the tree's cache)."""
-    folder = Path(os.environ.get("NUMBA_CACHE_DIR") or ROOT / "src" / "upfl" / "solvers" / "numba_backend" / "__pycache__")
+    folder = Path(
+        os.environ.get("NUMBA_CACHE_DIR") or ROOT / "src" / "upfl" / "solvers" / "numba_backend" / "__pycache__"
+    )
     return "warm" if folder.is_dir() and any(folder.rglob("training.*.nbi")) else "cold"
 
 
@@ -196,8 +201,16 @@ def children_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def measure(part: str, layout: str, cores: int, keep: bool, max_seconds: float | None = None,
-            mirror: str | None = None, snakemake_args: str = "", tree: Path = ROOT) -> dict:
+def measure(
+    part: str,
+    layout: str,
+    cores: int,
+    keep: bool,
+    max_seconds: float | None = None,
+    mirror: str | None = None,
+    snakemake_args: str = "",
+    tree: Path = ROOT,
+) -> dict:
     config = part_config(part)
     if mirror:
         config["sources"] = {**(config.get("sources") or {}), "paper": {"url": mirror}}
@@ -211,16 +224,24 @@ def measure(part: str, layout: str, cores: int, keep: bool, max_seconds: float |
     load_before = os.getloadavg()
     started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     numba_cache = numba_cache_state()
-    print(f"{part}/{layout}: {len(plan.runs)} runs of {len(plan.experiments)} experiments; snakemake --cores {cores} "
-          f"in {wd} (load average {load_before[0]:.2f})", flush=True)
+    print(
+        f"{part}/{layout}: {len(plan.runs)} runs of {len(plan.experiments)} experiments; snakemake --cores {cores} "
+        f"in {wd} (load average {load_before[0]:.2f})",
+        flush=True,
+    )
     start = time.perf_counter()
     log_path = tmp / "snakemake.log"
     with open(log_path, "w") as log_file:
-        proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", str(cores), *shlex.split(snakemake_args)],
-                                cwd=wd, env=env,
-                                stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
-                                # a background shell starts us with SIGINT ignored, which Snakemake would inherit
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "snakemake", "--cores", str(cores), *shlex.split(snakemake_args)],
+            cwd=wd,
+            env=env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            # a background shell starts us with SIGINT ignored, which Snakemake would inherit
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
         own_cpu = 0.0
         try:
             while proc.poll() is None:  # Snakemake's own CPU time (scheduling, output checks), read while it runs
@@ -252,31 +273,46 @@ def measure(part: str, layout: str, cores: int, keep: bool, max_seconds: float |
     train_jobs_s = benchmark_seconds(train_files)
     train_jobs_cpu_s = benchmark_seconds(train_files, "cpu_time")
     result = {
-        "completed": completed, "jobs_done": int(steps[-1][0]) if steps else 0,
-        "experiments": sorted(plan.experiments), "jobs": jobs, "training_jobs": len(train_files),
-        "runs": len(summaries), "runs_planned": len(plan.runs), "wall_s": round(wall, 2),
-        "time_inside_runs_s": round(inside, 2), "training_jobs_s": round(train_jobs_s, 2),
+        "completed": completed,
+        "jobs_done": int(steps[-1][0]) if steps else 0,
+        "experiments": sorted(plan.experiments),
+        "jobs": jobs,
+        "training_jobs": len(train_files),
+        "runs": len(summaries),
+        "runs_planned": len(plan.runs),
+        "wall_s": round(wall, 2),
+        "time_inside_runs_s": round(inside, 2),
+        "training_jobs_s": round(train_jobs_s, 2),
         "startup_share": round(1 - inside / train_jobs_s, 3) if train_jobs_s else None,
         "mean_training_job_s": round(train_jobs_s / len(train_files), 3) if train_files else None,
         # a stopped layout: the wall time at the rate it trained runs (an estimate, not a measurement)
         "projected_wall_s": None if completed or not summaries else round(wall * len(plan.runs) / len(summaries), 1),
-        "snakemake_cpu_s": round(own_cpu, 1), "snakemake_args": snakemake_args,
+        "snakemake_cpu_s": round(own_cpu, 1),
+        "snakemake_args": snakemake_args,
         # core-seconds of the whole process tree (Snakemake and every job), and the part outside the runs
         # (time inside runs is wall time: on a loaded machine it exceeds the runs' CPU time, so compare cpu_s and
         # the part outside the training jobs, which holds Snakemake, data and report jobs)
-        "cpu_s": round(cpu, 1), "outside_runs_cpu_s": round(cpu - inside, 1),
+        "cpu_s": round(cpu, 1),
+        "outside_runs_cpu_s": round(cpu - inside, 1),
         "outside_runs_share": round(1 - inside / cpu, 3) if cpu else None,
         "training_jobs_cpu_s": round(train_jobs_cpu_s, 1),
         "outside_training_jobs_cpu_s": round(cpu - train_jobs_cpu_s, 1),
-        "commit": git_commit(tree), "tree": str(tree), "measured_at": started_at,
-        "numba_cache_before": numba_cache, "cores": cores, "load_average_before": [round(x, 2) for x in load_before],
+        "commit": git_commit(tree),
+        "tree": str(tree),
+        "measured_at": started_at,
+        "numba_cache_before": numba_cache,
+        "cores": cores,
+        "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in load_after],
         "timeline": timeline_figures(job_timeline(log), cores),
     }
-    print(f"{part}/{layout}: {'' if completed else 'STOPPED after '}{result['wall_s']:.1f} s wall, {jobs} jobs ({len(train_files)} training), "
-          f"{len(summaries)} runs, {inside:.1f} s inside runs, {cpu:.1f} core-seconds ({result['outside_runs_share']} "
-          f"outside runs), start-up share {result['startup_share']}, "
-          f"load average after {load_after[0]:.2f}", flush=True)
+    print(
+        f"{part}/{layout}: {'' if completed else 'STOPPED after '}{result['wall_s']:.1f} s wall, {jobs} jobs ({len(train_files)} training), "
+        f"{len(summaries)} runs, {inside:.1f} s inside runs, {cpu:.1f} core-seconds ({result['outside_runs_share']} "
+        f"outside runs), start-up share {result['startup_share']}, "
+        f"load average after {load_after[0]:.2f}",
+        flush=True,
+    )
     if not keep:
         shutil.rmtree(tmp)
     return result
@@ -289,16 +325,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cores", type=int, default=2)
     p.add_argument("--snakemake-args", default="", help="extra Snakemake arguments, e.g. '--scheduler ilp'")
     p.add_argument("--keep", action="store_true", help="keep the temporary workflow folders")
-    p.add_argument("--max-seconds", type=float, default=None,
-                   help="stop a layout after this long (a loaded machine) and record what it finished")
+    p.add_argument(
+        "--max-seconds",
+        type=float,
+        default=None,
+        help="stop a layout after this long (a loaded machine) and record what it finished",
+    )
     p.add_argument("--out", default=str(OUT))
-    p.add_argument("--baseline", help="source tree (e.g. `git worktree add /tmp/base <commit>`) whose workflow and "
-                                      "upfl run too, alternating with this tree's; its figures go to <layout>_baseline")
+    p.add_argument(
+        "--baseline",
+        help="source tree (e.g. `git worktree add /tmp/base <commit>`) whose workflow and "
+        "upfl run too, alternating with this tree's; its figures go to <layout>_baseline",
+    )
     p.add_argument("--repeats", type=int, default=1, help="with --baseline: alternating pairs of runs per layout")
     default_mirror = ROOT.parent / "shared" / "upstream"
-    p.add_argument("--paper-mirror", default=str(default_mirror) if default_mirror.is_dir() else None,
-                   help="folder served on 127.0.0.1 as the mirror of the paper's files (default: ../shared/upstream "
-                        "when it exists); 'none' downloads from GitHub")
+    p.add_argument(
+        "--paper-mirror",
+        default=str(default_mirror) if default_mirror.is_dir() else None,
+        help="folder served on 127.0.0.1 as the mirror of the paper's files (default: ../shared/upstream "
+        "when it exists); 'none' downloads from GitHub",
+    )
     args = p.parse_args(argv)
     mirror_dir = None if args.paper_mirror in (None, "none") else Path(args.paper_mirror).resolve()
     if mirror_dir is not None and not mirror_dir.is_dir():
@@ -315,14 +361,30 @@ def main(argv: list[str] | None = None) -> int:
             for _ in range(max(1, args.repeats) if args.baseline else 1):
                 for key, tree in trees:
                     with serve(mirror_dir if part == "synthetic" else None) as mirror:
-                        measured[key].append(measure(part, layout, args.cores, args.keep, args.max_seconds, mirror,
-                                                     args.snakemake_args, tree))
+                        measured[key].append(
+                            measure(
+                                part, layout, args.cores, args.keep, args.max_seconds, mirror, args.snakemake_args, tree
+                            )
+                        )
             for key, runs in measured.items():
                 figures[key] = min(runs, key=lambda r: r["cpu_s"])  # the least disturbed of the alternating runs
-                figures[key]["repeats"] = [{k: r.get(k) for k in ("wall_s", "cpu_s", "outside_runs_cpu_s",
-                                                              "training_jobs_cpu_s", "outside_training_jobs_cpu_s",
-                                                              "time_inside_runs_s", "snakemake_cpu_s",
-                                                              "load_average_before", "measured_at")} for r in runs]
+                figures[key]["repeats"] = [
+                    {
+                        k: r.get(k)
+                        for k in (
+                            "wall_s",
+                            "cpu_s",
+                            "outside_runs_cpu_s",
+                            "training_jobs_cpu_s",
+                            "outside_training_jobs_cpu_s",
+                            "time_inside_runs_s",
+                            "snakemake_cpu_s",
+                            "load_average_before",
+                            "measured_at",
+                        )
+                    }
+                    for r in runs
+                ]
             both = [figures.get(k) for k in ("bundled", "single")]
             if all(f and f["completed"] for f in both):
                 figures["speed_up"] = round(figures["single"]["wall_s"] / figures["bundled"]["wall_s"], 2)

@@ -29,7 +29,6 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "src"))
 
 from results_file import publish  # noqa: E402
-
 from upfl.pipeline.doc_numbers import machine_description  # noqa: E402
 
 
@@ -59,19 +58,28 @@ def timed_make(target: str, wd: Path, numba_cache: Path, cache_state: str) -> di
         sys.exit(f"make {target} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
     record = wd / "resources" / "kernels" / "numba.json"  # the kernels warm-up job's record (KERNELS_RECORD)
     kernels = json.loads(record.read_text()) if record.exists() else {}
-    return {"command": f"make {target}", "numba_cache": cache_state, "wall_s": round(wall, 1),
-            "cpu_s": round(children_cpu_s() - cpu_before, 1), "kernels_warm_up": kernels,
-            "load_average_before": load_before, "load_average_after": [round(x, 2) for x in os.getloadavg()],
-            "machine": machine_description(),
-            "commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
-                                     text=True).stdout.strip(),
-            "measured_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    return {
+        "command": f"make {target}",
+        "numba_cache": cache_state,
+        "wall_s": round(wall, 1),
+        "cpu_s": round(children_cpu_s() - cpu_before, 1),
+        "kernels_warm_up": kernels,
+        "load_average_before": load_before,
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "machine": machine_description(),
+        "commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip(),
+        "measured_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--target", default="quick", choices=("quick", "test"),
-                   help="the README's command to time: make quick or make test (default: %(default)s)")
+    p.add_argument(
+        "--target",
+        default="quick",
+        choices=("quick", "test"),
+        help="the README's command to time: make quick or make test (default: %(default)s)",
+    )
     p.add_argument("--runs", default="cold,warm", help="cache states to run, in order (default: %(default)s)")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "quick_start.json")
     args = p.parse_args()

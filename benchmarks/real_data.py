@@ -28,18 +28,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from results_file import publish
-
 import numpy as np
 import torch
 
+from results_file import publish
 from upfl import config as cfgmod
 from upfl.data import load_leaf, write_leaf
 from upfl.data.glove import embedding_matrix, save_npy, save_vocab
 from upfl.data.publish import write_dataset
-from upfl.models import build_model
-from upfl.engine.simulation import run
 from upfl.draws.batch_plans import batch_plan
+from upfl.engine.simulation import run
+from upfl.models import build_model
 from upfl.solvers.torch_backend import local_solve
 
 K, BATCH, SEQ, EMB_DIM, VOCAB = 15, 32, 25, 300, 5000
@@ -79,12 +78,31 @@ def sent140_shaped(root: Path, seed: int = 0, devices: int = 52, sizes: list[int
                 x[i, :length] = rng.integers(0, VOCAB, length)
             xs[u] = x
             ys[u] = (np.where(x < VOCAB, x % 2, 0).sum(1) * 2 > lengths).astype(np.int64)
-    meta = {"name": "sent140_shaped", "num_classes": 2, "x_dtype": "int64",
-            "embeddings": {"file": "embeddings.npy", "vocab_file": "vocab.txt", "dim": EMB_DIM,
-                           "vocab_size": VOCAB, "pad_id": VOCAB, "unk_id": VOCAB, "rows": VOCAB + 1}}
-    return write_dataset(root, users, train, test, meta,
-                         extras={"embeddings.npy": lambda p: save_npy(p, embedding_matrix(vectors)),
-                                 "vocab.txt": lambda p: save_vocab(p, vocab)})
+    meta = {
+        "name": "sent140_shaped",
+        "num_classes": 2,
+        "x_dtype": "int64",
+        "embeddings": {
+            "file": "embeddings.npy",
+            "vocab_file": "vocab.txt",
+            "dim": EMB_DIM,
+            "vocab_size": VOCAB,
+            "pad_id": VOCAB,
+            "unk_id": VOCAB,
+            "rows": VOCAB + 1,
+        },
+    }
+    return write_dataset(
+        root,
+        users,
+        train,
+        test,
+        meta,
+        extras={
+            "embeddings.npy": lambda p: save_npy(p, embedding_matrix(vectors)),
+            "vocab.txt": lambda p: save_vocab(p, vocab),
+        },
+    )
 
 
 def step_inputs(model, ds, seed: int = 0):
@@ -123,8 +141,8 @@ def time_solver_steps(model, ds, reps: int, steps: int = 4) -> dict[str, dict[st
     pool_y = torch.cat([torch.as_tensor(ds.train_y[u]) for u in ds.train_users])
     eye = torch.eye(ds.num_classes)
     n = steps * BATCH
-    xs = [pool_x[i * n:(i + 1) * n] for i in range(K)]
-    ys = [eye[pool_y[i * n:(i + 1) * n]] for i in range(K)]
+    xs = [pool_x[i * n : (i + 1) * n] for i in range(K)]
+    ys = [eye[pool_y[i * n : (i + 1) * n]] for i in range(K)]
     w0 = model.init_params(torch.Generator().manual_seed(0))
     plans = batch_plan([n] * K, [1] * K, BATCH, [torch.Generator().manual_seed(i) for i in range(K)])
     times = {"vmap": [], "loop": []}
@@ -139,20 +157,32 @@ def time_solver_steps(model, ds, reps: int, steps: int = 4) -> dict[str, dict[st
 
 
 def round_config(data: Path, name: str, batching: str, threads: int) -> cfgmod.RunConfig:
-    return cfgmod.from_dict({"data": {"path": str(data)}, "rounds": 1, "seed": 0, "device": "cpu", "threads": threads,
-                             "model": {"name": name, "options": {"batching": batching}},
-                             "algorithm": {"name": "fedprox", "mu": 0.1},
-                             "devices": {"frac": 0.3, "straggler": 0.9},
-                             "solver": {"epochs": 20, "batch_size": BATCH, "lr": 0.05, "momentum": 0.5},
-                             "checkpoint": {"every": 0}})
+    return cfgmod.from_dict(
+        {
+            "data": {"path": str(data)},
+            "rounds": 1,
+            "seed": 0,
+            "device": "cpu",
+            "threads": threads,
+            "model": {"name": name, "options": {"batching": batching}},
+            "algorithm": {"name": "fedprox", "mu": 0.1},
+            "devices": {"frac": 0.3, "straggler": 0.9},
+            "solver": {"epochs": 20, "batch_size": BATCH, "lr": 0.05, "momentum": 0.5},
+            "checkpoint": {"every": 0},
+        }
+    )
 
 
 def time_round(data: Path, name: str, batching: str, out: Path, threads: int) -> dict[str, float]:
     s = run(round_config(data, name, batching, threads), out, log=lambda m: None)
     row = (out / "metrics.csv").read_text().splitlines()[-1].split(",")
-    return {"train_s": s["time"]["train_s"], "eval_s_two_evaluations": s["time"]["eval_s"],
-            "devices": int(row[6]), "local_steps_summed_over_devices": int(row[7]),
-            "train_acc_after": s["final"]["train_acc"]}
+    return {
+        "train_s": s["time"]["train_s"],
+        "eval_s_two_evaluations": s["time"]["eval_s"],
+        "devices": int(row[6]),
+        "local_steps_summed_over_devices": int(row[7]),
+        "train_acc_after": s["final"]["train_acc"],
+    }
 
 
 def per_step(name: str, model, ds, reps: int, threads: list[int]) -> dict:
@@ -163,12 +193,19 @@ def per_step(name: str, model, ds, reps: int, threads: list[int]) -> dict:
         load = os.getloadavg()[0]
         grad_s = time_grad_steps(model, ds, reps)
         solver_s = time_solver_steps(model, ds, max(2, reps // 2))
-        out[f"threads_{t}"] = {"loadavg_1min_before": load, "grad_s": grad_s, "solver_step_s": solver_s,
-                               "faster_by_grad_median": min(grad_s, key=lambda s: grad_s[s]["median"]),
-                               "faster_by_solver_step_median": min(solver_s, key=lambda s: solver_s[s]["median"])}
-        print(f"{name} threads {t}: P={model.num_params} grad vmap {grad_s['vmap']['median']:.4f}s loop "
-              f"{grad_s['loop']['median']:.4f}s; solver step vmap {solver_s['vmap']['median']:.4f}s loop "
-              f"{solver_s['loop']['median']:.4f}s (load {load:.2f})", file=sys.stderr)
+        out[f"threads_{t}"] = {
+            "loadavg_1min_before": load,
+            "grad_s": grad_s,
+            "solver_step_s": solver_s,
+            "faster_by_grad_median": min(grad_s, key=lambda s: grad_s[s]["median"]),
+            "faster_by_solver_step_median": min(solver_s, key=lambda s: solver_s[s]["median"]),
+        }
+        print(
+            f"{name} threads {t}: P={model.num_params} grad vmap {grad_s['vmap']['median']:.4f}s loop "
+            f"{grad_s['loop']['median']:.4f}s; solver step vmap {solver_s['vmap']['median']:.4f}s loop "
+            f"{solver_s['loop']['median']:.4f}s (load {load:.2f})",
+            file=sys.stderr,
+        )
     return out
 
 
@@ -179,16 +216,26 @@ def paper_sized_rounds(tmp: Path, threads: int) -> dict:
     :func:`upfl.data.sent140.device_sizes`: 50 devices, 16421 images; 52 devices, 32299 tweets); the
     batching strategy is the model's CPU default (``auto``).
     """
-    from upfl.data.femnist import FemnistSpec, device_sizes as femnist_sizes
-    from upfl.data.sent140 import Sent140Spec, device_sizes as sent140_sizes
+    from upfl.data.femnist import FemnistSpec
+    from upfl.data.femnist import device_sizes as femnist_sizes
+    from upfl.data.sent140 import Sent140Spec
+    from upfl.data.sent140 import device_sizes as sent140_sizes
+
     torch.set_num_threads(threads)
     out = {}
-    for name, make, sizes in (("mlp", femnist_shaped, femnist_sizes(FemnistSpec())[0]),
-                              ("lstm", sent140_shaped, sent140_sizes(Sent140Spec())[0])):
+    for name, make, sizes in (
+        ("mlp", femnist_shaped, femnist_sizes(FemnistSpec())[0]),
+        ("lstm", sent140_shaped, sent140_sizes(Sent140Spec())[0]),
+    ):
         data = make(tmp / f"{name}_paper", devices=len(sizes), sizes=[int(n) for n in sizes])
         load = os.getloadavg()[0]
-        out[name] = {"num_devices": len(sizes), "train_samples": int(sum(sizes)), "threads": threads,
-                     "loadavg_1min_before": load, **time_round(data, name, "auto", tmp / f"{name}_paper_run", threads)}
+        out[name] = {
+            "num_devices": len(sizes),
+            "train_samples": int(sum(sizes)),
+            "threads": threads,
+            "loadavg_1min_before": load,
+            **time_round(data, name, "auto", tmp / f"{name}_paper_run", threads),
+        }
         print(f"{name} paper-sized round: {json.dumps(out[name])}", file=sys.stderr)
     return out
 
@@ -197,8 +244,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", default="2,1", help="thread counts of the per-step timings; rounds use the first")
     parser.add_argument("--reps", type=int, default=7)
-    parser.add_argument("--paper-sized", action="store_true",
-                        help="also one round of the MLP and the LSTM on stand-ins of the paper's size (minutes)")
+    parser.add_argument(
+        "--paper-sized",
+        action="store_true",
+        help="also one round of the MLP and the LSTM on stand-ins of the paper's size (minutes)",
+    )
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "real_data.json"))
     args = parser.parse_args()
     threads = [int(t) for t in args.threads.split(",")]
@@ -207,16 +257,26 @@ def main() -> None:
     t0 = time.perf_counter()
     sets = {"femnist_shaped": femnist_shaped(tmp / "femnist"), "sent140_shaped": sent140_shaped(tmp / "sent140")}
     loaded = {k: load_leaf(v) for k, v in sets.items()}
-    results = {"torch": torch.__version__, "threads": threads, "k": K, "batch": BATCH,
-               "data_generation_s": time.perf_counter() - t0, "per_step": {}, "round": {}}
+    results = {
+        "torch": torch.__version__,
+        "threads": threads,
+        "k": K,
+        "batch": BATCH,
+        "data_generation_s": time.perf_counter() - t0,
+        "per_step": {},
+        "round": {},
+    }
     for name, key in (("mlp", "femnist_shaped"), ("cnn", "femnist_shaped"), ("lstm", "sent140_shaped")):
         model = build_model(name, loaded[key])
         results["per_step"][name] = per_step(name, model, loaded[key], args.reps, threads)
         torch.set_num_threads(threads[0])
         load = os.getloadavg()[0]
-        results["round"][name] = {"data": key, "threads": threads[0], "loadavg_1min_before": load,
-                                  **{b: time_round(sets[key], name, b, tmp / f"{name}_{b}", threads[0])
-                                     for b in ("vmap", "loop")}}
+        results["round"][name] = {
+            "data": key,
+            "threads": threads[0],
+            "loadavg_1min_before": load,
+            **{b: time_round(sets[key], name, b, tmp / f"{name}_{b}", threads[0]) for b in ("vmap", "loop")},
+        }
         print(f"{name} round: {json.dumps(results['round'][name])}", file=sys.stderr)
     if args.paper_sized:
         results["round_paper_sized"] = paper_sized_rounds(tmp, threads[0])

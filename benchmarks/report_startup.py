@@ -37,8 +37,18 @@ finally:
 sys.exit(code or 0)
 """
 
-HELP_COMMANDS = ("runs", "table1", "table2", "time", "privacy-table", "ablation-table", "claims", "draws",
-                 "sensitivity", "figure")
+HELP_COMMANDS = (
+    "runs",
+    "table1",
+    "table2",
+    "time",
+    "privacy-table",
+    "ablation-table",
+    "claims",
+    "draws",
+    "sensitivity",
+    "figure",
+)
 
 
 def make_runs(root: Path) -> list[str]:
@@ -49,13 +59,24 @@ def make_runs(root: Path) -> list[str]:
 
     data = str(generate_synthetic("synthetic_1_1", root / "synthetic_1_1", data_seed=0, num_devices=6))
     specs = []
-    for name, alg, rounds, mu, lam in (("fedavg", "fedavg", 4, 0.0, None), ("fedprox", "fedprox", 4, 1.0, None),
-                                       ("up043", "upcycled", 8, 1.0, 0.43), ("up2", "upcycled", 8, 1.0, 2.0)):
+    for name, alg, rounds, mu, lam in (
+        ("fedavg", "fedavg", 4, 0.0, None),
+        ("fedprox", "fedprox", 4, 1.0, None),
+        ("up043", "upcycled", 8, 1.0, 0.43),
+        ("up2", "upcycled", 8, 1.0, 2.0),
+    ):
         for seed in (0, 1):
             algorithm = {"name": alg, "mu": mu, **({"lam": lam} if lam is not None else {})}
-            doc = {"data": {"path": data}, "rounds": rounds, "seed": seed, "threads": 1, "algorithm": algorithm,
-                   "devices": {"frac": 0.5, "straggler": 0.5}, "solver": {"epochs": 2},
-                   "checkpoint": {"every": 0}}
+            doc = {
+                "data": {"path": data},
+                "rounds": rounds,
+                "seed": seed,
+                "threads": 1,
+                "algorithm": algorithm,
+                "devices": {"frac": 0.5, "straggler": 0.5},
+                "solver": {"epochs": 2},
+                "checkpoint": {"every": 0},
+            }
             out = root / "runs" / f"{name}_s{seed}"
             run(cfgmod.from_dict(doc), out, log=lambda *a: None)
             experiments = {"fedavg": ["table1"], "up2": ["sweep"]}.get(name, ["table1", "sweep"])
@@ -68,14 +89,20 @@ def time_command(argv: list[str], repeat: int, cwd: Path) -> dict:
     walls, heavy = [], ""
     for _ in range(repeat):
         start = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-c", RUNNER.format(heavy=HEAVY), *argv], cwd=cwd,
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [sys.executable, "-c", RUNNER.format(heavy=HEAVY), *argv], cwd=cwd, capture_output=True, text=True
+        )
         walls.append(time.perf_counter() - start)
         if proc.returncode != 0:
             raise SystemExit(f"upfl {' '.join(argv)} failed ({proc.returncode}):\n{proc.stderr}")
         heavy = next((ln.split("=", 1)[1] for ln in proc.stderr.splitlines() if ln.startswith("HEAVY_MODULES=")), "")
-    return {"argv": ["upfl", *argv], "median_s": round(statistics.median(walls), 3), "min_s": round(min(walls), 3),
-            "walls_s": [round(w, 3) for w in walls], "imports": [m for m in heavy.split(",") if m]}
+    return {
+        "argv": ["upfl", *argv],
+        "median_s": round(statistics.median(walls), 3),
+        "min_s": round(min(walls), 3),
+        "walls_s": [round(w, 3) for w in walls],
+        "imports": [m for m in heavy.split(",") if m],
+    }
 
 
 def main() -> int:
@@ -94,26 +121,78 @@ def main() -> int:
         cases += [(f"report {c} --help", ["report", c, "--help"]) for c in HELP_COMMANDS]
         cases += [
             ("report runs", ["report", "runs", "--out", str(csv), *specs]),
-            ("report table1", ["report", "table1", "--runs", str(csv), "--experiment", "table1",
-                               "--out-prefix", str(root / "tables" / "table1")]),
-            ("report time", ["report", "time", "--runs", str(csv), "--experiment", "table1",
-                             "--out-prefix", str(root / "tables" / "time")]),
-            ("report figure convergence", ["report", "figure", "convergence", "--runs", str(csv), "--experiment",
-                                           "table1", "--out-prefix", str(root / "figures" / "convergence")]),
-            ("report figure lambda_sweep", ["report", "figure", "lambda_sweep", "--runs", str(csv), "--experiment",
-                                            "sweep", "--out-prefix", str(root / "figures" / "sweep")]),
+            (
+                "report table1",
+                [
+                    "report",
+                    "table1",
+                    "--runs",
+                    str(csv),
+                    "--experiment",
+                    "table1",
+                    "--out-prefix",
+                    str(root / "tables" / "table1"),
+                ],
+            ),
+            (
+                "report time",
+                [
+                    "report",
+                    "time",
+                    "--runs",
+                    str(csv),
+                    "--experiment",
+                    "table1",
+                    "--out-prefix",
+                    str(root / "tables" / "time"),
+                ],
+            ),
+            (
+                "report figure convergence",
+                [
+                    "report",
+                    "figure",
+                    "convergence",
+                    "--runs",
+                    str(csv),
+                    "--experiment",
+                    "table1",
+                    "--out-prefix",
+                    str(root / "figures" / "convergence"),
+                ],
+            ),
+            (
+                "report figure lambda_sweep",
+                [
+                    "report",
+                    "figure",
+                    "lambda_sweep",
+                    "--runs",
+                    str(csv),
+                    "--experiment",
+                    "sweep",
+                    "--out-prefix",
+                    str(root / "figures" / "sweep"),
+                ],
+            ),
         ]
         results = {}
         for name, argv in cases:
             results[name] = time_command(argv, args.repeat, root)
             r = results[name]
-            print(f"{name:<34} median {r['median_s']:6.2f} s  min {r['min_s']:6.2f} s  imports: "
-                  f"{', '.join(r['imports']) or '-'}", flush=True)
+            print(
+                f"{name:<34} median {r['median_s']:6.2f} s  min {r['min_s']:6.2f} s  imports: "
+                f"{', '.join(r['imports']) or '-'}",
+                flush=True,
+            )
     doc = {
-        "benchmark": "report_startup", "label": args.label, "repeat": args.repeat,
+        "benchmark": "report_startup",
+        "label": args.label,
+        "repeat": args.repeat,
         "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
-        "cpu_count": os.cpu_count(), "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
         "commands": results,
     }
     from upfl.files import git_commit, write_json

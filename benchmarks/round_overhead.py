@@ -93,6 +93,7 @@ def passes(data: str, rounds: int, repeats: int, fresh: bool) -> dict:
 
     from upfl.data import load_leaf
     from upfl.draws.streams import generator
+
     _, solver, solver_numba, simulation = upfl_modules()
     Simulation = simulation.Simulation
     sys.path.insert(0, str(HERE))
@@ -145,8 +146,12 @@ def w1_digest(data: str) -> dict:
 
 def worker(data: str, rounds: int, repeats: int, digest: bool) -> dict:
     import upfl
-    result = {"upfl": str(Path(upfl.__file__).parent), "fresh": passes(data, rounds, repeats, fresh=True),
-              "kept": passes(data, rounds, repeats, fresh=False)}
+
+    result = {
+        "upfl": str(Path(upfl.__file__).parent),
+        "fresh": passes(data, rounds, repeats, fresh=True),
+        "kept": passes(data, rounds, repeats, fresh=False),
+    }
     if digest:
         result["w1"] = w1_digest(data)
     return result
@@ -190,6 +195,7 @@ def main() -> None:
         json.dump(worker(args.data, args.rounds, args.repeats, args.digest), sys.stdout)
         return
     from upfl.data import generate_synthetic
+
     tmp = Path(tempfile.mkdtemp())
     data = str(generate_synthetic("synthetic_1_1", tmp / "s11"))
     sides = {"current": ROOT / "src"}
@@ -200,17 +206,27 @@ def main() -> None:
     for p in range(args.processes):
         for side, src in sides.items():
             runs[side].append(spawn(src, data, args.rounds, args.repeats, digest=p == 0))
-    results = {"workload": "W1 FedProx, " + __doc__.split("W1: ", 1)[1].split(", numba")[0] + ", numba backend",
-               "rounds": args.rounds, "processes": args.processes, "repeats_per_process": args.repeats,
-               "cpu_count": os.cpu_count(), "load_average_before": load_before,
-               "baseline": args.baseline, "commit": git_head()}
+    results = {
+        "workload": "W1 FedProx, " + __doc__.split("W1: ", 1)[1].split(", numba")[0] + ", numba backend",
+        "rounds": args.rounds,
+        "processes": args.processes,
+        "repeats_per_process": args.repeats,
+        "cpu_count": os.cpu_count(),
+        "load_average_before": load_before,
+        "baseline": args.baseline,
+        "commit": git_head(),
+    }
     for side in sides:
-        results[side] = {"fresh_draws": summary_of([r["fresh"] for r in runs[side]]),
-                         "kept_draws": summary_of([r["kept"] for r in runs[side]]), "w1": runs[side][0]["w1"]}
+        results[side] = {
+            "fresh_draws": summary_of([r["fresh"] for r in runs[side]]),
+            "kept_draws": summary_of([r["kept"] for r in runs[side]]),
+            "w1": runs[side][0]["w1"],
+        }
     if args.baseline:
-        results["w1_bit_identical"] = all(results["current"]["w1"][n]["metrics_sha256"]
-                                          == results["baseline"]["w1"][n]["metrics_sha256"]
-                                          for n in results["current"]["w1"])
+        results["w1_bit_identical"] = all(
+            results["current"]["w1"][n]["metrics_sha256"] == results["baseline"]["w1"][n]["metrics_sha256"]
+            for n in results["current"]["w1"]
+        )
     results["load_average_after"] = os.getloadavg()
     publish(results, HERE / "results" / "round_overhead.json")
 

@@ -3,6 +3,7 @@ of `snakemake -n` of one job (what a cluster job's own parse of the workflow cos
 fresh processes, this tree against another alternating.
 
     python benchmarks/startup.py [--baseline TREE] [--repeats 5]
+    python benchmarks/startup.py --parts dry_run,job_parse --baseline TREE --out benchmarks/results/parse.json
 
 W1 is FedProx 80 (Synthetic(1,1) from our generator, 30 devices, frac 0.3, 90% stragglers, E = 20, batch 32,
 lr 0.05, momentum 0.5, mu 1, seed 2, one numba thread, checkpoints as `upfl run` defaults them), run with the
@@ -13,7 +14,7 @@ writes the bundles' specs on its first run). A process's CPU-seconds are its use
 processes per tree, the trees alternating, with the load average before and after. ``w1_phases`` is W1 again with
 the CPU-seconds of each phase of its start-up (:data:`PHASES`: numpy, upfl's CLI, torch, numba, numba's CPU target,
 the rest of the run, the teardown), medians per phase. Writes
-benchmarks/results/startup.json.
+benchmarks/results/startup.json (or `--out`).
 """
 
 from __future__ import annotations
@@ -35,8 +36,28 @@ from results_file import publish
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "startup.json"
 
-W1_FLAGS = ["--algorithm", "fedprox", "--mu", "1", "--rounds", "80", "--frac", "0.3", "--straggler", "0.9",
-            "--epochs", "20", "--batch-size", "32", "--lr", "0.05", "--momentum", "0.5", "--seed", "2"]
+W1_FLAGS = [
+    "--algorithm",
+    "fedprox",
+    "--mu",
+    "1",
+    "--rounds",
+    "80",
+    "--frac",
+    "0.3",
+    "--straggler",
+    "0.9",
+    "--epochs",
+    "20",
+    "--batch-size",
+    "32",
+    "--lr",
+    "0.05",
+    "--momentum",
+    "0.5",
+    "--seed",
+    "2",
+]
 
 
 PHASES = """
@@ -135,6 +156,8 @@ def workflow_copy(tree: Path, dest: Path) -> Path:
     """A copy of ``tree``'s workflow in ``dest`` (workflow/, which holds the Snakefile, config/, profiles/; no
     results)."""
     dest.mkdir(parents=True)
+    if (tree / "Snakefile").exists():  # a tree from before workflow/Snakefile
+        shutil.copy(tree / "Snakefile", dest)
     for folder in ("workflow", "config", "profiles"):
         shutil.copytree(tree / folder, dest / folder)
     return dest
@@ -144,8 +167,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", help="source tree to compare with (e.g. `git worktree add /tmp/base <commit>`)")
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--parts", default="w1,w1_phases,dry_run,job_parse",
-                        help="comma list of w1, w1_phases, dry_run, job_parse")
+    parser.add_argument(
+        "--parts", default="w1,w1_phases,dry_run,job_parse", help="comma list of w1, w1_phases, dry_run, job_parse"
+    )
+    parser.add_argument(
+        "--out", default=str(OUT), help="the JSON file written (default: benchmarks/results/startup.json)"
+    )
     args = parser.parse_args()
     trees = {"current": ROOT}
     if args.baseline:
@@ -154,17 +181,47 @@ def main() -> None:
     env0 = {**os.environ, "NUMBA_NUM_THREADS": "1"}
     envs = {label: {**env0, "PYTHONPATH": str(tree / "src")} for label, tree in trees.items()}
     data = tmp / "synthetic_1_1"
-    subprocess.run([sys.executable, "-m", "upfl.cli", "synth", "--name", "synthetic_1_1", "--out", str(data)],
-                   env=envs["current"], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "upfl.cli", "synth", "--name", "synthetic_1_1", "--out", str(data)],
+        env=envs["current"],
+        check=True,
+        capture_output=True,
+    )
     parts = args.parts.split(",")
     commands = {}
     for label, tree in trees.items():
         wd = workflow_copy(tree, tmp / f"wf_{label}")
         commands[label] = {
-            "w1": ([sys.executable, "-m", "upfl.cli", "run", "--data", str(data), *W1_FLAGS, "--force",
-                    "--out", str(tmp / f"w1_{label}")], tmp),
-            "w1_phases": ([sys.executable, "-c", PHASES, "run", "--data", str(data), *W1_FLAGS, "--force",
-                           "--out", str(tmp / f"w1_phases_{label}")], tmp),
+            "w1": (
+                [
+                    sys.executable,
+                    "-m",
+                    "upfl.cli",
+                    "run",
+                    "--data",
+                    str(data),
+                    *W1_FLAGS,
+                    "--force",
+                    "--out",
+                    str(tmp / f"w1_{label}"),
+                ],
+                tmp,
+            ),
+            "w1_phases": (
+                [
+                    sys.executable,
+                    "-c",
+                    PHASES,
+                    "run",
+                    "--data",
+                    str(data),
+                    *W1_FLAGS,
+                    "--force",
+                    "--out",
+                    str(tmp / f"w1_phases_{label}"),
+                ],
+                tmp,
+            ),
             "dry_run": ([sys.executable, "-m", "snakemake", "-n", "--quiet"], wd),
             "job_parse": ([sys.executable, "-m", "snakemake", "resources/kernels/numba.json", "-n", "--quiet"], wd),
         }
@@ -176,21 +233,43 @@ def main() -> None:
         for part in parts:
             for label in trees:
                 cpu, wall, stdout = measured_process(*commands[label][part], envs[label])
-                measured[label][part].append({"cpu_s": round(cpu, 3), "wall_s": round(wall, 3),
-                                              "load_average": [round(x, 2) for x in os.getloadavg()],
-                                              **({"phases_cpu_s": with_teardown(cpu, stdout.splitlines()[-1])}
-                                                 if part == "w1_phases" else {})})
-    results = {"command": "python benchmarks/startup.py " + " ".join(sys.argv[1:]), "repeats": args.repeats,
-               "load_average_before": load_before, "load_average_after": os.getloadavg(),
-               "cpu_count": os.cpu_count(), "trees": {k: str(v) for k, v in trees.items()}}
+                measured[label][part].append(
+                    {
+                        "cpu_s": round(cpu, 3),
+                        "wall_s": round(wall, 3),
+                        "load_average": [round(x, 2) for x in os.getloadavg()],
+                        **(
+                            {"phases_cpu_s": with_teardown(cpu, stdout.splitlines()[-1])} if part == "w1_phases" else {}
+                        ),
+                    }
+                )
+    results = {
+        "command": "python benchmarks/startup.py " + " ".join(sys.argv[1:]),
+        "repeats": args.repeats,
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg(),
+        "cpu_count": os.cpu_count(),
+        "trees": {k: str(v) for k, v in trees.items()},
+        "commits": {
+            k: subprocess.run(["git", "-C", str(v), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+            for k, v in trees.items()
+        },
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     for label in trees:
-        results[label] = {part: {"cpu_s_median": statistics.median(r["cpu_s"] for r in runs),
-                                 "wall_s_median": statistics.median(r["wall_s"] for r in runs), "runs": runs}
-                          for part, runs in measured[label].items()}
+        results[label] = {
+            part: {
+                "cpu_s_median": statistics.median(r["cpu_s"] for r in runs),
+                "wall_s_median": statistics.median(r["wall_s"] for r in runs),
+                "runs": runs,
+            }
+            for part, runs in measured[label].items()
+        }
     for label in trees if "w1_phases" in parts else ():
         runs = measured[label]["w1_phases"]
         results[label]["w1_phases"]["phases_cpu_s_median"] = {
-            name: statistics.median(r["phases_cpu_s"][name] for r in runs) for name in runs[0]["phases_cpu_s"]}
+            name: statistics.median(r["phases_cpu_s"][name] for r in runs) for name in runs[0]["phases_cpu_s"]
+        }
     if "w1" in parts:
         for label in trees:
             summary = json.loads((tmp / f"w1_{label}" / "summary.json").read_text())
@@ -198,9 +277,10 @@ def main() -> None:
             results[label]["w1"]["commit"] = summary.get("git_commit")
     if args.baseline:
         results["current_over_baseline_cpu"] = {
-            part: results["current"][part]["cpu_s_median"] / results["baseline"][part]["cpu_s_median"] for part in parts}
+            part: results["current"][part]["cpu_s_median"] / results["baseline"][part]["cpu_s_median"] for part in parts
+        }
     shutil.rmtree(tmp, ignore_errors=True)
-    publish(results, OUT)
+    publish(results, Path(args.out))
 
 
 if __name__ == "__main__":

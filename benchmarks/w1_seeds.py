@@ -30,6 +30,7 @@ METRICS = ("train_loss", "train_acc", "test_loss", "test_acc")
 def finals(data: str, seeds: int) -> dict:
     """Final metrics of every W1 run and seed with the ``upfl`` this process imports: {run: {metric: [per seed]}}."""
     import upfl
+
     try:
         from upfl.engine.simulation import run
     except ImportError:  # a baseline tree from before the engine/ folder
@@ -41,8 +42,9 @@ def finals(data: str, seeds: int) -> dict:
             continue
         per_seed = {m: [] for m in METRICS}
         for seed in range(seeds):
-            summary = run(w1_config(data, alg, rounds, extra, "numba", seed=seed), tmp / f"{name}_{seed}",
-                          log=lambda m: None)
+            summary = run(
+                w1_config(data, alg, rounds, extra, "numba", seed=seed), tmp / f"{name}_{seed}", log=lambda m: None
+            )
             for m in METRICS:
                 per_seed[m].append(summary["final"][m])
         out[name] = per_seed
@@ -69,11 +71,18 @@ def compare(current: dict, baseline: dict | None) -> dict:
             row = {"mean": mean, "standard_error": error}
             if baseline:
                 base_mean, base_error = mean_and_error(baseline[name][m])
-                row.update({"baseline_mean": base_mean, "baseline_standard_error": base_error,
-                            "mean_difference_in_standard_errors": abs(mean - base_mean) / base_error
-                            if base_error else None,
-                            "largest_per_seed_difference": max(abs(a - b) for a, b in
-                                                               zip(current[name][m], baseline[name][m], strict=True))})
+                row.update(
+                    {
+                        "baseline_mean": base_mean,
+                        "baseline_standard_error": base_error,
+                        "mean_difference_in_standard_errors": abs(mean - base_mean) / base_error
+                        if base_error
+                        else None,
+                        "largest_per_seed_difference": max(
+                            abs(a - b) for a, b in zip(current[name][m], baseline[name][m], strict=True)
+                        ),
+                    }
+                )
             rows[m] = row
         table[name] = rows
     return table
@@ -90,12 +99,19 @@ def main() -> None:
         json.dump(finals(args.data, args.seeds), sys.stdout)
         return
     from upfl.data import generate_synthetic
+
     data = str(generate_synthetic("synthetic_1_1", Path(tempfile.mkdtemp()) / "s11"))
     load_before = os.getloadavg()
     current = measure(str(Path(__file__).resolve().parent.parent), data, args.seeds)
     baseline = measure(str(Path(args.baseline).resolve()), data, args.seeds) if args.baseline else None
-    results = {"seeds": args.seeds, "load_average_before": load_before, "load_average_after": os.getloadavg(),
-               "current": current, "baseline": baseline, "summary": compare(current, baseline)}
+    results = {
+        "seeds": args.seeds,
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg(),
+        "current": current,
+        "baseline": baseline,
+        "summary": compare(current, baseline),
+    }
     out = Path(__file__).parent / "results" / "w1_seeds.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
@@ -103,9 +119,11 @@ def main() -> None:
         for m, r in rows.items():
             line = f"{name:12s} {m:10s} mean {r['mean']:.5f} +- {r['standard_error']:.5f}"
             if baseline:
-                line += (f"   baseline {r['baseline_mean']:.5f} +- {r['baseline_standard_error']:.5f}"
-                         f"   |difference| {r['mean_difference_in_standard_errors']:.2f} SE"
-                         f"   largest per-seed difference {r['largest_per_seed_difference']:.2e}")
+                line += (
+                    f"   baseline {r['baseline_mean']:.5f} +- {r['baseline_standard_error']:.5f}"
+                    f"   |difference| {r['mean_difference_in_standard_errors']:.2f} SE"
+                    f"   largest per-seed difference {r['largest_per_seed_difference']:.2e}"
+                )
             print(line)
     print(f"load average before {load_before}, after {results['load_average_after']}")
 

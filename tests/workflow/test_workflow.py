@@ -436,3 +436,21 @@ def test_bundled_runs_train_once_and_an_edit_retrains_only_the_changed_runs(tmp_
             assert (wd / "results" / "runs" / rid / "summary.json").stat().st_mtime_ns == stamps[rid], rid
     again = snakemake(wd, "--cores", "2", "-n")
     assert "Nothing to be done" in again.stdout + again.stderr
+
+
+def test_a_fresh_dry_run_asks_for_no_runs_files_only_the_bundles_benchmark_files(tmp_path):
+    """Snakemake matches each file asked for against every output of its bundle listed before it: the runs tables
+    and targets of a fresh tree wait for each bundle's first output, its benchmark file, never a run's files."""
+    proc = snakemake(workflow_copy(tmp_path), "-n")
+    inputs: dict[str, list[str]] = {}
+    rule = None
+    for line in proc.stdout.splitlines():
+        if line.startswith(("rule ", "localrule ")):
+            rule = line.split()[1].rstrip(":")
+        elif rule and line.strip().startswith("input:"):
+            inputs.setdefault(rule, []).extend(f.strip() for f in line.split(":", 1)[1].split(","))
+    readers = [r for r in inputs if r in ("experiment_runs", "all")]
+    assert sorted(readers) == ["all", "experiment_runs"] and job_counts(proc.stdout)["experiment_runs"] > 1
+    asked = [f for r in readers for f in inputs[r]]
+    assert not [f for f in asked if f.startswith("results/runs/")]
+    assert any(f.startswith("results/benchmarks/bundles/") for f in inputs["experiment_runs"])

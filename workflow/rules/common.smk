@@ -168,23 +168,67 @@ def run_kernels(wildcards):
     return kernels_input(RUNS[wildcards.run].job)
 
 
+def bundle_benchmark(bundle):
+    """A bundle job's benchmark file: its first output, written when the whole bundle has finished."""
+    return f"results/benchmarks/bundles/{bundle}.tsv"
+
+
 def run_results(run_ids):
-    """The result files of runs (metrics.csv, summary.json)."""
-    return [f"{run_dir(r)}/{f}" for r in run_ids for f in ("metrics.csv", "summary.json")]
+    """What a target building from the runs ``run_ids`` asks for: each bundle's benchmark file (its first output,
+    written when the whole bundle has finished), the summary.json of a run trained on its own (rule `train`), and
+    the summary.json of a run missing from a bundle that has finished. Snakemake leaves a job whose outputs are up to
+    date alone when one of its inputs is deleted, unless a target asks for that input: a deleted run folder is
+    restored or retrained, and its tables rebuilt, because the target asks for its summary. Asking for every run's
+    summary instead would cost the parse a match against each output of its bundle listed before it (Snakemake finds
+    a file's producer by matching the rule's outputs in order). Only file times are read; nothing is written."""
+    benchmarks, summaries = {}, []
+    for r in run_ids:
+        summary = f"{run_dir(r)}/summary.json"
+        bundle = BUNDLE_OF.get(r)
+        if bundle is None:
+            summaries.append(summary)
+        elif os.path.exists(benchmarks.setdefault(bundle, bundle_benchmark(bundle))) and not os.path.exists(summary):
+            summaries.append(summary)
+    return sorted(benchmarks.values()) + summaries
+
+
+def _mtime(path):
+    try:
+        return os.stat(path).st_mtime
+    except FileNotFoundError:
+        return None
 
 
 def experiment_results(wildcards):
-    """The result files of an experiment's runs: an edit of either makes its runs.csv out of date, and the job
-    checks both against the checksums recorded when the run was trained (upfl.pipeline.integrity)."""
-    return run_results(PLAN.experiments[wildcards.experiment])
+    """What an experiment's runs table waits for: each bundle's benchmark file (written when the whole bundle has
+    finished, after its runs' files), the summary.json of a run trained on its own (rule `train`), and both files
+    (summary.json, metrics.csv) of a bundled run either of which is newer than its bundle's benchmark file (edited
+    since: the table's job checks each run's files against the checksums recorded when the run was trained,
+    upfl.pipeline.integrity, and restores an edited run before reading it). Snakemake reruns a job whose set of
+    inputs changed since it ran: a run restored by the table stays newer than the benchmark file, so the set stays
+    the same until the bundle runs again. A bundled run's files are not asked for otherwise: Snakemake would match
+    each against the outputs of its bundle listed before it (compiling a regular expression for each), the parse's
+    largest cost."""
+    finished, files = {}, []
+    for r in PLAN.experiments[wildcards.experiment]:
+        bundle = BUNDLE_OF.get(r)
+        if bundle is None:
+            files.append(f"{run_dir(r)}/summary.json")
+            continue
+        if bundle not in finished:
+            finished[bundle] = _mtime(bundle_benchmark(bundle))
+        run_files = [f"{run_dir(r)}/summary.json", f"{run_dir(r)}/metrics.csv"]
+        if finished[bundle] is not None and any((_mtime(f) or 0) > finished[bundle] for f in run_files):
+            files += run_files
+    return sorted(bundle_benchmark(b) for b in finished) + files
 
 
 def target_results(names):
-    """The result files of the runs behind the outputs ``names``, inputs of the target that builds them (and of
-    `all`). Snakemake leaves a job whose outputs are up to date alone when one of its inputs is deleted, unless a
-    target asks for that input: a deleted run folder is restored or retrained, and its tables rebuilt, because the
-    target asks for its files. Nothing is written to find out."""
-    return run_results(sorted({r for n in names for r in PLAN.experiments[OUTPUTS[n]["experiment"]]}))
+    """The inputs (run_results) that the target building the outputs ``names`` asks for, as an input function:
+    evaluated only when the target is built, not by every job's parse. A target has no outputs, so the set may
+    change with what exists."""
+    run_ids = sorted({r for n in names for r in PLAN.experiments[OUTPUTS[n]["experiment"]]})
+    return lambda wildcards: run_results(run_ids)
 
 
 def experiment_pairs(experiment):
@@ -217,7 +261,8 @@ def leaf_folder_inputs(wildcards):
         raise WorkflowError(f"config: datasets.{wildcards.dataset}.path: {e}") from None
 
 
-def all_outputs():
+def all_outputs(wildcards=None):
+    """The inputs of `all` (an input function: the job of a cluster node does not evaluate it)."""
     files = [f for name in OUTPUTS for f in output_of(name)]
     files += ["results/runs.csv", "results/tables/table2.csv", "results/tables/table2.md", "results/tables/table2.html",
               "results/tables/claims.csv", "results/tables/claims.md", "results/tables/claims.html"]

@@ -19,9 +19,12 @@ rule experiment_runs:
         "upfl report runs --verify --out {output:q} {params.pairs} > {log:q} 2>&1"
 
 
+# results/runs.csv waits for the experiments' runs tables, which wait for their runs (common.smk's
+# experiment_results: a retrained or edited run makes its experiment's table, and so this one, out of date); it
+# reads the run folders themselves.
 rule all_runs:
     input:
-        [f"{run_dir(r)}/{f}" for r in RUNS for f in ("metrics.csv", "summary.json")],
+        [f"results/experiments/{e}/runs.csv" for e in PLAN.experiments],
     output:
         "results/runs.csv",
     params:
@@ -111,5 +114,5 @@ for _target, _names in PLAN.targets.items():
 rule runs:
     input:
         "results/runs.csv",
-        run_results(RUNS),
+        lambda wildcards: run_results(RUNS),
     localrule: True

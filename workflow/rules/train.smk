@@ -5,9 +5,10 @@
 # --benchmark`, Snakemake's benchmark format): the `benchmark:` directive's per-second sampling of the process's
 # memory maps cost Snakemake's scheduler more CPU than it measured.
 # `resources: gpu` comes from the experiment's `job.gpus`; the run itself picks its device (`device: auto`).
-# A bundle lists its runs' summary.json files first: the runs tables ask for them, and Snakemake finds a file's
-# producer by matching the rule's outputs in order (a regular expression compiled for each), so the metrics files,
-# the benchmark file and the logs are never matched.
+# A bundle lists its benchmark file first, then its runs' summary.json files: the runs tables and targets ask for the
+# benchmark file, and for a run's files only where one is missing or edited (common.smk's experiment_results and
+# run_results); Snakemake finds a file's producer by matching the rule's outputs in order (a regular expression
+# compiled for each), so the other files are never matched.
 # Exit status 3 is a diverged run: its summary.json records `diverged` and the report marks its cell, so the
 # job succeeds; any other non-zero status fails the job (a bundle records a diverged run and goes on).
 
@@ -83,8 +84,9 @@ for _bundle in BUNDLES.values():
             data=sorted({dataset_dir(RUNS[r].dataset) for r in _bundle.run_ids}),
             kernels=kernels_input(_bundle.job),
         output:
-            [f"{run_dir(r)}/{f}" for f in ("summary.json", "metrics.csv") for r in _bundle.run_ids],
-            benchmark=f"results/benchmarks/bundles/{_bundle.name}.tsv",
+            benchmark=bundle_benchmark(_bundle.name),
+            summaries=[f"{run_dir(r)}/summary.json" for r in _bundle.run_ids],
+            metrics=[f"{run_dir(r)}/metrics.csv" for r in _bundle.run_ids],
         log:
             bundle=f"results/logs/bundles/{_bundle.name}.log",
             runs=[run_log(r) for r in _bundle.run_ids],
