@@ -15,8 +15,8 @@ A kernel table times the compiled kernels alone at the shapes the pipeline runs 
 binary with 21 parameters): training (:func:`upfl.solvers.numba_backend.device_solve`, on rows padded once as a run's
 pooled rows are, :func:`upfl.solvers.numba_backend.solver_rows`; a tree without it pads in every solve) in ns per
 sample-step and evaluation
-(:func:`upfl.solvers.numba_backend.evaluate_rows`) in ns per row, each the minimum of many repeats, with its FLOPs and the
-ratio to the arithmetic floor measured on the machine (:func:`fma_floor.measure_floor`: one thread's float32 FMA
+(:func:`upfl.solvers.numba_backend.evaluate_rows`) in ns per row, each the minimum of many repeats, with its FLOPs and
+the ratio to the arithmetic floor measured on the machine (:func:`fma_floor.measure_floor`: one thread's float32 FMA
 peak in the widest vectors of the CPU numba compiles for, reported with that instruction set as
 ``floor_gflops_measured`` and ``isa``). With ``--baseline TREE`` the same table is measured
 for the ``upfl`` of another source tree (e.g. an older commit: ``git worktree add /tmp/base <commit>``), the two
@@ -232,8 +232,8 @@ def w1_config(data: str, alg: str, rounds: int, extra: dict, backend: str, priva
 def warm_up(backend: str) -> float:
     """Seconds to select the backend's solver: for numba the import, then the compile or cache load.
 
-    :func:`upfl.solvers.torch_backend.select_local_solver` does this once per :class:`upfl.engine.simulation.Simulation`,
-    before the first iteration, so none of it is in the per-round figures.
+    :func:`upfl.solvers.torch_backend.select_local_solver` does this once per
+    :class:`upfl.engine.simulation.Simulation`, before the first iteration, so none of it is in the per-round figures.
     """
     from upfl.models import LogisticRegression
     from upfl.solvers.torch_backend import select_local_solver

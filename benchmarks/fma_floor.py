@@ -194,5 +194,6 @@ if __name__ == "__main__":
     result = measure_floor()
     print(
         f"{result['isa']} ({result['cpu_model']}): float32 FMA floor of one thread "
-        f"{result['floor_gflops_measured']:.1f} GFLOP/s ({result['probe_lanes']} lanes x {result['probe_chains']} chains)"
+        f"{result['floor_gflops_measured']:.1f} GFLOP/s "
+        f"({result['probe_lanes']} lanes x {result['probe_chains']} chains)"
     )

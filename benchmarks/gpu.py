@@ -1,8 +1,8 @@
 """GPU benchmark: the W1 torch solver on CUDA, one FedProx round of the MLP, CNN and LSTM at the paper's data
 sizes, and several runs packed on one GPU (1, 2, 4, 8 runs trained at once by `upfl run-many`'s workers).
 
-    python benchmarks/gpu.py            # on a machine with a CUDA GPU (a few minutes); writes benchmarks/results/gpu.json
-    python benchmarks/gpu.py --smoke    # the same code on the CPU with tiny data (CI: tests/benchmarks/test_gpu_benchmark.py)
+    python benchmarks/gpu.py          # on a machine with a CUDA GPU (a few minutes): benchmarks/results/gpu.json
+    python benchmarks/gpu.py --smoke  # the same code on the CPU, tiny data (tests/benchmarks/test_gpu_benchmark.py)
 
 Parts:
 - ``w1``: W1 (Synthetic(1,1), 30 devices, frac 0.3, 90% stragglers, E = 20, batch 32, FedProx mu = 1) with the
@@ -11,7 +11,8 @@ Parts:
   on a FEMNIST-shaped stand-in with the paper's 50 device sizes (16421 images) and of the stacked LSTM on a
   Sent140-shaped stand-in with its 52 device sizes (32299 tweets); data from benchmarks/real_data.py.
 - ``packing``: k runs of the same model (different seeds) trained at once in k processes sharing the GPU
-  (``upfl.pipeline.bundle_trainer.train_bundle(concurrent=k)``, what a job with ``runs_per_gpu: k`` does) for k = 1, 2, 4, 8:
+  (``upfl.pipeline.bundle_trainer.train_bundle(concurrent=k)``, what a job with ``runs_per_gpu: k`` does) for
+  k = 1, 2, 4, 8:
   wall time, runs per hour, and efficiency (k x the one-run time / the k-run time; above 1 packing pays).
 """
 

@@ -8,7 +8,8 @@ job's command again in that folder (its outputs are rewritten with the same cont
 (rerun, a bundle would restore its runs from the store instead of training them: its start-up is the training jobs'
 CPU-seconds less the time inside its runs, which benchmarks/pipeline.py records), and sums the CPU-seconds (user +
 system of the command's process tree) per rule, with the number of jobs (`failed`: jobs whose command cannot run
-outside Snakemake's run, e.g. the bundle specs, which read the config Snakemake hands them in the environment). Snakemake's own CPU-seconds come from
+outside Snakemake's run, e.g. the bundle specs, which read the config Snakemake hands them in the environment).
+Snakemake's own CPU-seconds come from
 benchmarks/pipeline.py (`snakemake_cpu_s`). Writes benchmarks/results/outside_runs.json.
 """
 

@@ -18,7 +18,8 @@ other synthetic experiment of the config, found from the config, not from a
 list here). Layouts: `bundled` (the config's `runs_per_job`) and `single` (every `runs_per_job` set to 1:
 one `upfl run` job per run, the previous layout).
 
-Figures per (part, layout): completed (false when `--max-seconds` stopped it), jobs, runs, wall time, time inside runs (sum of the runs' `summary.json`
+Figures per (part, layout): completed (false when `--max-seconds` stopped it), jobs, runs, wall time, time inside
+runs (sum of the runs' `summary.json`
 `time.total_s`), training-job time (sum of the Snakemake benchmark files of the training jobs), start-up
 share (1 - time inside runs / training-job time), Snakemake's own CPU time (its main process: scheduling,
 output checks; jobs not included), load average before and after, the timeline from Snakemake's log
@@ -78,7 +79,8 @@ def part_config(part: str) -> dict:
 
 
 def one_run_per_job(config: dict) -> dict:
-    """The previous layout: `runs_per_job: 1` wherever a job mapping sets it (defaults, presets, experiments, groups)."""
+    """The previous layout: `runs_per_job: 1` wherever a job mapping sets it (defaults, presets, experiments,
+    groups)."""
     config = copy.deepcopy(config)
 
     def patch(job: dict | None) -> dict:
@@ -186,9 +188,9 @@ def serve(folder: Path | None):
 
 def numba_cache_state() -> str:
     """``warm`` when numba's cache (``NUMBA_CACHE_DIR``, else beside ``upfl/solvers/numba_backend/``) holds the
-    compiled solver's training kernels, ``cold`` when the first jobs compile them (a fresh clone, an edit of the solver, or
-    an empty ``NUMBA_CACHE_DIR``: ``NUMBA_CACHE_DIR=$(mktemp -d) python benchmarks/pipeline.py`` measures a cold
-    start without touching the tree's cache)."""
+    compiled solver's training kernels, ``cold`` when the first jobs compile them (a fresh clone, an edit of the
+    solver, or an empty ``NUMBA_CACHE_DIR``: ``NUMBA_CACHE_DIR=$(mktemp -d) python benchmarks/pipeline.py``
+    measures a cold start without touching the tree's cache)."""
     folder = Path(
         os.environ.get("NUMBA_CACHE_DIR") or ROOT / "src" / "upfl" / "solvers" / "numba_backend" / "__pycache__"
     )
@@ -307,7 +309,8 @@ def measure(
         "timeline": timeline_figures(job_timeline(log), cores),
     }
     print(
-        f"{part}/{layout}: {'' if completed else 'STOPPED after '}{result['wall_s']:.1f} s wall, {jobs} jobs ({len(train_files)} training), "
+        f"{part}/{layout}: {'' if completed else 'STOPPED after '}{result['wall_s']:.1f} s wall, "
+        f"{jobs} jobs ({len(train_files)} training), "
         f"{len(summaries)} runs, {inside:.1f} s inside runs, {cpu:.1f} core-seconds ({result['outside_runs_share']} "
         f"outside runs), start-up share {result['startup_share']}, "
         f"load average after {load_after[0]:.2f}",

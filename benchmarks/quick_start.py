@@ -2,7 +2,8 @@
 
 Copies the tracked files (a fresh clone without .git) to a temporary folder and runs `make quick` there with this
 Python environment (`VENV=`), twice: first with numba's cache empty (a fresh clone: the kernels compile), then
-in a new copy at the same path (numba keys its cache by the source file's path) with the cache the first run filled. Records per run the wall time, the CPU-seconds of every process it started
+in a new copy at the same path (numba keys its cache by the source file's path) with the cache the first run
+filled. Records per run the wall time, the CPU-seconds of every process it started
 (getrusage of the children), the kernels' warm-up job from its record, the machine (CPU model, vector units,
 cores) and the load average before and after, and appends them to `benchmarks/results/quick_start.json`, whose
 ranges the README's time table is generated from (`python tools/doc_numbers.py`).

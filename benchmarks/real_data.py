@@ -14,7 +14,8 @@ a 5000-word vocabulary with random 300d vectors).
 With ``--paper-sized``, also one round of the MLP and the LSTM on stand-ins with the paper's device
 sizes (Table 2: 50 devices and 16421 images; 52 devices and 32299 tweets).
 
-Run: python benchmarks/real_data.py [--threads 2,1] [--reps 7] [--paper-sized]; writes benchmarks/results/real_data.json.
+Run: python benchmarks/real_data.py [--threads 2,1] [--reps 7] [--paper-sized]
+(writes benchmarks/results/real_data.json).
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ draws, and the rest (the Python work around them).
 W1: Synthetic(1,1), 30 devices, frac 0.3, stragglers 0.9, E=20, batch 32, lr 0.05, momentum 0.5, FedProx mu=1, numba
 backend (benchmarks/engine.py's ``w1_config``). Each pass replays the 80 training rounds of a fresh run
 (:meth:`upfl.engine.simulation.Simulation.training_round` of a new ``Simulation``, whose first round makes what a run
-makes once; the process's draw caches emptied first, as a run of its own finds them) and times every round; the kernel times come from wrapping the compiled entry points. Figures are the
+makes once; the process's draw caches emptied first, as a run of its own finds them) and times every round; the
+kernel times come from wrapping the compiled entry points. Figures are the
 minimum over passes of the mean per round (the pass least disturbed by other work), with the median beside it; the
 rest is given in wall time and in the CPU time of the loop's thread (insensitive to other processes on the machine).
 A second set of passes keeps the draws of the first (a bundle's runs with one seed share them).

@@ -8,7 +8,8 @@ fresh processes, this tree against another alternating.
 W1 is FedProx 80 (Synthetic(1,1) from our generator, 30 devices, frac 0.3, 90% stragglers, E = 20, batch 32,
 lr 0.05, momentum 0.5, mu 1, seed 2, one numba thread, checkpoints as `upfl run` defaults them), run with the
 compiled solver from a warm numba cache (one untimed run per tree first). Each `snakemake -n` runs in a copy of its
-tree's workflow (workflow/ with its Snakefile, config/, profiles/) made once per tree, after one untimed dry run (the parse
+tree's workflow (workflow/ with its Snakefile, config/, profiles/) made once per tree, after one untimed dry run
+(the parse
 writes the bundles' specs on its first run). A process's CPU-seconds are its user + system time and its children's
 (`resource.getrusage(RUSAGE_CHILDREN)` around it). The machine is shared: each figure is the median of `--repeats`
 processes per tree, the trees alternating, with the load average before and after. ``w1_phases`` is W1 again with

@@ -8,7 +8,15 @@ import sys
 
 from upfl.data.sources import DATA_FOLDERS, DATASET_SOURCES, PAPER_SET_SOURCES, SOURCES, dataset_folder
 from upfl.pipeline.bundles import bundle_priorities, form_bundles
-from upfl.pipeline.specs import CONFIG_ENV, encode_config, run_folder, run_log_file, spec_digest, spec_path, workflow_specs
+from upfl.pipeline.specs import (
+    CONFIG_ENV,
+    encode_config,
+    run_folder,
+    run_log_file,
+    spec_digest,
+    spec_path,
+    workflow_specs,
+)
 from upfl.pipeline.outputs import kinds_of_rule, output_files, report_command, report_rules
 from upfl.pipeline.plan import ExperimentError, build_plan, resolve_preset
 
@@ -64,7 +72,9 @@ def dataset_setting(name):
 
 def paper_files(wildcards):
     """The four released files of a `source: paper` data set (`upfl data fetch` puts them under RESOURCES)."""
-    return [f"{RESOURCES}/{SOURCES[s].filename}" for s in PAPER_SET_SOURCES[f"paper_{dataset_setting(wildcards.dataset)}"]]
+    return [
+        f"{RESOURCES}/{SOURCES[s].filename}" for s in PAPER_SET_SOURCES[f"paper_{dataset_setting(wildcards.dataset)}"]
+    ]
 
 
 def paper_overrides(wildcards):
@@ -101,8 +111,11 @@ def sha256_flag(name, digest):
 def index_checksums(wildcards):
     """`--sha256 NAME=HEX` for the FEMNIST index files whose checksum `sources` overrides."""
     spec = CONFIG.get("sources", {})
-    return " ".join(sha256_flag(n, spec[n]["sha256"]) for n in dataset_sources(wildcards.dataset)
-                    if SOURCES[n].mirror and "sha256" in spec.get(n, {}))
+    return " ".join(
+        sha256_flag(n, spec[n]["sha256"])
+        for n in dataset_sources(wildcards.dataset)
+        if SOURCES[n].mirror and "sha256" in spec.get(n, {})
+    )
 
 
 def source_overrides(name):
@@ -264,8 +277,15 @@ def leaf_folder_inputs(wildcards):
 def all_outputs(wildcards=None):
     """The inputs of `all` (an input function: the job of a cluster node does not evaluate it)."""
     files = [f for name in OUTPUTS for f in output_of(name)]
-    files += ["results/runs.csv", "results/tables/table2.csv", "results/tables/table2.md", "results/tables/table2.html",
-              "results/tables/claims.csv", "results/tables/claims.md", "results/tables/claims.html"]
+    files += [
+        "results/runs.csv",
+        "results/tables/table2.csv",
+        "results/tables/table2.md",
+        "results/tables/table2.html",
+        "results/tables/claims.csv",
+        "results/tables/claims.md",
+        "results/tables/claims.html",
+    ]
     return [f for f in files if os.path.exists(f)] if MAKING_REPORT else files + run_results(RUNS)
 
 
@@ -344,14 +364,17 @@ def front_page():
     summary = ""
     if os.path.exists("results/tables/claims.md"):
         with open("results/tables/claims.md", encoding="utf-8") as f:
-            summary = next((line[len("Summary: "):].strip() for line in f if line.startswith("Summary: ")), "")
+            summary = next((line[len("Summary: ") :].strip() for line in f if line.startswith("Summary: ")), "")
     from upfl.paper_order import paper_figure
     from upfl.report.front import headline_numbers, headline_table_rst
 
     # The headline figure: the convergence figure built that comes first in the paper (Figure 2, left, in the
     # full config), a few panels that stay legible at the page's width.
-    first = sorted((paper_figure(name) or (99, ""), i, name) for i, (name, out) in enumerate(OUTPUTS.items())
-                   if out["kind"] == "convergence")
+    first = sorted(
+        (paper_figure(name) or (99, ""), i, name)
+        for i, (name, out) in enumerate(OUTPUTS.items())
+        if out["kind"] == "convergence"
+    )
     figures = [f for *_, name in first for f in output_of(name) if f.endswith(".png") and os.path.exists(f)]
     image = ""
     if figures:
@@ -359,9 +382,15 @@ def front_page():
             # in lines of 76 characters: docutils refuses longer lines; it joins an image URI's lines
             image = f"data:image/png;base64,\n{base64.encodebytes(f.read()).decode('ascii').rstrip()}"
     tables = [f for f in all_outputs() if f.endswith(".md")]
-    return {"claims_summary": summary, "headlines": headline_table_rst(headline_numbers("results/tables/claims.csv")),
-            "headline_figure": os.path.basename(figures[0]) if figures else "", "headline_image": image,
-            "runs": built_runs("results/runs.csv"), "planned_runs": len(RUNS), "built_presets": built_presets(tables)}
+    return {
+        "claims_summary": summary,
+        "headlines": headline_table_rst(headline_numbers("results/tables/claims.csv")),
+        "headline_figure": os.path.basename(figures[0]) if figures else "",
+        "headline_image": image,
+        "runs": built_runs("results/runs.csv"),
+        "planned_runs": len(RUNS),
+        "built_presets": built_presets(tables),
+    }
 
 
 def figure_labels(wildcards):

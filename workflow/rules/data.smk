@@ -13,16 +13,16 @@ rule paper_dataset:
         paper_files,
     output:
         directory(f"{RESOURCES}/data/{DATA_FOLDERS['paper']}/{{dataset}}"),
-    params:
-        setting=lambda wc: dataset_setting(wc.dataset),
-        overrides=paper_overrides,
-        resources=lambda wc, input: resources_folder(input[0], paper_files(wc)[0]),
     log:
         "results/logs/data/{dataset}.log",
     wildcard_constraints:
         dataset=_alternation(datasets_of("paper")),
-    localrule: True
     priority: DATA_PRIORITY
+    localrule: True
+    params:
+        setting=lambda wc: dataset_setting(wc.dataset),
+        overrides=paper_overrides,
+        resources=lambda wc, input: resources_folder(input[0], paper_files(wc)[0]),
     shell:
         "upfl data prepare paper_{params.setting:q} --resources {params.resources:q} --out {output:q} --name {wildcards.dataset:q} "
         "{params.overrides} > {log:q} 2>&1"
@@ -31,15 +31,15 @@ rule paper_dataset:
 rule synthetic_dataset:
     output:
         directory(f"{RESOURCES}/data/{DATA_FOLDERS['synthetic']}/{{dataset}}"),
-    params:
-        setting=lambda wc: dataset_setting(wc.dataset),
-        data_seed=lambda wc: CONFIG["datasets"][wc.dataset].get("data_seed", 0),
     log:
         f"results/logs/data/{{dataset}}.log",
     wildcard_constraints:
         dataset=_alternation(datasets_of("synthetic")),
-    localrule: True
     priority: DATA_PRIORITY
+    localrule: True
+    params:
+        setting=lambda wc: dataset_setting(wc.dataset),
+        data_seed=lambda wc: CONFIG["datasets"][wc.dataset].get("data_seed", 0),
     shell:
         "upfl synth --name {wildcards.dataset:q} --setting {params.setting:q} --data-seed {params.data_seed:q} "
         "--out {output:q} > {log:q} 2>&1"
@@ -50,16 +50,16 @@ rule synthetic_dataset:
 rule fetch_archive:
     output:
         f"{RESOURCES}/{{archive}}",
+    log:
+        "results/logs/data/fetch_{archive}.log",
+    wildcard_constraints:
+        archive=_alternation(ARCHIVES),
+    priority: DATA_PRIORITY
+    localrule: True
     params:
         resources=lambda wc, output: resources_folder(output[0], f"{RESOURCES}/{wc.archive}"),
         source=lambda wc: archive_source(wc.archive),
         overrides=lambda wc: source_overrides(archive_source(wc.archive)),
-    wildcard_constraints:
-        archive=_alternation(ARCHIVES),
-    log:
-        "results/logs/data/fetch_{archive}.log",
-    localrule: True
-    priority: DATA_PRIORITY
     shell:
         "upfl data fetch --source {params.source:q} --resources {params.resources:q} --no-progress {params.overrides} > {log:q} 2>&1"
 
@@ -69,19 +69,19 @@ rule leaf_dataset:
         source_archives,
     output:
         directory(f"{RESOURCES}/data/{DATA_FOLDERS['femnist']}/{{dataset}}"),
+    log:
+        "results/logs/data/{dataset}.log",
+    wildcard_constraints:
+        dataset=_alternation([d for source in ARCHIVE_SOURCES for d in datasets_of(source)]),
+    priority: DATA_PRIORITY
+    resources:
+        mem_mb=16000,
     params:
         resources=lambda wc, input: os.path.dirname(input[0]),
         source=lambda wc: CONFIG["datasets"][wc.dataset]["source"],
         checksums=index_checksums,
         seed=lambda wc: CONFIG["datasets"][wc.dataset].get("data_seed", 0),
         options=lambda wc: prepare_options(wc.dataset),
-    wildcard_constraints:
-        dataset=_alternation([d for source in ARCHIVE_SOURCES for d in datasets_of(source)]),
-    log:
-        "results/logs/data/{dataset}.log",
-    resources:
-        mem_mb=16000,
-    priority: DATA_PRIORITY
     shell:
         "upfl data prepare {params.source:q} --resources {params.resources:q} --out {output:q} --seed {params.seed:q} "
         "--no-progress {params.options} {params.checksums} > {log:q} 2>&1"
@@ -92,13 +92,13 @@ rule leaf_folder_dataset:
         leaf_folder_inputs,
     output:
         directory(f"{RESOURCES}/data/{DATA_FOLDERS['leaf']}/{{dataset}}"),
-    params:
-        path=leaf_folder_path,
-    wildcard_constraints:
-        dataset=_alternation(datasets_of("leaf")),
     log:
         "results/logs/data/{dataset}.log",
-    localrule: True
+    wildcard_constraints:
+        dataset=_alternation(datasets_of("leaf")),
     priority: DATA_PRIORITY
+    localrule: True
+    params:
+        path=leaf_folder_path,
     shell:
         "upfl data prepare leaf --path {params.path:q} --out {output:q} --name {wildcards.dataset:q} > {log:q} 2>&1"

@@ -9,12 +9,12 @@ rule experiment_runs:
         experiment_results,
     output:
         "results/experiments/{experiment}/runs.csv",
-    params:
-        pairs=lambda wc: experiment_pairs(wc.experiment),
     log:
         "results/logs/report/runs_{experiment}.log",
-    localrule: True
     priority: REPORT_PRIORITY
+    localrule: True
+    params:
+        pairs=lambda wc: experiment_pairs(wc.experiment),
     shell:
         "upfl report runs --verify --out {output:q} {params.pairs} > {log:q} 2>&1"
 
@@ -27,12 +27,12 @@ rule all_runs:
         [f"results/experiments/{e}/runs.csv" for e in PLAN.experiments],
     output:
         "results/runs.csv",
-    params:
-        pairs=" ".join(experiment_pairs(e) for e in PLAN.experiments),
     log:
         "results/logs/report/runs.log",
-    localrule: True
     priority: REPORT_PRIORITY
+    localrule: True
+    params:
+        pairs=" ".join(experiment_pairs(e) for e in PLAN.experiments),
     shell:
         "upfl report runs --verify --out {output:q} {params.pairs} > {log:q} 2>&1"
 
@@ -41,7 +41,9 @@ rule table2:
     input:
         [dataset_dir(d) for d in PLAN.datasets if CONFIG["datasets"][d].get("setting", d) == d],
     output:
-        html=report("results/tables/table2.html", category="Tables", subcategory="table2", caption="../report/table2.rst"),
+        html=report(
+            "results/tables/table2.html", category="Tables", subcategory="table2", caption="../report/table2.rst"
+        ),
         csv=report("results/tables/table2.csv", category="Tables", subcategory="table2", caption="../report/table2.rst"),
         md="results/tables/table2.md",
     log:
@@ -65,17 +67,17 @@ for _rule, _kind in report_rules().items():
             unpack(report_inputs),
         output:
             **report_outputs(_kind),
+        log:
+            "results/logs/report/{name}.log",
         wildcard_constraints:
             name=names_of(*kinds_of_rule(_rule)),
+        priority: REPORT_PRIORITY
+        localrule: True
         params:
             command=report_command_of,
             args=report_args,
             reference=reference_args,
             configs=config_file_args(),
-        log:
-            "results/logs/report/{name}.log",
-        priority: REPORT_PRIORITY
-        localrule: True
         shell:
             "upfl report {params.command} --runs {input.runs:q} {params.args} {params.reference} {params.configs} "
             "> {log:q} 2>&1"
@@ -85,16 +87,18 @@ rule claims:
     input:
         "results/runs.csv",
     output:
-        html=report("results/tables/claims.html", category="Claims", subcategory="claims", caption="../report/claims.rst"),
+        html=report(
+            "results/tables/claims.html", category="Claims", subcategory="claims", caption="../report/claims.rst"
+        ),
         csv=report("results/tables/claims.csv", category="Claims", subcategory="claims", caption="../report/claims.rst"),
         md="results/tables/claims.md",
-    params:
-        args=claims_args(),
-        configs=config_file_args(),
     log:
         "results/logs/report/claims.log",
     priority: REPORT_PRIORITY
     localrule: True
+    params:
+        args=claims_args(),
+        configs=config_file_args(),
     shell:
         "upfl report claims --runs {input:q} {params.args} {params.configs} "
         "--out-prefix results/tables/claims > {log:q} 2>&1"

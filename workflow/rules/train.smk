@@ -20,9 +20,6 @@ rule train:
     output:
         metrics="results/runs/{run}/metrics.csv",
         summary="results/runs/{run}/summary.json",
-    params:
-        flags=run_flags,
-        out=lambda wc: run_dir(wc.run),
     log:
         "results/logs/train/{run}.log",
     benchmark:
@@ -32,6 +29,9 @@ rule train:
         gpu=run_job("gpus"),
         runtime=run_job("runtime"),
         mem_mb=run_job("mem_mb"),
+    params:
+        flags=run_flags,
+        out=lambda wc: run_dir(wc.run),
     shell:
         "upfl run --data {input.data:q} --out {params.out:q} --threads {threads} {params.flags} > {log:q} 2>&1 "
         "|| [ $? -eq 3 ]"
@@ -49,8 +49,8 @@ rule warm_up_kernels:
         KERNELS_RECORD,
     log:
         "results/logs/kernels/warm_up.log",
-    threads: 1
     priority: DATA_PRIORITY
+    threads: 1
     resources:
         runtime=15,
         mem_mb=2000,
@@ -68,8 +68,8 @@ if BUNDLES:
             sorted(BUNDLE_SPECS.values()),
         log:
             "results/logs/bundles/specs.log",
-        localrule: True
         priority: DATA_PRIORITY
+        localrule: True
         shell:
             "upfl bundle-specs {output:q} > {log:q} 2>&1"
 
@@ -90,13 +90,13 @@ for _bundle in BUNDLES.values():
         log:
             bundle=f"results/logs/bundles/{_bundle.name}.log",
             runs=[run_log(r) for r in _bundle.run_ids],
-        params:
-            spec_digest=SPEC_DIGESTS[_bundle.name],
-        threads: _bundle.job["threads"]
         priority: BUNDLE_PRIORITY[_bundle.name]
+        threads: _bundle.job["threads"]
         resources:
             gpu=_bundle.job["gpus"],
             runtime=_bundle.job["runtime"],
             mem_mb=_bundle.job["mem_mb"],
+        params:
+            spec_digest=SPEC_DIGESTS[_bundle.name],
         shell:
             "upfl run-many --spec {input.spec:q} --benchmark {output.benchmark:q} > {log.bundle:q} 2>&1"
