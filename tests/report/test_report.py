@@ -563,7 +563,7 @@ def test_figure_theme_equals_seaborns(font_scale):
     import matplotlib as mpl
     import seaborn as sns
 
-    from upfl.report.figures import colour_palette, set_theme
+    from upfl.report.theme import colour_palette, set_theme
 
     codes = mpl.colors.ColorConverter.colors
     default_codes = {code: mpl.colors.BASE_COLORS[code] for code in "bgrmyck"}

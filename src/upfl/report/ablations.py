@@ -23,11 +23,12 @@ from ..names import BASE_ALGORITHMS, is_upcycled
 from .cells import paired
 from .claim_rules import Context, claim_row, not_measured, number_text, paired_gain, verdict_direction
 from .collect import ReportError, converged, cumulative_rounds, load_metrics
-from .figures import ALGORITHM_COLOURS, csv_colour, figure_title, palette_for, pyplot, save_figure, set_theme
+from .figures import ALGORITHM_COLOURS, csv_colour, figure_title, palette_for, save_figure
 from .paper_numbers import algorithm_label, dataset_label, dataset_order
 from .render import as_number, fmt, fmt_mu, markdown_table, write_csv, write_markdown
 from .stats import LEVEL, mean_interval
 from .styles import ALGORITHM_STYLES
+from .theme import pyplot, set_theme
 
 SCHEDULES = CHOICES["algorithm.schedule"]
 

@@ -6,8 +6,8 @@ paper's convention for its repeated runs), and writes ``NAME.png``, ``NAME.pdf``
 (the plotted numbers).
 
 matplotlib is imported by the drawing functions (:func:`pyplot`), not with the module: the table commands import
-this module's helpers and never draw. The figures wear seaborn's "whitegrid" / "paper" theme, set from its
-rcParams (:func:`set_theme`) without importing seaborn.
+this module's helpers and never draw. The figures wear seaborn's "whitegrid" / "paper" theme
+(:mod:`upfl.report.theme`).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from .collect import METRIC_NAMES, ReportError, cumulative_rounds, load_metrics,
 from .paper_numbers import ALGORITHM_ORDER, algorithm_label, dataset_label, dataset_order, metric_label
 from .render import as_number, fmt_mu, write_csv
 from .styles import ALGORITHM_STYLES, PAPER_ALGORITHMS
+from .theme import colour_palette, pyplot, set_theme
 
 KINDS = ("convergence", "lambda_sweep")
 X_CHOICES = {"convergence": ("iteration", "round", "time"), "lambda_sweep": ("step", "lam")}
@@ -222,143 +223,6 @@ def facet_list(data: pd.DataFrame) -> list[tuple[str, float]]:
     pairs = {(d, float(m)) for d, m in zip(data["dataset"], data["mu"], strict=True)}
     order = dataset_order([d for d, _ in pairs])
     return sorted(pairs, key=lambda p: (order.index(p[0]), -math.inf if math.isnan(p[1]) else p[1]))
-
-
-def pyplot():
-    """``matplotlib.pyplot`` on the non-interactive Agg backend (selected before pyplot is first imported)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-WHITEGRID_STYLE = {
-    "figure.facecolor": "white",
-    "axes.labelcolor": ".15",
-    "xtick.direction": "out",
-    "ytick.direction": "out",
-    "xtick.color": ".15",
-    "ytick.color": ".15",
-    "axes.axisbelow": True,
-    "grid.linestyle": "-",
-    "text.color": ".15",
-    "font.family": ["sans-serif"],
-    "font.sans-serif": ["Arial", "DejaVu Sans", "Liberation Sans", "Bitstream Vera Sans", "sans-serif"],
-    "lines.solid_capstyle": "round",
-    "patch.edgecolor": "w",
-    "patch.force_edgecolor": True,
-    "xtick.top": False,
-    "ytick.right": False,
-    "axes.grid": True,
-    "axes.facecolor": "white",
-    "axes.edgecolor": ".8",
-    "grid.color": ".8",
-    "axes.spines.left": True,
-    "axes.spines.bottom": True,
-    "axes.spines.right": True,
-    "axes.spines.top": True,
-    "xtick.bottom": False,
-    "ytick.left": False,
-}
-"""seaborn 0.13's ``axes_style("whitegrid")`` (its ``image.cmap``, seaborn's own "rocket", left out: no figure
-draws an image)."""
-
-PAPER_SIZES = {
-    "axes.linewidth": 1.25,
-    "grid.linewidth": 1,
-    "lines.linewidth": 1.5,
-    "lines.markersize": 6,
-    "patch.linewidth": 1,
-    "xtick.major.width": 1.25,
-    "ytick.major.width": 1.25,
-    "xtick.minor.width": 1,
-    "ytick.minor.width": 1,
-    "xtick.major.size": 6,
-    "ytick.major.size": 6,
-    "xtick.minor.size": 4,
-    "ytick.minor.size": 4,
-}
-FONT_SIZES = {
-    "font.size": 12,
-    "axes.labelsize": 12,
-    "axes.titlesize": 12,
-    "xtick.labelsize": 11,
-    "ytick.labelsize": 11,
-    "legend.fontsize": 11,
-    "legend.title_fontsize": 12,
-}
-"""seaborn 0.13's base plotting context; its "paper" context scales every size by 0.8, fonts then by the font scale."""
-
-DEEP_COLOURS = (
-    "#4C72B0",
-    "#DD8452",
-    "#55A868",
-    "#C44E52",
-    "#8172B3",
-    "#937860",
-    "#DA8BC3",
-    "#8C8C8C",
-    "#CCB974",
-    "#64B5CD",
-)
-COLOURBLIND_COLOURS = (
-    "#0173B2",
-    "#DE8F05",
-    "#029E73",
-    "#D55E00",
-    "#CC78BC",
-    "#CA9161",
-    "#FBAFE4",
-    "#949494",
-    "#ECE133",
-    "#56B4E9",
-)
-"""seaborn's "deep" (the colour cycle of its theme) and "colorblind" palettes."""
-COLOUR_CODES = {"b": 0, "g": 2, "r": 3, "m": 4, "y": 8, "c": 9}
-"""The single-letter colours seaborn's theme maps onto "deep" (index into :data:`DEEP_COLOURS`); "k" is 0.1 grey."""
-
-
-def theme_rc(font_scale: float) -> dict:
-    """The rcParams of ``seaborn.set_theme(style="whitegrid", context="paper", font_scale=...)``, without importing
-    seaborn (whose import pulls in scipy.stats, over half a second per figure job). Sizes are multiplied in
-    seaborn's order (size x 0.8, then fonts x the scale), so the floats, and the files drawn, are the same."""
-    from cycler import cycler
-    from matplotlib.colors import to_rgb
-
-    sizes = {k: v * 0.8 for k, v in {**PAPER_SIZES, **FONT_SIZES}.items()}
-    sizes.update({k: sizes[k] * font_scale for k in FONT_SIZES})
-    return {**sizes, **WHITEGRID_STYLE, "axes.prop_cycle": cycler("color", [to_rgb(c) for c in DEEP_COLOURS])}
-
-
-def set_theme(font_scale: float) -> None:
-    """Apply :func:`theme_rc` and seaborn's colour codes (``"b"`` is deep blue, ``"k"`` 0.1 grey)."""
-    import matplotlib as mpl
-    from matplotlib.colors import to_rgb
-
-    pyplot()
-    mpl.rcParams.update(theme_rc(font_scale))
-    codes = {code: to_rgb(DEEP_COLOURS[i]) for code, i in COLOUR_CODES.items()}
-    for code, rgb in {**codes, "k": (0.1, 0.1, 0.1)}.items():
-        mpl.colors.ColorConverter.colors[code] = rgb  # item by item: the mapping clears its cache on each
-
-
-def colour_palette(name: str, n_colors: int | None = None) -> list[tuple[float, float, float]]:
-    """seaborn's ``color_palette(name, n_colors)`` for the two palettes the figures use: "colorblind" (its ten
-    colours, cycled to ``n_colors``) and a matplotlib colormap such as "viridis" (``n_colors`` evenly spaced inner
-    samples)."""
-    from matplotlib.colors import to_rgb
-
-    if name == "colorblind":
-        n = len(COLOURBLIND_COLOURS) if n_colors is None else n_colors
-        return [to_rgb(COLOURBLIND_COLOURS[i % len(COLOURBLIND_COLOURS)]) for i in range(n)]
-    import matplotlib
-
-    if n_colors is None:
-        raise ValueError(f"colour_palette: the colormap {name!r} needs n_colors")
-    samples = matplotlib.colormaps[name](np.linspace(0, 1, n_colors + 2)[1:-1])[:, :3]
-    return [to_rgb(tuple(row)) for row in samples]
 
 
 ALGORITHM_COLOURS = {

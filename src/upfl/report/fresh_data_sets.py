@@ -229,7 +229,8 @@ def draws_rows(frame: pd.DataFrame) -> list[list[str]]:
 def plot_draws(frame: pd.DataFrame, title: str | None = None):
     """One panel per setting (columns) and metric (rows): x = mu; the paper's gain (star), ours on the paper's
     draw (black, 95% interval), each fresh draw (coloured, 95% interval, side by side)."""
-    from .figures import colour_palette, grid
+    from .figures import grid
+    from .theme import colour_palette
 
     settings = list(dict.fromkeys(frame["setting"]))
     metrics = [m for m in ACC if m in set(frame["metric"])]

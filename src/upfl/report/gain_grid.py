@@ -256,7 +256,8 @@ def section(frame: pd.DataFrame) -> list[str]:
 def plot_gain_grid(frame: pd.DataFrame):
     """One panel per knob: the gain in final training accuracy (95% interval) against the knob's value, over the
     base and the settings that vary that knob alone; colour = data set, line style = protocol."""
-    from .figures import colour_palette, grid
+    from .figures import grid
+    from .theme import colour_palette
 
     knobs = [k for k in KNOBS if (frame["varied"] == k).any()]
     if not knobs:
