@@ -30,8 +30,14 @@ SPEC_FOLDER = "results/bundles"
 
 
 def spec_text(spec: dict[str, Any]) -> str:
-    """The JSON text of a spec, as written and as hashed."""
-    return json.dumps(spec, indent=1, sort_keys=True) + "\n"
+    """The JSON text of a spec, as written and as hashed: a line per top-level entry and per run (keys sorted
+    within each), so that json's C encoder writes it (with ``indent`` json takes its pure-Python encoder: a quarter
+    of a second of every parse of the full config, whose specs are 4.7 MB)."""
+    entries = [f"{json.dumps(key)}: {json.dumps(spec[key], sort_keys=True)}" for key in sorted(spec) if key != "runs"]
+    if "runs" in spec:
+        runs = ",\n".join(json.dumps(run, sort_keys=True) for run in spec["runs"])
+        entries.append(f'"runs": [\n{runs}\n]')
+    return "{\n" + ",\n".join(entries) + "\n}\n"
 
 
 def spec_digest(text: str) -> str:
