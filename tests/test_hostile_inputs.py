@@ -87,6 +87,7 @@ def test_shell_commands_quote_what_they_interpolate():
         "params.pairs",
         "params.configs",
         "params.reference",
+        "params.command",  # upfl.pipeline.outputs.report_command: each word through shlex.quote
         "threads",
     }
     for smk in (root / "workflow" / "rules").glob("*.smk"):
