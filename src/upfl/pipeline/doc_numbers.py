@@ -77,15 +77,22 @@ def started_quiet(measurement: dict[str, Any]) -> bool:
     return measurement["load_average_before"][0] < measurement["machine"]["cores"] / 2
 
 
+def latest_commit(measurements: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The measurements made at the commit of the most recent one (older code's times are history)."""
+    newest = max(measurements, key=lambda m: m.get("measured_at", ""))
+    return [m for m in measurements if m.get("commit") == newest.get("commit")]
+
+
 def quick_start_times(benchmarks: Path, name: str = "quick_start.json", quiet: bool = False) -> list[dict[str, Any]]:
     """`make quick` (or, from test_suite.json, `make test`) per machine and numba cache state: wall and
     CPU-seconds as ranges, load averages. ``quiet``: per machine and cache state, only the measurements that
-    started on a quiet machine (:func:`started_quiet`) where there are any."""
+    started on a quiet machine (:func:`started_quiet`) where there are any, of the latest commit measured
+    (:func:`latest_commit`)."""
     groups: dict[tuple, list[dict]] = {}
     for m in load(benchmarks, name).get("measurements", []):
         groups.setdefault((machine_text(m["machine"]), m["numba_cache"]), []).append(m)
     if quiet:
-        groups = {key: [m for m in ms if started_quiet(m)] or ms for key, ms in groups.items()}
+        groups = {key: latest_commit([m for m in ms if started_quiet(m)] or ms) for key, ms in groups.items()}
     rows = []
     for (machine, cache), ms in sorted(groups.items()):
         loads = [x for m in ms for x in (m["load_average_before"][0], m["load_average_after"][0])]
@@ -160,9 +167,9 @@ def readme_section(n: dict[str, Any]) -> str:
     lines = [
         README_SECTION,
         "Measured with `python benchmarks/quick_start.py` and `python benchmarks/pipeline.py` (ranges over the "
-        "runs in `benchmarks/results/` that started on a quiet machine; all counts and times, busy machines "
-        "included: [docs/numbers.md](docs/numbers.md)). A machine without AVX-512 or one that is busy takes "
-        "longer: on a slower one expect a multiple.",
+        "runs in `benchmarks/results/` of the latest commit measured that started on a quiet machine; all counts "
+        "and times, busy machines and older commits included: [docs/numbers.md](docs/numbers.md)). A machine "
+        "without AVX-512 or one that is busy takes longer: on a slower one expect a multiple.",
         "",
         "| Part | Needs | Runs (training jobs) | Time |",
         "|---|---|---|---|",
