@@ -68,7 +68,9 @@ def timed_make(target: str, wd: Path, numba_cache: Path, cache_state: str, settl
     proc = subprocess.run(command, cwd=wd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
-        sys.exit(f"make {target} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+        with tempfile.NamedTemporaryFile("w", prefix=f"upfl-make-{target}-", suffix=".log", delete=False) as log:
+            log.write(proc.stdout + proc.stderr)
+        sys.exit(f"make {target} failed ({proc.returncode}), its whole output in {log.name}:\n{proc.stdout[-2000:]}")
     record = wd / "resources" / "kernels" / "numba.json"  # the kernels warm-up job's record (KERNELS_RECORD)
     kernels = json.loads(record.read_text()) if record.exists() else {}
     return {
