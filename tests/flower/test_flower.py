@@ -891,3 +891,26 @@ def test_client_replies_to_the_servers_query_and_evaluation(flower_data, task_id
     ).content["metrics"]
     assert not any(k.startswith("train-") for k in withheld)
     assert withheld["test-examples"] == len(ds.test_y[user])
+
+
+def test_the_server_waits_for_nodes_still_registering():
+    """Nodes that register after the ServerApp started are counted: the node list is read once it has been stable
+    for the settle time (two Flower simulations at once, or a loaded machine, start nodes late)."""
+    from upfl.flower.apps import connected_nodes
+
+    class LateGrid:
+        def __init__(self):
+            self.calls = 0
+
+        def get_node_ids(self):
+            self.calls += 1
+            return [] if self.calls < 3 else [11, 12] if self.calls < 6 else [11, 12, 13, 14, 15]
+
+    assert connected_nodes(LateGrid(), settle_s=0.05, timeout=5.0, poll_s=0.01) == [11, 12, 13, 14, 15]
+
+    class EmptyGrid:
+        def get_node_ids(self):
+            return []
+
+    with pytest.raises(RuntimeError, match="no stable set of Flower nodes"):
+        connected_nodes(EmptyGrid(), settle_s=0.05, timeout=0.2, poll_s=0.01)

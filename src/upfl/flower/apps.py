@@ -423,12 +423,29 @@ class ServerData:
         return {"test_loss": loss / n, "test_acc": correct / n}
 
 
+def connected_nodes(grid: Grid, settle_s: float, timeout: float, poll_s: float = 0.1) -> list[int]:
+    """The node ids once at least one node is connected and none has joined for ``settle_s`` seconds. Nodes register
+    with the server as they start (in a simulation, while the ServerApp starts): a list read at once can miss some,
+    and the devices' query, the privacy block and the strategy's node counts would then leave them out."""
+    start = time.perf_counter()
+    nodes = set(grid.get_node_ids())
+    unchanged_since = start
+    while time.perf_counter() - start < timeout:
+        if nodes and time.perf_counter() - unchanged_since >= settle_s:
+            return sorted(nodes)
+        time.sleep(poll_s)
+        now = set(grid.get_node_ids())
+        if now != nodes:
+            nodes, unchanged_since = now, time.perf_counter()
+    raise RuntimeError(f"no stable set of Flower nodes within {timeout:g} s (connected: {sorted(nodes)})")
+
+
 class Devices:
     """The devices the server learnt from its query (one message per node before round 1): name and |D_i| per
     ``partition-id``, and the largest feature norm they reported (objective perturbation only)."""
 
-    def __init__(self, grid: Grid, timeout: float = 3600.0) -> None:
-        nodes = list(grid.get_node_ids())
+    def __init__(self, grid: Grid, timeout: float = 3600.0, settle_s: float = 1.5) -> None:
+        nodes = connected_nodes(grid, settle_s, timeout)
         messages = [
             Message(RecordDict({"config": ConfigRecord({"server-round": 0})}), dst_node_id=node, message_type="query")
             for node in nodes
