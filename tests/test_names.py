@@ -154,16 +154,20 @@ def import_graph() -> dict[str, set[str]]:
     return graph
 
 
-def test_no_import_circle():
-    """No module imports one that (through others) imports it back: Tarjan's strongly connected components."""
-    graph = import_graph()
-    index, low, stack, on_stack, circles = {}, {}, [], set(), []
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan): each a set of nodes that import each
+    other, directly or through the others."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
 
     def visit(v):
         index[v] = low[v] = len(index)
         stack.append(v)
         on_stack.add(v)
-        for w in graph[v]:
+        for w in graph.get(v, ()):
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -178,13 +182,19 @@ def test_no_import_circle():
                 if w == v:
                     break
             if len(component) > 1:
-                circles.append(sorted(component))
+                found.append(sorted(component))
 
     for v in sorted(graph):
         if v not in index:
             visit(v)
+    return found
+
+
+def test_no_import_circle():
+    """No module imports one that (through others) imports it back."""
+    graph = import_graph()
     assert len(graph) > 60 and "upfl.engine.simulation" in graph["upfl.cli"] | graph["upfl.pipeline.bundle_trainer"]
-    assert not circles, f"import circles: {circles}"
+    assert not circles(graph), f"import circles: {circles(graph)}"
 
 
 def test_no_folder_loop():
@@ -196,15 +206,5 @@ def test_no_folder_loop():
         folders.setdefault(here, set()).update(
             there for there in (m.split(".")[1] if "." in m else m for m in imported) if there != here
         )
-
-    def reachable(start: str) -> set[str]:
-        seen, stack = set(), [start]
-        while stack:
-            for nxt in folders.get(stack.pop(), ()):
-                if nxt not in seen:
-                    seen.add(nxt)
-                    stack.append(nxt)
-        return seen
-
-    loops = sorted((a, b) for a, targets in folders.items() for b in targets if a in reachable(b))
+    loops = circles(folders)
     assert {"pipeline", "report", "engine"} <= set(folders) and not loops, f"folder loops: {loops}"
