@@ -17,7 +17,7 @@ from upfl.data.glove import embedding_matrix, save_npy, save_vocab
 from upfl.data.publish import write_dataset
 from upfl.draws.batch_plans import batch_plan
 from upfl.engine.simulation import run
-from upfl.models import BinaryLogisticRegression, build_model, dropout_masks
+from upfl.models import BinaryLogisticRegression, LogisticRegression, build_model, dropout_masks
 from upfl.solvers.torch_backend import local_solve
 
 SIZES = [3, 11, 7, 20]
@@ -303,7 +303,7 @@ def test_evaluate_sums_cross_entropy_in_chunks(image_data, monkeypatch):
     y = torch.as_tensor(ds.train_y["u3"])
     with torch.no_grad():
         z = model.module_from(w)(x)
-    monkeypatch.setattr("upfl.models.EVAL_CHUNK", 3)
+    monkeypatch.setattr("upfl.models.networks.EVAL_CHUNK", 3)
     loss, correct = model.evaluate(w, x, y)
     assert loss == pytest.approx(float(torch.nn.functional.cross_entropy(z, y, reduction="sum")), rel=1e-6)
     assert correct == int((z.argmax(1) == y).sum())
@@ -481,3 +481,28 @@ def test_short_binary_logreg_run_learns_a_linear_rule(tmp_path):
     init, final = rows[0], summary["final"]
     assert init["kind"] == "init" and abs(float(init["train_loss"]) - math.log(2)) < 0.01
     assert final["train_loss"] < 0.5 * math.log(2) and final["train_acc"] > 0.9 and final["test_acc"] > 0.85
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 77])
+def test_linear_models_draw_their_initial_model_without_torch(seed):
+    """``init_array`` is ``init_params`` of a fresh generator, bit for bit, where the models draw without torch."""
+    from upfl.draws.streams import derive_seed, generator
+    from upfl.models import draws_without_torch
+
+    derived = derive_seed(seed, "init")
+    for model in (
+        LogisticRegression(60, 10),
+        LogisticRegression(20, 2),
+        BinaryLogisticRegression(60, bias=True),
+        BinaryLogisticRegression(17, bias=False),
+    ):
+        same = np.array_equal(model.init_array(derived), model.init_params(generator(seed, "init")).numpy())
+        assert draws_without_torch(model) == same
+    assert not draws_without_torch(BinaryLogisticRegression(15)), "torch draws fewer than 16 values otherwise"
+
+
+def test_binary_features_of_arrays_are_those_of_tensors():
+    x = torch.randn(50, 7, generator=torch.Generator().manual_seed(0))
+    for bias in (True, False):
+        model = BinaryLogisticRegression(7, bias=bias)
+        assert np.array_equal(model.features_array(x.numpy()), model.features(x).numpy())

@@ -1,21 +1,6 @@
-"""Models as functions of one flat parameter vector (``(P,)``, or ``(k, P)`` for k devices).
-
-Every model has ``num_params``, ``needs_generator`` (the solver then passes the round's ``dropout``
-stream generator), ``glm_constants`` (``(u1, u2)`` of Theorem C.2 for a generalized linear model,
-else ``None``), ``init_params(generator) -> (P,)``, ``loss_and_grad(params (k, P), x (k, B, ...),
-y_onehot (k, B, C), weights (k, B)) -> (k, P)`` (gradient of ``sum_b weights * loss_b``) and
-``evaluate(params (P,), x, y) -> (summed loss, correct)``.
-
-The paper's models (Appendix H.2): multinomial logistic regression on Synthetic
-(:class:`LogisticRegression`), the binary log-loss model that objective perturbation needs
-(:class:`BinaryLogisticRegression`), a two-layer MLP (:class:`MLPNet`) and a CNN (:class:`CNNNet`)
-on FEMNIST, and a stacked LSTM on Sent140 (:class:`StackedLSTMNet`). The neural networks are
-``nn.Module`` s run through :class:`TorchModel`, which keeps the flat-parameter contract.
-
-``model.softmax_before_loss`` (off by default) makes the multinomial models' loss the cross-entropy of the
-softmax of the logits, as the authors' released models compute it (``forward`` ends in a softmax and
-``nn.CrossEntropyLoss`` applies a second one); the binary model has a single logit and no such variant.
-"""
+"""The neural networks (Appendix H.2): a two-layer MLP (:class:`MLPNet`) and a CNN (:class:`CNNNet`) on FEMNIST, a
+stacked LSTM on Sent140 (:class:`StackedLSTMNet`), each an ``nn.Module`` run through :class:`TorchModel`, which keeps
+the flat-parameter contract."""
 
 from __future__ import annotations
 
@@ -23,143 +8,19 @@ import copy
 import itertools
 import math
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
-from .errors import ConfigError
-
-INIT_STD = 0.01
-"""Standard deviation of the ``normal`` initialisation (the authors' code: weights N(0, 0.01^2), biases 0)."""
-
-BIAS_FEATURE_SCALE = 1.0 / math.sqrt(2.0)
-""":class:`BinaryLogisticRegression` with a bias uses features ``[x, 1] / sqrt(2)``: norm <= 1 when ||x|| <= 1."""
+from ..errors import ConfigError
+from .linear import INIT_STD, class_scores
+from .options import check_options, choice, positive_int, positive_ints, unit_rate
 
 EVAL_CHUNK = 1024
 """Samples per forward pass in :meth:`TorchModel.evaluate` (memory bound only)."""
-
-
-def softmax_first_residual(z: torch.Tensor, y_onehot: torch.Tensor) -> torch.Tensor:
-    """d/dz CE(softmax(z), y) = p * (g - <p, g>) with p = softmax(z), g = softmax(p) - y.
-
-    The loss of the authors' released models, whose ``forward`` ends in a softmax that
-    ``nn.CrossEntropyLoss`` then softmaxes again (``model.softmax_before_loss``).
-    """
-    p = torch.softmax(z, dim=-1)
-    g = torch.softmax(p, dim=-1) - y_onehot
-    return p * (g - (p * g).sum(-1, keepdim=True))
-
-
-def class_scores(z: torch.Tensor, softmax_before_loss: bool) -> torch.Tensor:
-    """What the cross-entropy reads: the logits, or their softmax under ``model.softmax_before_loss``."""
-    return torch.softmax(z, dim=-1) if softmax_before_loss else z
-
-
-class LogisticRegression:
-    """Multinomial logistic regression, logits ``x W + b`` with W of shape (d, C); analytic gradient.
-
-    Parameters are flattened as ``[W.ravel(), b]``. Initialisation: W ~ N(0, 0.01^2), b = 0.
-    ``softmax_before_loss``: the loss is CE(softmax(z), y), the authors' model (:func:`softmax_first_residual`);
-    predictions are unchanged (the softmax keeps the order of the logits).
-    """
-
-    needs_generator = False
-    glm_constants = None
-
-    def __init__(self, dim: int, num_classes: int, softmax_before_loss: bool = False):
-        self.dim, self.num_classes = dim, num_classes
-        self.softmax_before_loss = softmax_before_loss
-        self.num_params = dim * num_classes + num_classes
-
-    def init_params(self, generator: torch.Generator) -> torch.Tensor:
-        w = torch.randn(self.dim * self.num_classes, generator=generator) * 0.01
-        return torch.cat([w, torch.zeros(self.num_classes)])
-
-    def split(self, params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        k = params.shape[:-1]
-        dc = self.dim * self.num_classes
-        return params[..., :dc].reshape(*k, self.dim, self.num_classes), params[..., dc:]
-
-    def logits(self, params: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        w, b = self.split(params)
-        if params.dim() == 1:
-            return x @ w + b
-        return torch.baddbmm(b.unsqueeze(1), x, w)
-
-    def loss_and_grad(
-        self, params: torch.Tensor, x: torch.Tensor, y_onehot: torch.Tensor, weights: torch.Tensor
-    ) -> torch.Tensor:
-        """Gradient (k, P) of the weighted cross-entropy sum_b weights[:, b] * CE_b.
-
-        ``x`` (k, B, d), ``y_onehot`` (k, B, C), ``weights`` (k, B): 1/(batch size) for real samples, 0 for
-        padding, so the result is the gradient of each device's mean batch loss.
-        """
-        z = self.logits(params, x)
-        if self.softmax_before_loss:
-            resid = softmax_first_residual(z, y_onehot) * weights.unsqueeze(-1)
-        else:
-            resid = (torch.softmax(z, dim=-1) - y_onehot) * weights.unsqueeze(-1)
-        grad_w = torch.bmm(x.transpose(1, 2), resid)
-        grad_b = resid.sum(1)
-        return torch.cat([grad_w.flatten(1), grad_b], dim=1)
-
-    @torch.no_grad()
-    def evaluate(self, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> tuple[float, int]:
-        """Summed cross-entropy (of the softmax under ``softmax_before_loss``) and number of correct predictions."""
-        z = self.logits(params, x)
-        loss = torch.nn.functional.cross_entropy(class_scores(z, self.softmax_before_loss), y, reduction="sum")
-        return float(loss), int((z.argmax(1) == y).sum())
-
-
-class BinaryLogisticRegression:
-    """Single-logit logistic regression with the log loss L(z) = log(1 + exp(-y z)), y in {-1, +1}.
-
-    Appendix H.2 / Theorem C.2: objective perturbation needs a generalized linear model with
-    |L'| <= u1 = 1 and L'' <= u2 = 1/4 on features of norm <= 1; ``glm_constants = (1.0, 0.25)``.
-    Labels 0/1 map to y = -1/+1 (label 1 is the positive class). ``z = <theta, x~>``: without a bias
-    x~ = x and theta holds d weights; with ``bias`` the constant is folded into the features,
-    x~ = [x, 1] / sqrt(2) (norm <= 1 whenever ||x|| <= 1, e.g. with ``data.feature_scaling:
-    unit_norm``) and theta holds d weights then the bias. Initialisation: weights N(0, 0.01^2), bias 0.
-    Prediction: label 1 when z > 0.
-    """
-
-    needs_generator = False
-    glm_constants = (1.0, 0.25)
-
-    def __init__(self, dim: int, bias: bool = True):
-        self.dim, self.bias = dim, bias
-        self.num_params = dim + int(bias)
-
-    def init_params(self, generator: torch.Generator) -> torch.Tensor:
-        w = torch.randn(self.dim, generator=generator) * INIT_STD
-        return torch.cat([w, torch.zeros(int(self.bias))])
-
-    def features(self, x: torch.Tensor) -> torch.Tensor:
-        """x~: ``x`` itself, or ``[x, 1] / sqrt(2)`` with a bias."""
-        if not self.bias:
-            return x
-        return torch.cat([x, torch.ones_like(x[..., :1])], dim=-1) * BIAS_FEATURE_SCALE
-
-    def loss_and_grad(
-        self, params: torch.Tensor, x: torch.Tensor, y_onehot: torch.Tensor, weights: torch.Tensor
-    ) -> torch.Tensor:
-        """Gradient (k, P) of sum_b weights[:, b] * log(1 + exp(-y_b z_b)): sum_b w_b (-y_b sigma(-y_b z_b)) x~_b."""
-        xt = self.features(x)
-        sign = 2.0 * y_onehot[..., 1:].sum(-1) - 1.0
-        z = torch.bmm(xt, params.unsqueeze(-1)).squeeze(-1)
-        coef = -sign * torch.sigmoid(-sign * z) * weights
-        return torch.bmm(coef.unsqueeze(1), xt).squeeze(1)
-
-    @torch.no_grad()
-    def evaluate(self, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> tuple[float, int]:
-        """Summed log loss and number of correct predictions (label 1 when z > 0) on (x, y)."""
-        z = self.features(x) @ params
-        sign = 2.0 * y.to(z.dtype) - 1.0
-        loss = F.softplus(-sign * z).sum()
-        return float(loss), int(((z > 0).long() == y).sum())
 
 
 def torch_default_bound(module: nn.Module, name: str) -> float:
@@ -448,52 +309,6 @@ class StackedLSTMNet(DeviceNet):
         return self.out(h)
 
 
-def check_options(model: str, options: dict | None, defaults: dict[str, Any]) -> dict[str, Any]:
-    """``defaults`` updated by ``options``; an unknown key is a :class:`ConfigError` naming it."""
-    options = dict(options or {})
-    for key in options:
-        if key not in defaults:
-            raise ConfigError(f"model.options.{key}: {model} has no option {key!r}; its options: {', '.join(defaults)}")
-    return {**defaults, **options}
-
-
-def positive_int(opts: dict, key: str) -> int:
-    v = opts[key]
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ConfigError(f"model.options.{key}: expected a positive integer, got {v!r}")
-    return v
-
-
-def positive_ints(opts: dict, key: str) -> tuple[int, ...]:
-    v = opts[key]
-    if (
-        not isinstance(v, (list, tuple))
-        or not v
-        or any(isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in v)
-    ):
-        raise ConfigError(f"model.options.{key}: expected a non-empty list of positive integers, got {v!r}")
-    return tuple(v)
-
-
-def unit_rate(opts: dict, key: str) -> float:
-    v = opts[key]
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v < 1.0:
-        raise ConfigError(f"model.options.{key}: expected a number in [0, 1), got {v!r}")
-    return float(v)
-
-
-def choice(opts: dict, key: str, allowed: tuple[str, ...]) -> str:
-    if opts[key] not in allowed:
-        raise ConfigError(f"model.options.{key}: must be one of {', '.join(allowed)}; got {opts[key]!r}")
-    return opts[key]
-
-
-def flag(opts: dict, key: str) -> bool:
-    if not isinstance(opts[key], bool):
-        raise ConfigError(f"model.options.{key}: expected true or false, got {opts[key]!r}")
-    return opts[key]
-
-
 INIT_SCHEMES = ("torch", "normal")
 BATCHING = ("auto", "vmap", "loop")
 
@@ -502,13 +317,6 @@ def on_meta(factory: Callable[[], DeviceNet]) -> DeviceNet:
     """Build a module on the meta device (no memory, no draw from the global RNG)."""
     with torch.device("meta"):
         return factory()
-
-
-def flat_features(name: str, dataset) -> int:
-    shape = tuple(dataset.feature_shape)
-    if len(shape) != 1:
-        raise ConfigError(f"model.name: {name} needs flat feature vectors; data set has x rows of shape {shape}")
-    return int(shape[0])
 
 
 def image_side(dataset) -> int:
@@ -522,29 +330,6 @@ def image_side(dataset) -> int:
             f"data set has x rows of shape {shape}"
         )
     return side
-
-
-def build_logreg(dataset, options: dict | None, softmax_before_loss: bool = False) -> LogisticRegression:
-    if options:
-        raise ConfigError(f"model.options: logreg takes no options, got {sorted(options)}")
-    return LogisticRegression(flat_features("logreg", dataset), dataset.num_classes, softmax_before_loss)
-
-
-def build_binary_logreg(dataset, options: dict | None, softmax_before_loss: bool = False) -> BinaryLogisticRegression:
-    """``binary_logreg`` options: ``bias`` (true: fold the bias into the features, see the class)."""
-    if softmax_before_loss:
-        raise ConfigError(
-            "model.softmax_before_loss: binary_logreg has a single logit (log loss); the switch "
-            "applies to the multinomial models (logreg, mlp, cnn, lstm)"
-        )
-    opts = check_options("binary_logreg", options, {"bias": True})
-    bias = flag(opts, "bias")
-    if dataset.num_classes > 2:
-        raise ConfigError(
-            f"model.name: binary_logreg is a two-class model (labels 0 and 1); data set "
-            f"{dataset.path or ''} has {dataset.num_classes} classes"
-        )
-    return BinaryLogisticRegression(flat_features("binary_logreg", dataset), bias)
 
 
 def build_mlp(dataset, options: dict | None, softmax_before_loss: bool = False) -> TorchModel:
@@ -579,8 +364,8 @@ def build_cnn(dataset, options: dict | None, softmax_before_loss: bool = False) 
 
 def sent140_embeddings(dataset) -> torch.Tensor:
     """The frozen (len(vocab) + 1, 300) GloVe matrix of a Sent140 folder; token ids must index it."""
-    from .data.glove import load_embeddings
-    from .data.leaf import DatasetError
+    from ..data.glove import load_embeddings
+    from ..data.leaf import DatasetError
 
     if not dataset.path:
         raise ConfigError("model.name: lstm reads the GloVe matrix from the data set folder; this data set has no path")
@@ -623,20 +408,3 @@ def build_lstm(dataset, options: dict | None, softmax_before_loss: bool = False)
         batching=batching,
         softmax_before_loss=softmax_before_loss,
     )
-
-
-BUILDERS: dict[str, Callable[[Any, dict | None, bool], Any]] = {
-    "logreg": build_logreg,
-    "binary_logreg": build_binary_logreg,
-    "mlp": build_mlp,
-    "cnn": build_cnn,
-    "lstm": build_lstm,
-}
-
-
-def build_model(name: str, dataset, options: dict | None = None, softmax_before_loss: bool = False):
-    """The model ``name`` for a :class:`upfl.data.leaf.FederatedDataset` (its feature shape, classes, side files);
-    ``softmax_before_loss`` as ``model.softmax_before_loss`` (the authors' loss, see the module)."""
-    if name not in BUILDERS:
-        raise ConfigError(f"model.name: unknown model {name!r}; available: {', '.join(BUILDERS)}")
-    return BUILDERS[name](dataset, options, softmax_before_loss)
