@@ -232,11 +232,11 @@ def w1_config(data: str, alg: str, rounds: int, extra: dict, backend: str, priva
 def warm_up(backend: str) -> float:
     """Seconds to select the backend's solver: for numba the import, then the compile or cache load.
 
-    :func:`upfl.solvers.torch_backend.select_local_solver` does this once per
+    :func:`upfl.solvers.selection.select_local_solver` does this once per
     :class:`upfl.engine.simulation.Simulation`, before the first iteration, so none of it is in the per-round figures.
     """
     from upfl.models import LogisticRegression
-    from upfl.solvers.torch_backend import select_local_solver
+    from upfl.solvers.selection import select_local_solver
 
     t0 = time.perf_counter()
     select_local_solver(backend, LogisticRegression(3, 2), torch.device("cpu"))

@@ -6,7 +6,10 @@ seeds 0-11. The digest is the SHA-256 of every run's metrics.csv rows without th
 beside it, Upcycled-FL seed 2's final metrics.
 
 Run: python benchmarks/w1_digest.py [--baseline TREE] (each tree in its own process; writes
-benchmarks/results/w1_digest.json, with ``identical`` when a baseline is given).
+benchmarks/results/w1_digest.json, with ``identical`` when a baseline is given). ``--torch-average`` runs this tree
+with the size-weighted average taken as torch computes it (``weights @ models``, a BLAS product) instead of
+:func:`upfl.algorithms.updates.weighted_sum`: against a tree from before the average had its own summation order, the
+digests are then identical, so that the average is all that changed.
 """
 
 from __future__ import annotations
@@ -33,8 +36,21 @@ RUNS = (("fedprox80", "fedprox", 80, {}), ("upcycled160", "upcycled", 160, {"lam
 TIME_COLUMNS = ("wall_s", "cum_wall_s")
 
 
-def digest_of_this_tree() -> dict:
-    """The digest of the 24 runs with the upfl on ``sys.path`` (one process, one temporary folder)."""
+def torch_average(models, weights):
+    """The weighted average as torch computes it: ``weights @ models`` (float32)."""
+    import numpy as np
+    import torch
+
+    return (torch.from_numpy(np.asarray(weights, np.float32)) @ torch.from_numpy(np.ascontiguousarray(models))).numpy()
+
+
+def digest_of_this_tree(average_as_torch: bool = False) -> dict:
+    """The digest of the 24 runs with the upfl on ``sys.path`` (one process, one temporary folder); with
+    ``average_as_torch`` the average is :func:`torch_average`."""
+    if average_as_torch:
+        from upfl.algorithms import updates
+
+        updates.weighted_sum = torch_average
     from engine import w1_config
     from upfl.data import generate_synthetic
     from upfl.engine.simulation import run
@@ -57,9 +73,10 @@ def digest_of_this_tree() -> dict:
     }
 
 
-def tree_digest(tree: Path) -> dict:
+def tree_digest(tree: Path, average_as_torch: bool = False) -> dict:
     env = {**os.environ, "PYTHONPATH": str(tree / "src")}
-    done = subprocess.run([sys.executable, __file__, "--worker"], env=env, check=True, capture_output=True, text=True)
+    worker = [sys.executable, __file__, "--worker", *(["--torch-average"] if average_as_torch else [])]
+    done = subprocess.run(worker, env=env, check=True, capture_output=True, text=True)
     commit = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
     return {"tree": str(tree), "commit": commit.strip(), **json.loads(done.stdout)}
 
@@ -68,15 +85,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", type=Path, help="another source tree (e.g. `git worktree add /tmp/base REV`)")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "w1_digest.json")
+    parser.add_argument("--torch-average", action="store_true", help="this tree with torch's weighted average")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(digest_of_this_tree()))
+        print(json.dumps(digest_of_this_tree(args.torch_average)))
         return
     result = {
         "command": "python benchmarks/w1_digest.py " + " ".join(sys.argv[1:]),
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "current": tree_digest(ROOT),
+        "current": tree_digest(ROOT, args.torch_average),
+        "average": "torch (weights @ models)" if args.torch_average else "upfl.algorithms.updates.weighted_sum",
     }
     if args.baseline:
         result["baseline"] = tree_digest(args.baseline.resolve())

@@ -176,11 +176,11 @@ def git_commit(cwd: str | os.PathLike | None = None) -> str | None:
 
 def provenance() -> dict[str, Any]:
     """Package version, git commit, torch and Python versions: recorded in every result file."""
-    import torch
+    from .torch_build import torch_version
 
     return {
         "upfl_version": __version__,
         "git_commit": git_commit(),
-        "torch_version": torch.__version__,
+        "torch_version": torch_version(),
         "python_version": platform.python_version(),
     }

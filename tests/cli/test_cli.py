@@ -64,14 +64,14 @@ def test_misspelt_run_config_key_gets_the_closest_one(tmp_path, capsys):
 def test_kernels_warm_up_records_what_it_did(tmp_path, monkeypatch, capsys):
     import json
 
-    import upfl.solvers.torch_backend as torch_backend
+    import upfl.solvers.selection as selection
 
     out = tmp_path / "kernels" / "numba.json"
     assert main(["kernels", "warm-up", "--out", str(out)]) == 0
     record = json.loads(out.read_text())
     assert record["numba"] and record["threads"] == 1 and record["seconds"] >= 0 and "git_commit" in record
     # Without numba the record says so and the runs use the torch solver.
-    monkeypatch.setattr(torch_backend, "numba_solver", lambda threads=0: None)
+    monkeypatch.setattr(selection, "numba_solver", lambda threads=0: None)
     assert main(["kernels", "warm-up", "--out", str(out)]) == 0
     assert json.loads(out.read_text())["numba"] is None
     assert "torch solver" in capsys.readouterr().out

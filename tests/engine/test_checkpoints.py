@@ -3,28 +3,25 @@ and are never shared by concurrent runs of one config."""
 
 from __future__ import annotations
 
+import io
 import os
-import pickle
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from fixtures_runs import RUN, cfg_for, cli, interrupted, metrics_without_time, snapshot
 from upfl.cli import EXIT_BUSY, EXIT_INPUT
 from upfl.data import generate_synthetic
-from upfl.engine.checkpoints import open_checkpoint
+from upfl.engine.checkpoints import open_checkpoint, read_archive, write_archive
 from upfl.engine.simulation import run
 
 
 class _Planted:
     def __reduce__(self):
         return (os.system, (f"touch {os.environ['UPFL_TEST_MARKER']}",))
-
-
-def _planted_bytes() -> bytes:
-    return pickle.dumps({"t": 1, "payload": _Planted()})
 
 
 @pytest.mark.parametrize("damage", ["pickle", "truncated", "empty", "random", "shapes", "not_a_dict"])
@@ -35,15 +32,14 @@ def test_bad_checkpoint_is_a_named_error_and_runs_no_code(world, capsys, monkeyp
     marker = root / "planted-ran"
     monkeypatch.setenv("UPFL_TEST_MARKER", str(marker))
     good = ckpt.file.read_bytes()
-    if damage == "pickle":
-        buf = Path(root / "planted.pt")
-        torch.save({"x": 1}, buf)  # a torch zip whose data.pkl we replace by the planted pickle
-        with zipfile.ZipFile(buf) as zf:
+    if damage == "pickle":  # the archive's w.npy replaced by a pickled object array holding the planted object
+        with zipfile.ZipFile(ckpt.file) as zf:
             entries = {i.filename: zf.read(i) for i in zf.infolist()}
+        planted = io.BytesIO()
+        np.save(planted, np.array([_Planted()], dtype=object), allow_pickle=True)
         with zipfile.ZipFile(ckpt.file, "w") as zf:
             for name, blob in entries.items():
-                zf.writestr(name, _planted_bytes() if name.endswith("data.pkl") else blob)
-        buf.unlink()
+                zf.writestr(name, planted.getvalue() if name == "w.npy" else blob)
     elif damage == "truncated":
         ckpt.file.write_bytes(good[: len(good) // 2])
     elif damage == "empty":
@@ -51,11 +47,13 @@ def test_bad_checkpoint_is_a_named_error_and_runs_no_code(world, capsys, monkeyp
     elif damage == "random":
         ckpt.file.write_bytes(os.urandom(4096))
     elif damage == "shapes":
-        state = torch.load(ckpt.file, weights_only=True)
-        state["w"] = torch.zeros(3)
-        torch.save(state, ckpt.file)
+        state = read_archive(ckpt.file)
+        state["w"] = np.zeros(3, np.float32)
+        with open(ckpt.file, "wb") as f:
+            write_archive(f, state)
     else:
-        torch.save([1, 2, 3], ckpt.file)
+        with open(ckpt.file, "wb") as f:
+            np.savez(f, meta=np.frombuffer(b"[1, 2, 3]", dtype=np.uint8))
     before = snapshot(root, skip=out)
     rc, _, err = cli(["run", "--data", str(data), "--out", str(out), *RUN], capsys)
     assert rc == EXIT_INPUT
@@ -143,7 +141,7 @@ def _vectors_in(folder: Path, width: int) -> dict[str, torch.Tensor]:
     found = {}
     for f in sorted(p for p in folder.rglob("*") if p.is_file()):
         try:
-            doc = torch.load(f, map_location="cpu", weights_only=True)
+            doc = read_archive(f)
         except Exception:
             continue
         stack = [(str(f.relative_to(folder)), doc)]
@@ -151,8 +149,8 @@ def _vectors_in(folder: Path, width: int) -> dict[str, torch.Tensor]:
             name, value = stack.pop()
             if isinstance(value, dict):
                 stack += [(f"{name}:{k}", v) for k, v in value.items()]
-            elif isinstance(value, torch.Tensor) and value.shape[-1:] == (width,):
-                for i, row in enumerate(value.reshape(-1, width)):
+            elif isinstance(value, np.ndarray) and value.shape[-1:] == (width,):
+                for i, row in enumerate(torch.from_numpy(value).reshape(-1, width)):
                     found[f"{name}[{i}]"] = row.double()
     return found
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
 
 from fixtures_runs import RUN, cli, interrupted, snapshot, strict_json
 from upfl.cli import main
+from upfl.engine.checkpoints import read_archive, write_archive
 from upfl.engine.divergence import EXIT_DIVERGED
 
 
@@ -51,9 +53,10 @@ def test_resumed_checkpoint_with_nan_weights_is_diverged(world, capsys):
     root, data = world
     out = root / "runs" / "nanck"
     ckpt = interrupted(data, out)
-    state = torch.load(ckpt.file, weights_only=True)
-    state["w"] = torch.full_like(state["w"], float("nan"))
-    torch.save(state, ckpt.file)
+    state = read_archive(ckpt.file)
+    state["w"] = np.full_like(state["w"], np.nan)
+    with open(ckpt.file, "wb") as f:
+        write_archive(f, state)
     before = snapshot(root, skip=out)
     rc, _, err = cli(["run", "--data", str(data), "--out", str(out), *RUN], capsys)
     assert rc == EXIT_DIVERGED

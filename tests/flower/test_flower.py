@@ -150,7 +150,7 @@ def upfl_run_models(run_config, tmp_path, monkeypatch):
     evaluate = simulation.Simulation.evaluate
 
     def recording(self, w):
-        seen.append(w.detach().cpu().clone())
+        seen.append(torch.tensor(w) if isinstance(w, np.ndarray) else w.detach().cpu().clone())
         return evaluate(self, w)
 
     cfg = run_config_to_upfl(run_config)

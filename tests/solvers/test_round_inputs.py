@@ -18,7 +18,12 @@ from upfl.engine import simulation
 from upfl.engine.simulation import Simulation, run
 from upfl.solvers import numba_backend as solver_numba
 from upfl.solvers.numba_backend import layout, solver
-from upfl.solvers.torch_backend import PooledRound
+from upfl.solvers.selection import PooledRound
+
+
+def numbers(plan) -> np.ndarray:
+    """A plan's numbers (the torch solver's plans are tensors, the compiled solver's arrays)."""
+    return plan if isinstance(plan, np.ndarray) else plan.numpy()
 
 
 @pytest.mark.parametrize("batch_size", [1, 3, 8, 32, 5000])
@@ -29,8 +34,8 @@ def test_compiled_batch_plans_are_torchs_plans(batch_size):
 
     want = batch_plan(sizes, epochs, batch_size, [generator(10 + i, "batches", 4, i) for i in range(len(sizes))])
     got = solver_numba.batch_plans(sizes, epochs, batch_size, seeds)
-    assert [p.dtype for p in got] == [torch.int32] * len(sizes)
-    assert all(torch.equal(a, b) for a, b in zip(want, got, strict=True))
+    assert [p.dtype for p in got] == [np.int32] * len(sizes)
+    assert all(np.array_equal(a.numpy(), b) for a, b in zip(want, got, strict=True))
     assert all(
         torch.equal(a, b) for a, b in zip(want, seeded_batch_plan(sizes, epochs, batch_size, seeds), strict=True)
     )
@@ -55,7 +60,7 @@ def test_draw_cache_draws_the_plans_it_does_not_keep_together():
     assert calls == [2, 2], "only the plans of devices 0 and 2 are drawn the second time"
     assert both[1] is first[0] and both[3] is first[1]
     want = batch_plan(sizes, epochs, 8, [generator(7, "batches", 3, i) for i in range(4)])
-    assert all(torch.equal(a, b) for a, b in zip(want, both, strict=True))
+    assert all(np.array_equal(a.numpy(), b) for a, b in zip(want, both, strict=True))
 
 
 def test_round_plans_of_several_rounds_are_drawn_in_one_call_and_kept_per_round():
@@ -76,7 +81,7 @@ def test_round_plans_of_several_rounds_are_drawn_in_one_call_and_kept_per_round(
         want = batch_plan(sizes, epochs, 8, [generator(7, "batches", k, i) for i in devices])
         assert np.array_equal(plans.joined, torch.cat(want).numpy())
         assert plans.offsets.tolist() == np.cumsum([0] + [p.shape[0] for p in want]).tolist()
-        assert all(torch.equal(a, b) for a, b in zip(plans.plans, want, strict=True))
+        assert all(np.array_equal(a, b.numpy()) for a, b in zip(plans.plans, want, strict=True))
     nothing_kept = DrawCache(max_bytes=0).round_plans(7, rounds, 8, seeds_of, draw)
     assert all(np.array_equal(a.joined, b.joined) for a, b in zip(nothing_kept, got, strict=True))
 
@@ -87,10 +92,12 @@ def test_joined_plans_equal_their_concatenation():
     compiled = solver_numba.batch_plans(sizes, epochs, 8, seeds)
     plain = seeded_batch_plan(sizes, epochs, 8, seeds)
     for plans in (compiled, compiled[1:3], [compiled[2], compiled[0]], plain, plain[:1], [compiled[0], plain[1]]):
-        assert torch.equal(joined_plan(plans), torch.cat(plans))
-        assert np.array_equal(solver.joined_plans(plans), torch.cat(plans).numpy())
-        assert np.array_equal(round_plans(plans).joined, torch.cat(plans).numpy())
-    assert np.shares_memory(joined_plan(compiled).numpy(), compiled[0].numpy()), "back-to-back views are read in place"
+        concatenated = np.concatenate([numbers(p) for p in plans])
+        assert np.array_equal(joined_plan(plans), concatenated) and joined_plan(plans).dtype == np.int32
+        assert np.array_equal(solver.joined_plans(plans), concatenated)
+        assert np.array_equal(round_plans(plans).joined, concatenated)
+    assert np.shares_memory(joined_plan(compiled), compiled[0]), "back-to-back views are read in place"
+    assert not np.shares_memory(joined_plan([compiled[2], compiled[0]]), compiled[0]), "out of order: a copy"
 
 
 def test_row_blocks_find_pooled_rows_and_refuse_other_tensors():
@@ -169,7 +176,7 @@ def test_a_run_with_the_compiled_inputs_gives_the_plain_inputs_bytes(data, tmp_p
     def plain(self):
         init(self)
         self.batch_plan, self.reads_pooled_rows = seeded_batch_plan, False
-        self.xs, self.ys = [x.clone() for x in self.xs], [y.clone() for y in self.ys]
+        self.xs, self.ys = [x.copy() for x in self.xs], [y.copy() for y in self.ys]
 
     monkeypatch.setattr(Simulation, "__post_init__", plain)
     run(cfg, tmp_path / "plain", log=lambda m: None)
@@ -227,7 +234,7 @@ def test_the_rounds_inputs_are_the_plain_ones(data):
             rnd.weights, size_weights(torch.tensor([sim.device_sizes[i] for i in rnd.chosen], dtype=torch.float32))
         )
         assert all(torch.equal(sim.train_x[a:b], x) for (a, b), x in zip(rnd.pooled.rows, rnd.xs, strict=True))
-        assert np.array_equal(rnd.pooled.plans.joined, torch.cat(rnd.plans).numpy())
+        assert np.array_equal(rnd.pooled.plans.joined, np.concatenate([numbers(p) for p in rnd.plans]))
         assert rnd.pooled.plans.steps == rnd.steps
 
 
@@ -271,5 +278,5 @@ def test_round_plans_of_one_draw_are_slices_of_its_array():
         want = round_plans(seeded_batch_plan(sizes, epochs, 8, derive_seeds(7, "batches", [[k, i] for i in devices])))
         assert np.array_equal(plans.joined, want.joined) and plans.joined.dtype == np.int32
         assert plans.offsets.tolist() == want.offsets.tolist() and plans.steps == want.steps
-        assert all(torch.equal(a, b) for a, b in zip(plans.plans, want.plans, strict=True))
+        assert all(np.array_equal(a, b.numpy()) for a, b in zip(plans.plans, want.plans, strict=True))
     assert got[0].joined.base is got[2].joined.base is not None, "the rounds' joined plans are slices of one array"

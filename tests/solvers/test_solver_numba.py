@@ -16,7 +16,8 @@ from upfl.engine.simulation import run
 from upfl.models import BinaryLogisticRegression, LogisticRegression
 from upfl.solvers import numba_backend as solver_numba
 from upfl.solvers.numba_backend import arithmetic, evaluation, layout, plans, training, vectors
-from upfl.solvers.torch_backend import local_solve, select_local_solver
+from upfl.solvers.selection import select_local_solver
+from upfl.solvers.torch_backend import local_solve
 
 
 def reference_local_solve(x, labels, w0, plan, mu, lr, momentum, lin, num_classes):

@@ -315,7 +315,7 @@ def test_sigint_in_the_middle_then_restart_finishes_cleanly(tmp_path, runs_per_j
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode != 0, out.decode(errors="replace")[-4000:]
     done_before = {p.parent for p in runs.rglob("summary.json")}
-    interrupted = list(runs.rglob(".checkpoints/*/state.pt"))
+    interrupted = list(runs.rglob(".checkpoints/*/state.npz"))
     logs_before = {p: p.read_text() for p in bundle_logs.glob("*.log")} if runs_per_job > 1 else {}
     total = 12
     assert len(done_before) < total, "the workflow finished before it could be interrupted"

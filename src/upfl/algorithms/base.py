@@ -17,12 +17,13 @@ from __future__ import annotations
 from abc import ABC
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
-
-import torch
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .. import names
 from .updates import average, size_weights
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -47,7 +48,7 @@ class ClientRound:
     """The round's ``dropout`` stream for models that draw randomness."""
     pooled: Any = None
     """For a solver that ``reads_pooled_rows``: the devices as blocks of the run's pooled rows and their joined plans
-    (:class:`upfl.solvers.torch_backend.PooledRound`), else None."""
+    (:class:`upfl.solvers.selection.PooledRound`), else None."""
     weights: torch.Tensor | None = None
     """p_i = |D_i| / sum_j |D_j| over the round's devices (Algorithm 1 line 6):
     :func:`upfl.algorithms.updates.size_weights` of ``sizes`` unless given (the same numbers), made with the round
@@ -90,6 +91,11 @@ class Algorithm(ABC):
     extra_metrics: tuple[str, ...] = ()
     """Metric columns this algorithm adds to metrics.csv (:meth:`evaluate_extra`)."""
     server_lr_default: ClassVar[float] = 1.0
+    runs_on_arrays: bool = False
+    """Whether every hook also works with the global and local models as float32 arrays (no torch), so that a run
+    on the compiled solver holds them as arrays and never imports torch (:mod:`upfl.engine.simulation`): true of
+    an algorithm whose server takes the weighted average (:func:`upfl.algorithms.updates.average`) and keeps no
+    state."""
     device_state: tuple[str, ...] = ()
     """The :meth:`state_dict` entries computed from the devices' own, un-noised local models (per-device state and
     server state made from it): a private run never writes them in its run folder
@@ -183,5 +189,7 @@ class Algorithm(ABC):
 
     def zeros(self, like: torch.Tensor, rows: int | None = None) -> torch.Tensor:
         """A zero (P,) vector or (rows, P) matrix on ``like``'s device and dtype."""
+        import torch
+
         shape = (self.num_params,) if rows is None else (rows, self.num_params)
         return torch.zeros(shape, dtype=like.dtype, device=like.device)

@@ -9,3 +9,4 @@ class FedAvg(Algorithm):
     """w^{t+1} = sum_i p_i w_i^{t+1}, w_i^{t+1} = local SGD on F_i from w^t (Algorithm 1 with mu = 0)."""
 
     name = "fedavg"
+    runs_on_arrays = True

@@ -6,30 +6,43 @@ Every base may be upcycled: ``upcycled_<base>`` (and ``upcycled``, the paper's U
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+from importlib import import_module
+
 from ..names import check_known, is_upcycled
 from .base import Algorithm
-from .fedadam import FedAdam
-from .fedavg import FedAvg
-from .fedavgm import FedAvgM
-from .feddyn import FedDyn
-from .fednova import FedNova
-from .fedprox import FedProx
-from .fedyogi import FedYogi
-from .pfedme import PFedMe
-from .scaffold import Scaffold
 from .upcycled import Upcycled
 
-ALGORITHMS: dict[str, type[Algorithm]] = {
-    "fedavg": FedAvg,
-    "fedprox": FedProx,
-    "fedavgm": FedAvgM,
-    "fednova": FedNova,
-    "scaffold": Scaffold,
-    "fedadam": FedAdam,
-    "fedyogi": FedYogi,
-    "feddyn": FedDyn,
-    "pfedme": PFedMe,
+MODULES: dict[str, tuple[str, str]] = {
+    "fedavg": ("fedavg", "FedAvg"),
+    "fedprox": ("fedprox", "FedProx"),
+    "fedavgm": ("fedavgm", "FedAvgM"),
+    "fednova": ("fednova", "FedNova"),
+    "scaffold": ("scaffold", "Scaffold"),
+    "fedadam": ("fedadam", "FedAdam"),
+    "fedyogi": ("fedyogi", "FedYogi"),
+    "feddyn": ("feddyn", "FedDyn"),
+    "pfedme": ("pfedme", "PFedMe"),
 }
+"""Base algorithm name -> (module of this package, class): a module is imported when its class is first asked for
+(most import torch; FedAvg's and FedProx's do not, so a run of theirs on the compiled solver never does)."""
+
+
+class Registry(Mapping[str, type[Algorithm]]):
+    """``algorithm.name`` of a base -> its class, importing its module on first use (:data:`MODULES`)."""
+
+    def __getitem__(self, name: str) -> type[Algorithm]:
+        module, cls = MODULES[name]
+        return getattr(import_module(f".{module}", __package__), cls)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(MODULES)
+
+    def __len__(self) -> int:
+        return len(MODULES)
+
+
+ALGORITHMS = Registry()
 
 
 def algorithm_class(name: str) -> type[Algorithm]:

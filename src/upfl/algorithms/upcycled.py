@@ -7,11 +7,14 @@ mu/(mu+lambda) where the base has a mu (FedProx's mu, FedDyn's alpha) and c_m fr
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from .. import names
 from .base import Algorithm, ClientRound
 from .updates import upcycle_coefficient, upcycle_step
+
+if TYPE_CHECKING:
+    import torch
 
 
 class Upcycled(Algorithm):
@@ -25,6 +28,7 @@ class Upcycled(Algorithm):
         self.device_state = base.device_state
         self.num_training_rounds = num_training_rounds
         self.c1 = coefficient(base)
+        self.runs_on_arrays = base.runs_on_arrays
 
     def extrapolate(self, w: torch.Tensor, w_prev: torch.Tensor, t: int) -> torch.Tensor:
         """Eq. (5) at even iteration t = 2m."""

@@ -15,7 +15,7 @@ import time
 
 def cmd_kernels_warm_up(args: argparse.Namespace) -> int:
     from ..files import provenance, write_texts
-    from ..solvers.torch_backend import numba_solver
+    from ..solvers.selection import numba_solver
 
     start = time.perf_counter()
     solver = numba_solver(args.threads)

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
-import torch
 
 from .bounded_cache import BoundedCache
 from .streams import seeded_generator
+
+if TYPE_CHECKING:
+    import torch
 
 
 def batch_plan(
@@ -23,6 +25,8 @@ def batch_plan(
     the device's generator (O(n), about 10x cheaper than sorting random keys for a device of 27,000 samples).
     int32 halves the plans a process keeps (:class:`DrawCache`); the solvers index with them as they are.
     """
+    import torch
+
     plans = []
     for n, e, g in zip(sizes, epochs, generators, strict=True):
         nb = math.ceil(n / batch_size)
@@ -38,9 +42,15 @@ def seeded_batch_plan(sizes: list[int], epochs: list[int], batch_size: int, seed
     return batch_plan(sizes, epochs, batch_size, [seeded_generator(int(s)) for s in seeds])
 
 
-def joined_plan(plans: list[torch.Tensor]) -> torch.Tensor:
-    """The plans as one int32 (steps, B) tensor: the rows of the tensor they are views of when they lie back to back
-    in it (a round's plans drawn together), else their concatenation."""
+def joined_plan(plans: list) -> np.ndarray:
+    """The plans as one int32 (steps, B) array: the rows of the tensor they are views of when they lie back to back
+    in it (a round's plans drawn together), else their concatenation (arrays: always)."""
+    if all(isinstance(p, np.ndarray) for p in plans):
+        return joined_arrays(plans)
+    if any(isinstance(p, np.ndarray) for p in plans):
+        return np.concatenate([p if isinstance(p, np.ndarray) else p.numpy() for p in plans]).astype(np.int32)
+    import torch
+
     base, width = plans[0]._base, plans[0].shape[1]
     if (
         base is not None
@@ -55,8 +65,25 @@ def joined_plan(plans: list[torch.Tensor]) -> torch.Tensor:
                 break
             end += p.numel()
         else:
-            return base[start // width : end // width]
-    return torch.cat(plans).to(torch.int32)
+            return base[start // width : end // width].numpy()
+    return torch.cat(plans).to(torch.int32).numpy()
+
+
+def joined_arrays(plans: list[np.ndarray]) -> np.ndarray:
+    """:func:`joined_plan` of arrays: the rows of the array they are views of when they lie back to back in it."""
+    base = plans[0].base
+    if isinstance(base, np.ndarray) and base.ndim == 2 and base.flags.c_contiguous and base.dtype == np.int32:
+        origin, row_bytes = base.__array_interface__["data"][0], base.strides[0]
+        start = end = (plans[0].__array_interface__["data"][0] - origin) // row_bytes
+        for p in plans:
+            if p.base is not base or p.shape[1:] != base.shape[1:] or not p.flags.c_contiguous:
+                break
+            if p.__array_interface__["data"][0] != origin + end * row_bytes:
+                break
+            end += p.shape[0]
+        else:
+            return base[start:end]
+    return np.concatenate(plans).astype(np.int32, copy=False)
 
 
 class RoundPlans(NamedTuple):
@@ -77,10 +104,16 @@ def round_plans(plans: list[torch.Tensor], drawn=None, first: int = 0) -> RoundP
     made :class:`upfl.solvers.numba_backend.PlanViews` ``drawn`` (their joined rows are a slice of its array)."""
     if drawn is None:
         steps = [int(p.shape[0]) for p in plans]
-        return RoundPlans(plans, joined_plan(plans).numpy(), np.cumsum([0] + steps, dtype=np.int64), steps)
+        return RoundPlans(plans, joined_plan(plans), np.cumsum([0] + steps, dtype=np.int64), steps)
     end = first + len(plans)
     starts = drawn.starts[first : end + 1]
     return RoundPlans(plans, drawn.rows[starts[0] : starts[-1]], starts - starts[0], drawn.steps[first:end])
+
+
+def drawn_kind(draw: Callable) -> str:
+    """What a plan-drawing function is called, part of a kept plan's key: the same numbers come as tensors from
+    :func:`seeded_batch_plan` and as arrays from the compiled solver's, and a run reads the kind its solver draws."""
+    return f"{getattr(draw, '__module__', '')}.{getattr(draw, '__qualname__', type(draw).__name__)}"
 
 
 class DrawCache(BoundedCache):
@@ -108,7 +141,8 @@ class DrawCache(BoundedCache):
         drawn from the seeds ``seeds_of([(k, device), ...])`` (called once, for the plans not kept); the plans not
         kept are drawn together, in one call of ``draw`` (:func:`seeded_batch_plan`, or the compiled solver's
         ``batch_plan``: the same numbers)."""
-        keys = [("plan", seed, k, i, n, e, batch_size) for k, i, n, e in wanted]
+        kind = drawn_kind(draw)
+        keys = [("plan", kind, seed, k, i, n, e, batch_size) for k, i, n, e in wanted]
         kept: list[tuple[Any, ...] | None] = [self.entries.get(key) for key in keys]
         missing = [j for j, entry in enumerate(kept) if entry is None]
         for key, entry in zip(keys, kept, strict=True):
@@ -135,7 +169,8 @@ class DrawCache(BoundedCache):
         ``rounds``, each kept as one entry (a later run of the seed with the same devices finds a round's in one
         look-up; its bytes count twice against the bound); the plans of the rounds not kept are found or drawn by
         :meth:`plans`, all in one call."""
-        keys = [("round_plans", seed, k, tuple(d), tuple(n), tuple(e), batch_size) for k, d, n, e in rounds]
+        kind = drawn_kind(draw)
+        keys = [("round_plans", kind, seed, k, tuple(d), tuple(n), tuple(e), batch_size) for k, d, n, e in rounds]
         found: list[tuple[Any, int] | None] = [self.entries.get(key) for key in keys]
         todo = [j for j, entry in enumerate(found) if entry is None]
         wanted = [(rounds[j][0], i, n, e) for j in todo for i, n, e in zip(*rounds[j][1:], strict=True)]

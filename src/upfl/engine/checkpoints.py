@@ -1,10 +1,11 @@
 """Checkpoints of a run: where they live, what they are keyed by, how they are read safely.
 
-A checkpoint is ``<root>/<key>/state.pt``. The key (:func:`checkpoint_key`) covers everything a
-resumed run must share with the run that wrote it: the config hash, the data's content
-(:func:`data_fingerprint`), the code that computes the numbers (:func:`code_fingerprint`) and the
-result folder OUT. The default root is ``OUT/.checkpoints`` (created at the first checkpoint, removed
-when the run ends), so a run never writes outside its own folder unless ``checkpoint.dir`` says so.
+A checkpoint is ``<root>/<key>/state.npz``: a NumPy archive of the run's arrays (the global models, the algorithm's
+state) and one entry ``meta``, the rest as JSON (iteration, metrics rows, times, key, format). The key
+(:func:`checkpoint_key`) covers everything a resumed run must share with the run that wrote it: the config hash, the
+data's content (:func:`data_fingerprint`), the code that computes the numbers (:func:`code_fingerprint`) and the
+result folder OUT. The default root is ``OUT/.checkpoints`` (created at the first checkpoint, removed when the run
+ends), so a run never writes outside its own folder unless ``checkpoint.dir`` says so.
 
 Concurrency: a run holds an exclusive ``flock`` on ``<root>/<key>/lock`` (the file holds its PID) for
 as long as it runs; a second run with the same key (same config, data, code and OUT) is refused with
@@ -16,14 +17,15 @@ beyond what the run releases. The checkpoint there keeps the global models (rele
 aggregates) and the algorithm's public state; the algorithm's *device state*
 (:attr:`upfl.algorithms.base.Algorithm.device_state`: state computed from the devices' own, un-noised local
 models, such as FedDyn's lagged gradients, from which w_prev - h_i / alpha recovers a device's raw local model)
-goes to ``<device state root>/<key>/device_state.pt`` instead (:func:`device_state_root`: ``$UPFL_DEVICE_STATE_DIR``,
+goes to ``<device state root>/<key>/device_state.npz`` instead (:func:`device_state_root`: ``$UPFL_DEVICE_STATE_DIR``,
 default ``$XDG_STATE_HOME/upfl/device-state`` or ``~/.local/state/upfl/device-state``), a folder outside the run
 folder, mode 0700, the file 0600, removed with the checkpoint when the run ends. A root inside the run folder is
 refused. Without that file a private run cannot resume exactly: it starts over.
 
-Reading: ``torch.load(weights_only=True)``, so a planted pickle cannot run code; every failure
-(unreadable, truncated, wrong shapes, another key) is a :class:`CheckpointError` that names the file
-and says it can be removed.
+Reading: ``numpy.load(allow_pickle=False)`` and JSON, so a checkpoint holds data only (a planted pickle is refused,
+never run), and neither writing nor reading one needs torch; every failure (unreadable, truncated, wrong shapes,
+another key) is a :class:`CheckpointError` that names the file and says it can be removed. Arrays come back as
+NumPy arrays whatever the run saved (tensors are saved as their arrays).
 """
 
 from __future__ import annotations
@@ -33,23 +35,25 @@ import errno
 import fcntl
 import functools
 import hashlib
+import json
 import os
 import shutil
 import tempfile
-import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-import torch
+import numpy as np
 
 from .. import config as cfgmod
 from ..files import atomic_path, sha256_file
+from ..torch_build import torch_version
 
-FORMAT = 1
+FORMAT = 2
 DEFAULT_DIRNAME = ".checkpoints"
-STATE_FILE = "state.pt"
+STATE_FILE = "state.npz"
 LOCK_FILE = "lock"
-DEVICE_STATE_FILE = "device_state.pt"
+DEVICE_STATE_FILE = "device_state.npz"
 DEVICE_STATE_ENV = "UPFL_DEVICE_STATE_DIR"
 NUMERIC_EXCLUDED = ("report", "commands", "cli.py")
 """Parts of the package that cannot change a run's numbers (left out of :func:`code_fingerprint`)."""
@@ -61,6 +65,47 @@ class CheckpointError(ValueError):
 
 class CheckpointBusy(RuntimeError):
     """Another process holds the checkpoint of this run (same config, data, code and OUT)."""
+
+
+ARRAY_GROUPS = ("algorithm_state", "device_state")
+"""Entries of a saved state that map names to arrays (kept as ``<group>.<name>`` in the archive)."""
+
+
+def as_array(value) -> np.ndarray:
+    """A tensor's array on the CPU, or an array as it is."""
+    return value if isinstance(value, np.ndarray) else value.detach().cpu().numpy()
+
+
+def write_archive(f: BinaryIO, state: dict[str, Any]) -> None:
+    """``state`` to ``f``: its arrays and tensors (top level, or in :data:`ARRAY_GROUPS`) as NumPy arrays, the rest
+    as the JSON entry ``meta``."""
+    arrays: dict[str, np.ndarray] = {}
+    meta: dict[str, Any] = {}
+    for name, value in state.items():
+        if name in ARRAY_GROUPS:
+            arrays.update({f"{name}.{k}": as_array(v) for k, v in value.items()})
+            meta[name] = sorted(value)
+        elif isinstance(value, (int, float, str, list, dict, type(None))):
+            meta[name] = value
+        else:
+            arrays[name] = as_array(value)
+    arrays["meta"] = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
+    save: Callable[..., None] = np.savez
+    save(f, **arrays)
+
+
+def read_archive(path: Path) -> dict[str, Any]:
+    """What :func:`write_archive` wrote, its arrays as NumPy arrays; pickled objects are refused."""
+    with np.load(path, allow_pickle=False) as archive:
+        state = json.loads(archive["meta"].tobytes().decode("utf-8"))
+        if not isinstance(state, dict):
+            raise ValueError(f"meta holds a {type(state).__name__}, not a mapping")
+        grouped = {f"{group}.{k}" for group in ARRAY_GROUPS for k in state.get(group) or ()}
+        for group in ARRAY_GROUPS:
+            if group in state:
+                state[group] = {k: archive[f"{group}.{k}"] for k in state[group]}
+        state.update({name: archive[name] for name in archive.files if name != "meta" and name not in grouped})
+    return state
 
 
 def data_fingerprint(path: str | os.PathLike) -> str:
@@ -92,7 +137,7 @@ def code_fingerprint() -> str:
     process: the code a process runs is the code it imported.
     """
     pkg = Path(__file__).resolve().parent
-    h = hashlib.sha256(torch.__version__.encode())
+    h = hashlib.sha256(str(torch_version()).encode())
     for file in sorted(pkg.rglob("*.py")):
         rel = file.relative_to(pkg)
         if rel.parts[0] in NUMERIC_EXCLUDED:
@@ -196,11 +241,11 @@ class Checkpoint:
                 self.root.rmdir()
 
     def save(self, state: dict[str, Any]) -> None:
-        """Write ``state`` (plain tensors, lists, dicts, numbers, strings) atomically."""
-        with atomic_path(self.file) as tmp:
-            torch.save({"format": FORMAT, "key": self.key, **state}, tmp)
+        """Write ``state`` (arrays or tensors, lists, dicts, numbers, strings) atomically."""
+        with atomic_path(self.file) as tmp, open(tmp, "wb") as f:
+            write_archive(f, {"format": FORMAT, "key": self.key, **state})
 
-    def save_device_state(self, state: dict[str, torch.Tensor], t: int) -> None:
+    def save_device_state(self, state: dict[str, Any], t: int) -> None:
         """Write a private run's device state to :attr:`device_file`, owner-only (folders 0700, file 0600),
         atomically."""
         if self.device_dir is None or self.device_file is None:
@@ -212,21 +257,19 @@ class Checkpoint:
         fd, tmp = tempfile.mkstemp(prefix=f".{DEVICE_STATE_FILE}.", suffix=".tmp", dir=self.device_dir)
         try:
             with os.fdopen(fd, "wb") as f:
-                torch.save({"format": FORMAT, "key": self.key, "t": t, "device_state": state}, f)
+                write_archive(f, {"format": FORMAT, "key": self.key, "t": t, "device_state": state})
             os.replace(tmp, self.device_file)
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
 
-    def load_device_state(self) -> tuple[int, dict[str, torch.Tensor]] | None:
+    def load_device_state(self) -> tuple[int, dict[str, np.ndarray]] | None:
         """(iteration, device state) saved beside this checkpoint, or None when there is none (another machine,
         removed)."""
         if self.device_file is None or not self.device_file.exists():
             return None
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)
-                saved = torch.load(self.device_file, map_location="cpu", weights_only=True)
+            saved = read_archive(self.device_file)
         except Exception as e:
             raise CheckpointError(
                 f"{self.device_file}: not a readable device state ({type(e).__name__}); remove it "
@@ -236,13 +279,18 @@ class Checkpoint:
         if (
             saved.get("key") != self.key
             or not isinstance(state, dict)
-            or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items())
+            or not all(isinstance(k, str) and isinstance(v, np.ndarray) for k, v in state.items())
         ):
             raise CheckpointError(
                 f"{self.device_file}: not this run's device state; remove it (rm -r "
                 f"{self.device_dir}) and {self.dir} to start the run over"
             )
-        return saved.get("t"), state
+        t = saved.get("t")
+        if isinstance(t, bool) or not isinstance(t, int):
+            raise CheckpointError(
+                f"{self.device_file}: no iteration; remove it (rm -r {self.device_dir}) to start over"
+            )
+        return t, state
 
     def load(self, shapes: dict[str, tuple[int, ...]], rounds: int) -> dict[str, Any] | None:
         """The checkpoint's state, or ``None`` when there is none; :class:`CheckpointError` when unusable.
@@ -252,10 +300,8 @@ class Checkpoint:
         if not self.file.exists():
             return None
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)  # torch's notes on foreign pickle protocols
-                state = torch.load(self.file, map_location="cpu", weights_only=True)
-        except Exception as e:  # any unpickling, zip or I/O failure: the file is not a usable checkpoint
+            state = read_archive(self.file)
+        except Exception as e:  # any archive, JSON or I/O failure: the file is not a usable checkpoint
             self._fail(
                 f"not a readable checkpoint ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})"
             )
@@ -280,8 +326,8 @@ class Checkpoint:
             self._fail(f"iteration {t!r} is not in 1..{rounds - 1}")
         for name, shape in shapes.items():
             value = state[name]
-            if not isinstance(value, torch.Tensor) or tuple(value.shape) != tuple(shape):
-                got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+            if not isinstance(value, np.ndarray) or tuple(value.shape) != tuple(shape):
+                got = tuple(value.shape) if isinstance(value, np.ndarray) else type(value).__name__
                 self._fail(f"{name} has shape {got}, this model needs {tuple(shape)}")
         rows = state["rows"]
         if not isinstance(rows, list) or len(rows) != t + 1 or not all(isinstance(r, dict) for r in rows):
@@ -290,10 +336,9 @@ class Checkpoint:
             self._fail("times entry is not a mapping")
         extra = state.get("algorithm_state")
         if extra is not None and not (
-            isinstance(extra, dict)
-            and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in extra.items())
+            isinstance(extra, dict) and all(isinstance(k, str) and isinstance(v, np.ndarray) for k, v in extra.items())
         ):
-            self._fail("algorithm_state is not a mapping of names to tensors")
+            self._fail("algorithm_state is not a mapping of names to arrays")
 
 
 def open_checkpoint(cfg: cfgmod.RunConfig, out: str | os.PathLike, data_path: str | os.PathLike) -> Checkpoint:

@@ -13,22 +13,29 @@ import math
 from typing import Any
 
 import numpy as np
-import torch
 
 EXIT_DIVERGED = 3
 """Exit status of ``upfl run`` for a diverged run (2: bad input; 4: the run's checkpoint is busy)."""
 
 
-def weights_problem(w: torch.Tensor) -> str | None:
-    """``None`` when every entry of ``w`` is finite, else what is wrong (e.g. ``'weights: 12 of 42 entries NaN'``).
-    A CPU vector is checked in numpy (one call instead of three torch operations, at every iteration)."""
-    if bool(np.isfinite(w.numpy()).all() if w.device.type == "cpu" else torch.isfinite(w).all()):
+def weights_problem(w) -> str | None:
+    """``None`` when every entry of ``w`` (an array or a tensor) is finite, else what is wrong (e.g.
+    ``'weights: 12 of 42 entries NaN'``). A CPU vector is checked in numpy (one call instead of three torch
+    operations, at every iteration); a GPU one is copied to the CPU only when something is wrong."""
+    if not isinstance(w, np.ndarray):
+        if w.device.type != "cpu":
+            import torch
+
+            if bool(torch.isfinite(w).all()):
+                return None
+            w = w.cpu()
+        w = w.numpy()
+    if np.isfinite(w).all():
         return None
-    finite = torch.isfinite(w)
-    nan = int(torch.isnan(w).sum())
-    inf = int(w.numel() - int(finite.sum()) - nan)
+    nan = int(np.isnan(w).sum())
+    inf = int(w.size - int(np.isfinite(w).sum()) - nan)
     parts = ([f"{nan} NaN"] if nan else []) + ([f"{inf} infinite"] if inf else [])
-    return f"weights: {' and '.join(parts)} of {w.numel()} entries"
+    return f"weights: {' and '.join(parts)} of {w.size} entries"
 
 
 def loss_problem(row: dict[str, Any], has_test: bool) -> str | None:

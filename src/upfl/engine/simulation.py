@@ -10,30 +10,34 @@ from __future__ import annotations
 import csv
 import io
 import math
+import sys
 import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from .. import config as cfgmod
 from ..algorithms import ClientRound, algorithm_class, build_algorithm
 from ..data import FederatedDataset, load_leaf
 from ..draws.batch_plans import DRAW_CACHE, RoundPlans, seeded_batch_plan
 from ..draws.rounds import round_participants, straggler_summary, training_rounds_before
-from ..draws.streams import derive_seeds, generator
+from ..draws.streams import derive_seed, derive_seeds, generator
 from ..files import json_text, provenance, write_texts
 from ..integrity import RECORD, record_text
-from ..models import build_model
+from ..models import build_model, draws_without_torch
 from ..privacy.accounting import per_device, privacy_report
 from ..privacy.mechanisms import objective_noise_draws, output_perturbation, scale_objective_noise, standard_normal_rows
-from ..solvers.torch_backend import PooledRound, select_local_solver
+from ..solvers.selection import CompiledSolver, PooledRound, device_type, select_local_solver
+from ..torch_build import gpu_build
 from .checkpoints import open_checkpoint
 from .divergence import diverged_entry, loss_problem, weights_problem
 from .runfolder import check_out
+
+if TYPE_CHECKING:
+    import torch
 
 METRIC_COLUMNS = [
     "iteration",
@@ -83,6 +87,8 @@ def plan_batch_size(batch_size: int, device_sizes: list[int]) -> int:
 
 def scaled_features(arr, feature_scaling: str, device: torch.device) -> torch.Tensor:
     """A device's features as a tensor on ``device``; with ``unit_norm`` each row divided by max(||x||, 1)."""
+    import torch
+
     x = torch.as_tensor(arr)
     if feature_scaling == "unit_norm":
         x = x / x.flatten(1).norm(dim=1).clamp_min(1.0).view(-1, *([1] * (x.dim() - 1)))
@@ -93,19 +99,24 @@ POOLED: dict[int, tuple[weakref.ref, dict[tuple[str, str], tuple]]] = {}
 """Per data set object (by identity, while it lives): its pooled rows per (feature scaling, device)."""
 
 
-def pooled_rows(ds: FederatedDataset, feature_scaling: str, device: torch.device) -> tuple:
+def pooled_rows(ds: FederatedDataset, feature_scaling: str, device) -> tuple:
     """(train_x, train_y, one-hot train labels, per-device x views, per-device one-hot views, test_x, test_y) of a
     data set: the training devices' rows one after the other, the test rows of every user with some (None without).
     Made once per data set object, scaling and device: the runs of a bundle share its data set, so they share
     these tensors (never written), and the solver's and the evaluation's arrays made from them
-    (:data:`upfl.solvers.numba_backend.DEVICE_ROWS`, ``EVALUATION_ROWS``)."""
+    (:data:`upfl.solvers.numba_backend.DEVICE_ROWS`, ``EVALUATION_ROWS``). ``device`` ``"arrays"``: the same rows as
+    NumPy arrays (no scaling), for a run on arrays (:attr:`Simulation.arrays`)."""
     pooled = POOLED.get(id(ds))
     if pooled is None or pooled[0]() is not ds:
         ds_id = id(ds)
         pooled = POOLED[ds_id] = (weakref.ref(ds, lambda _: POOLED.pop(ds_id, None)), {})
     made = pooled[1]
     key = (feature_scaling, str(device))
+    if key not in made and device == "arrays":
+        made[key] = pooled_arrays(ds)
     if key not in made:
+        import torch
+
         users, sizes = ds.train_users, [len(ds.train_y[u]) for u in ds.train_users]
         train_x = torch.cat([scaled_features(ds.train_x[u], feature_scaling, device) for u in users])
         train_y = torch.cat([torch.as_tensor(ds.train_y[u]) for u in users]).to(device)
@@ -126,11 +137,27 @@ def pooled_rows(ds: FederatedDataset, feature_scaling: str, device: torch.device
     return train_x, train_y, onehot, list(xs), list(ys), test_x, test_y
 
 
+def pooled_arrays(ds: FederatedDataset) -> tuple:
+    """:func:`pooled_rows` as NumPy arrays (the features unscaled): the same numbers torch's tensors hold."""
+    users, sizes = ds.train_users, [len(ds.train_y[u]) for u in ds.train_users]
+    train_x = np.concatenate([np.asarray(ds.train_x[u]) for u in users])
+    train_y = np.concatenate([np.asarray(ds.train_y[u]) for u in users])
+    onehot = np.eye(ds.num_classes, dtype=np.float32)[train_y]
+    ends = np.cumsum(sizes)[:-1]
+    test = [u for u in ds.users if len(ds.test_y[u])]
+    test_x = np.concatenate([np.asarray(ds.test_x[u]) for u in test]) if test else None
+    test_y = np.concatenate([np.asarray(ds.test_y[u]) for u in test]) if test else None
+    return train_x, train_y, onehot, np.split(train_x, ends), np.split(onehot, ends), test_x, test_y
+
+
 @dataclass
 class Simulation:
     cfg: cfgmod.RunConfig
     data: FederatedDataset
-    device: torch.device
+    device: Any
+    """A ``torch.device``, or a device name (``"cpu"``, ``"cuda"``): the run's device."""
+    allow_arrays: bool = False
+    """Whether the run may hold its models as arrays and never import torch (:attr:`arrays`)."""
     model: Any = None
     devices: list[str] = field(default_factory=list)
 
@@ -147,6 +174,16 @@ class Simulation:
         self.batch_plan = getattr(self.local_solve, "batch_plan", seeded_batch_plan)
         self.num_training_rounds = training_rounds_before(c.algorithm.name, c.rounds)
         self.algorithm = build_algorithm(c, len(ds.train_users), self.model.num_params, self.num_training_rounds)
+        self.arrays = self.allow_arrays and on_arrays(c, self.model, self.local_solve, self.algorithm, self.device)
+        """Whether the models are float32 arrays, and torch is never imported: a run on the compiled solver of an
+        algorithm that :attr:`upfl.algorithms.base.Algorithm.runs_on_arrays`, without privacy or feature scaling, on
+        a machine where the initial model is drawn without torch (:func:`on_arrays`)."""
+        if not self.arrays:
+            import torch
+
+            self.device = torch.device(self.device)
+            if c.threads:
+                torch.set_num_threads(c.threads)
         p = c.privacy
         n = len(self.devices)
         self.sigmas = per_device(p.sigma, n, "privacy.sigma") if p.mechanism == "output" else None
@@ -155,10 +192,11 @@ class Simulation:
         """sigma_i (output perturbation) or alpha_i (objective perturbation) of every device, float32 (as torch
         takes them)."""
         self.device_sizes = [len(ds.train_y[u]) for u in self.devices]
-        self.sizes = torch.tensor(self.device_sizes, dtype=torch.float32)
-        self.size_array = self.sizes.numpy()
+        self.size_array = np.asarray(self.device_sizes, dtype=np.float32)
+        self.sizes = self.size_array if self.arrays else sys.modules["torch"].from_numpy(self.size_array)
+        """|D_i| of every training device, float32, on the CPU (an array, or a tensor sharing its memory)."""
         self.batch_size = plan_batch_size(c.solver.batch_size, self.device_sizes)
-        pooled = pooled_rows(ds, c.data.feature_scaling, self.device)
+        pooled = pooled_rows(ds, c.data.feature_scaling, "arrays" if self.arrays else self.device)
         self.train_x, self.train_y, self.train_onehot, self.xs, self.ys, self.test_x, self.test_y = pooled
         ends = np.cumsum(self.device_sizes, dtype=np.int64)
         self.row_ranges = np.stack([ends - np.asarray(self.device_sizes, dtype=np.int64), ends], axis=1)
@@ -180,6 +218,21 @@ class Simulation:
             else lambda w: [self.evaluate_model(w, x, y) for _, x, y, _ in self.evaluated]
         )
         """w -> (summed loss, correct predictions) on each of :attr:`evaluated`."""
+
+    def as_model_kind(self, array: np.ndarray):
+        """``array`` as the run's models are held: itself on arrays (:attr:`arrays`), else a tensor on the device."""
+        if self.arrays:
+            return array
+        import torch
+
+        return torch.from_numpy(array).to(self.device)
+
+    def initial_model(self):
+        """w^0 from the ``init`` stream: ``model.init_params`` of its generator, or on arrays ``model.init_array`` of
+        its seed (the same numbers, :func:`upfl.models.draws_without_torch`)."""
+        if self.arrays:
+            return self.model.init_array(derive_seed(self.cfg.seed, "init"))
+        return self.model.init_params(generator(self.cfg.seed, "init")).to(self.device)
 
     def _x(self, arr) -> torch.Tensor:
         """:func:`scaled_features` of ``arr`` with this run's scaling and device."""
@@ -264,7 +317,7 @@ class Simulation:
         sizes = self.size_array[chosen]
         total = sizes.sum()
         # size_weights' numbers: a float32 sum of integers is exact in any order while it stays below 2^24
-        weights = torch.from_numpy(sizes / total).to(self.device) if total < 2**24 else None
+        weights = self.as_model_kind(sizes / total) if total < 2**24 else None
         pooled = (
             PooledRound(self.train_x, self.train_onehot, self.row_ranges[chosen], plans)
             if self.reads_pooled_rows
@@ -275,7 +328,7 @@ class Simulation:
             [self.xs[i] for i in chosen],
             [self.ys[i] for i in chosen],
             plans.plans,
-            torch.from_numpy(sizes).to(self.device),
+            self.as_model_kind(sizes),
             self.model,
             self.local_solve,
             c.solver.lr,
@@ -291,6 +344,8 @@ class Simulation:
 
         The draws do not depend on alpha (:func:`upfl.privacy.mechanisms.objective_noise_draws`): runs of a
         process that share the seed and the round's devices reuse them (:data:`upfl.draws.batch_plans.DRAW_CACHE`)."""
+        import torch
+
         c, P = self.cfg, self.model.num_params
 
         def draw():
@@ -323,7 +378,33 @@ def add_terms(a: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor | 
     return a + b
 
 
+def on_arrays(cfg: cfgmod.RunConfig, model, local_solve, algorithm, device) -> bool:
+    """Whether a run holds its models as float32 arrays and never imports torch (:attr:`Simulation.arrays`): it
+    trains on the compiled solver, on the CPU, with an algorithm that :attr:`runs_on_arrays
+    <upfl.algorithms.base.Algorithm.runs_on_arrays>`, without privacy (the noise mechanisms draw with torch) and
+    without feature scaling, and its initial model is drawn without torch here
+    (:func:`upfl.models.draws_without_torch`). Its numbers are those of the same run on tensors."""
+    return (
+        isinstance(local_solve, CompiledSolver)
+        and device_type(device) == "cpu"
+        and algorithm.runs_on_arrays
+        and cfg.privacy.mechanism == "none"
+        and cfg.data.feature_scaling == "none"
+        and draws_without_torch(model)
+    )
+
+
+def device_name(name: str) -> str:
+    """The name of the device ``device: name`` resolves to: ``"cpu"`` without importing torch where no GPU can be
+    in use (``cpu``, or ``auto`` with a torch built for none), else :func:`resolve_device`'s."""
+    if name == "cpu" or (name == "auto" and not gpu_build()):
+        return "cpu"
+    return str(resolve_device(name))
+
+
 def resolve_device(name: str) -> torch.device:
+    import torch
+
     if name == "cuda" and not torch.cuda.is_available():
         raise cfgmod.ConfigError("device: cuda requested but torch finds no CUDA device")
     if name == "auto":
@@ -357,11 +438,8 @@ def run(
     """
     cfg = cfgmod.validate(cfg)
     out = check_out(out, cfgmod.config_hash(cfg), force)
-    device = resolve_device(cfg.device)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
     data = data if data is not None else load_leaf(cfg.data.path)
-    sim = Simulation(cfg, data, device)
+    sim = Simulation(cfg, data, device_name(cfg.device), allow_arrays=True)
     log(
         f"{cfg.data.path}: {sim.num_classes} classes ({data.num_classes_source}), "
         f"{len(sim.devices)} training devices, {data.test_samples} test samples"
@@ -373,7 +451,7 @@ def run(
     if ckpt is not None:
         ckpt.acquire()
     try:
-        return _run_loop(cfg, sim, data, device, out, ckpt, privacy, log, stop_after)
+        return _run_loop(cfg, sim, data, out, ckpt, privacy, log, stop_after)
     finally:
         if ckpt is not None:
             ckpt.release()
@@ -399,7 +477,7 @@ def checkpoint_due(checkpoint: cfgmod.CheckpointConfig, round_k: int, since_last
     return since_last_s >= checkpoint.seconds or bool(checkpoint.every and round_k % checkpoint.every == 0)
 
 
-def _run_loop(cfg, sim, data, device, out, ckpt, privacy, log, stop_after) -> dict[str, Any]:
+def _run_loop(cfg, sim, data, out, ckpt, privacy, log, stop_after) -> dict[str, Any]:
     T, alg = cfg.rounds, sim.algorithm
     status = train_metrics_status(cfg.privacy)
     columns = METRIC_COLUMNS + list(alg.extra_metrics) + ([TRAIN_METRICS_COLUMN] if status else [])
@@ -424,19 +502,19 @@ def _run_loop(cfg, sim, data, device, out, ckpt, privacy, log, stop_after) -> di
     if state is not None:
         t0, w, w_prev, rows, times = (
             state["t"],
-            state["w"].to(device),
-            state["w_prev"].to(device),
+            sim.as_model_kind(state["w"]),
+            sim.as_model_kind(state["w_prev"]),
             state["rows"],
             state["times"],
         )
-        alg.load_state_dict(state.get("algorithm_state", {}), device)
+        alg.load_state_dict({k: sim.as_model_kind(v) for k, v in state.get("algorithm_state", {}).items()}, sim.device)
         log(f"resuming from {ckpt.file} at iteration {t0}")
         problem = weights_problem(w) or weights_problem(w_prev)
         if problem:
             diverged = diverged_entry(t0, rows[-1].get("kind", "train"), f"{problem} (in the checkpoint)")
     else:
-        w = sim.model.init_params(generator(cfg.seed, "init")).to(device)
-        w_prev, t0 = w.clone(), 0
+        w = sim.initial_model()
+        w_prev, t0 = w.copy() if sim.arrays else w.clone(), 0
         e0 = time.perf_counter()
         rows = [
             {
@@ -522,8 +600,8 @@ def _run_loop(cfg, sim, data, device, out, ckpt, privacy, log, stop_after) -> di
                 {
                     "config_hash": cfgmod.config_hash(cfg),
                     "t": t,
-                    "w": w.cpu(),
-                    "w_prev": w_prev.cpu(),
+                    "w": w,
+                    "w_prev": w_prev,
                     "rows": rows,
                     "times": times,
                     "algorithm_state": public,
@@ -544,7 +622,7 @@ def _run_loop(cfg, sim, data, device, out, ckpt, privacy, log, stop_after) -> di
         "config_hash": cfgmod.config_hash(cfg),
         "seed": cfg.seed,
         **provenance(),
-        "device": str(device),
+        "device": str(sim.device),
         "num_classes": sim.num_classes,
         "num_classes_source": data.num_classes_source,
         "test_samples": data.test_samples,

@@ -51,7 +51,7 @@ sums to the total in their order. Divisions in the kernels follow IEEE (``error_
 no zero-division check, which would keep a loop from being vectorised).
 
 :func:`personal_solve` is pFedMe's bi-level local solve (Dinh et al. 2020, Algorithm 1) on the same
-kernels and layout; the selected solver carries it (:class:`upfl.solvers.torch_backend.CompiledSolver`).
+kernels and layout; the selected solver carries it (:class:`upfl.solvers.selection.CompiledSolver`).
 """
 
 from __future__ import annotations

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from ...draws.compiled import RANDPERM_SWAP_LIMIT, shuffle_plans
 
@@ -22,7 +21,7 @@ class PlanViews(list):
 
 def batch_plans(sizes: list[int], epochs: list[int], batch_size: int, seeds: list[int]) -> PlanViews:
     """:func:`upfl.draws.batch_plans.seeded_batch_plan` in one compiled call, the same plans bit for bit (device i's
-    generator seeded ``seeds[i]``): torch views of one int32 array (a kept plan keeps its round's array), which
+    generator seeded ``seeds[i]``): views of one int32 array (a kept plan keeps its round's array), which
     :class:`PlanViews` also hands over as it is."""
     if max(sizes, default=0) >= RANDPERM_SWAP_LIMIT:
         raise ValueError(
@@ -39,7 +38,7 @@ def batch_plans(sizes: list[int], epochs: list[int], batch_size: int, seeds: lis
         plan,
         offsets,
     )
-    views = PlanViews(torch.from_numpy(plan).split(steps))
+    views = PlanViews(np.split(plan, offsets[1:-1]))
     views.rows, views.starts, views.steps = plan, offsets, steps
     return views
 

@@ -1,15 +1,16 @@
 """The compiled solver's entry points: :func:`local_solve`, :func:`personal_solve`, :func:`evaluate`,
-:func:`evaluator` and :func:`warm_up`, on torch tensors; the kept arrays they make from them."""
+:func:`evaluator` and :func:`warm_up`, on float32 arrays or CPU torch tensors (what they return is of the global
+model's kind); the kept arrays they make from them. Importing this module imports no torch."""
 
 from __future__ import annotations
 
 import functools
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numba
 import numpy as np
-import torch
 
 from ...draws.bounded_cache import BoundedCache
 from ...draws.compiled import warm_up as warm_up_draws
@@ -20,6 +21,35 @@ from .layout import from_class_major, solver_rows, to_class_major
 from .plans import balance, offsets_of
 from .training import personal_devices, personal_devices_serial, solve_devices, solve_devices_serial
 
+if TYPE_CHECKING:
+    import torch
+
+    Vector = np.ndarray | torch.Tensor
+    """A float32 array, or a CPU tensor."""
+
+
+def as_array(t) -> np.ndarray:
+    """A CPU torch tensor's array (shared memory), or ``t`` itself as an array."""
+    return t if isinstance(t, np.ndarray) else t.detach().numpy()
+
+
+def like(array: np.ndarray, model):
+    """``array`` as the kind of ``model`` (an array, or a torch tensor sharing its memory)."""
+    if isinstance(model, np.ndarray):
+        return array
+    import torch
+
+    return torch.from_numpy(array)
+
+
+def joined(parts: list):
+    """The concatenation of arrays, or of tensors."""
+    if all(isinstance(p, np.ndarray) for p in parts):
+        return np.concatenate(parts)
+    import torch
+
+    return torch.cat(parts)
+
 
 class KeptArrays:
     """Arrays made from tensors that a process hands the kernels again and again, kept for the last ``size`` sets.
@@ -28,19 +58,18 @@ class KeptArrays:
     tensors every iteration (its data set, never changed): with full participation the solver's concatenated
     features x~ and labels are made once instead of every round (0.14 ms of a 5.5 ms round of 30 devices), and the
     evaluation's transposed rows once per run. Entries are keyed by the tensors' identities and version counters
-    (an in-place change makes a new key) and keep the tensors alive, so an identity is never reused while its
-    entry exists. At most ``max_bytes`` (the arrays and the tensors they keep) are held.
+    (an in-place change makes a new key; arrays, which have no counter, are never changed in place) and keep them
+    alive, so an identity is never reused while its entry exists. At most ``max_bytes`` (the arrays and the tensors
+    they keep) are held.
     """
 
     def __init__(self, size: int = 4, max_bytes: int = 256 << 20):
         self.kept = BoundedCache(max_bytes, max_entries=size)
 
-    def get(
-        self, groups: list[tuple[torch.Tensor, ...]], tag: tuple, make: Callable[[], tuple], any_order: bool = False
-    ) -> tuple:
+    def get(self, groups: list[tuple], tag: tuple, make: Callable[[], tuple], any_order: bool = False) -> tuple:
         """``make()`` (a tuple of arrays and other values) for the tensor ``groups`` and ``tag`` (what else it
         depends on), kept; with ``any_order`` the same groups in another order are the same entry."""
-        ids = [tuple((id(t), t._version) for t in group) for group in groups]
+        ids = [tuple((id(t), getattr(t, "_version", 0)) for t in group) for group in groups]
         key = (tag, *(sorted(ids) if any_order else ids))
         return self.kept.get(key, lambda: (make(), groups))[0]
 
@@ -55,11 +84,11 @@ def device_rows(model, xs, ys, binary) -> tuple[np.ndarray, np.ndarray, dict[int
     """(x, y, rows of each device: id(x_i) -> (first, end)), x holding x~ for the binary model, float32; a device
     set seen again in another order (full participation samples every device, in a new order each round) reads
     its rows from the same arrays."""
-    joined = torch.cat(xs)
-    x = (model.features(joined) if binary else joined).numpy().astype(DTYPE, copy=False)
+    rows_x = as_array(joined(xs)).astype(DTYPE, copy=False)
+    x = (model.features_array(rows_x) if binary else rows_x).astype(DTYPE, copy=False)
     ends = np.cumsum([int(t.shape[0]) for t in xs]).tolist()
     rows = {id(t): (end - int(t.shape[0]), end) for t, end in zip(xs, ends, strict=True)}
-    return x, torch.cat(ys).numpy().astype(DTYPE, copy=False), rows
+    return x, as_array(joined(ys)).astype(DTYPE, copy=False), rows
 
 
 def with_solver_rows(made: tuple, binary: bool) -> tuple:
@@ -68,11 +97,11 @@ def with_solver_rows(made: tuple, binary: bool) -> tuple:
     return (*made, solver_rows(made[0], made[1], binary))
 
 
-def row_blocks(xs, ys) -> tuple[torch.Tensor, torch.Tensor, np.ndarray] | None:
+def row_blocks(xs, ys) -> tuple[Any, Any, np.ndarray] | None:
     """(x, y, (k, 2) row ranges) when every x_i is a block of rows of one contiguous tensor x and y_i the same rows
     of one y (the simulation's devices are views of its pooled training rows,
-    :class:`upfl.engine.simulation.Simulation`); else None."""
-    x, y = xs[0]._base, ys[0]._base
+    :class:`upfl.engine.simulation.Simulation`); else None (arrays: the simulation hands their pooled rows)."""
+    x, y = getattr(xs[0], "_base", None), getattr(ys[0], "_base", None)
     if (
         x is None
         or y is None
@@ -94,9 +123,9 @@ def row_blocks(xs, ys) -> tuple[torch.Tensor, torch.Tensor, np.ndarray] | None:
     return x, y, np.array(rows, dtype=np.int64).reshape(len(xs), 2)
 
 
-def joined_plans(plans: list[torch.Tensor]) -> np.ndarray:
+def joined_plans(plans: list) -> np.ndarray:
     """The plans as one int32 (steps, B) array (their concatenation)."""
-    return np.concatenate([p.numpy() for p in plans]).astype(np.int32, copy=False)
+    return np.concatenate([as_array(p) for p in plans]).astype(np.int32, copy=False)
 
 
 Inputs = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
@@ -110,7 +139,7 @@ def pack(
 ) -> tuple[Inputs, Schedule, Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray], list[int]]:
     """The kernels' shared inputs: (wg, x, y, (k, 2) row ranges of the devices in x, int32 plan, plan offsets), the
     schedule (assignment, worker offsets, binary, softmax first; no assignment for one worker), the layout function, its
-    inverse and the devices' step counts. With ``pooled`` (:class:`upfl.solvers.torch_backend.PooledRound`, the
+    inverse and the devices' step counts. With ``pooled`` (:class:`upfl.solvers.selection.PooledRound`, the
     simulation's rounds) the devices' rows are read from the pooled rows' arrays, made once per run, at the row ranges
     it names, and the plans are its joined ones; without it, devices that are row blocks of one pooled pair of tensors
     (:func:`row_blocks`: a caller's views of the simulation's rows) read that pair's arrays too, and other device sets
@@ -143,7 +172,7 @@ def pack(
     dim = x.shape[1]
     layout = (lambda a: np.ascontiguousarray(a[..., None, :])) if binary else (lambda a: to_class_major(a, dim))
     flat = (lambda a: np.ascontiguousarray(a[:, 0, :])) if binary else from_class_major
-    wg = layout(w_global.numpy().astype(DTYPE, copy=False))
+    wg = layout(as_array(w_global).astype(DTYPE, copy=False))
     inputs: Inputs = (wg, xp, y, x_rows, plan, offsets)
     binary_kind, softmax_first = binary, bool(getattr(model, "softmax_before_loss", False))
     assignment, worker_offsets = balance(steps, workers) if workers > 1 else (None, None)
@@ -158,18 +187,18 @@ def several_workers(schedule) -> bool:
 
 def local_solve(
     model,
-    w_global: torch.Tensor,
-    xs: list[torch.Tensor],
-    ys: list[torch.Tensor],
-    plans: list[torch.Tensor],
+    w_global: Vector,
+    xs: list[Vector],
+    ys: list[Vector],
+    plans: list[Vector],
     mu: float,
     lr: float,
     momentum: float,
-    linear_term: torch.Tensor | None = None,
-    generator: torch.Generator | None = None,
+    linear_term: Vector | None = None,
+    generator: Any = None,
     threads: int = 0,
     pooled=None,
-) -> tuple[torch.Tensor, int]:
+) -> tuple[Vector, int]:
     """:func:`upfl.solvers.torch_backend.local_solve` for :class:`upfl.models.LogisticRegression` and
     :class:`upfl.models.BinaryLogisticRegression` on the CPU.
 
@@ -181,7 +210,9 @@ def local_solve(
     k, wg = len(steps), inputs[0]
     has_lin = linear_term is not None
     lin = (
-        layout(linear_term.numpy().astype(DTYPE, copy=False)) if linear_term is not None else np.zeros((k, 0, 0), DTYPE)
+        layout(as_array(linear_term).astype(DTYPE, copy=False))
+        if linear_term is not None
+        else np.zeros((k, 0, 0), DTYPE)
     )
     hyper = np.array([mu, lr, momentum], dtype=DTYPE)
     out = np.empty((k,) + wg.shape, dtype=DTYPE)
@@ -189,23 +220,23 @@ def local_solve(
         solve_devices(out, *inputs, lin, has_lin, hyper, *schedule)
     else:
         solve_devices_serial(out, *inputs, lin, has_lin, hyper, *schedule[2:])
-    return torch.from_numpy(flat(out)), sum(steps)
+    return like(flat(out), w_global), sum(steps)
 
 
 def personal_solve(
     model,
-    w_global: torch.Tensor,
-    xs: list[torch.Tensor],
-    ys: list[torch.Tensor],
-    plans: list[torch.Tensor],
+    w_global: Vector,
+    xs: list[Vector],
+    ys: list[Vector],
+    plans: list[Vector],
     lr: float,
     personal_lambda: float,
     personal_lr: float,
     personal_steps: int,
-    generator: torch.Generator | None = None,
+    generator: Any = None,
     threads: int = 0,
     pooled=None,
-) -> tuple[torch.Tensor, torch.Tensor, int]:
+) -> tuple[Vector, Vector, int]:
     """:func:`upfl.algorithms.pfedme.personal_solve` (pFedMe's local solve, Dinh et al. 2020, Algorithm 1)
     for the two logistic-regression models on the CPU: ((k, P) local models w_i, (k, P) personal models
     theta_i, total SGD steps times ``personal_steps``), float32, input device order."""
@@ -216,12 +247,10 @@ def personal_solve(
         personal_devices(local, theta, *inputs, hyper, personal_steps, *schedule)
     else:
         personal_devices_serial(local, theta, *inputs, hyper, personal_steps, *schedule[2:])
-    return torch.from_numpy(flat(local)), torch.from_numpy(flat(theta)), sum(steps) * personal_steps
+    return like(flat(local), w_global), like(flat(theta), w_global), sum(steps) * personal_steps
 
 
-def evaluator(
-    model, sets: list[tuple[torch.Tensor, torch.Tensor]]
-) -> Callable[[torch.Tensor], list[tuple[float, int]]]:
+def evaluator(model, sets: list[tuple[Vector, Vector]]) -> Callable[[Vector], list[tuple[float, int]]]:
     """A function of a parameter vector giving :func:`evaluate` on each (x, y) of ``sets`` (a run's training and test
     rows): the sets' transposed rows and labels are made once (:data:`EVALUATION_ROWS`), the parameters' layout once
     per call for all sets."""
@@ -229,14 +258,14 @@ def evaluator(
     scale = (BIAS_FEATURE_SCALE if model.bias else 1.0) if binary else 1.0
     softmax_first = bool(getattr(model, "softmax_before_loss", False))
 
-    def transposed(x: torch.Tensor, y: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-        return np.ascontiguousarray(x.numpy().T, dtype=DTYPE), np.ascontiguousarray(y.numpy(), dtype=np.int64)
+    def transposed(x, y) -> tuple[np.ndarray, np.ndarray]:
+        return np.ascontiguousarray(as_array(x).T, dtype=DTYPE), np.ascontiguousarray(as_array(y), dtype=np.int64)
 
     rows = [EVALUATION_ROWS.get([(x, y)], (), functools.partial(transposed, x, y)) for x, y in sets]
     dim = sets[0][0].shape[1] if sets else 0
 
-    def evaluate_sets(params: torch.Tensor) -> list[tuple[float, int]]:
-        w = params.detach().numpy().astype(DTYPE, copy=False)
+    def evaluate_sets(params) -> list[tuple[float, int]]:
+        w = as_array(params).astype(DTYPE, copy=False)
         wt = np.ascontiguousarray(w[None, :]) if binary else to_class_major(w, dim)
         results = []
         for xt, labels in rows:
@@ -249,7 +278,7 @@ def evaluator(
     return evaluate_sets
 
 
-def evaluate(model, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> tuple[float, int]:
+def evaluate(model, params: Vector, x: Vector, y: Vector) -> tuple[float, int]:
     """``model.evaluate(params, x, y)`` (summed loss, correct predictions) of the two logistic-regression models
     in one compiled pass over the CPU tensors, without torch's per-operation cost: the same metric (float32 logits and
     per-row losses, :func:`evaluate_rows`; their total in float64: it differs from torch's float32 sum in the 7th
@@ -267,7 +296,7 @@ def warm_up(threads: int = 0, entries: tuple[str, ...] = SOLVER_ENTRIES) -> None
     ``entries``: a bundle's runs share it): the training kernels of ``entries`` (a run loads the one its algorithm
     trains with, ``upfl kernels warm-up`` every one), the draws and the evaluation.
 
-    :func:`upfl.solvers.torch_backend.select_local_solver` calls it, so that the compile (seconds, once per
+    :func:`upfl.solvers.selection.select_local_solver` calls it, so that the compile (seconds, once per
     installation and source change) or the cache load (under a second) is not charged to the first
     training round of a run. ``threads`` as in :func:`local_solve`: 1 (a pipeline job's runs) needs only the
     single-threaded kernels, more the parallel ones (a round with a single device still uses the former, compiled
@@ -275,12 +304,12 @@ def warm_up(threads: int = 0, entries: tuple[str, ...] = SOLVER_ENTRIES) -> None
     """
     most = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]  # an option numba sets at run time
     k = max(1, min(2, threads or numba.get_num_threads(), most))
-    problem = (
+    problem: tuple[None, Any, list[Any], list[Any], list[Any]] = (
         None,
-        torch.zeros(4),
-        [torch.zeros(1, 1)] * k,
-        [torch.tensor([[1.0, 0.0]])] * k,
-        [torch.zeros(1, 1, dtype=torch.int32)] * k,
+        np.zeros(4, DTYPE),
+        [np.zeros((1, 1), DTYPE)] * k,
+        [np.array([[1.0, 0.0]], DTYPE)] * k,
+        [np.zeros((1, 1), np.int32)] * k,
     )
     unknown = set(entries) - set(SOLVER_ENTRIES)
     if unknown:
