@@ -59,3 +59,40 @@ def test_standard_normal_is_torch_randn(n):
 def test_standard_normal_refuses_short_draws():
     with pytest.raises(ValueError, match="fewer than 16"):
         standard_normal(1, 15)
+
+
+DRAWS = """
+import json, sys
+import torch
+from upfl.draws.normal import emulates_torch, standard_normal
+same = []
+for seed in range(20):
+    g = torch.Generator()
+    g.manual_seed(seed * 7919 + 11)
+    same.append(bool((torch.randn(610, generator=g).numpy() == standard_normal(seed * 7919 + 11, 610)).all()))
+print(json.dumps([torch.backends.cpu.get_cpu_capability(), emulates_torch(), same]))
+"""
+
+
+@pytest.mark.parametrize("capability", ["avx2", "default"])
+def test_torch_kernels_of_either_x86_kind_and_the_scalar_one(capability):
+    """torch's AVX2 kernels (an AVX2-only machine's) draw the numbers of its AVX-512 ones, which standard_normal
+    gives; its scalar kernels (no AVX2) draw others, and emulates_torch says so."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if not emulates_torch():  # no AVX2 here: torch cannot run its vector kernels, and draws otherwise
+        assert torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512")
+        return
+    env = {
+        **os.environ,
+        "ATEN_CPU_CAPABILITY": capability,
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src"),
+    }
+    proc = subprocess.run([sys.executable, "-c", DRAWS], env=env, capture_output=True, text=True, timeout=300)
+    kind, emulated, same = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert kind == capability.upper() and emulated == (capability == "avx2")
+    assert all(same) if capability == "avx2" else not any(same)
