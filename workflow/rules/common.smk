@@ -195,6 +195,18 @@ def runs_missing_from(bundle):
 
 MISSING_RUNS = {name: runs_missing_from(name) for name in BUNDLES}
 MISSING_RUN = {r for runs in MISSING_RUNS.values() for r in runs}
+# A run's file named as a target (`snakemake results/runs/<run id>/summary.json`) is an output of its bundle.
+NAMED_RUN_FILES = {os.path.normpath(a) for a in sys.argv[1:] if os.path.normpath(a).startswith("results/runs/")}
+
+
+def bundle_run_outputs(bundle):
+    """The run files a bundle's rule declares besides its benchmark file: those of its runs missing from it once it
+    has finished (runs_missing_from), and those named as targets on the command line."""
+    files = []
+    for r in MISSING_RUNS[bundle] if not NAMED_RUN_FILES else BUNDLES[bundle].run_ids:
+        run_files = [f"{run_dir(r)}/summary.json", f"{run_dir(r)}/metrics.csv"]
+        files += [f for f in run_files if r in MISSING_RUN or f in NAMED_RUN_FILES]
+    return files
 
 
 def run_results(run_ids):

@@ -6,11 +6,12 @@
 # memory maps cost Snakemake's scheduler more CPU than it measured.
 # `resources: gpu` comes from the experiment's `job.gpus`; the run itself picks its device (`device: auto`).
 # A bundle's output is its benchmark file, written when the whole bundle has finished, and the files of its runs
-# missing from it once it has finished (common.smk's runs_missing_from: a deleted run folder); the runs tables and
-# targets ask for the benchmark file, and for a run's files only where one is missing or edited (common.smk's
-# experiment_results and run_results). Its runs' other files are not declared: each declared file costs every
-# parse (a cluster job's included). So Snakemake does not remove them before the job runs; `upfl run-many
-# --clear-results` does, as Snakemake does a job's outputs, so that a run whose settings changed is trained anew.
+# missing from it once it has finished (a deleted run folder) or named as targets (common.smk's bundle_run_outputs);
+# the runs tables and targets ask for the benchmark file, and for a run's files only where one is missing or edited
+# (common.smk's experiment_results and run_results). Its runs' other files are not declared: each declared file
+# costs every parse (a cluster job's included). So Snakemake does not remove them before the job runs; `upfl
+# run-many --clear-results` does, as Snakemake does a job's outputs, so that a run whose settings changed is trained
+# anew.
 # Exit status 3 is a diverged run: its summary.json records `diverged` and the report marks its cell, so the
 # job succeeds; any other non-zero status fails the job (a bundle records a diverged run and goes on).
 
@@ -87,7 +88,7 @@ for _bundle in BUNDLES.values():
             kernels=kernels_input(_bundle.job),
         output:
             benchmark=bundle_benchmark(_bundle.name),
-            missing=[f"{run_dir(r)}/{f}" for r in MISSING_RUNS[_bundle.name] for f in ("summary.json", "metrics.csv")],
+            runs=bundle_run_outputs(_bundle.name),
         log:
             f"results/logs/bundles/{_bundle.name}.log",
         priority: BUNDLE_PRIORITY[_bundle.name]
