@@ -200,8 +200,8 @@ NAMED_RUN_FILES = {os.path.normpath(a) for a in sys.argv[1:] if os.path.normpath
 
 
 def bundle_run_outputs(bundle):
-    """The run files a bundle's rule declares besides its benchmark file: those of its runs missing from it once it
-    has finished (runs_missing_from), and those named as targets on the command line."""
+    """The run files a bundle declares as outputs besides its benchmark file: those of its runs missing from it once
+    it has finished (runs_missing_from), and those named as targets on the command line."""
     files = []
     for r in MISSING_RUNS[bundle] if not NAMED_RUN_FILES else BUNDLES[bundle].run_ids:
         run_files = [f"{run_dir(r)}/summary.json", f"{run_dir(r)}/metrics.csv"]
