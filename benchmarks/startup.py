@@ -3,7 +3,14 @@ of `snakemake -n` of one job (what a cluster job's own parse of the workflow cos
 fresh processes, this tree against another alternating.
 
     python benchmarks/startup.py [--baseline TREE] [--repeats 5]
-    python benchmarks/startup.py --parts dry_run,job_parse --baseline TREE --out benchmarks/results/parse.json
+    python benchmarks/startup.py --parts dry_run,job_parse,job_remote --baseline TREE --out PARSE_JSON
+
+``job_parse`` is `snakemake resources/kernels/numba.json -n` (the DAG of one small job); ``job_remote`` is what a
+SLURM job runs before its first run, as the executor plugin starts it (`snakemake --target-jobs <rule>: --mode
+remote --force --nolock ...`), with `-n`: the first bundle rule of Table 1 (`train_bundle_table1_*`, the first in
+`snakemake --list-rules`), in a fresh copy (so its DAG also holds the jobs that make its inputs). ``floor`` is
+`snakemake -n` of a workflow of one rule (the same for every tree): what Snakemake itself costs before any workflow,
+its import and plugins included. The parse's figures are benchmarks/results/parse.json (``--out``).
 
 W1 is FedProx 80 (Synthetic(1,1) from our generator, 30 devices, frac 0.3, 90% stragglers, E = 20, batch 32,
 lr 0.05, momentum 0.5, mu 1, seed 2, one numba thread, checkpoints as `upfl run` defaults them), run with the
@@ -129,6 +136,35 @@ of the run; the process then ends as the command does. ``python -c PHASES run ..
 CPU time (measured from outside) less the phases'."""
 
 
+ONE_RULE = 'rule one:\n    output:\n        "one.txt",\n    shell:\n        "touch one.txt"\n'
+"""The workflow of the ``floor`` part: one rule."""
+REMOTE_JOB_ARGS = [
+    "--mode",
+    "remote",
+    "--force",
+    "--target-files-omit-workdir-adjustment",
+    "--max-inventory-time",
+    "0",
+    "--nolock",
+    "--ignore-incomplete",
+    "-n",
+    "--quiet",
+]
+"""The arguments of Snakemake's command in a cluster job (``snakemake_interface_executor_plugins``'s
+``format_job_exec`` and Snakemake's ``spawn_jobs.general_args``) that change what its parse does, and ``-n``."""
+
+
+def first_bundle_rule(wd: Path, env: dict) -> str:
+    """The first rule of Table 1's bundles that `snakemake --list-rules` names in the workflow copy ``wd``."""
+    listed = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--list-rules"], cwd=wd, env=env, capture_output=True, text=True
+    )
+    rules = [r for r in listed.stdout.split() if r.startswith("train_bundle_table1_")]
+    if not rules:
+        raise SystemExit(f"no train_bundle_table1_* rule in {wd}:\n{listed.stdout[-2000:]}\n{listed.stderr[-2000:]}")
+    return rules[0]
+
+
 def cpu_seconds(cmd: list[str], cwd: Path, env: dict) -> tuple[float, float]:
     """(CPU-seconds, wall seconds) of ``cmd`` run to completion with its descendants."""
     cpu, wall, _ = measured_process(cmd, cwd, env)
@@ -169,7 +205,9 @@ def main() -> None:
     parser.add_argument("--baseline", help="source tree to compare with (e.g. `git worktree add /tmp/base <commit>`)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument(
-        "--parts", default="w1,w1_phases,dry_run,job_parse", help="comma list of w1, w1_phases, dry_run, job_parse"
+        "--parts",
+        default="w1,w1_phases,dry_run,job_parse",
+        help="comma list of w1, w1_phases, dry_run, job_parse, job_remote, floor",
     )
     parser.add_argument(
         "--out", default=str(OUT), help="the JSON file written (default: benchmarks/results/startup.json)"
@@ -190,8 +228,12 @@ def main() -> None:
     )
     parts = args.parts.split(",")
     commands = {}
+    floor = tmp / "floor"
+    floor.mkdir()
+    (floor / "Snakefile").write_text(ONE_RULE)
     for label, tree in trees.items():
         wd = workflow_copy(tree, tmp / f"wf_{label}")
+        bundle = first_bundle_rule(wd, envs[label]) if "job_remote" in parts else ""
         commands[label] = {
             "w1": (
                 [
@@ -225,6 +267,8 @@ def main() -> None:
             ),
             "dry_run": ([sys.executable, "-m", "snakemake", "-n", "--quiet"], wd),
             "job_parse": ([sys.executable, "-m", "snakemake", "resources/kernels/numba.json", "-n", "--quiet"], wd),
+            "job_remote": ([sys.executable, "-m", "snakemake", *REMOTE_JOB_ARGS, "--target-jobs", f"{bundle}:"], wd),
+            "floor": ([sys.executable, "-m", "snakemake", "-n", "--quiet"], floor),
         }
         for part in parts:  # untimed: numba's cache loaded once, the bundles' specs written once
             cpu_seconds(*commands[label][part], envs[label])
@@ -279,6 +323,10 @@ def main() -> None:
     if args.baseline:
         results["current_over_baseline_cpu"] = {
             part: results["current"][part]["cpu_s_median"] / results["baseline"][part]["cpu_s_median"] for part in parts
+        }
+        results["current_over_baseline_wall"] = {
+            part: results["current"][part]["wall_s_median"] / results["baseline"][part]["wall_s_median"]
+            for part in parts
         }
     shutil.rmtree(tmp, ignore_errors=True)
     publish(results, Path(args.out))

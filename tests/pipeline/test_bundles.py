@@ -110,6 +110,23 @@ def test_run_many_writes_its_own_benchmark_file_and_none_when_a_run_fails(data, 
     assert not bench.exists()
 
 
+def test_run_many_clear_results_trains_anew_a_run_whose_folder_holds_another_configs_results(data, tmp_path, capsys):
+    """The workflow's bundle jobs pass --clear-results (their rules do not declare the runs' files, so Snakemake
+    does not remove them): a run whose settings changed under the same id is trained, not refused."""
+    spec = {**spec_of(data, tmp_path), "runs": spec_of(data, tmp_path)["runs"][2:3]}
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    assert main(["run-many", "--spec", str(path), "--no-store"]) == 0
+    summary = Path(spec["runs"][0]["out"]) / "summary.json"
+    before = json.loads(summary.read_text())["config_hash"]
+    spec["runs"][0]["config"]["solver"]["epochs"] = 3
+    path.write_text(json.dumps(spec))
+    assert main(["run-many", "--spec", str(path), "--no-store"]) == 1
+    assert "holds the results of another config" in capsys.readouterr().err
+    assert main(["run-many", "--spec", str(path), "--no-store", "--clear-results"]) == 0
+    assert json.loads(summary.read_text())["config_hash"] != before
+
+
 def test_failed_run_is_named_and_the_others_keep_their_results(data, tmp_path):
     spec = spec_of(data, tmp_path)
     spec["runs"][1]["config"]["algorithm"]["mu"] = -1.0  # invalid: the run fails, the bundle goes on

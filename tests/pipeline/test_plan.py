@@ -157,3 +157,26 @@ def test_tree_copy_is_a_deep_copy_of_config_data():
     copied["a"][1]["b"].append(3)
     copied["c"]["d"] = False
     assert doc == {"a": [1, {"b": [2.5, None, "x"]}], "c": {"d": True}}
+
+
+def test_the_config_check_fills_the_schemas_defaults_as_snakemakes_validate_does():
+    """The workflow checks its config in one pass (upfl.pipeline.config_errors.check_workflow_config), which also
+    fills the schema's defaults; Snakemake's snakemake.utils.validate filled them in a second pass."""
+    import copy
+
+    from snakemake.utils import validate
+
+    from upfl.pipeline.config_errors import check_workflow_config
+
+    schema = str(ROOT / "workflow" / "schemas" / "config.schema.yaml")
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    for key in ("preset", "seeds", "round_scale", "job_defaults", "run_defaults", "resources_dir"):
+        config.pop(key, None)
+    ours, snakemakes = copy.deepcopy(config), copy.deepcopy(config)
+    check_workflow_config(ours, schema)
+    validate(snakemakes, schema=schema)
+    assert ours == snakemakes and ours != config
+    assert ours["preset"] == "full" and ours["resources_dir"] == "resources"
+    config["round_scale"] = 2
+    with pytest.raises(ExperimentError, match=r"^round_scale: value 2 is not allowed; allowed: numbers <= 1$"):
+        check_workflow_config(config, schema)

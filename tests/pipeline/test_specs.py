@@ -9,7 +9,15 @@ import yaml
 from fixtures_workflow import ROOT
 from upfl.pipeline.bundle_trainer import load_spec
 from upfl.pipeline.bundles import SpecError
-from upfl.pipeline.specs import CONFIG_ENV, encode_config, spec_digest, spec_path, workflow_specs, write_specs
+from upfl.pipeline.specs import (
+    CONFIG_ENV,
+    clear_results,
+    encode_config,
+    spec_digest,
+    spec_path,
+    workflow_specs,
+    write_specs,
+)
 
 
 @pytest.mark.parametrize("preset", ["full", "quick"])
@@ -47,3 +55,20 @@ def test_an_edited_spec_is_refused_by_its_name(tmp_path):
     path.write_text(json.dumps(spec))
     with pytest.raises(SpecError, match="does not match the digest in its name"):
         load_spec(path)
+
+
+def test_clearing_a_bundles_results_removes_each_runs_result_files_and_keeps_the_rest(tmp_path):
+    """What Snakemake did when a bundle declared every run's files: they are removed before the bundle trains (a run
+    whose settings changed is then trained anew); the checksum record and an interrupted run's checkpoint stay."""
+    runs = [tmp_path / "runs" / "a" / "seed0", tmp_path / "runs" / "a" / "seed1", tmp_path / "runs" / "b" / "seed0"]
+    for run in runs[:2]:
+        (run / ".checkpoints").mkdir(parents=True)
+        for name in ("summary.json", "metrics.csv", "checksums.json", ".checkpoints/state.pt"):
+            (run / name).write_text("x")
+    spec = {"bundle": "b", "runs": [{"id": str(r), "out": str(r)} for r in runs]}
+    removed = clear_results(spec)
+    assert removed == [str(run / name) for run in runs[:2] for name in ("summary.json", "metrics.csv")]
+    for run in runs[:2]:
+        assert sorted(p.name for p in run.rglob("*")) == [".checkpoints", "checksums.json", "state.pt"]
+    assert not runs[2].exists()
+    assert clear_results(spec) == []

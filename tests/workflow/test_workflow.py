@@ -454,3 +454,21 @@ def test_a_fresh_dry_run_asks_for_no_runs_files_only_the_bundles_benchmark_files
     asked = [f for r in readers for f in inputs[r]]
     assert not [f for f in asked if f.startswith("results/runs/")]
     assert any(f.startswith("results/benchmarks/bundles/") for f in inputs["experiment_runs"])
+
+
+def test_a_runs_file_named_as_a_target_is_made_by_its_bundle(tmp_path):
+    """A bundle declares its benchmark file, not its runs' files (the parse pays for each declared file), but a run's
+    file named on the command line is declared by its bundle: `snakemake results/runs/<id>/summary.json` trains it."""
+    wd = workflow_copy(tmp_path)
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    plan = build_plan({**config, "preset": "quick"})
+    rid = sorted(plan.runs)[0]
+    bundle = next(b for b in form_bundles(plan.runs).values() if rid in b.run_ids)
+    for target in (f"results/runs/{rid}/summary.json", f"./results/runs/{rid}/metrics.csv"):
+        proc = snakemake(wd, "-n", target, "--configfile", "config/quick.yaml")
+        assert job_counts(proc.stdout)[f"train_bundle_{bundle.name}"] == 1
+        outputs = re.search(rf"rule train_bundle_{bundle.name}:\n(?:    .*\n)*?    output: (.*)\n", proc.stdout)
+        assert outputs and outputs.group(1).split(", ") == [
+            f"results/benchmarks/bundles/{bundle.name}.tsv",
+            os.path.normpath(target),
+        ]

@@ -12,7 +12,6 @@ from upfl.pipeline.specs import (
     CONFIG_ENV,
     encode_config,
     run_folder,
-    run_log_file,
     spec_digest,
     spec_path,
     workflow_specs,
@@ -145,10 +144,6 @@ def run_dir(run):
     return run_folder(run)
 
 
-def run_log(run):
-    return run_log_file(run)
-
-
 # Each bundle's spec (what `upfl run-many` trains: per run its id, data, result folder, log, config) is computed
 # here and written by the job `bundle_specs` (upfl.pipeline.specs), never by the parse: a dry run or a report
 # changes no file. A spec's file name carries its digest, and a bundle job takes the digest as a param, so it
@@ -186,23 +181,48 @@ def bundle_benchmark(bundle):
     return f"results/benchmarks/bundles/{bundle}.tsv"
 
 
+def runs_missing_from(bundle):
+    """The runs of a finished bundle (its benchmark file exists) whose summary.json is missing (a deleted run
+    folder), sorted; none for a bundle that has not finished (it trains all its runs anyway). The bundle's rule
+    declares these runs' files as outputs, and the targets ask for their summary.json (run_results): Snakemake
+    reruns the bundle, which restores or retrains them. A bundle declares no other run's files: Snakemake's parse
+    pays for every output it declares (each is matched, expanded and checked against directory outputs), and the
+    full config's runs would be 10,400 of them. Only file times are read; nothing is written."""
+    if not os.path.exists(bundle_benchmark(bundle)):
+        return []
+    return [r for r in BUNDLES[bundle].run_ids if not os.path.exists(f"{run_dir(r)}/summary.json")]
+
+
+MISSING_RUNS = {name: runs_missing_from(name) for name in BUNDLES}
+MISSING_RUN = {r for runs in MISSING_RUNS.values() for r in runs}
+# A run's file named as a target (`snakemake results/runs/<run id>/summary.json`) is an output of its bundle.
+NAMED_RUN_FILES = {os.path.normpath(a) for a in sys.argv[1:] if os.path.normpath(a).startswith("results/runs/")}
+
+
+def bundle_run_outputs(bundle):
+    """The run files a bundle declares as outputs besides its benchmark file: those of its runs missing from it once
+    it has finished (runs_missing_from), and those named as targets on the command line."""
+    files = []
+    for r in MISSING_RUNS[bundle] if not NAMED_RUN_FILES else BUNDLES[bundle].run_ids:
+        run_files = [f"{run_dir(r)}/summary.json", f"{run_dir(r)}/metrics.csv"]
+        files += [f for f in run_files if r in MISSING_RUN or f in NAMED_RUN_FILES]
+    return files
+
+
 def run_results(run_ids):
-    """What a target building from the runs ``run_ids`` asks for: each bundle's benchmark file (its first output,
-    written when the whole bundle has finished), the summary.json of a run trained on its own (rule `train`), and
-    the summary.json of a run missing from a bundle that has finished. Snakemake leaves a job whose outputs are up to
-    date alone when one of its inputs is deleted, unless a target asks for that input: a deleted run folder is
-    restored or retrained, and its tables rebuilt, because the target asks for its summary. Asking for every run's
-    summary instead would cost the parse a match against each output of its bundle listed before it (Snakemake finds
-    a file's producer by matching the rule's outputs in order). Only file times are read; nothing is written."""
-    benchmarks, summaries = {}, []
+    """What a target building from the runs ``run_ids`` asks for: each bundle's benchmark file (written when the
+    whole bundle has finished), the summary.json of a run trained on its own (rule `train`), and the summary.json
+    of a run missing from a bundle that has finished (runs_missing_from, an output of its bundle's rule then).
+    Snakemake reruns a job for a missing output only when a job or target asks for that file: a deleted run folder
+    is restored or retrained, and its tables rebuilt, because the target asks for its summary."""
+    benchmarks, summaries = set(), []
     for r in run_ids:
-        summary = f"{run_dir(r)}/summary.json"
         bundle = BUNDLE_OF.get(r)
-        if bundle is None:
-            summaries.append(summary)
-        elif os.path.exists(benchmarks.setdefault(bundle, bundle_benchmark(bundle))) and not os.path.exists(summary):
-            summaries.append(summary)
-    return sorted(benchmarks.values()) + summaries
+        if bundle is None or r in MISSING_RUN:
+            summaries.append(f"{run_dir(r)}/summary.json")
+        if bundle is not None:
+            benchmarks.add(bundle_benchmark(bundle))
+    return sorted(benchmarks) + summaries
 
 
 def _mtime(path):
@@ -219,9 +239,8 @@ def experiment_results(wildcards):
     since: the table's job checks each run's files against the checksums recorded when the run was trained,
     upfl.pipeline.integrity, and restores an edited run before reading it). Snakemake reruns a job whose set of
     inputs changed since it ran: a run restored by the table stays newer than the benchmark file, so the set stays
-    the same until the bundle runs again. A bundled run's files are not asked for otherwise: Snakemake would match
-    each against the outputs of its bundle listed before it (compiling a regular expression for each), the parse's
-    largest cost."""
+    the same until the bundle runs again. A bundled run's files are not asked for otherwise: its bundle does not
+    declare them (runs_missing_from), and each file asked for costs the parse a search for its producer."""
     finished, files = {}, []
     for r in PLAN.experiments[wildcards.experiment]:
         bundle = BUNDLE_OF.get(r)

@@ -1,14 +1,17 @@
 # Training. Runs with `job.runs_per_job: 1` are one job each (rule `train`); the others are trained in
-# bundles (upfl.pipeline.bundles, docs/pipeline.md "Many runs per job"): one rule per bundle, one output set per run,
-# one process (`upfl run-many`) per job, reading the bundle's spec results/bundles/<name>-<digest>.json.
+# bundles (upfl.pipeline.bundles, docs/pipeline.md "Many runs per job"): one rule per bundle, one process
+# (`upfl run-many`) per job, reading the bundle's spec results/bundles/<name>-<digest>.json.
 # Identical runs requested by several experiments are one run. A bundle job times itself (`upfl run-many
 # --benchmark`, Snakemake's benchmark format): the `benchmark:` directive's per-second sampling of the process's
 # memory maps cost Snakemake's scheduler more CPU than it measured.
 # `resources: gpu` comes from the experiment's `job.gpus`; the run itself picks its device (`device: auto`).
-# A bundle lists its benchmark file first, then its runs' summary.json files: the runs tables and targets ask for the
-# benchmark file, and for a run's files only where one is missing or edited (common.smk's experiment_results and
-# run_results); Snakemake finds a file's producer by matching the rule's outputs in order (a regular expression
-# compiled for each), so the other files are never matched.
+# A bundle's output is its benchmark file, written when the whole bundle has finished, and the files of its runs
+# missing from it once it has finished (a deleted run folder) or named as targets (common.smk's bundle_run_outputs);
+# the runs tables and targets ask for the benchmark file, and for a run's files only where one is missing or edited
+# (common.smk's experiment_results and run_results). Its runs' other files are not declared: each declared file
+# costs every parse (a cluster job's included). So Snakemake does not remove them before the job runs; `upfl
+# run-many --clear-results` does, as Snakemake does a job's outputs, so that a run whose settings changed is trained
+# anew.
 # Exit status 3 is a diverged run: its summary.json records `diverged` and the report marks its cell, so the
 # job succeeds; any other non-zero status fails the job (a bundle records a diverged run and goes on).
 
@@ -85,11 +88,9 @@ for _bundle in BUNDLES.values():
             kernels=kernels_input(_bundle.job),
         output:
             benchmark=bundle_benchmark(_bundle.name),
-            summaries=[f"{run_dir(r)}/summary.json" for r in _bundle.run_ids],
-            metrics=[f"{run_dir(r)}/metrics.csv" for r in _bundle.run_ids],
+            runs=bundle_run_outputs(_bundle.name),
         log:
-            bundle=f"results/logs/bundles/{_bundle.name}.log",
-            runs=[run_log(r) for r in _bundle.run_ids],
+            f"results/logs/bundles/{_bundle.name}.log",
         priority: BUNDLE_PRIORITY[_bundle.name]
         threads: _bundle.job["threads"]
         resources:
@@ -99,4 +100,4 @@ for _bundle in BUNDLES.values():
         params:
             spec_digest=SPEC_DIGESTS[_bundle.name],
         shell:
-            "upfl run-many --spec {input.spec:q} --benchmark {output.benchmark:q} > {log.bundle:q} 2>&1"
+            "upfl run-many --spec {input.spec:q} --clear-results --benchmark {output.benchmark:q} > {log:q} 2>&1"

@@ -1,7 +1,7 @@
 """``upfl run-many``: train a bundle of runs in one process (data, torch and the compiled solver load once).
 
     upfl run-many --spec results/bundles/<name>.json [--concurrent K] [--threads T] [--store DIR | --no-store]
-                  [--benchmark results/benchmarks/bundles/<name>.tsv]
+                  [--clear-results] [--benchmark results/benchmarks/bundles/<name>.tsv]
 
     upfl bundle-specs results/bundles/<name>-<digest>.json ...   (the workflow's rule bundle_specs)
 
@@ -50,6 +50,10 @@ def cmd_run_many(args: argparse.Namespace) -> int:
     except SpecError as e:
         print(f"upfl run-many: error: {e}", file=sys.stderr)
         return 2
+    if args.clear_results:
+        from ..pipeline.specs import clear_results
+
+        clear_results(spec)
     try:
         train_bundle(
             spec, store=None if args.no_store else args.store, concurrent=args.concurrent, threads=args.threads
@@ -92,6 +96,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help=f"finished-run store: finished runs are kept and restored from here (default {DEFAULT_STORE})",
     )
     p.add_argument("--no-store", action="store_true", help="neither restore from nor write to the store")
+    p.add_argument(
+        "--clear-results",
+        action="store_true",
+        help="remove each run's summary.json and metrics.csv first (the workflow's bundle jobs: a run whose settings "
+        "changed is trained anew; finished runs are restored from the store)",
+    )
     p.add_argument(
         "--benchmark",
         default=None,

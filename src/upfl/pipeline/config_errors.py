@@ -48,15 +48,30 @@ def schema_error_text(error: Any) -> str:
 
 
 def check_workflow_config(config: dict[str, Any], schema_path: str) -> None:
-    """Check the workflow config against its JSON schema; raise :class:`ExperimentError` with one short line for
-    the first problem (see :func:`schema_error_text`)."""
+    """Check the workflow config against its JSON schema, filling in the schema's defaults (``default`` of an
+    object's property, set where the config lacks it, as ``snakemake.utils.validate`` sets them); raise
+    :class:`ExperimentError` with one short line for the first problem (see :func:`schema_error_text`). One pass
+    over the config: every parse of the workflow (each cluster job's included) pays for it."""
+    import copy
+
     import jsonschema
     import yaml
 
     with open(schema_path, encoding="utf-8") as f:
         schema = yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a SafeLoader
+    base = jsonschema.Draft202012Validator
+    check_properties = base.VALIDATORS["properties"]
+
+    def properties_with_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for name, subschema in properties.items():
+                if "default" in subschema:
+                    instance.setdefault(name, copy.deepcopy(subschema["default"]))
+        yield from check_properties(validator, properties, instance, schema)
+
+    validator = jsonschema.validators.extend(base, {"properties": properties_with_defaults})(schema)
     errors = sorted(
-        jsonschema.Draft202012Validator(schema).iter_errors(config),
+        validator.iter_errors(config),
         key=lambda e: (len(list(e.absolute_path)), [str(p) for p in e.absolute_path]),
     )
     if errors:

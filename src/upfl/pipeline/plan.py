@@ -58,7 +58,8 @@ def fmt_number(x: Any) -> str:
 
 @dataclass
 class RunSpec:
-    """One training run: its id (= result folder), data set, seed and run-config document."""
+    """One training run: its id (= result folder), data set, seed and run-config document. The document is read,
+    never changed: the runs of one entry (its seeds) share its nested mappings."""
 
     run_id: str
     dataset: str
@@ -215,6 +216,11 @@ def _list_text(value: Any) -> str:
 def run_id(dataset: str, doc: dict[str, Any], seed: int, solver_defaults: dict[str, Any] | None = None) -> str:
     """The readable result path of a run (relative to ``results/runs``); a ``solver`` value that differs from
     ``solver_defaults`` (the config's ``run_defaults.solver``) is named in it (``_lr0.005_E10``)."""
+    return f"{run_id_stem(dataset, doc, solver_defaults)}/seed{seed}"
+
+
+def run_id_stem(dataset: str, doc: dict[str, Any], solver_defaults: dict[str, Any] | None = None) -> str:
+    """A run's id but its last part, ``seed<seed>``: what the runs of one entry share (:func:`run_id`)."""
     a, d = doc["algorithm"], doc["devices"]
     params = f"mu{fmt_number(a.get('mu', 0.0))}"
     if a.get("lam") is not None:
@@ -240,7 +246,7 @@ def run_id(dataset: str, doc: dict[str, Any], seed: int, solver_defaults: dict[s
         devices += f"_{d['straggler_draw']}"
     if d.get("straggler_policy", "partial") != "partial":
         devices += f"_{d['straggler_policy']}"
-    parts += [devices, f"T{doc['rounds']}", f"seed{seed}"]
+    parts += [devices, f"T{doc['rounds']}"]
     return "/".join(parts)
 
 
@@ -311,13 +317,19 @@ def tree_copy(value: Any) -> Any:
     return value
 
 
-def _check_run(doc: dict[str, Any], where: str) -> None:
+def _check_run(doc: dict[str, Any], where: str, checked: set[str]) -> None:
+    """:class:`ExperimentError` naming ``where`` unless ``doc`` is a valid run config. ``checked``: the documents
+    (as canonical JSON) found valid before; a group's entry makes the same document on each of its data sets."""
+    key = json.dumps(doc, sort_keys=True, default=repr)
+    if key in checked:
+        return
     probe = tree_copy(doc)
     probe.setdefault("data", {})["path"] = "<dataset>"
     try:
         cfgmod.from_dict(probe)
     except cfgmod.ConfigError as e:
         raise ExperimentError(f"{where}: {e}") from None
+    checked.add(key)
 
 
 def _evaluated_last(doc: dict[str, Any]) -> int | None:
@@ -368,6 +380,7 @@ def build_plan(config: dict[str, Any]) -> Plan:
     experiments: dict[str, list[str]] = {}
     outputs: dict[str, dict[str, Any]] = {}
     targets: dict[str, list[str]] = {}
+    checked: set[str] = set()
     excluded = set(config.get("exclude_sources", []))
     skipped = set(config.get("exclude_experiments", []))
     unknown = sorted(skipped - set(config.get("experiments", {})))
@@ -404,10 +417,12 @@ def build_plan(config: dict[str, Any]) -> Plan:
                             group.get("protocol", exp.get("protocol", "paper")),
                             datasets[ds].get("model"),
                         )
-                        _check_run(doc, where)
+                        _check_run(doc, where, checked)
+                        stem = run_id_stem(ds, doc, solver_defaults)
                         for seed in group_seeds:
-                            rid = run_id(ds, doc, seed, solver_defaults)
-                            spec = RunSpec(rid, ds, seed, {**tree_copy(doc), "seed": seed})
+                            rid = f"{stem}/seed{seed}"
+                            # The seeds' documents share doc's nested mappings (a plan is only read).
+                            spec = RunSpec(rid, ds, seed, {**doc, "seed": seed})
                             if rid in runs:
                                 shared = shared_run_doc(runs[rid].doc, spec.doc)
                                 if shared is None:

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..data.sources import dataset_folder
 from ..files import write_text
+from ..integrity import RESULT_FILES
 from .bundles import SpecError, bundle_spec, form_bundles
 from .plan import build_plan, resolve_preset
 
@@ -73,6 +74,25 @@ def workflow_specs(config: dict[str, Any], plan=None, bundles=None) -> dict[str,
         return dataset_folder(resources, datasets[name]["source"], name)
 
     return {b.name: spec_text(bundle_spec(b, plan.runs, data_dir, run_folder, run_log_file)) for b in bundles.values()}
+
+
+def clear_results(spec: dict[str, Any]) -> list[str]:
+    """Remove the result files (:data:`upfl.integrity.RESULT_FILES`, summary.json, which marks a finished run, first)
+    of every run of a bundle spec before the bundle trains, as
+    Snakemake removes a job's outputs before it runs: a bundle job declares only its benchmark file (and the files of
+    runs missing from it), so that the parse does not pay for every run's files. A run whose settings changed is then
+    trained anew, not refused for holding another config's results; a finished run is restored from the store, and an
+    interrupted one resumes from its checkpoint (kept). Returns the files removed."""
+    removed = []
+    for run in spec["runs"]:
+        for name in reversed(RESULT_FILES):
+            path = os.path.join(str(run["out"]), name)
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                continue
+            removed.append(path)
+    return removed
 
 
 def encode_config(config: dict[str, Any]) -> str:
