@@ -54,7 +54,9 @@ def cpu_seconds(command: str, folder: Path) -> float | None:
     """CPU-seconds of ``command`` run in ``folder``; None when it fails (a job that needs what only Snakemake's run
     gives it: the bundle specs' config in the environment, the paper's mirror served for the run)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = subprocess.run(["bash", "-c", command], cwd=folder)
+    # on bash's standard input: `bash -c` takes the command as one argument, and results/runs.csv's names every run
+    # (1737 in the synthetic half, over the kernel's 128 KiB for one argument); Snakemake runs it from a script
+    proc = subprocess.run(["bash"], input=command, text=True, cwd=folder)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime if proc.returncode == 0 else None
 

@@ -27,15 +27,26 @@ HEAVY = ("torch", "scipy", "seaborn", "matplotlib", "pandas", "numpy", "dp_accou
 
 RUNNER = """
 import sys
+import upfl.startup
 from upfl.cli import main
+
+def heavy():
+    print("HEAVY_MODULES=" + ",".join(m for m in {heavy!r} if m in sys.modules), file=sys.stderr)
+
+def exit_now(status, _exit_now=upfl.startup.exit_now):
+    heavy()
+    _exit_now(status)
+
+upfl.startup.exit_now = exit_now  # a command that ends through it (as the upfl command line does) names its imports
 try:
-    code = main(sys.argv[1:])
+    code = main()
 except SystemExit as e:
     code = e.code
-finally:
-    print("HEAVY_MODULES=" + ",".join(m for m in {heavy!r} if m in sys.modules), file=sys.stderr)
+heavy()
 sys.exit(code or 0)
 """
+"""``upfl ARGV`` as the command line runs it (``main()`` reads ``sys.argv``: the commands that end through
+:func:`upfl.startup.exit_now` end so here too), printing the heavy packages it imported."""
 
 HELP_COMMANDS = (
     "runs",

@@ -177,3 +177,24 @@ def test_paused_gc_restores_the_collector_as_it_was():
             assert not gc.isenabled()
         assert not gc.isenabled()
     assert gc.isenabled()
+
+
+def test_paused_gc_freezes_only_in_a_one_command_process():
+    """``paused_gc(freeze=True)`` moves what is alive out of the collector's sight only where the process is one
+    command line ending through exit_now; called from a test (or a library user) it freezes nothing."""
+    import gc
+
+    from upfl.startup import ONE_COMMAND, paused_gc
+
+    assert gc.get_freeze_count() == 0 and not ONE_COMMAND["process"]
+    with paused_gc(freeze=True):
+        pass
+    assert gc.get_freeze_count() == 0 and gc.isenabled()
+    ONE_COMMAND["process"] = True
+    try:
+        with paused_gc(freeze=True):
+            kept = [object()]
+        assert gc.get_freeze_count() > 0 and gc.isenabled() and kept
+    finally:
+        ONE_COMMAND["process"] = False
+        gc.unfreeze()

@@ -3,6 +3,7 @@
 import json
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -78,6 +79,30 @@ def test_curve_columns_read_the_best_and_the_last_ten_after_the_initial_model(tm
     assert cols["max_train_acc"] == 0.9 and cols["last10_train_acc"] == pytest.approx(0.7)
     assert cols["max_test_acc"] == pytest.approx(0.89)
     assert all(math.isnan(v) for v in curve_columns(tmp_path / "no_such_run").values())
+
+
+def test_curve_columns_equal_pandas_max_and_mean_to_the_bit(tmp_path):
+    """An initial row, unevaluated iterations (empty cells), fewer than ten values of one metric and none of
+    another: the columns are the floats pandas' own selection, max and mean give."""
+    rng = np.random.default_rng(3)
+    rows = ["iteration,kind,cum_wall_s,train_loss,train_acc,test_loss,test_acc", "0,init,0,1,0.31,1,0.3"]
+    for i in range(1, 41):
+        train = "" if i % 3 else repr(float(rng.random()))
+        test = repr(float(rng.random())) if i > 33 else ""
+        rows.append(f"{i},train,{i / 10},0.5,{train},0.5,{test}")
+    (tmp_path / "metrics.csv").write_text("\n".join(rows) + "\n")
+    metrics = pd.read_csv(tmp_path / "metrics.csv")
+    curve = metrics[metrics["kind"] != "init"]
+    cols = curve_columns(tmp_path)
+    for key in ("train_acc", "test_acc"):
+        values = curve[key].dropna().astype(float)
+        assert cols[f"max_{key}"] == float(values.max())
+        assert cols[f"last10_{key}"] == float(values.iloc[-10:].mean())
+    assert len(curve["test_acc"].dropna()) == 7
+    (tmp_path / "metrics.csv").write_text("\n".join(rows[:1] + [r.rsplit(",", 1)[0] + "," for r in rows[1:]]) + "\n")
+    assert math.isnan(curve_columns(tmp_path)["max_test_acc"]) and math.isnan(
+        curve_columns(tmp_path)["last10_test_acc"]
+    )
 
 
 def test_gap_rows_pair_on_seed_under_each_reporting_choice_with_the_reference_beside(gap_runs):

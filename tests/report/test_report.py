@@ -229,6 +229,17 @@ def test_t_quantile_and_interval_match_scipy():
     assert ci.above_zero is False and mean_interval([1.0]).above_zero is None
 
 
+def test_t_quantile_table_holds_scipys_floats():
+    """The 95% critical values the report reads without scipy are scipy's own, to the last bit."""
+    from scipy.special import stdtrit
+
+    from upfl.report.stats import LEVEL, T95
+
+    assert [float(stdtrit(df, (1 + LEVEL) / 2)) for df in range(1, len(T95) + 1)] == list(T95)
+    assert [t_quantile(LEVEL, df) for df in (1, np.int64(5), 30.0)] == [T95[0], T95[4], T95[29]]
+    assert t_quantile(LEVEL, 31) == float(stdtrit(31, (1 + LEVEL) / 2))
+
+
 def test_paper_table1_values_are_complete():
     pv = paper_values("table1")
     assert set(pv["dataset"]) == {

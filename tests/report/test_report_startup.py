@@ -2,14 +2,15 @@
 job imports only what it uses.
 
 Every command runs in a fresh Python process, as a Snakemake job does, and lists the heavy packages it
-imported: no torch and no seaborn in any report command, matplotlib only in figure rendering, and scipy (for its t
-quantile) only in the commands that compute confidence intervals. Timings are the benchmark's job
-(benchmarks/report_startup.py), not these tests'.
+imported: no torch and no seaborn in any report command, matplotlib only in figure rendering, and no scipy where
+the confidence intervals span at most 30 degrees of freedom (their t quantiles are upfl.report.stats.T95).
+Timings are the benchmark's job (benchmarks/report_startup.py), not these tests'.
 """
 
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -20,8 +21,6 @@ from upfl.engine.simulation import run
 
 HEAVY = ("torch", "scipy", "seaborn", "matplotlib", "dp_accounting")
 """Packages no report command imports, but figure rendering (matplotlib)."""
-INTERVALS = tuple(m for m in HEAVY if m != "scipy")
-"""What a command that computes confidence intervals may not import: scipy gives it the t quantile."""
 TABLES = ("numpy", "pandas")
 """What every report command needs; ``upfl --help`` does not."""
 
@@ -89,7 +88,7 @@ def test_table_commands_import_no_torch_no_plotting(results, command, writes):
         results["root"],
     )
     assert rc == 0, text
-    assert set(heavy).isdisjoint(INTERVALS)
+    assert set(heavy).isdisjoint(HEAVY)
     assert all(prefix.with_name(command + ext).is_file() for ext in writes)
 
 
@@ -123,6 +122,43 @@ def test_figure_command_draws_on_agg_without_torch_nor_seaborn(results):
     assert "matplotlib" in heavy and set(heavy).isdisjoint({"torch", "seaborn", "scipy"})
     assert backend.lower() == "agg"
     assert prefix.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_as_a_command_ends_without_teardown_and_keeps_its_output_and_status(results):
+    """``python -m upfl.cli report ...`` ends through :func:`upfl.startup.exit_now`: its piped output is all there,
+    its files written whole, its exit status that of the command (0 done, 2 a report error)."""
+    prefix = results["root"] / "tables" / "exit_table1"
+    argv = [sys.executable, "-m", "upfl.cli", "report", "table1", "--runs", str(results["csv"]), "--out-prefix"]
+    done = subprocess.run([*argv, str(prefix), "--experiment", "table1"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1].startswith(f"wrote {prefix}.")
+    assert pd.read_csv(f"{prefix}.csv", comment="#").shape[0] > 0
+    assert "Provenance: upfl " in Path(f"{prefix}.md").read_text().rstrip().splitlines()[-1]
+    bad = subprocess.run([*argv, str(prefix), "--experiment", "nosuch"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "upfl report table1: error: experiment 'nosuch'" in bad.stderr, bad.stderr
+
+
+def test_deferred_font_subsetting_loads_when_a_figure_embeds_type42_fonts(tmp_path):
+    """The figures' PDFs embed Type 3 fonts, so fontTools' subsetter is deferred (upfl.report.theme); a PDF that
+    embeds Type 42 fonts, which subsets them, still gets it on first use."""
+    code = (
+        "import sys\n"
+        "from upfl.report.theme import pyplot\n"
+        "plt = pyplot()\n"
+        "deferred = sys.modules['fontTools.subset']\n"
+        "fig = plt.figure()\n"
+        "fig.text(0.5, 0.5, 'Upcycled-FL')\n"
+        "fig.savefig(sys.argv[1] + '.3.pdf')\n"
+        "print('after type 3:', type(deferred).__name__)\n"
+        "plt.rcParams['pdf.fonttype'] = 42\n"
+        "fig.savefig(sys.argv[1] + '.42.pdf')\n"
+        "print('after type 42:', type(deferred).__name__)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "f")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["after", "type", "3:", "_LazyModule", "after", "type", "42:", "module"]
+    assert b"/FontFile2" in (tmp_path / "f.42.pdf").read_bytes()
+    assert b"/FontFile2" not in (tmp_path / "f.3.pdf").read_bytes()
 
 
 def test_every_report_module_imports_without_torch_or_plotting(tmp_path):

@@ -140,10 +140,32 @@ def cmd_claims(args: argparse.Namespace) -> int:
     return 0
 
 
+COMMAND_MODULES = {"runs": "collect", "table2": "tables", "claims": "claims"}
+"""The ``upfl.report`` module each sub-command outside the output kinds table runs on."""
+
+
+def load_modules(args: argparse.Namespace) -> None:
+    """Import the modules the sub-command runs on (pandas, numpy and the report module: the writer of its output
+    kind, :data:`COMMAND_MODULES` for the others) with the cyclic garbage collector paused
+    (:func:`upfl.startup.paused_gc`): their objects all live on, and the collections their import triggers would
+    free nothing."""
+    import importlib
+
+    from ..startup import paused_gc
+
+    with paused_gc(freeze=True):
+        module = COMMAND_MODULES.get(args.report_command)
+        if module is None:
+            _kind_of(args)[1].load_writer()
+        else:
+            importlib.import_module(f"upfl.report.{module}")
+
+
 def _guard(func):
     """Report errors (missing files, unknown experiments, inconsistent cells) as one line, exit status 2."""
 
     def run(args: argparse.Namespace) -> int:
+        load_modules(args)
         from ..report.collect import ReportError
 
         try:

@@ -285,12 +285,13 @@ def curve_columns(run_dir: str | os.PathLike) -> dict[str, float]:
     if not path.is_file():
         return {f"{c}_{k}": np.nan for c in ("max", "last10") for k in keys}
     metrics = pd.read_csv(path)
-    curve = metrics[metrics["kind"] != "init"]
+    after_init = metrics["kind"].to_numpy() != "init"
     out = {}
-    for key in keys:
-        values = curve[key].dropna().astype(float)
+    for key in keys:  # numpy on the parsed columns: the same floats as pandas' max and mean, at half a run's cost
+        values = metrics[key].to_numpy(dtype=float)[after_init]
+        values = values[~np.isnan(values)]
         out[f"max_{key}"] = float(values.max()) if len(values) else np.nan
-        out[f"last10_{key}"] = float(values.iloc[-LAST_ITERATIONS:].mean()) if len(values) else np.nan
+        out[f"last10_{key}"] = float(values[-LAST_ITERATIONS:].mean()) if len(values) else np.nan
     return out
 
 
