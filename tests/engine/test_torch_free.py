@@ -30,10 +30,15 @@ print("TORCH=" + json.dumps("torch" in sys.modules))
 """
 
 
+def run_argv(data: Path, out: Path, *flags: str) -> list[str]:
+    """``upfl run``'s arguments for a short run of ``data`` into ``out`` with ``flags``."""
+    return ["run", "--data", str(data), "--out", str(out), "--seed", "3", "--frac", "0.5", "--epochs", "2", *flags]
+
+
 def run_in_fresh_process(data: Path, out: Path, *flags: str) -> bool:
     """``upfl run`` in a new interpreter; whether it imported torch."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "NUMBA_NUM_THREADS": "1"}
-    argv = ["run", "--data", str(data), "--out", str(out), "--seed", "3", "--frac", "0.5", "--epochs", "2", *flags]
+    argv = run_argv(data, out, *flags)
     proc = subprocess.run([sys.executable, "-c", IMPORTS, *argv], env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.split("TORCH=")[-1])
@@ -53,25 +58,7 @@ def test_a_compiled_run_imports_no_torch_and_gives_the_bytes_of_a_run_on_tensors
     monkeypatch.setattr(simulation, "on_arrays", lambda *args: False)
     from upfl.cli import main
 
-    assert (
-        main(
-            [
-                "run",
-                "--data",
-                str(data),
-                "--out",
-                str(root / "runs" / "tensors"),
-                "--seed",
-                "3",
-                "--frac",
-                "0.5",
-                "--epochs",
-                "2",
-                *flags,
-            ]
-        )
-        == 0
-    )
+    assert main(run_argv(data, root / "runs" / "tensors", *flags)) == 0
     assert metrics_without_time(root / "runs" / "arrays") == metrics_without_time(root / "runs" / "tensors")
     summaries = [json.loads((root / "runs" / side / "summary.json").read_text()) for side in ("arrays", "tensors")]
     assert summaries[0]["device"] == summaries[1]["device"] == "cpu"
