@@ -16,9 +16,9 @@ def upcycle_step(w_prev, w_prev2, coefficient: float):
     c = float(coefficient)
     if isinstance(w_prev, np.ndarray):
         return w_prev + c * (w_prev - w_prev2)
-    if w_prev.device.type == "cpu" and w_prev.dtype == w_prev2.dtype and str(w_prev.dtype) == "torch.float32":
-        import torch
+    import torch
 
+    if w_prev.device.type == "cpu" and w_prev.dtype == w_prev2.dtype == torch.float32:
         a, b = w_prev.numpy(), w_prev2.numpy()
         return torch.from_numpy(a + c * (a - b))
     return w_prev + c * (w_prev - w_prev2)
@@ -56,9 +56,9 @@ def average(models, weights):
     them): :func:`weighted_sum` for float32 models on the CPU, torch's matrix-vector product elsewhere."""
     if isinstance(models, np.ndarray):
         return weighted_sum(models, weights)
-    if models.device.type == "cpu" and str(models.dtype) == "torch.float32" and len(models):
-        import torch
+    import torch
 
+    if models.device.type == "cpu" and models.dtype == torch.float32 and len(models):
         return torch.from_numpy(weighted_sum(models.numpy(), weights.to(models.dtype).cpu().numpy()))
     return weights.to(models.dtype) @ models
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import csv
 import io
 import math
-import sys
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -99,20 +98,20 @@ POOLED: dict[int, tuple[weakref.ref, dict[tuple[str, str], tuple]]] = {}
 """Per data set object (by identity, while it lives): its pooled rows per (feature scaling, device)."""
 
 
-def pooled_rows(ds: FederatedDataset, feature_scaling: str, device) -> tuple:
+def pooled_rows(ds: FederatedDataset, feature_scaling: str, device, arrays: bool = False) -> tuple:
     """(train_x, train_y, one-hot train labels, per-device x views, per-device one-hot views, test_x, test_y) of a
     data set: the training devices' rows one after the other, the test rows of every user with some (None without).
     Made once per data set object, scaling and device: the runs of a bundle share its data set, so they share
     these tensors (never written), and the solver's and the evaluation's arrays made from them
-    (:data:`upfl.solvers.numba_backend.DEVICE_ROWS`, ``EVALUATION_ROWS``). ``device`` ``"arrays"``: the same rows as
-    NumPy arrays (no scaling), for a run on arrays (:attr:`Simulation.arrays`)."""
+    (:data:`upfl.solvers.numba_backend.DEVICE_ROWS`, ``EVALUATION_ROWS``). With ``arrays``: the same rows as NumPy
+    arrays (no scaling), for a run on arrays (:attr:`Simulation.arrays`)."""
     pooled = POOLED.get(id(ds))
     if pooled is None or pooled[0]() is not ds:
         ds_id = id(ds)
         pooled = POOLED[ds_id] = (weakref.ref(ds, lambda _: POOLED.pop(ds_id, None)), {})
     made = pooled[1]
-    key = (feature_scaling, str(device))
-    if key not in made and device == "arrays":
+    key = (feature_scaling, "arrays" if arrays else str(device))
+    if key not in made and arrays:
         made[key] = pooled_arrays(ds)
     if key not in made:
         import torch
@@ -193,10 +192,10 @@ class Simulation:
         takes them)."""
         self.device_sizes = [len(ds.train_y[u]) for u in self.devices]
         self.size_array = np.asarray(self.device_sizes, dtype=np.float32)
-        self.sizes = self.size_array if self.arrays else sys.modules["torch"].from_numpy(self.size_array)
+        self.sizes = self.as_model_kind(self.size_array, on_device=False)
         """|D_i| of every training device, float32, on the CPU (an array, or a tensor sharing its memory)."""
         self.batch_size = plan_batch_size(c.solver.batch_size, self.device_sizes)
-        pooled = pooled_rows(ds, c.data.feature_scaling, "arrays" if self.arrays else self.device)
+        pooled = pooled_rows(ds, c.data.feature_scaling, self.device, arrays=self.arrays)
         self.train_x, self.train_y, self.train_onehot, self.xs, self.ys, self.test_x, self.test_y = pooled
         ends = np.cumsum(self.device_sizes, dtype=np.int64)
         self.row_ranges = np.stack([ends - np.asarray(self.device_sizes, dtype=np.int64), ends], axis=1)
@@ -219,13 +218,15 @@ class Simulation:
         )
         """w -> (summed loss, correct predictions) on each of :attr:`evaluated`."""
 
-    def as_model_kind(self, array: np.ndarray):
-        """``array`` as the run's models are held: itself on arrays (:attr:`arrays`), else a tensor on the device."""
+    def as_model_kind(self, array: np.ndarray, on_device: bool = True):
+        """``array`` as the run's models are held: itself on arrays (:attr:`arrays`), else a tensor sharing its memory,
+        moved to the run's device unless ``on_device`` is false."""
         if self.arrays:
             return array
         import torch
 
-        return torch.from_numpy(array).to(self.device)
+        tensor = torch.from_numpy(array)
+        return tensor.to(self.device) if on_device else tensor
 
     def initial_model(self):
         """w^0 from the ``init`` stream: ``model.init_params`` of its generator, or on arrays ``model.init_array`` of

@@ -60,17 +60,19 @@ class LogisticRegression:
         self.dim, self.num_classes = dim, num_classes
         self.softmax_before_loss = softmax_before_loss
         self.num_params = dim * num_classes + num_classes
+        self.gaussian_draws = dim * num_classes
+        """How many standard normals the initial model draws (the weights; the biases start at 0)."""
 
     def init_params(self, generator: torch.Generator) -> torch.Tensor:
         import torch
 
-        w = torch.randn(self.dim * self.num_classes, generator=generator) * INIT_STD
+        w = torch.randn(self.gaussian_draws, generator=generator) * INIT_STD
         return torch.cat([w, torch.zeros(self.num_classes)])
 
     def init_array(self, seed: int) -> np.ndarray:
         """:meth:`init_params` of a CPU generator fresh from ``manual_seed(seed)``, as a float32 array, drawn
         without torch (where :func:`draws_without_torch`)."""
-        w = standard_normal(seed, self.dim * self.num_classes) * np.float32(INIT_STD)
+        w = standard_normal(seed, self.gaussian_draws) * np.float32(INIT_STD)
         return np.concatenate([w, np.zeros(self.num_classes, np.float32)])
 
     def split(self, params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -133,17 +135,19 @@ class BinaryLogisticRegression:
     def __init__(self, dim: int, bias: bool = True):
         self.dim, self.bias = dim, bias
         self.num_params = dim + int(bias)
+        self.gaussian_draws = dim
+        """How many standard normals the initial model draws (the weights; the bias starts at 0)."""
 
     def init_params(self, generator: torch.Generator) -> torch.Tensor:
         import torch
 
-        w = torch.randn(self.dim, generator=generator) * INIT_STD
+        w = torch.randn(self.gaussian_draws, generator=generator) * INIT_STD
         return torch.cat([w, torch.zeros(int(self.bias))])
 
     def init_array(self, seed: int) -> np.ndarray:
         """:meth:`init_params` of a CPU generator fresh from ``manual_seed(seed)``, as a float32 array, drawn
         without torch (where :func:`draws_without_torch`)."""
-        w = standard_normal(seed, self.dim) * np.float32(INIT_STD)
+        w = standard_normal(seed, self.gaussian_draws) * np.float32(INIT_STD)
         return np.concatenate([w, np.zeros(int(self.bias), np.float32)])
 
     def features_array(self, x: np.ndarray) -> np.ndarray:
@@ -212,7 +216,4 @@ LINEAR_MODELS = (LogisticRegression, BinaryLogisticRegression)
 def draws_without_torch(model) -> bool:
     """Whether ``model.init_array`` draws torch's initial model on this machine: a logistic-regression model whose
     Gaussian draw has at least 16 values, where :func:`upfl.draws.normal.emulates_torch`."""
-    if type(model) not in LINEAR_MODELS:
-        return False
-    drawn = model.dim * model.num_classes if isinstance(model, LogisticRegression) else model.dim
-    return drawn >= BLOCK and emulates_torch()
+    return type(model) in LINEAR_MODELS and model.gaussian_draws >= BLOCK and emulates_torch()
