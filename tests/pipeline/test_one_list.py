@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from upfl.names import algorithm_names
-from upfl.pipeline.outputs import OUTPUT_KINDS, kinds_of_command, kinds_of_rule, report_command, report_rules
+from upfl.pipeline.outputs import OUTPUT_KINDS, kinds_of_command, report_command
 from upfl.pipeline.plan import JOB_DEFAULTS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,11 +59,6 @@ def test_every_kind_has_a_writer_a_caption_and_files(kind):
     assert (ROOT / "workflow" / "report" / f"{entry.caption}.rst").is_file()
     files = entry.files("x")
     assert files and all(f.startswith(("results/tables/x.", "results/figures/x.")) for f in files)
-
-
-def test_kinds_sharing_a_rule_write_the_same_files():
-    for rule in report_rules():
-        assert len({tuple(OUTPUT_KINDS[k].files("x")) for k in kinds_of_rule(rule)}) == 1, rule
 
 
 def test_upfl_report_offers_every_kind():

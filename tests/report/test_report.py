@@ -151,6 +151,38 @@ def test_runs_list_file_is_read(runset, tmp_path):
     assert len(df) == 1 and df["experiments"].iloc[0] == "x;y"
 
 
+def test_runs_then_writes_the_outputs_as_their_own_commands_would(runset, tmp_path, capsys):
+    """`upfl report runs --then COMMAND ...` (the workflow's report job of an experiment) writes the runs table, then
+    each output from it in the same process: the same files as the separate commands; the first command that fails
+    ends it with that status."""
+    specs = [f"table1:{d}" for k, d in runset["dirs"].items() if k[0] != "sweep"]
+    apart, together = tmp_path / "apart", tmp_path / "together"
+    for folder in (apart, together):
+        (folder / "tables").mkdir(parents=True)
+    assert main(["report", "runs", "--out", str(apart / "runs.csv"), *specs]) == 0
+    selection = ["--experiment", "table1", "--preset", "quick"]
+    for command in (["table1"], ["time"]):
+        prefix = str(apart / "tables" / command[0])
+        assert main(["report", *command, "--runs", str(apart / "runs.csv"), "--out-prefix", prefix, *selection]) == 0
+    runs = together / "runs.csv"
+    then = [
+        f"{c} --runs '{runs}' --out-prefix '{together / 'tables' / c}' {' '.join(selection)}"
+        for c in ("table1", "time")
+    ]
+    assert main(["report", "runs", "--out", str(runs), *specs, *(w for t in then for w in ("--then", t))]) == 0
+    assert (apart / "runs.csv").read_bytes() == runs.read_bytes()
+    stamp = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC")  # the provenance line's minute
+    for name in ("table1.csv", "table1.md", "table1.tex", "time.csv", "time.md"):
+        a, b = (stamp.sub("", (f / "tables" / name).read_text()) for f in (apart, together))
+        assert a == b, name
+    bad = f"table1 --runs '{runs}' --out-prefix '{together / 'tables' / 'x'}' --experiment nosuch"
+    never = f"time --runs '{runs}' --out-prefix '{together / 'tables' / 'y'}' --experiment table1"
+    capsys.readouterr()
+    assert main(["report", "runs", "--out", str(runs), *specs, "--then", bad, "--then", never]) == 2
+    assert "nosuch" in capsys.readouterr().err and not (together / "tables" / "y.csv").exists()
+    assert main(["report", "runs", "--out", str(runs), *specs, "--then", f"runs --out {runs}"]) == 2
+
+
 def _cell_values(dirs, key, metric):
     return np.array([summary(dirs[key + (s,)])["final"][metric] * 100 for s in SEEDS])
 

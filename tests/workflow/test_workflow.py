@@ -68,24 +68,17 @@ def test_dry_run_lists_every_run_of_the_paper(tmp_path, preset):
     assert counts.get("leaf_dataset", 0) == (0 if preset == "quick" else 2)
     # LEAF: by_class, sent140, glove, FEMNIST's device index (2); the paper's synthetic sets: 16
     assert counts.get("fetch_archive", 0) == (0 if preset == "quick" else 3 + 2 + 16)
-    # Synthetic: Figures 2 (two panels), 3 (two panels), 5, 8, 9, 11, the privacy trade-off; the privacy tables
-    # of output and objective perturbation; with real data also Figures 4, 6, 7, 10, 12 (two panels) and the
-    # real-data privacy table. One runs.csv per experiment: table1, fig2 (two), fig5, fig8, the three
-    # synthetic privacy experiments; real data: fig4, fig6, fig7, fig10, fig12. The ablations: the momentum
-    # curves and the schedule figure, the momentum and bases tables, three more runs.csv.
-    # Claims: the straggler sensitivity table, the protocol_gap table (one more runs.csv), the claims page; the
-    # draws table and figure (not in quick).
+    # One report job per experiment (its runs table, tables and figures): table1, fig2 (two), fig5, fig8, the three
+    # synthetic privacy experiments, the two ablations, the straggler sensitivity and protocol gap experiments;
+    # real data: fig4, fig6, fig7, fig10, fig12; the draws and the sensitivity grid (not in quick). One job writes
+    # results/runs.csv and the claims page; one Table 2.
     real = preset == "full"
-    assert counts["figure"] == (17 if real else 11)
-    assert counts["accuracy_table"] == 1 and counts["time_table"] == 1
-    assert counts["privacy_table"] == (3 if real else 2)
-    assert counts["ablation_table"] == 2
-    assert counts["sensitivity_table"] == 1 and counts["claims"] == 1
-    assert counts["protocol_gap_table"] == 1
-    assert counts.get("draws_report", 0) == (1 if real else 0)
-    # The sensitivity grid's table and figure (one more runs.csv; not in quick).
-    assert counts.get("gain_grid", 0) == (1 if real else 0)
-    assert counts["experiment_runs"] == (20 if real else 13)
+    plan = build_plan(config)
+    reports = {rule: n for rule, n in counts.items() if rule.startswith("report_")}
+    assert reports == {f"report_{e}": 1 for e in plan.experiments} and len(reports) == (20 if real else 13)
+    assert counts["all_runs"] == 1 and counts["table2"] == 1 and "claims" not in counts
+    for kind in ("figure", "accuracy_table", "experiment_runs", "draws_report"):
+        assert kind not in counts
 
 
 DRY_RUN = (
@@ -130,20 +123,8 @@ def test_report_jobs_come_before_any_waiting_bundle(tmp_path):
     proc = snakemake(workflow_copy(tmp_path), "-n", "--cores", "2", "--config", "preset=quick")
     priorities = job_priorities(proc.stdout)
     bundle = set().union(*(p for rule, p in priorities.items() if rule.startswith("train_bundle_")))
-    reports = [
-        "experiment_runs",
-        "all_runs",
-        "accuracy_table",
-        "time_table",
-        "privacy_table",
-        "ablation_table",
-        "sensitivity_table",
-        "protocol_gap_table",
-        "table2",
-        "figure",
-        "claims",
-    ]
-    assert bundle and set(reports) <= set(priorities)
+    reports = ["all_runs", "table2", *(rule for rule in priorities if rule.startswith("report_"))]
+    assert bundle and len(reports) > 2 and set(reports) <= set(priorities)
     for rule in reports:
         assert priorities[rule] and min(priorities[rule]) > max(bundle), rule
     # The kernels' warm-up runs with the data jobs, and the CPU bundles wait for it.
@@ -160,8 +141,9 @@ def test_single_target_builds_only_what_it_needs(tmp_path):
     assert 3 * 3 + 3 * 3 + 5 * 3 <= trained_runs(counts, config) < expected_training_runs(config) / 3
     # A bundle may span data sets (one per first experiment and job settings): Table 1's bundle holding the
     # Synthetic(0.5,0.5) runs (200 runs per job) holds runs of all four paper sets, so all four are made; no
-    # table is.
-    assert counts["paper_dataset"] == 4 and "accuracy_table" not in counts
+    # table is: only the report jobs of Figure 2's two experiments run.
+    assert counts["paper_dataset"] == 4 and "report_table1" not in counts
+    assert {r for r in counts if r.startswith("report_")} == {"report_fig2_convergence", "report_fig2_lambda"}
     assert counts["fetch_archive"] == 4 * 4 + 1 + 2, "four paper sets' four files, by_class and FEMNIST's index"
 
 
@@ -449,11 +431,11 @@ def test_a_fresh_dry_run_asks_for_no_runs_files_only_the_bundles_benchmark_files
             rule = line.split()[1].rstrip(":")
         elif rule and line.strip().startswith("input:"):
             inputs.setdefault(rule, []).extend(f.strip() for f in line.split(":", 1)[1].split(","))
-    readers = [r for r in inputs if r in ("experiment_runs", "all")]
-    assert sorted(readers) == ["all", "experiment_runs"] and job_counts(proc.stdout)["experiment_runs"] > 1
+    readers = [r for r in inputs if r.startswith("report_") or r == "all"]
+    assert "all" in readers and len(readers) > 2
     asked = [f for r in readers for f in inputs[r]]
     assert not [f for f in asked if f.startswith("results/runs/")]
-    assert any(f.startswith("results/benchmarks/bundles/") for f in inputs["experiment_runs"])
+    assert all(any(f.startswith("results/benchmarks/bundles/") for f in inputs[r]) for r in readers if r != "all")
 
 
 def test_a_runs_file_named_as_a_target_is_made_by_its_bundle(tmp_path):

@@ -78,11 +78,11 @@ def test_dry_run_counts_of_the_fixtures_preset(tmp_path):
     assert trained_runs(counts, config) == expected_training_runs(config) == 38
     assert "synthetic_dataset" not in counts
     assert counts["fetch_archive"] == 3 and counts["leaf_dataset"] == 2, "by_class, sent140, glove (no by_write)"
-    # Table 1 and the time table (real-data rows only); Figures 2 (left), 4, 6, 7, 10, 12 (two panels);
-    # the real-data privacy table; runs.csv per experiment
-    assert counts["accuracy_table"] == 1 and counts["time_table"] == 1 and counts["table2"] == 1
-    assert counts["figure"] == 7 and counts["experiment_runs"] == 7
-    assert counts["privacy_table"] == 1
+    # One report job per experiment: table1 (Table 1 and the time table, real-data rows only), fig2_convergence
+    # (Figure 2 left), fig4, fig6, fig7, fig10, fig12 (Figure 12's two panels and the real-data privacy table)
+    assert counts["table2"] == 1 and counts["all_runs"] == 1
+    reports = ["table1", "fig2_convergence", "fig4", "fig6", "fig7", "fig10", "fig12"]
+    assert {r: n for r, n in counts.items() if r.startswith("report_")} == {f"report_{e}": 1 for e in reports}
 
 
 def test_archives_downloaded_from_the_mirrors_with_recorded_checksums(pipeline):

@@ -16,7 +16,7 @@ from upfl.pipeline.specs import (
     spec_path,
     workflow_specs,
 )
-from upfl.pipeline.outputs import kinds_of_rule, output_files, report_command, report_rules
+from upfl.pipeline.outputs import output_files, output_kind, report_command
 from upfl.pipeline.plan import ExperimentError, build_plan, resolve_preset
 
 try:
@@ -232,8 +232,8 @@ def _mtime(path):
         return None
 
 
-def experiment_results(wildcards):
-    """What an experiment's runs table waits for: each bundle's benchmark file (written when the whole bundle has
+def experiment_results(experiment):
+    """What the report job of ``experiment`` (its runs table, tables and figures) waits for: each bundle's benchmark file (written when the whole bundle has
     finished, after its runs' files), the summary.json of a run trained on its own (rule `train`), and both files
     (summary.json, metrics.csv) of a bundled run either of which is newer than its bundle's benchmark file (edited
     since: the table's job checks each run's files against the checksums recorded when the run was trained,
@@ -242,7 +242,7 @@ def experiment_results(wildcards):
     the same until the bundle runs again. A bundled run's files are not asked for otherwise: its bundle does not
     declare them (runs_missing_from), and each file asked for costs the parse a search for its producer."""
     finished, files = {}, []
-    for r in PLAN.experiments[wildcards.experiment]:
+    for r in PLAN.experiments[experiment]:
         bundle = BUNDLE_OF.get(r)
         if bundle is None:
             files.append(f"{run_dir(r)}/summary.json")
@@ -314,6 +314,12 @@ def config_file_args():
     return f"{files} --preset {shlex.quote(CONFIG.get('preset', 'full'))}"
 
 
+def claims_command():
+    """The `upfl report claims` command line (without `upfl report`) that writes the claims page from
+    results/runs.csv."""
+    return f"claims --runs results/runs.csv {claims_args()} {config_file_args()} --out-prefix results/tables/claims"
+
+
 def claims_args():
     """`upfl report claims` flags: the experiments each group of claims reads (config `claims`) and the data
     sets this preset leaves out (named as the reason for 'not measured here')."""
@@ -325,55 +331,63 @@ def claims_args():
     return " ".join(args)
 
 
-def report_inputs(wildcards):
-    """The runs.csv of an output's experiment and, for a kind that reads one (draws), of its reference experiment
-    (the paper's draw)."""
-    out = OUTPUTS[wildcards.name]
-    files = {"runs": f"results/experiments/{out['experiment']}/runs.csv"}
-    if out.get("reference") in PLAN.experiments:
-        files["reference"] = f"results/experiments/{out['reference']}/runs.csv"
-    return files
+def experiment_outputs(experiment):
+    """The outputs (tables, figures) made from the runs of ``experiment``, in the config's order."""
+    return [n for n, o in OUTPUTS.items() if o["experiment"] == experiment]
 
 
-def report_outputs(kind):
-    """The named outputs of the workflow step that makes ``kind`` (upfl.pipeline.outputs), with tables' HTML and
-    CSV and figures' PNG in the Snakemake report under the kind's caption."""
+def experiment_references(experiment):
+    """The runs tables of other experiments that outputs of ``experiment`` read (a draws output's reference
+    experiment: the paper's draw)."""
+    refs = {o.get("reference") for o in OUTPUTS.values() if o["experiment"] == experiment}
+    return sorted(f"results/experiments/{r}/runs.csv" for r in refs if r in PLAN.experiments and r != experiment)
+
+
+def report_files(name):
+    """The files of output ``name`` (upfl.pipeline.outputs), with tables' HTML and CSV and figures' PNG in the
+    Snakemake report under its kind's caption."""
+    kind = output_kind(OUTPUTS[name]["kind"])
     caption = f"../report/{kind.caption}.rst"
-    files = {}
-    for ext in kind.tables:
-        path = f"results/tables/{{name}}.{ext}"
-        shown = ext in ("html", "csv")
-        files[ext] = report(path, category="Tables", subcategory="{name}", caption=caption) if shown else path
-    for ext in kind.figures:
-        path = f"results/figures/{{name}}.{ext}"
-        key = f"fig_{ext}" if ext in files else ext
-        files[key] = report(path, category="Figures", caption=caption, labels=figure_labels) if ext == "png" else path
+    files = []
+    for path in output_of(name):
+        folder, ext = os.path.basename(os.path.dirname(path)), os.path.splitext(path)[1]
+        if folder == "tables" and ext in (".html", ".csv"):
+            files.append(report(path, category="Tables", subcategory=name, caption=caption))
+        elif folder == "figures" and ext == ".png":
+            files.append(report(path, category="Figures", caption=caption, labels=figure_labels(name)))
+        else:
+            files.append(path)
     return files
 
 
-def report_command_of(wildcards):
-    """`upfl report` sub-command, kind and prefixes of one output (upfl.pipeline.outputs.report_command)."""
-    return report_command(OUTPUTS[wildcards.name]["kind"], wildcards.name)
-
-
-def reference_args(wildcards, input):
-    out = OUTPUTS[wildcards.name]
-    if "reference" not in input.keys():
-        return ""
-    return f"--reference-runs {shlex.quote(input.reference)} --reference-experiment {shlex.quote(out['reference'])}"
-
-
-def report_args(wildcards):
-    out = OUTPUTS[wildcards.name]
-    args = [f"--experiment {shlex.quote(out['experiment'])}"]
+def output_command(name):
+    """The `upfl report` command line (without `upfl report`) that writes output ``name`` from its experiment's
+    runs table: the kind's sub-command and prefixes (upfl.pipeline.outputs.report_command), the run selection, the
+    reference runs and the config files."""
+    out = OUTPUTS[name]
+    args = [report_command(out["kind"], name), f"--runs {shlex.quote(experiment_table(out['experiment']))}"]
+    args.append(f"--experiment {shlex.quote(out['experiment'])}")
     args += [f"--where {shlex.quote(w)}" for w in out.get("where", [])]
     if out.get("metrics"):
         args.append(f"--metrics {shlex.quote(','.join(out['metrics']))}")
+    if out.get("reference") in PLAN.experiments:
+        ref = out["reference"]
+        args.append(f"--reference-runs {shlex.quote(experiment_table(ref))} --reference-experiment {shlex.quote(ref)}")
+    args.append(config_file_args())
     return " ".join(args)
 
 
-def names_of(*kinds):
-    return _alternation([n for n, o in OUTPUTS.items() if o["kind"] in kinds])
+def experiment_table(experiment):
+    return f"results/experiments/{experiment}/runs.csv"
+
+
+def experiment_then(experiment):
+    """`--then COMMAND` for each output of ``experiment`` (upfl report runs runs them once the table is written)."""
+    return " ".join(f"--then {shlex.quote(output_command(n))}" for n in experiment_outputs(experiment))
+
+
+def rule_name(experiment):
+    return f"report_{experiment}"
 
 
 def front_page():
@@ -412,11 +426,16 @@ def front_page():
     }
 
 
-def figure_labels(wildcards):
-    """A figure's label in the report: its place in the paper's order (Snakemake sorts the labels as text)."""
-    from upfl.paper_order import paper_order_label
+def figure_labels(name):
+    """A figure's label in the report, as a function Snakemake calls when it makes the report: its place in the
+    paper's order (Snakemake sorts the labels as text)."""
 
-    return {"figure": paper_order_label(wildcards.name)}
+    def labels(wildcards):
+        from upfl.paper_order import paper_order_label
+
+        return {"figure": paper_order_label(name)}
+
+    return labels
 
 
 # The front page's and the captions' templates read these as `snakemake.config["front_page"]` and

@@ -1,40 +1,59 @@
 # Tables and figures from the runs of each experiment (upfl report ...), and one named target per table/figure.
 # Shell quoting: single values are interpolated with `:q`; the flag lists (`{params.overrides}`, `{params.options}`,
-# `{params.checksums}`, `{params.pairs}`) are built in common.smk with every value passed through `shlex.quote`
-# (`:q` would quote the whole list as one word). tests/test_hostile_inputs.py runs names carrying `;` through them.
+# `{params.checksums}`, `{params.pairs}`, `{params.then}`, `{params.claims}`) are built in common.smk with every value
+# passed through `shlex.quote` (`:q` would quote the whole list as one word). tests/test_hostile_inputs.py runs names carrying `;` through them.
 
 
-rule experiment_runs:
-    input:
-        experiment_results,
-    output:
-        "results/experiments/{experiment}/runs.csv",
-    log:
-        "results/logs/report/runs_{experiment}.log",
-    priority: REPORT_PRIORITY
-    localrule: True
-    params:
-        pairs=lambda wc: experiment_pairs(wc.experiment),
-    shell:
-        "upfl report runs --verify --out {output:q} {params.pairs} > {log:q} 2>&1"
+# One report job per experiment: `upfl report runs` checks the experiment's run folders and writes its runs table,
+# then (--then) every table and figure of the experiment's outputs, in one process. Each of those files is a declared
+# output of the job, so each remains its own target; building one builds its experiment's runs table and other
+# outputs with it. The outputs, their files and commands come from upfl.pipeline.outputs.OUTPUT_KINDS (common.smk's
+# report_files and output_command).
+for _experiment in PLAN.experiments:
+
+    rule:
+        name:
+            rule_name(_experiment)
+        input:
+            runs=lambda wildcards, e=_experiment: experiment_results(e),
+            reference=experiment_references(_experiment),
+        output:
+            *(f for n in experiment_outputs(_experiment) for f in report_files(n)),
+            runs=experiment_table(_experiment),
+        log:
+            f"results/logs/report/experiments/{_experiment}.log",
+        priority: REPORT_PRIORITY
+        localrule: True
+        params:
+            pairs=experiment_pairs(_experiment),
+            then=experiment_then(_experiment),
+        shell:
+            "upfl report runs --verify --out {output.runs:q} {params.pairs} {params.then} > {log:q} 2>&1"
 
 
 # results/runs.csv waits for the experiments' runs tables, which wait for their runs (common.smk's
 # experiment_results: a retrained or edited run makes its experiment's table, and so this one, out of date); it
-# reads the run folders themselves.
+# reads the run folders themselves. The claims page, which reads results/runs.csv, is written by the same process
+# (--then): building either builds both.
 rule all_runs:
     input:
-        [f"results/experiments/{e}/runs.csv" for e in PLAN.experiments],
+        [experiment_table(e) for e in PLAN.experiments],
     output:
-        "results/runs.csv",
+        runs="results/runs.csv",
+        html=report(
+            "results/tables/claims.html", category="Claims", subcategory="claims", caption="../report/claims.rst"
+        ),
+        csv=report("results/tables/claims.csv", category="Claims", subcategory="claims", caption="../report/claims.rst"),
+        md="results/tables/claims.md",
     log:
         "results/logs/report/runs.log",
     priority: REPORT_PRIORITY
     localrule: True
     params:
         pairs=" ".join(experiment_pairs(e) for e in PLAN.experiments),
+        claims=shlex.quote(claims_command()),
     shell:
-        "upfl report runs --verify --out {output:q} {params.pairs} > {log:q} 2>&1"
+        "upfl report runs --verify --out {output.runs:q} {params.pairs} --then {params.claims} > {log:q} 2>&1"
 
 
 rule table2:
@@ -54,54 +73,6 @@ rule table2:
         configs=config_file_args(),
     shell:
         "upfl report table2 --out-prefix results/tables/table2 {params.configs} {input:q} > {log:q} 2>&1"
-
-
-# One rule per entry of upfl.pipeline.outputs.OUTPUT_KINDS (kinds sharing a rule write the same files): its files,
-# caption and `upfl report` command all come from that table.
-for _rule, _kind in report_rules().items():
-
-    rule:
-        name:
-            _rule
-        input:
-            unpack(report_inputs),
-        output:
-            **report_outputs(_kind),
-        log:
-            "results/logs/report/{name}.log",
-        wildcard_constraints:
-            name=names_of(*kinds_of_rule(_rule)),
-        priority: REPORT_PRIORITY
-        localrule: True
-        params:
-            command=report_command_of,
-            args=report_args,
-            reference=reference_args,
-            configs=config_file_args(),
-        shell:
-            "upfl report {params.command} --runs {input.runs:q} {params.args} {params.reference} {params.configs} "
-            "> {log:q} 2>&1"
-
-
-rule claims:
-    input:
-        "results/runs.csv",
-    output:
-        html=report(
-            "results/tables/claims.html", category="Claims", subcategory="claims", caption="../report/claims.rst"
-        ),
-        csv=report("results/tables/claims.csv", category="Claims", subcategory="claims", caption="../report/claims.rst"),
-        md="results/tables/claims.md",
-    log:
-        "results/logs/report/claims.log",
-    priority: REPORT_PRIORITY
-    localrule: True
-    params:
-        args=claims_args(),
-        configs=config_file_args(),
-    shell:
-        "upfl report claims --runs {input:q} {params.args} {params.configs} "
-        "--out-prefix results/tables/claims > {log:q} 2>&1"
 
 
 for _target, _names in PLAN.targets.items():

@@ -1,6 +1,6 @@
 """``upfl report``: run folders to results/runs.csv, and the paper's tables and figures from it.
 
-    upfl report runs   --out results/runs.csv [--list FILE] EXPERIMENT:RUN_DIR ...
+    upfl report runs   --out results/runs.csv [--list FILE] [--then 'COMMAND ...' ...] EXPERIMENT:RUN_DIR ...
     upfl report table1 --runs results/runs.csv --experiment table1 --out-prefix results/tables/table1
                        [--config-file F ...]
     upfl report table2 --out-prefix results/tables/table2 [--config-file F ...] DATA_DIR ...
@@ -56,6 +56,27 @@ def cmd_runs(args: argparse.Namespace) -> int:
     )
     write_csv(args.out, df)
     print(f"wrote {args.out} ({len(df)} runs)")
+    return run_then(args.then or [])
+
+
+def run_then(lines: list[str]) -> int:
+    """Run each ``--then`` line (an ``upfl report`` command line without ``upfl report``) in this process, in order;
+    stop at the first that fails and return its status. The workflow's report job of an experiment writes its runs
+    table and then every table and figure of the experiment this way: one process pays for Python, pandas and
+    matplotlib once instead of once per output."""
+    import shlex
+
+    from ..cli import build_parser, parse, run_command
+
+    parser = build_parser()
+    for line in lines:
+        words = shlex.split(line)
+        if words[:1] == ["runs"]:
+            print("upfl report runs: error: --then takes table and figure commands, not 'runs'", file=sys.stderr)
+            return 2
+        status = run_command(parse(parser, ["report", *words]))
+        if status:
+            return status
     return 0
 
 
@@ -271,6 +292,14 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         help="finished-run store to restore damaged runs from (default: %(default)s)",
     )
     r.add_argument("--no-store", action="store_true", help="restore nothing; a damaged run is only named")
+    r.add_argument(
+        "--then",
+        action="append",
+        metavar="'COMMAND ...'",
+        help="once the runs table is written, run this 'upfl report' command line (without 'upfl report', e.g. "
+        "'figure convergence --runs OUT ...') in the same process; repeatable, run in order, the first that fails "
+        "ends the command with its status",
+    )
     r.set_defaults(func=_guard(cmd_runs))
 
     t2 = sub.add_parser("table2", help="data set statistics computed from the data folders, paper beside")

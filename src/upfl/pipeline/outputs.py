@@ -1,8 +1,9 @@
 """The kinds of report output (``experiments.<name>.outputs[].kind``): one table read by the plan, ``upfl report``,
-the workflow's report rules, the config schema and config/README.md (the last two tested against it).
+the workflow's report jobs, the config schema and config/README.md (the last two tested against it).
 
-A new kind is one entry here and its writer under ``upfl.report``; the workflow makes a rule for it, ``upfl report``
-a sub-command (or a choice of a shared one), and the plan its files. Torch-free and pandas-free: the workflow's
+A new kind is one entry here and its writer under ``upfl.report``; ``upfl report`` makes a sub-command for it (or a
+choice of a shared one), the plan its files, and the workflow declares those files as outputs of the report job of
+the output's experiment, which runs that sub-command. Torch-free and pandas-free: the workflow's
 parse reads it.
 """
 
@@ -28,7 +29,8 @@ class OutputKind:
     ``function(runs, out_prefix, provenance)``, with ``figure_prefix`` before ``provenance`` for a kind writing both
     a table and a figure, and for a ``figure`` kind with the options it accepts (``metrics``, ``x``, ``panels``,
     ``title``) as keywords. ``tables``/``figures``: the extensions written under results/tables/ and
-    results/figures/. ``caption``: workflow/report/<caption>.rst. ``rule``: the workflow rule that makes it.
+    results/figures/. ``caption``: workflow/report/<caption>.rst. The workflow makes every output of an experiment
+    in that experiment's report job (workflow/rules/report.smk), with the command :func:`report_command` gives.
     """
 
     command: str
@@ -36,7 +38,6 @@ class OutputKind:
     tables: tuple[str, ...] = ()
     figures: tuple[str, ...] = ()
     caption: str = "figure"
-    rule: str = "figure"
     reference: bool = False
     describe: str = ""
 
@@ -62,7 +63,6 @@ OUTPUT_KINDS: dict[str, OutputKind] = {
         "tables:write_table1",
         TABLE_TEX,
         caption="table1",
-        rule="accuracy_table",
         describe="final train (test) accuracy per data set x mu x algorithm, paper beside",
     ),
     "time": OutputKind(
@@ -70,7 +70,6 @@ OUTPUT_KINDS: dict[str, OutputKind] = {
         "timing:write_time",
         TABLE,
         caption="time",
-        rule="time_table",
         describe="training time per algorithm and data set, Upcycled-FL / FedProx ratios",
     ),
     "convergence": OutputKind(
@@ -90,7 +89,6 @@ OUTPUT_KINDS: dict[str, OutputKind] = {
         "privacy_table:write_privacy_table",
         TABLE_TEX,
         caption="privacy",
-        rule="privacy_table",
         describe="private FedProx vs private Upcycled-FL: accuracy and epsilon-bar per "
         "mechanism (equal noise, equal epsilon), the paper's claims beside",
     ),
@@ -105,7 +103,6 @@ OUTPUT_KINDS: dict[str, OutputKind] = {
         "ablations:write_momentum_table",
         TABLE,
         caption="ablation",
-        rule="ablation_table",
         describe="upcycling or server momentum, paired intervals",
     ),
     "bases_table": OutputKind(
@@ -113,7 +110,6 @@ OUTPUT_KINDS: dict[str, OutputKind] = {
         "ablations:write_bases_table",
         TABLE,
         caption="ablation",
-        rule="ablation_table",
         describe="upcycling on every base, paired intervals",
     ),
     "momentum_curves": OutputKind(
@@ -128,7 +124,6 @@ OUTPUT_KINDS: dict[str, OutputKind] = {
         TABLE,
         FIGURE,
         caption="draws",
-        rule="draws_report",
         reference=True,
         describe="the Upcycled-FL minus FedProx gain on the paper's draw and on "
         "fresh generator draws (table and figure)",
@@ -138,7 +133,6 @@ OUTPUT_KINDS: dict[str, OutputKind] = {
         "sensitivity:write_sensitivity",
         TABLE,
         caption="sensitivity",
-        rule="sensitivity_table",
         describe="the Upcycled-FL gain under each straggler draw x straggler policy",
     ),
     "protocol_gap": OutputKind(
@@ -146,7 +140,6 @@ OUTPUT_KINDS: dict[str, OutputKind] = {
         "protocol_gap:write_protocol_gap",
         TABLE,
         caption="protocol_gap",
-        rule="protocol_gap_table",
         describe="the Upcycled-FL gain of upfl faithful, upfl under the authors' protocol "
         "and the authors' code, under each reporting choice",
     ),
@@ -156,7 +149,6 @@ OUTPUT_KINDS: dict[str, OutputKind] = {
         TABLE,
         FIGURE,
         caption="gain_grid",
-        rule="gain_grid",
         describe="the Upcycled-FL gain over a grid of lr, even-iteration "
         "coefficient, epochs, batch size, iterations and mu, both "
         "protocols (table and figure)",
@@ -181,19 +173,6 @@ def output_files(kind: str, name: str) -> list[str]:
 def kinds_of_command(command: str) -> list[str]:
     """The kinds ``upfl report <command>`` makes."""
     return [k for k, v in OUTPUT_KINDS.items() if v.command == command]
-
-
-def kinds_of_rule(rule: str) -> list[str]:
-    """The kinds one workflow rule makes."""
-    return [k for k, v in OUTPUT_KINDS.items() if v.rule == rule]
-
-
-def report_rules() -> dict[str, OutputKind]:
-    """One entry per workflow rule (its first kind: kinds sharing a rule write the same files)."""
-    rules: dict[str, OutputKind] = {}
-    for entry in OUTPUT_KINDS.values():
-        rules.setdefault(entry.rule, entry)
-    return rules
 
 
 def report_command(kind: str, name: str) -> str:
