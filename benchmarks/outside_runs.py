@@ -71,7 +71,7 @@ def main() -> None:
     load_before = os.getloadavg()
     per_rule: dict[str, dict] = {}
     for rule, command in job_commands(folder):
-        kind = "train_bundle" if rule.startswith("train_bundle_") else rule
+        kind = "train_bundle" if rule.startswith("train_bundle_") else "report" if rule.startswith("report_") else rule
         if kind in ("train_bundle", "train", "all"):
             continue
         times = [cpu_seconds(command, folder) for _ in range(max(1, args.repeats))]

@@ -83,11 +83,10 @@ def test_shell_commands_quote_what_they_interpolate():
         "params.options",
         "params.checksums",
         "params.flags",
-        "params.args",
         "params.pairs",
         "params.configs",
-        "params.reference",
-        "params.command",  # upfl.pipeline.outputs.report_command: each word through shlex.quote
+        "params.then",  # a report job's table and figure commands: each through shlex.quote, each word inside too
+        "params.claims",
         "threads",
     }
     for smk in (root / "workflow" / "rules").glob("*.smk"):

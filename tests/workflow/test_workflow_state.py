@@ -125,7 +125,7 @@ def test_an_edited_run_is_restored_before_any_table_reads_it(tmp_path):
     victim.write_text(json.dumps(summary, indent=2))
     snakemake(wd, "--cores", "2", *args)
     assert victim.read_bytes() == trained
-    log = "".join(p.read_text() for p in (wd / "results" / "logs" / "report").glob("runs*.log"))
+    log = "".join(p.read_text() for p in (wd / "results" / "logs" / "report").rglob("*.log"))
     assert f"{victim.parent.relative_to(wd)}: restored from the store" in log
     assert "0.999" not in (wd / "results" / "runs.csv").read_text()
     assert nothing_to_do(snakemake(wd, "-n", *args))

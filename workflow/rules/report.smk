@@ -56,6 +56,15 @@ rule all_runs:
         "upfl report runs --verify --out {output.runs:q} {params.pairs} --then {params.claims} > {log:q} 2>&1"
 
 
+# `snakemake claims`: the claims page (written by all_runs, with results/runs.csv).
+rule claims:
+    input:
+        "results/tables/claims.csv",
+        "results/tables/claims.md",
+        "results/tables/claims.html",
+    localrule: True
+
+
 rule table2:
     input:
         [dataset_dir(d) for d in PLAN.datasets if CONFIG["datasets"][d].get("setting", d) == d],

@@ -24,7 +24,7 @@ def with_cell_mu(runs: pd.DataFrame) -> pd.DataFrame:
 def check_one_config(group: pd.DataFrame, what: str, ignore: tuple[str, ...] = ("seed",)) -> None:
     """Raise when the runs of one cell differ in a config column other than ``ignore``."""
     for col in CONFIG_COLUMNS:
-        if col in ignore or col not in group.columns:
+        if col in ignore or col not in group.columns or _one_value(group[col].to_numpy()):
             continue
         values = sorted(set(group[col].astype(str)))
         if len(values) > 1:
@@ -34,13 +34,31 @@ def check_one_config(group: pd.DataFrame, what: str, ignore: tuple[str, ...] = (
             )
 
 
+def _one_value(values: np.ndarray) -> bool:
+    """Whether ``values`` surely hold one value written one way (what the check above compares as text): all equal
+    numbers (all NaN, or all equal and not zero, which may be written -0.0), or all equal strings. False leaves the
+    decision to the comparison as text."""
+    if len(values) <= 1:
+        return True
+    first = values[0]
+    if values.dtype.kind == "f":
+        return bool(np.isnan(values).all()) if np.isnan(first) else first != 0.0 and bool((values == first).all())
+    if values.dtype.kind in "iub":
+        return bool((values == first).all())
+    return type(first) is str and all(type(v) is str and v == first for v in values)
+
+
 def missing(value) -> bool:
     """Whether a cell's value is absent: None or NaN (what pandas reads from an empty CSV field)."""
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
-def _same(a: float, b: float) -> bool:
-    return (math.isnan(a) and math.isnan(b)) or (not math.isnan(a) and not math.isnan(b) and abs(a - b) < 1e-12)
+def _same_as(values: np.ndarray, mu: float) -> np.ndarray:
+    """Which of ``values`` equal ``mu`` (both NaN, or within 1e-12), as a mask."""
+    if math.isnan(mu):
+        return np.isnan(values)
+    with np.errstate(invalid="ignore"):
+        return ~np.isnan(values) & (np.abs(values - mu) < 1e-12)
 
 
 def iter_cells(runs: pd.DataFrame) -> Iterator[tuple[str, str, float, pd.DataFrame]]:
@@ -51,9 +69,11 @@ def iter_cells(runs: pd.DataFrame) -> Iterator[tuple[str, str, float, pd.DataFra
     for dataset in dataset_order(runs["dataset"]):
         sub = runs[runs["dataset"] == dataset]
         mus = sorted({float(m) for m in sub["cell_mu"] if not math.isnan(m)})
+        cell_mu = sub["cell_mu"].to_numpy(dtype=float)
         for mu in [math.nan] + mus:
+            same_mu = _same_as(cell_mu, mu)
             for alg in algos:
-                cell = sub[(sub["algorithm"] == alg) & sub["cell_mu"].map(lambda m, mu=mu: _same(float(m), mu))]
+                cell = sub[(sub["algorithm"] == alg).to_numpy() & same_mu]
                 if not cell.empty:
                     yield dataset, alg, mu, cell
 

@@ -29,24 +29,38 @@ def paper_values(name: str) -> pd.DataFrame:
     return pd.read_csv(io.StringIO(text), dtype={"dataset": str})
 
 
+@cache
 def table1_value(dataset: str, algorithm: str, mu: float | None) -> tuple[float, float] | None:
-    """The paper's Table 1 (train, test) accuracy in percent, or None when the paper has no such cell."""
-    df = paper_values("table1")
-    rows = df[(df["dataset"] == dataset) & (df["algorithm"] == algorithm)]
+    """The paper's Table 1 (train, test) accuracy in percent, or None when the paper has no such cell (looked up
+    once per cell in a process: a report asks for the same cells many times)."""
+    rows = _table1_rows().get((dataset, algorithm), [])
     if algorithm == "fedavg":
-        rows = rows[rows["mu"].isna()]
+        rows = [r for r in rows if math.isnan(r[0])]
     elif mu is None or (isinstance(mu, float) and math.isnan(mu)):
         return None
     else:
-        rows = rows[(rows["mu"] - float(mu)).abs() < 1e-9]
-    if rows.empty:
+        rows = [r for r in rows if abs(r[0] - float(mu)) < 1e-9]
+    if not rows:
         return None
-    row = rows.iloc[0]
-    return float(row["train_acc"]), float(row["test_acc"])
+    return rows[0][1], rows[0][2]
 
 
+@cache
+def _table1_rows() -> dict[tuple[str, str], list[tuple[float, float, float]]]:
+    """The paper's Table 1 by (data set, algorithm): its rows' (mu, train, test) in the file's order."""
+    out: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
+    df = paper_values("table1")
+    for dataset, algorithm, mu, train, test in zip(
+        df["dataset"], df["algorithm"], df["mu"], df["train_acc"], df["test_acc"], strict=True
+    ):
+        out.setdefault((dataset, algorithm), []).append((float(mu), float(train), float(test)))
+    return out
+
+
+@cache
 def dataset_label(name: str) -> str:
-    """The paper's name of a data set (``synthetic_0.5_0.5`` -> ``Synthetic(0.5,0.5)``); else ``name``."""
+    """The paper's name of a data set (``synthetic_0.5_0.5`` -> ``Synthetic(0.5,0.5)``); else ``name`` (looked up
+    once per name in a process)."""
     df = paper_values("table2")
     hit = df[df["dataset"] == name]
     if not hit.empty:
