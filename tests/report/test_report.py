@@ -180,7 +180,11 @@ def test_runs_then_writes_the_outputs_as_their_own_commands_would(runset, tmp_pa
     capsys.readouterr()
     assert main(["report", "runs", "--out", str(runs), *specs, "--then", bad, "--then", never]) == 2
     assert "nosuch" in capsys.readouterr().err and not (together / "tables" / "y.csv").exists()
+    runs.unlink()
     assert main(["report", "runs", "--out", str(runs), *specs, "--then", f"runs --out {runs}"]) == 2
+    with pytest.raises(SystemExit):  # a malformed command: argparse's usage error, before any work
+        main(["report", "runs", "--out", str(runs), *specs, "--then", "table1 --no-such-flag"])
+    assert not runs.exists()
 
 
 def _cell_values(dirs, key, metric):

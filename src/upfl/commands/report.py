@@ -48,6 +48,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     from ..report.collect import collect_runs, parse_run_specs, read_spec_file
     from ..report.render import write_csv
 
+    then = parse_then(args.then or [])
     specs = list(args.specs)
     for path in args.list or []:
         specs += read_spec_file(path)
@@ -56,25 +57,35 @@ def cmd_runs(args: argparse.Namespace) -> int:
     )
     write_csv(args.out, df)
     print(f"wrote {args.out} ({len(df)} runs)")
-    return run_then(args.then or [])
+    return run_then(then)
 
 
-def run_then(lines: list[str]) -> int:
-    """Run each ``--then`` line (an ``upfl report`` command line without ``upfl report``) in this process, in order;
-    stop at the first that fails and return its status. The workflow's report job of an experiment writes its runs
-    table and then every table and figure of the experiment this way: one process pays for Python, pandas and
-    matplotlib once instead of once per output."""
+def parse_then(lines: list[str]) -> list[argparse.Namespace]:
+    """Each ``--then`` line (an ``upfl report`` command line without ``upfl report``) parsed, before any work: a
+    malformed one stops the command with argparse's usage error, nothing written."""
     import shlex
 
-    from ..cli import build_parser, parse, run_command
+    from ..cli import build_parser, parse
+    from ..report.collect import ReportError
 
     parser = build_parser()
+    commands = []
     for line in lines:
         words = shlex.split(line)
         if words[:1] == ["runs"]:
-            print("upfl report runs: error: --then takes table and figure commands, not 'runs'", file=sys.stderr)
-            return 2
-        status = run_command(parse(parser, ["report", *words]))
+            raise ReportError("--then takes table and figure commands, not 'runs'")
+        commands.append(parse(parser, ["report", *words]))
+    return commands
+
+
+def run_then(commands: list[argparse.Namespace]) -> int:
+    """Run the parsed ``--then`` commands in this process, in order; stop at the first that fails and return its
+    status. The workflow's report job of an experiment writes its runs table and then every table and figure of the
+    experiment this way: one process pays for Python, pandas and matplotlib once instead of once per output."""
+    from ..cli import run_command
+
+    for command in commands:
+        status = run_command(command)
         if status:
             return status
     return 0
