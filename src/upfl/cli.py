@@ -12,7 +12,7 @@ import sys
 
 from . import __version__
 from . import config as cfgmod
-from .errors import EXIT_BUSY, EXIT_INPUT
+from .errors import EXIT_BUSY, EXIT_INPUT, DatasetError
 from .names import DEFAULT_STEP
 
 RUN_FLAGS = {
@@ -361,8 +361,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_command(args: argparse.Namespace) -> int:
     """The parsed command's exit status; bad input and file-system errors are named on standard error."""
-    from .data import DatasetError  # after parsing: --help and usage errors need no numpy
-
     try:
         return args.func(args)
     except (cfgmod.ConfigError, DatasetError, ValueError) as e:
