@@ -33,7 +33,7 @@ def drop_local_rate_limit(workflow: Any, argv: Sequence[str]) -> bool:
     """Remove the job-rate limiter of ``workflow``'s scheduler where it runs jobs locally with Snakemake's default
     limit and ``argv`` asks for none; True when it was removed. A Snakemake without these attributes (another
     version) is left as it is."""
-    scheduler = getattr(workflow, "scheduler", None)
+    scheduler: Any = getattr(workflow, "scheduler", None)
     limiter = getattr(scheduler, "job_rate_limiter", None)
     if limiter is None or not getattr(workflow, "local_exec", False) or asked_for_limit(argv):
         return False
