@@ -28,6 +28,9 @@ from results_file import publish
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "outside_runs.json"
+RULE_FAMILIES = ("train_bundle", "synthetic_dataset", "report")
+"""Rules generated in a loop, one per bundle, generator setting or experiment (`<family>_<name>`): counted as their
+family."""
 
 
 def job_commands(folder: Path) -> list[tuple[str, str]]:
@@ -71,7 +74,7 @@ def main() -> None:
     load_before = os.getloadavg()
     per_rule: dict[str, dict] = {}
     for rule, command in job_commands(folder):
-        kind = "train_bundle" if rule.startswith("train_bundle_") else "report" if rule.startswith("report_") else rule
+        kind = next((k for k in RULE_FAMILIES if rule.startswith(k + "_")), rule)
         if kind in ("train_bundle", "train", "all"):
             continue
         times = [cpu_seconds(command, folder) for _ in range(max(1, args.repeats))]

@@ -83,6 +83,7 @@ def test_shell_commands_quote_what_they_interpolate():
         "params.options",
         "params.checksums",
         "params.flags",
+        "params.args",
         "params.pairs",
         "params.configs",
         "params.then",  # a report job's table and figure commands: each through shlex.quote, each word inside too

@@ -12,7 +12,7 @@ import sys
 
 from . import __version__
 from . import config as cfgmod
-from .errors import EXIT_BUSY, EXIT_INPUT
+from .errors import EXIT_BUSY, EXIT_INPUT, DatasetError
 from .names import DEFAULT_STEP
 
 RUN_FLAGS = {
@@ -164,8 +164,28 @@ def check_synth_flags(args: argparse.Namespace) -> None:
             raise ValueError(f"--{flag} {value}: must be between {low} and {high}")
     if args.devices * args.dim > SYNTH_CELLS:
         raise ValueError(f"--devices {args.devices} x --dim {args.dim}: at most {SYNTH_CELLS} (the draw's memory)")
-    if args.data_seed < 0:
+    if args.data_seed is not None and args.data_seed < 0:
         raise ValueError(f"--data-seed {args.data_seed}: must be >= 0")
+
+
+def synth_draws(args: argparse.Namespace) -> list[tuple[str, int]]:
+    """``(name, data seed)`` of each data set ``upfl synth`` writes: ``--name`` with ``--data-seed``, or every
+    ``--draw NAME=SEED`` (``ValueError`` naming a malformed or repeated one, or a flag that only one set takes)."""
+    if (args.name is None) == (not args.draw):
+        raise ValueError("give --name (one data set) or --draw NAME=SEED (one or more), not both")
+    if args.name is not None:
+        return [(args.name, args.data_seed or 0)]
+    if args.out is not None or args.data_seed is not None:
+        raise ValueError("--out and --data-seed name one data set: with --draw, each goes to RESOURCES/data/generated")
+    draws: dict[str, int] = {}
+    for item in args.draw:
+        name, sep, seed = item.rpartition("=")
+        if not sep or not name or not (seed.isascii() and seed.isdigit()):
+            raise ValueError(f"--draw {item!r}: expected NAME=SEED with SEED a whole number >= 0")
+        if name in draws:
+            raise ValueError(f"--draw {item!r}: data set {name!r} given twice")
+        draws[name] = int(seed)
+    return list(draws.items())
 
 
 def cmd_synth(args: argparse.Namespace) -> int:
@@ -173,20 +193,21 @@ def cmd_synth(args: argparse.Namespace) -> int:
     from .data.sources import dataset_folder
 
     check_synth_flags(args)
-
-    out = args.out or dataset_folder(args.resources, "synthetic", args.name)
-    path = generate_synthetic(
-        args.name,
-        out,
-        data_seed=args.data_seed,
-        num_devices=args.devices,
-        dim=args.dim,
-        num_classes=args.classes,
-        alpha=args.alpha,
-        beta=args.beta,
-        setting=args.setting,
-    )
-    print(f"wrote {path}")
+    draws = synth_draws(args)
+    for name, data_seed in draws:
+        out = args.out or dataset_folder(args.resources, "synthetic", name)
+        path = generate_synthetic(
+            name,
+            out,
+            data_seed=data_seed,
+            num_devices=args.devices,
+            dim=args.dim,
+            num_classes=args.classes,
+            alpha=args.alpha,
+            beta=args.beta,
+            setting=args.setting,
+        )
+        print(f"wrote {path}")
     return 0
 
 
@@ -233,13 +254,20 @@ def build_parser(commands: bool = True) -> argparse.ArgumentParser:
     )
     r.add_argument("--force", action="store_true", help="overwrite an OUT that holds another config's results")
     r.set_defaults(func=cmd_run)
-    s = sub.add_parser("synth", help="generate a FedProx synthetic data set")
-    s.add_argument("--name", required=True, help="the data set's name (meta.json)")
+    s = sub.add_parser("synth", help="generate a FedProx synthetic data set (or several draws of one setting)")
+    s.add_argument("--name", help="the data set's name (meta.json)")
+    s.add_argument(
+        "--draw",
+        action="append",
+        metavar="NAME=SEED",
+        help="instead of --name and --data-seed: the data set NAME drawn with seed SEED, into "
+        "RESOURCES/data/generated/NAME; repeatable (the draws of one setting in one process)",
+    )
     s.add_argument(
         "--setting",
         default=None,
         help="generator setting (synthetic_iid, synthetic_0_0, synthetic_0.5_0.5, synthetic_1_1); "
-        "default: --name. The draw depends on the setting and --data-seed only",
+        "default: the data set's name. The draw depends on the setting and its seed only",
     )
     s.add_argument(
         "--out",
@@ -250,7 +278,7 @@ def build_parser(commands: bool = True) -> argparse.ArgumentParser:
     s.add_argument(
         "--resources", default="resources", help="resources folder for the default --out (default: %(default)s)"
     )
-    s.add_argument("--data-seed", type=int, default=0, help="seed of the draw (default: %(default)s)")
+    s.add_argument("--data-seed", type=int, default=None, help="seed of the draw (default: 0)")
     s.add_argument("--devices", type=int, default=30, help="number of devices (default: %(default)s)")
     s.add_argument("--dim", type=int, default=20, help="feature dimension (default: %(default)s)")
     s.add_argument("--classes", type=int, default=2, help="number of classes (default: %(default)s)")
@@ -333,8 +361,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_command(args: argparse.Namespace) -> int:
     """The parsed command's exit status; bad input and file-system errors are named on standard error."""
-    from .data import DatasetError  # after parsing: --help and usage errors need no numpy
-
     try:
         return args.func(args)
     except (cfgmod.ConfigError, DatasetError, ValueError) as e:

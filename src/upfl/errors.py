@@ -12,6 +12,11 @@ class AlgorithmPrivacyError(ConfigError):
     """A privacy mechanism was asked of an algorithm where the paper's analysis does not apply."""
 
 
+class DatasetError(ValueError):
+    """A data set is missing or malformed; the message names the file, user and field (``upfl.data.leaf``'s, here so
+    that a command catching it imports no numpy)."""
+
+
 EXIT_FAILED = 1
 """Exit status when the work itself failed (a download, an archive, a run of a bundle)."""
 EXIT_INPUT = 2

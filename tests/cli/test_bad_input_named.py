@@ -54,6 +54,23 @@ def test_synth_flags_out_of_range_exit_2_naming_the_flag(tmp_path, flags, named)
 
 
 @pytest.mark.parametrize(
+    "flags, named",
+    [
+        ([], "give --name (one data set) or --draw NAME=SEED"),
+        (["--name", "a", "--draw", "b=1"], "give --name (one data set) or --draw NAME=SEED"),
+        (["--draw", "a"], "--draw 'a': expected NAME=SEED"),
+        (["--draw", "a=-1"], "--draw 'a=-1': expected NAME=SEED with SEED a whole number >= 0"),
+        (["--draw", "a=1", "--draw", "b=2", "--draw", "a=3"], "--draw 'a=3': data set 'a' given twice"),
+        (["--draw", "a=1", "--data-seed", "2"], "--out and --data-seed name one data set"),
+    ],
+)
+def test_synth_draws_that_cannot_be_written_exit_2_before_any_is_drawn(tmp_path, capsys, flags, named):
+    assert main(["synth", "--setting", "synthetic_iid", "--resources", str(tmp_path), *flags]) == 2
+    assert f"upfl synth: error: {named}" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
     "spec, named",
     [
         ("null", "not null"),

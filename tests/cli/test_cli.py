@@ -1,6 +1,7 @@
 """The command line teaches: help with what each flag sets, its default, choices and unit; a misspelt flag named
 by the sub-command it was given to, with the closest flag; a missing data folder reported before any other key."""
 
+import json
 import re
 
 import pytest
@@ -139,3 +140,19 @@ def test_no_help_prints_restructuredtext(command, capsys):
     assert stop.value.code == 0
     out = capsys.readouterr().out
     assert "``" not in out and not re.search(r":(func|mod|class|meth):`", out), out
+
+
+def test_synth_draws_of_one_setting_in_one_process_are_the_single_draws_byte_for_byte(tmp_path):
+    """`upfl synth --setting S --draw NAME=SEED ...` (the workflow's job per setting) writes each data set as `upfl
+    synth --name NAME --setting S --data-seed SEED` would, into RESOURCES/data/generated/NAME."""
+    draws = {"iid_draw0": 0, "iid_draw3": 3}
+    flags = [f for name, seed in draws.items() for f in ("--draw", f"{name}={seed}")]
+    common = ["--setting", "synthetic_iid", "--devices", "3"]
+    assert main(["synth", *common, "--resources", str(tmp_path / "many"), *flags]) == 0
+    for name, seed in draws.items():
+        one = tmp_path / "one" / name
+        assert main(["synth", *common, "--name", name, "--data-seed", str(seed), "--out", str(one)]) == 0
+        many = tmp_path / "many" / "data" / "generated" / name
+        for rel in ("train/data.json", "test/data.json", "meta.json"):
+            assert (many / rel).read_bytes() == (one / rel).read_bytes(), (name, rel)
+    assert json.loads((tmp_path / "many/data/generated/iid_draw3/meta.json").read_text())["data_seed"] == 3

@@ -63,11 +63,16 @@ def test_dry_run_lists_every_run_of_the_paper(tmp_path, preset):
         for ds in group["datasets"]
     }
     sources = [datasets[ds]["source"] for ds in used if ds in datasets]
-    assert counts.get("synthetic_dataset", 0) == sources.count("synthetic")
+    # The generator's draws: one job per setting writes all its draws (rule synthetic_dataset_<setting>).
+    generated = [ds for ds in used if ds in datasets and datasets[ds]["source"] == "synthetic"]
+    settings = {datasets[ds].get("setting", ds) for ds in generated}
+    synth_jobs = {rule: n for rule, n in counts.items() if rule.startswith("synthetic_dataset_")}
+    assert synth_jobs == {f"synthetic_dataset_{s}": 1 for s in settings}
     assert counts.get("paper_dataset", 0) == sources.count("paper") == (0 if preset == "quick" else 4)
     assert counts.get("leaf_dataset", 0) == (0 if preset == "quick" else 2)
-    # LEAF: by_class, sent140, glove, FEMNIST's device index (2); the paper's synthetic sets: 16
-    assert counts.get("fetch_archive", 0) == (0 if preset == "quick" else 3 + 2 + 16)
+    # LEAF: by_class, sent140, glove, FEMNIST's device index (2); the paper's synthetic sets: one job per set
+    assert counts.get("fetch_archive", 0) == (0 if preset == "quick" else 3 + 2)
+    assert counts.get("fetch_paper_set", 0) == (0 if preset == "quick" else 4)
     # One report job per experiment (its runs table, tables and figures): table1, fig2 (two), fig5, fig8, the three
     # synthetic privacy experiments, the two ablations, the straggler sensitivity and protocol gap experiments;
     # real data: fig4, fig6, fig7, fig10, fig12; the draws and the sensitivity grid (not in quick). One job writes
@@ -144,7 +149,8 @@ def test_single_target_builds_only_what_it_needs(tmp_path):
     # table is: only the report jobs of Figure 2's two experiments run.
     assert counts["paper_dataset"] == 4 and "report_table1" not in counts
     assert {r for r in counts if r.startswith("report_")} == {"report_fig2_convergence", "report_fig2_lambda"}
-    assert counts["fetch_archive"] == 4 * 4 + 1 + 2, "four paper sets' four files, by_class and FEMNIST's index"
+    assert counts["fetch_paper_set"] == 4, "four paper sets, each its four files in one job"
+    assert counts["fetch_archive"] == 1 + 2, "by_class and FEMNIST's index"
 
 
 def _with(text: str, old: str, new: str) -> str:

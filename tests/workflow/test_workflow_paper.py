@@ -64,7 +64,8 @@ def test_paper_sets_fetched_checked_converted_and_tabled(tmp_path):
         (wd / "config" / "mirror.yaml").write_text(yaml.safe_dump({"sources": sources}))
         dry = snakemake(wd, "-n", "--configfile", "config/config.yaml", "config/mirror.yaml")
         counts = job_counts(dry.stdout)
-        assert counts["fetch_archive"] == 8 and counts["paper_dataset"] == 3 and "synthetic_dataset" not in counts
+        assert counts["fetch_paper_set"] == 2 and counts["paper_dataset"] == 3 and "fetch_archive" not in counts
+        assert not [rule for rule in counts if rule.startswith("synthetic_dataset")]
         snakemake(wd, "--cores", "2", "--configfile", "config/config.yaml", "config/mirror.yaml")
         requested = sorted(p for p, _ in srv.log.requests)
     assert requested == sorted(served), "each released file fetched once from the mirror"

@@ -6,7 +6,15 @@ import re
 import shlex
 import sys
 
-from upfl.data.sources import DATA_FOLDERS, DATASET_SOURCES, PAPER_SET_SOURCES, SOURCES, dataset_folder
+from upfl.data.sources import (
+    DATA_FOLDERS,
+    DATASET_SOURCES,
+    PAPER_SET_SOURCES,
+    PAPER_SYNTHETIC_SETS,
+    SOURCES,
+    dataset_folder,
+    paper_file_filename,
+)
 from upfl.pipeline.bundles import bundle_priorities, form_bundles
 from upfl.pipeline.specs import (
     CONFIG_ENV,
@@ -78,11 +86,52 @@ def paper_files(wildcards):
 
 def paper_overrides(wildcards):
     """`--url`/`--sha256` of the set's files from `sources` (the mirror they came from, checksums of other files)."""
-    names = PAPER_SET_SOURCES[f"paper_{dataset_setting(wildcards.dataset)}"]
-    return " ".join(source_overrides(n) for n in names)
+    return overrides_of(PAPER_SET_SOURCES[f"paper_{dataset_setting(wildcards.dataset)}"])
 
 
-ARCHIVES = {src.filename: name for name, src in SOURCES.items()}
+def overrides_of(names):
+    """`source_overrides` of every source of `names`, each flag once (the mirror's `--url` is every file's)."""
+    return " ".join(dict.fromkeys(f for n in names for f in override_flags(n)))
+
+
+# The paper's released synthetic sets are fetched one set (its four files) per job (rule fetch_paper_set); every
+# other source is one file per job (rule fetch_archive).
+PAPER_SET_FILES = {s for names in PAPER_SET_SOURCES.values() for s in names}
+ARCHIVES = {src.filename: name for name, src in SOURCES.items() if name not in PAPER_SET_FILES}
+
+
+def paper_set_outputs():
+    """The four files of the released set `{setting}` under RESOURCES, as output patterns (wildcard `setting`)."""
+    return [
+        f"{RESOURCES}/{paper_file_filename('{setting}', split, groups)}"
+        for split in ("train", "test")
+        for groups in (False, True)
+    ]
+
+
+def paper_set_fetch_args(wildcards):
+    """`upfl data fetch --source`'s names (the set's four files) and their `--url`/`--sha256` flags."""
+    names = PAPER_SET_SOURCES[f"paper_{wildcards.setting}"]
+    return " ".join([*(shlex.quote(n) for n in names), overrides_of(names)]).strip()
+
+
+def synthetic_groups():
+    """The `source: synthetic` data sets by generator setting: one job writes all the draws of a setting."""
+    groups = {}
+    for name in sorted(datasets_of("synthetic")):
+        groups.setdefault(dataset_setting(name), []).append(name)
+    return groups
+
+
+def synthetic_draw_flags(names):
+    """`upfl synth`'s `--draw NAME=SEED` of each data set of `names` (its `data_seed`, default 0)."""
+    seeds = {n: CONFIG["datasets"][n].get("data_seed", 0) for n in names}
+    return " ".join(f"--draw {shlex.quote(f'{n}={seed}')}" for n, seed in seeds.items())
+
+
+def resources_of(planned):
+    """A params function: the resources folder of a job whose first output is planned as `planned`."""
+    return lambda wildcards, output: resources_folder(output[0], planned)
 
 
 def archive_source(archive):
@@ -119,6 +168,11 @@ def index_checksums(wildcards):
 
 def source_overrides(name):
     """`--url`/`--sha256` flags from `sources.<name>` (a mirror, a known checksum)."""
+    return " ".join(override_flags(name))
+
+
+def override_flags(name):
+    """`source_overrides`' flags, each with its quoted value (`--url 'NAME=URL'`)."""
     spec = CONFIG.get("sources", {}).get(name, {})
     url = spec.get("url")
     flags = [f"--url {shlex.quote(f'{name}={url}')}"] if url else []
@@ -126,7 +180,7 @@ def source_overrides(name):
     base = CONFIG.get("sources", {}).get(mirror, {}).get("url") if mirror else None
     flags += [f"--url {shlex.quote(f'{mirror}={base}')}"] if base and not url else []
     flags += [sha256_flag(name, spec["sha256"])] if "sha256" in spec else []
-    return " ".join(flags)
+    return flags
 
 
 def prepare_options(dataset):

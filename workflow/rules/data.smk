@@ -3,7 +3,7 @@
 # (RESOURCES/data/leaf/), and a LEAF-format folder named by config (`source: leaf`, `path`) is checked and copied
 # there, so the runs read a fixed copy; an edit of one of its files makes the copy, and the runs, out of date.
 # Shell quoting: single values are interpolated with `:q`; the flag lists (`{params.overrides}`, `{params.options}`,
-# `{params.checksums}`, `{params.pairs}`) are built in common.smk with every value passed through `shlex.quote`
+# `{params.checksums}`, `{params.args}`) are built in common.smk with every value passed through `shlex.quote`
 # (`:q` would quote the whole list as one word). tests/test_hostile_inputs.py runs names carrying `;` through them.
 from upfl.data.registry import ARCHIVE_SOURCES
 
@@ -28,25 +28,48 @@ rule paper_dataset:
         "{params.overrides} > {log:q} 2>&1"
 
 
-rule synthetic_dataset:
+# Our generator's draws: one job per generator setting writes every draw of it (`upfl synth --draw NAME=SEED ...`, one
+# process); each data set's folder is its own declared output, so a run's input or a data set's folder named as a
+# target is made by its setting's job.
+for _setting, _names in synthetic_groups().items():
+
+    rule:
+        name:
+            f"synthetic_dataset_{_setting}"
+        output:
+            [directory(dataset_dir(n)) for n in _names],
+        log:
+            f"results/logs/data/synth_{_setting}.log",
+        priority: DATA_PRIORITY
+        localrule: True
+        params:
+            setting=_setting,
+            options=synthetic_draw_flags(_names),
+            resources=resources_of(dataset_dir(_names[0])),
+        shell:
+            "upfl synth --setting {params.setting:q} --resources {params.resources:q} {params.options} > {log:q} 2>&1"
+
+
+# The paper's released synthetic sets: one job per set fetches its four files (`upfl data fetch --source` with the
+# four names, one process).
+rule fetch_paper_set:
     output:
-        directory(f"{RESOURCES}/data/{DATA_FOLDERS['synthetic']}/{{dataset}}"),
+        paper_set_outputs(),
     log:
-        f"results/logs/data/{{dataset}}.log",
+        "results/logs/data/fetch_paper_{setting}.log",
     wildcard_constraints:
-        dataset=_alternation(datasets_of("synthetic")),
+        setting=_alternation(PAPER_SYNTHETIC_SETS),
     priority: DATA_PRIORITY
     localrule: True
     params:
-        setting=lambda wc: dataset_setting(wc.dataset),
-        data_seed=lambda wc: CONFIG["datasets"][wc.dataset].get("data_seed", 0),
+        resources=lambda wc, output: resources_folder(output[0], paper_set_outputs()[0].format(setting=wc.setting)),
+        args=paper_set_fetch_args,
     shell:
-        "upfl synth --name {wildcards.dataset:q} --setting {params.setting:q} --data-seed {params.data_seed:q} "
-        "--out {output:q} > {log:q} 2>&1"
+        "upfl data fetch --source {params.args} --resources {params.resources:q} --no-progress > {log:q} 2>&1"
 
 
-# One archive (or one file of the paper's) per job: `--source` makes `sent140` the tweets archive alone (as a
-# data set name it would also fetch glove, from LEAF's URL, racing the glove job).
+# One archive (or one file of the paper's FEMNIST index) per job: `--source` makes `sent140` the tweets archive alone
+# (as a data set name it would also fetch glove, from LEAF's URL, racing the glove job).
 rule fetch_archive:
     output:
         f"{RESOURCES}/{{archive}}",

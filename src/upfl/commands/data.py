@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..data.registry import DATASETS
 from ..data.sources import DEADLINE, MAX_BYTES, SOURCES, resolve_sources
-from ..errors import EXIT_FAILED, EXIT_INPUT
+from ..errors import EXIT_FAILED, EXIT_INPUT, DatasetError
 from . import plain_help
 
 
@@ -147,7 +147,6 @@ def _guard(func):
     def run(args: argparse.Namespace) -> int:
         from ..data.archive import ArchiveError
         from ..data.download import DownloadError
-        from ..data.leaf import DatasetError
 
         try:
             return func(args)

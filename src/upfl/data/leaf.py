@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import DatasetError
 from ..files import replace_dir, sha256_file, write_json
 
 META_FILE = "meta.json"
@@ -27,10 +28,6 @@ exhaust memory for the model's output layer."""
 MAX_X_DIMS = 4
 """The most dimensions of one x row (a 3-channel image is 3); deeper nesting is refused before it is converted."""
 FLOAT32_MAX = float(np.finfo(np.float32).max)
-
-
-class DatasetError(ValueError):
-    """A data set is missing or malformed; the message names the file, user and field."""
 
 
 @dataclass

@@ -8,21 +8,18 @@ paper's Table 2 exactly. The same repository has the FEMNIST device index (50 de
 per-device counts are used, by :mod:`upfl.data.femnist`).
 
 Every file is read once into memory and its sha256 checked against the pinned one before a byte
-of it is parsed. Tensors are read with ``torch.load(weights_only=True)`` allowing
-``TensorDataset`` as the only global, so a file whose pickle needs anything else (``os.system``, a
-custom class) is refused. Shapes, dtypes, labels (whole numbers >= 0) and the index (every row of a
-split in exactly one device, no index out of range) are checked; only then is the LEAF folder
+of it is parsed. Tensors are read without torch (:mod:`upfl.data.torch_file`, an unpickler that knows
+``TensorDataset``, tensors and their storages and nothing else), so a file whose pickle needs anything
+else (``os.system``, a custom class) is refused. Shapes, dtypes, labels (whole numbers >= 0) and the
+index (every row of a split in exactly one device, no index out of range) are checked; only then is the LEAF folder
 written, atomically. Any failure raises :class:`PaperDataError` naming the file; nothing is written.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
-import pickle
-import re
 from pathlib import Path
 from typing import Any
 
@@ -56,41 +53,34 @@ def checked_bytes(path: str | os.PathLike, sha256: str | None) -> bytes:
 def load_tensor_dataset(data: bytes, name: str, dim: int = DIM) -> tuple[np.ndarray, np.ndarray]:
     """``(x float64 (n, dim), y int64 (n,))`` from the bytes of a ``torch.save``d ``TensorDataset``.
 
-    Unpickling allows ``torch.utils.data.TensorDataset`` and nothing else beyond tensors.
-    ``name`` (the file) is named in every error.
+    Read without torch (:mod:`upfl.data.torch_file`): the pickle may name ``torch.utils.data.TensorDataset``, its
+    tensors and their storages, nothing else. ``name`` (the file) is named in every error.
     """
-    import torch
-    from torch.utils.data import TensorDataset
+    from .torch_file import RefusedGlobal, Tensor, TensorDataset, TorchFileError, read_torch_file
 
     try:
-        with torch.serialization.safe_globals([TensorDataset]):
-            obj = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as e:
-        found = re.search(r"(?:GLOBAL|global:?) ([\w.]+)", str(e))
-        if found is None:
-            detail = re.search(r"WeightsUnpickler error: (.+)", str(e).replace("\n", " "))
-            reason = detail.group(1).split(".")[0].strip() if detail else "unreadable pickle"
-            raise PaperDataError(f"{name}: not a readable torch file ({reason})") from None
+        obj = read_torch_file(data)
+    except RefusedGlobal as e:
         raise PaperDataError(
-            f"{name}: refused: the file needs the global {found.group(1)}; only "
-            "torch.utils.data.TensorDataset of tensors is allowed (torch.load weights_only=True)"
+            f"{name}: refused: the file needs the global {e.name}; only "
+            "torch.utils.data.TensorDataset of tensors is allowed (nothing else in the pickle is looked up)"
         ) from None
-    except (RuntimeError, EOFError, ValueError, OSError) as e:
-        raise PaperDataError(f"{name}: not a readable torch file: {str(e).splitlines()[0]}") from None
+    except TorchFileError as e:
+        raise PaperDataError(f"{name}: not a readable torch file ({e})") from None
     if type(obj) is not TensorDataset:
         raise PaperDataError(f"{name}: holds a {type(obj).__name__}, expected a TensorDataset")
     tensors = getattr(obj, "tensors", None)
-    if not isinstance(tensors, tuple) or len(tensors) != 2 or not all(isinstance(t, torch.Tensor) for t in tensors):
+    if not isinstance(tensors, tuple) or len(tensors) != 2 or not all(isinstance(t, Tensor) for t in tensors):
         raise PaperDataError(f"{name}: the TensorDataset must hold exactly two tensors (x, y)")
     x, y = tensors
-    if x.dtype not in (torch.float32, torch.float64) or x.ndim != 2 or x.shape[1] != dim:
-        raise PaperDataError(f"{name}: x is {x.dtype} of shape {tuple(x.shape)}, expected float64 (n, {dim})")
+    if x.dtype not in ("torch.float32", "torch.float64") or x.ndim != 2 or x.shape[1] != dim:
+        raise PaperDataError(f"{name}: x is {x.dtype} of shape {x.shape}, expected float64 (n, {dim})")
     if y.ndim != 1 or y.shape[0] != x.shape[0]:
-        raise PaperDataError(f"{name}: y has shape {tuple(y.shape)}, expected ({x.shape[0]},) like x's rows")
-    if y.dtype.is_complex or y.dtype == torch.bool:
+        raise PaperDataError(f"{name}: y has shape {y.shape}, expected ({x.shape[0]},) like x's rows")
+    if y.dtype.startswith("torch.complex") or y.dtype == "torch.bool":
         raise PaperDataError(f"{name}: y is {y.dtype}, expected float64 or integer labels")
-    x_np = x.detach().numpy().astype(np.float64)
-    y_np = y.detach().numpy()
+    x_np = x.array.astype(np.float64)
+    y_np = y.array
     if x.shape[0] == 0:
         raise PaperDataError(f"{name}: holds no rows")
     if not np.isfinite(x_np).all():

@@ -140,12 +140,18 @@ def paper_file_path(dataset: str, split: str, groups: bool) -> str:
     return f"data/{dataset}/data/{split}/{leaf}"
 
 
+def paper_file_filename(dataset: str, split: str, groups: bool) -> str:
+    """Where ``upfl data fetch`` puts the file under the resources folder: ``upstream/<repo>/<commit>/<path>``
+    (``dataset`` may be a pattern, ``{setting}``: the workflow's rule fetch_paper_set)."""
+    return f"upstream/{PAPER_REPO}/{PAPER_COMMIT}/{paper_file_path(dataset, split, groups)}"
+
+
 def _paper_source(dataset: str, split: str, groups: bool) -> Source:
     path = paper_file_path(dataset, split, groups)
     what = "device -> row index" if groups else "TensorDataset (x, y)"
     return Source(
         paper_file_name(dataset, split, groups),
-        f"upstream/{PAPER_REPO}/{PAPER_COMMIT}/{path}",
+        paper_file_filename(dataset, split, groups),
         f"{PAPER_BASE_URL}{PAPER_REPO}/{PAPER_COMMIT}/{path}",
         sha256=PAPER_SHA256[path],
         description=f"the paper's {dataset} {split} {what}",
