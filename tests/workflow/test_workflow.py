@@ -247,7 +247,10 @@ def test_tiny_preset_end_to_end_then_nothing_to_do(tmp_path):
         f.unlink()
     snakemake(wd, "--report", "results/report.html")
     report = (wd / "results" / "report.html").read_text(encoding="utf-8")
-    assert "table1.csv" in report and "fig_tiny.png" not in report
+    results = re.search(r"var results = (\{.*?\});\n", report, re.S)
+    reported = {entry["filename"] for entry in json.loads(results.group(1)).values()} if results else set()
+    # (the page's list of rules still names the figure: an output of table1's report job, with the tables)
+    assert "table1.csv" in reported and "fig_tiny.png" not in reported
     # The tables and the claims page are inside the report as formatted HTML, each with its CSV beside it.
     pages = embedded_files(report)
     assert {"table1.html", "table1.csv", "claims.html", "claims.csv", "table2.html", "time.html"} <= set(pages)

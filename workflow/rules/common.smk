@@ -399,13 +399,16 @@ def experiment_references(experiment):
 
 def report_files(name):
     """The files of output ``name`` (upfl.pipeline.outputs), with tables' HTML and CSV and figures' PNG in the
-    Snakemake report under its kind's caption."""
+    Snakemake report under its kind's caption. `snakemake --report` reports the files that exist: one of a report job
+    whose other files exist (a figure deleted, a table built alone before) is then a plain output."""
     kind = output_kind(OUTPUTS[name]["kind"])
     caption = f"../report/{kind.caption}.rst"
     files = []
     for path in output_of(name):
         folder, ext = os.path.basename(os.path.dirname(path)), os.path.splitext(path)[1]
-        if folder == "tables" and ext in (".html", ".csv"):
+        if MAKING_REPORT and not os.path.exists(path):
+            files.append(path)
+        elif folder == "tables" and ext in (".html", ".csv"):
             files.append(report(path, category="Tables", subcategory=name, caption=caption))
         elif folder == "figures" and ext == ".png":
             files.append(report(path, category="Figures", caption=caption, labels=figure_labels(name)))
