@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import functools
 import importlib
 import math
 import os
 import pkgutil
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from . import __version__
 from . import config as cfgmod
@@ -360,7 +363,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    """The parsed command's exit status; bad input and file-system errors are named on standard error."""
+    """The parsed command's exit status; bad input and file-system errors are named on standard error. The command
+    finds the command line it runs under in ``args.command_line`` (:data:`COMMAND_LINE`)."""
+    args.command_line = COMMAND_LINE
     try:
         return args.func(args)
     except (cfgmod.ConfigError, DatasetError, ValueError) as e:
@@ -370,6 +375,29 @@ def run_command(args: argparse.Namespace) -> int:
         where = f"{e.filename}: " if e.filename else ""
         print(f"upfl {args.command}: error: {where}{e.strerror or e}", file=sys.stderr)
         return EXIT_INPUT
+
+
+@dataclass(frozen=True)
+class CommandLine:
+    """What a command that runs others (``upfl report runs --then``) needs of the command line, handed to every
+    command as ``args.command_line`` so that ``upfl/commands/`` never imports this module: ``parse`` an upfl word
+    list (usage errors as on the command line), ``run`` a parsed command (errors named as by :func:`run_command`)."""
+
+    parse: Callable[[list[str]], argparse.Namespace]
+    run: Callable[[argparse.Namespace], int]
+
+
+@functools.cache
+def full_parser() -> argparse.ArgumentParser:
+    """:func:`build_parser` with every sub-command, built once per process."""
+    return build_parser()
+
+
+def parse_words(words: list[str]) -> argparse.Namespace:
+    return parse(full_parser(), words)
+
+
+COMMAND_LINE = CommandLine(parse=parse_words, run=run_command)
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     from ..report.collect import collect_runs, parse_run_specs, read_spec_file
     from ..report.render import write_csv
 
-    then = parse_then(args.then or [])
+    then = parse_then(args.then or [], args.command_line)
     specs = list(args.specs)
     for path in args.list or []:
         specs += read_spec_file(path)
@@ -57,35 +57,33 @@ def cmd_runs(args: argparse.Namespace) -> int:
     )
     write_csv(args.out, df)
     print(f"wrote {args.out} ({len(df)} runs)")
-    return run_then(then)
+    return run_then(then, args.command_line)
 
 
-def parse_then(lines: list[str]) -> list[argparse.Namespace]:
-    """Each ``--then`` line (an ``upfl report`` command line without ``upfl report``) parsed, before any work: a
-    malformed one stops the command with argparse's usage error, nothing written."""
+def parse_then(lines: list[str], command_line) -> list[argparse.Namespace]:
+    """Each ``--then`` line (an ``upfl report`` command line without ``upfl report``) parsed by ``command_line``
+    (:class:`upfl.cli.CommandLine`), before any work: a malformed one stops the command with argparse's usage
+    error, nothing written."""
     import shlex
 
-    from ..cli import build_parser, parse
     from ..report.collect import ReportError
 
-    parser = build_parser()
     commands = []
     for line in lines:
         words = shlex.split(line)
         if words[:1] == ["runs"]:
             raise ReportError("--then takes table and figure commands, not 'runs'")
-        commands.append(parse(parser, ["report", *words]))
+        commands.append(command_line.parse(["report", *words]))
     return commands
 
 
-def run_then(commands: list[argparse.Namespace]) -> int:
-    """Run the parsed ``--then`` commands in this process, in order; stop at the first that fails and return its
-    status. The workflow's report job of an experiment writes its runs table and then every table and figure of the
-    experiment this way: one process pays for Python, pandas and matplotlib once instead of once per output."""
-    from ..cli import run_command
-
+def run_then(commands: list[argparse.Namespace], command_line) -> int:
+    """Run the parsed ``--then`` commands in this process through ``command_line``, in order; stop at the first
+    that fails and return its status. The workflow's report job of an experiment writes its runs table and then
+    every table and figure of the experiment this way: one process pays for Python, pandas and matplotlib once
+    instead of once per output."""
     for command in commands:
-        status = run_command(command)
+        status = command_line.run(command)
         if status:
             return status
     return 0
