@@ -238,6 +238,9 @@ def test_tiny_preset_end_to_end_then_nothing_to_do(tmp_path):
     assert "Synthetic" in table or "synthetic" in table
     again = snakemake(wd, "--cores", "2", "-n")
     assert "Nothing to be done" in again.stdout + again.stderr
+    # Its upfl jobs were forked by the run's fork server (upfl.pipeline.forkserver), which took every one.
+    served = (wd / "results" / "logs" / "fork_server.log").read_text()
+    assert "declined" not in served and served.count("{'status': 0}") >= 5, served
     # The kernels' warm-up ran once before the bundles. Its record is their `ancient`, `temp` input: only its
     # existence orders them, and it is gone once they are done, so it never makes a finished bundle out of date.
     assert not (wd / "results" / "kernels" / "numba.json").exists()

@@ -1,0 +1,239 @@
+"""The workflow's fork server (upfl.pipeline.forkserver) and the ``upfl`` entry point that hands it commands
+(upfl.launch): a served command behaves as its own process would (files, streams, exit status, signals), a job it
+cannot serve runs in its own process, and the server never outlives the run that started it."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from upfl.launch import SOCKET_ENV, run_on_server
+from upfl.pipeline.forkserver import THREAD_VARIABLES, environment_difference, start
+
+UPFL = [sys.executable, "-c", "import sys; from upfl.launch import main; sys.exit(main())"]
+
+
+def job_environment(server_path: str | None) -> dict[str, str]:
+    """A single-threaded job's environment, as Snakemake gives it (the server's socket named when given)."""
+    env = {k: v for k, v in os.environ.items() if k != SOCKET_ENV}
+    env.update(dict.fromkeys(THREAD_VARIABLES, "1"))
+    if server_path:
+        env[SOCKET_ENV] = server_path
+    return env
+
+
+@pytest.fixture
+def server(tmp_path):
+    log = tmp_path / "server.log"
+    running = start(str(log), environ={k: v for k, v in os.environ.items() if k != SOCKET_ENV})
+    assert running is not None, log.read_text() if log.exists() else "no log"
+    yield running, log
+    running.stop()
+    assert not Path(running.folder).exists()
+
+
+def served(log: Path) -> list[str]:
+    """The server's lines for finished commands: ``<pid> `<command>`: {outcome}, <cpu> CPU-s``."""
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        lines = [ln for ln in log.read_text().splitlines() if ln.endswith("CPU-s") and "`" in ln]
+        if lines:
+            return lines
+        time.sleep(0.05)
+    return []
+
+
+def synth(dest: Path, env: dict[str, str], *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*UPFL, "synth", "--setting", "synthetic_1_1", "--resources", str(dest), "--draw", "synthetic_1_1=3", *extra],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_served_command_writes_the_same_files_and_says_the_same_as_its_own_process(server, tmp_path):
+    running, log = server
+    here = synth(tmp_path / "here", job_environment(None))
+    there = synth(tmp_path / "there", job_environment(running.path))
+    assert here.returncode == there.returncode == 0, there.stderr
+    assert [ln for ln in log.read_text().splitlines() if "declined" in ln] == []
+    (line,) = served(log)
+    assert "`upfl synth --setting synthetic_1_1" in line and "{'status': 0}" in line
+    files = sorted(p.relative_to(tmp_path / "here") for p in (tmp_path / "here").rglob("*") if p.is_file())
+    assert files
+    for rel in files:
+        assert (tmp_path / "here" / rel).read_bytes() == (tmp_path / "there" / rel).read_bytes(), rel
+    assert here.stdout.replace(str(tmp_path / "here"), "X") == there.stdout.replace(str(tmp_path / "there"), "X")
+
+
+def test_a_served_command_runs_in_the_jobs_folder_with_its_streams_and_exit_status(server, tmp_path):
+    running, log = server
+    work = tmp_path / "job"
+    work.mkdir()
+    # a relative path, and both streams redirected by the job's shell into one file, as the workflow's rules do
+    shell = subprocess.run(
+        f"{' '.join(UPFL[:2])} '{UPFL[2]}' synth --setting nope --resources data --draw nope=0 > job.log 2>&1",
+        shell=True,
+        cwd=work,
+        env=job_environment(running.path),
+        timeout=120,
+    )
+    assert shell.returncode == 2
+    assert "upfl synth: error:" in (work / "job.log").read_text()
+    assert "{'status': 2}" in served(log)[0]
+    ok = subprocess.run(
+        [*UPFL, "synth", "--setting", "synthetic_iid", "--resources", "data", "--draw", "synthetic_iid=1"],
+        cwd=work,
+        env=job_environment(running.path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert (work / "data" / "data" / "generated" / "synthetic_iid").is_dir()
+
+
+def test_a_job_whose_imports_would_differ_runs_in_its_own_process(server, tmp_path):
+    running, log = server
+    env = job_environment(running.path)
+    env["OMP_NUM_THREADS"] = "2"  # a two-thread job: the libraries read this when they are imported
+    env["PS1"] = "$ "  # a shell's variable is not one of them
+    result = synth(tmp_path / "own", env)
+    assert result.returncode == 0, result.stderr
+    assert any((tmp_path / "own").rglob("*.json"))
+    declined = [ln for ln in log.read_text().splitlines() if ln.startswith("declined")]
+    assert len(declined) == 1 and "OMP_NUM_THREADS" in declined[0]
+    assert not [ln for ln in log.read_text().splitlines() if ln.endswith("CPU-s") and "`" in ln]
+
+
+def test_the_environment_that_matters_is_what_an_import_reads():
+    base = {"PATH": "/bin", "OMP_NUM_THREADS": "1", "HOME": "/h"}
+    assert environment_difference(base, {**base, "PS1": "$ ", "UPFL_WORKFLOW_CONFIG": "x", "TMPDIR": "/t"}) is None
+    assert environment_difference(base, {**base, "NUMBA_NUM_THREADS": "4"}) == "NUMBA_NUM_THREADS"
+    assert environment_difference(base, {k: v for k, v in base.items() if k != "HOME"}) == "HOME"
+    assert environment_difference(base, {**base, "PYTHONHASHSEED": "0"}) == "PYTHONHASHSEED"
+
+
+def test_a_signal_to_the_job_stops_its_command_and_the_job_ends_by_it(server, tmp_path):
+    running, log = server
+    data = tmp_path / "data"
+    assert synth(data, job_environment(None)).returncode == 0
+    folder = next(p for p in (data / "data" / "generated").iterdir() if p.is_dir())
+    job = subprocess.Popen(
+        [*UPFL, "run", "--data", str(folder), "--out", str(tmp_path / "run"), "--rounds", "200000"],
+        env=job_environment(running.path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    pid = forked_pid(log, job)
+    job.send_signal(signal.SIGTERM)
+    job.wait(timeout=60)
+    assert job.returncode == -signal.SIGTERM
+    (line,) = served(log)
+    assert line.startswith(f"{pid} ") and f"{{'signal': {int(signal.SIGTERM)}}}" in line
+    assert not alive(pid)
+
+
+def test_a_job_killed_outright_takes_its_command_with_it(server, tmp_path):
+    running, log = server
+    data = tmp_path / "data"
+    assert synth(data, job_environment(None)).returncode == 0
+    folder = next(p for p in (data / "data" / "generated").iterdir() if p.is_dir())
+    job = subprocess.Popen(
+        [*UPFL, "run", "--data", str(folder), "--out", str(tmp_path / "run"), "--rounds", "200000"],
+        env=job_environment(running.path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    pid = forked_pid(log, job)
+    job.kill()  # SIGKILL: nothing is passed on, the server sees the connection close
+    job.wait(timeout=30)
+    (line,) = served(log)
+    assert line.startswith(f"{pid} ") and "'signal'" in line
+    assert not alive(pid)
+
+
+def test_without_a_server_the_command_runs_in_its_own_process(tmp_path):
+    assert run_on_server(str(tmp_path / "no-such-socket"), ["--version"]) is None
+    env = job_environment(str(tmp_path / "no-such-socket"))
+    result = subprocess.run([*UPFL, "--version"], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and re.search(r"\d+\.\d+", result.stdout + result.stderr)
+
+
+def test_switched_off_no_server_is_started(tmp_path):
+    env = {"UPFL_FORK_SERVER": "0"}
+    assert start(str(tmp_path / "log"), environ=env) is None
+    assert SOCKET_ENV not in env
+
+
+def test_the_server_stops_when_the_run_that_started_it_ends_without_stopping_it(tmp_path):
+    log = tmp_path / "server.log"
+    starter = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import os, sys; from upfl.pipeline.forkserver import start; "
+            f"s = start({str(log)!r}, environ=dict(os.environ)); print(s.process.pid, flush=True); os._exit(0)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    pid = int(starter.stdout.split()[0])
+    deadline = time.time() + 20
+    while time.time() < deadline and alive(pid):
+        time.sleep(0.1)
+    assert not alive(pid), log.read_text()
+
+
+def forked_pid(log: Path, job: subprocess.Popen) -> int:
+    """The pid of ``job``'s forked command, once it is training (its first lines are in the server's log only at
+    the end, so the child is found among the server's)."""
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        assert job.poll() is None, job.stderr.read() if job.stderr else job.returncode
+        children = children_of(server_pid(log))
+        if children:
+            time.sleep(1.0)  # into its rounds
+            return children[0]
+        time.sleep(0.05)
+    raise AssertionError("the command was not forked")
+
+
+def server_pid(log: Path) -> int:
+    match = re.search(r"fork server (\d+) at", log.read_text())
+    while match is None:
+        time.sleep(0.05)
+        match = re.search(r"fork server (\d+) at", log.read_text())
+    return int(match.group(1))
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its parent does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
