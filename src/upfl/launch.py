@@ -2,28 +2,23 @@
 process's environment (:mod:`upfl.pipeline.forkserver`), run here otherwise.
 
 A workflow job is a new ``upfl`` process that would import numpy, numba's kernels, torch, pandas or matplotlib again
-before its first useful step. Under a local ``snakemake`` the fork server has imported them once; this module, which
-imports nothing beyond the standard library, hands it the command line, the working folder, the environment and the
-standard streams (as file descriptors), forwards the signals it gets to the forked command, and exits with the
-command's status. Whenever the server cannot take the command (none named in ``$UPFL_FORK_SERVER_SOCKET``, gone, or
-an environment its imports were not made under), the command runs in this process as it always did.
+before its first useful step. Under a local ``snakemake`` the fork server has imported them once. This module
+imports only the standard library and :mod:`upfl.pipeline.fork_protocol`; it hands the server the command line,
+the working folder, the environment and the standard streams (as file descriptors), forwards the signals it gets
+to the forked command, and exits with the command's status. Whenever the server cannot take the command (none
+named in ``$UPFL_FORK_SERVER_SOCKET``, gone, or an environment its imports were not made under), the command runs
+in this process as it always did. ``python -m upfl.launch SOCKET_PATH`` is the server itself.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import socket
-import struct
 import sys
 
-SOCKET_ENV = "UPFL_FORK_SERVER_SOCKET"
-"""The environment variable naming the fork server's socket (set by the workflow for its jobs)."""
-
-HEADER = struct.Struct("!Q")
-"""A message's length, before its JSON body."""
+from .pipeline.fork_protocol import SOCKET_ENV, interpreter, receive_message, send_message
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 """The signals a job's process passes on to its forked command (Snakemake stops a job with SIGTERM or SIGINT)."""
@@ -40,9 +35,14 @@ def main() -> int:
         status = run_on_server(path, sys.argv[1:])
         if status is not None:
             return status
-    from .cli import main as run_here
-
     return run_here()
+
+
+def run_here() -> int:
+    """``upfl`` with ``sys.argv``, in this process."""
+    from .cli import main as upfl
+
+    return upfl()
 
 
 def request(argv: list[str]) -> dict:
@@ -57,47 +57,6 @@ def request(argv: list[str]) -> dict:
         "umask": mask,
         **interpreter(),
     }
-
-
-def interpreter() -> dict[str, str]:
-    """What a command's process must share with the fork server besides the environment: the interpreter, the
-    environment prefix (a venv) and the upfl package."""
-    return {
-        "executable": os.path.realpath(sys.executable),
-        "prefix": sys.prefix,
-        "package": os.path.dirname(os.path.realpath(__file__)),
-    }
-
-
-def send_message(sock: socket.socket, message: dict, fds: list[int] | None = None) -> None:
-    body = json.dumps(message).encode()
-    if fds:
-        socket.send_fds(sock, [HEADER.pack(len(body))], fds)
-    else:
-        sock.sendall(HEADER.pack(len(body)))
-    sock.sendall(body)
-
-
-def receive_exactly(sock: socket.socket, size: int) -> bytes:
-    """``size`` bytes from ``sock``; fewer only when the other end closed."""
-    parts = []
-    while size:
-        part = sock.recv(min(size, 1 << 20))
-        if not part:
-            break
-        parts.append(part)
-        size -= len(part)
-    return b"".join(parts)
-
-
-def receive_message(sock: socket.socket) -> dict | None:
-    """The next message on ``sock``, or None when the other end closed before a whole one."""
-    header = receive_exactly(sock, HEADER.size)
-    if len(header) < HEADER.size:
-        return None
-    (size,) = HEADER.unpack(header)
-    body = receive_exactly(sock, size)
-    return json.loads(body) if len(body) == size else None
 
 
 def standard_streams_open() -> bool:
@@ -144,3 +103,9 @@ def run_on_server(path: str, argv: list[str]) -> int | None:
         os.kill(os.getpid(), ended_by)
         return 128 + ended_by
     return int(outcome["status"])
+
+
+if __name__ == "__main__":  # python -m upfl.launch SOCKET_PATH: the fork server, its children running upfl
+    from .pipeline.forkserver import serve
+
+    sys.exit(serve(sys.argv[1], run_here))

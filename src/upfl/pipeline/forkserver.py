@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..launch import HEADER, SOCKET_ENV, interpreter, receive_exactly, send_message
+from .fork_protocol import HEADER, SOCKET_ENV, interpreter, receive_exactly, send_message
 
 SWITCH_ENV = "UPFL_FORK_SERVER"
 """``0`` turns the fork server off for a local run."""
@@ -167,13 +167,6 @@ def exit_code(code: object) -> int:
     return 1
 
 
-def run_upfl() -> int:
-    """A child's command: ``upfl`` with ``sys.argv``, as the console script runs it."""
-    from upfl.cli import main
-
-    return main()
-
-
 @dataclass
 class Job:
     """A forked command and the connection of the job process waiting for its status."""
@@ -188,7 +181,7 @@ class ForkServer:
     """Serves ``listener``: each connection's command forked into a child running ``entry`` (:meth:`serve`)."""
 
     listener: socket.socket
-    entry: Callable[[], int] = run_upfl
+    entry: Callable[[], int]
     imported_under: dict[str, str] = field(default_factory=lambda: dict(os.environ))
     parent: int = field(default_factory=os.getppid)
     log: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr, flush=True))
@@ -361,13 +354,14 @@ class ForkServer:
             os.kill(pid, signal.SIGTERM)
 
 
-def serve(path: str) -> int:
-    """Bind ``path``, import ahead, then serve until stopped (the server process's main)."""
+def serve(path: str, entry: Callable[[], int]) -> int:
+    """Bind ``path``, import ahead, then serve until stopped, each command run by ``entry`` in its child (the
+    server process's main: ``python -m upfl.launch PATH``, whose entry is ``upfl``'s)."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)  # jobs that connect while the imports run wait in the queue
     started = time.process_time()
-    server = ForkServer(listener)
+    server = ForkServer(listener, entry)
     count = preload(server.log)
     spent = time.process_time() - started
     server.log(f"fork server {os.getpid()} at {path}: {count} modules imported in {spent:.2f} CPU-s")
@@ -416,7 +410,7 @@ def start(log_path: str, environ: dict[str, str] | None = None) -> RunningServer
     server_env.update(dict.fromkeys(THREAD_VARIABLES, "1"))
     with open(log_path, "ab") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "upfl.pipeline.forkserver", path],
+            [sys.executable, "-m", "upfl.launch", path],
             env=server_env,
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -441,15 +435,3 @@ def start_for_workflow(workflow: Any, log_path: str) -> RunningServer | None:
     if not getattr(workflow, "local_exec", False):
         return None
     return start(log_path)
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m upfl.pipeline.forkserver SOCKET_PATH", file=sys.stderr)
-        return 2
-    return serve(args[0])
-
-
-if __name__ == "__main__":
-    sys.exit(main())
