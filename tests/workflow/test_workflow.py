@@ -1,6 +1,7 @@
 """The Snakemake workflow: lint, schema errors, the full grid's job count, a tiny end-to-end run, resume after
 SIGINT."""
 
+import csv
 import json
 import os
 import re
@@ -270,6 +271,35 @@ def test_tiny_preset_end_to_end_then_nothing_to_do(tmp_path):
     page = (wd / "results" / "tables" / "claims.md").read_text(encoding="utf-8")
     summary = next(ln for ln in page.splitlines() if ln.startswith("Summary: "))[len("Summary: ") :]
     assert summary.split(" (of ")[0] in report
+
+
+def test_the_fork_server_changes_no_number(tmp_path, monkeypatch):
+    """The tiny preset with its jobs forked by the fork server and with each job its own process: the same runs
+    (every value but the clocks) and the same tables and figure data (but the provenance line's time)."""
+    made = {}
+    for name, switch in (("served", "1"), ("own", "0")):
+        monkeypatch.setenv("UPFL_FORK_SERVER", switch)
+        (tmp_path / name).mkdir()
+        made[name] = tiny_workflow(tmp_path / name, rounds=3)
+        snakemake(made[name], "--cores", "2")
+    served, own = made["served"] / "results", made["own"] / "results"
+    assert "{'status': 0}" in (served / "logs" / "fork_server.log").read_text()
+    assert not (own / "logs" / "fork_server.log").exists()
+    clocks = {"wall_s", "cum_wall_s"}
+    runs = sorted(p.relative_to(served) for p in served.rglob("metrics.csv"))
+    assert len(runs) == 12
+    for rel in runs:
+        a, b = (list(csv.DictReader((root / rel).open())) for root in (served, own))
+        assert [{k: v for k, v in row.items() if k not in clocks} for row in a] == [
+            {k: v for k, v in row.items() if k not in clocks} for row in b
+        ], rel
+        a, b = (json.loads((root / rel.parent / "summary.json").read_text()) for root in (served, own))
+        assert {k: v for k, v in a.items() if k != "time"} == {k: v for k, v in b.items() if k != "time"}, rel
+    for rel in ("tables/table1.csv", "tables/table2.csv", "figures/fig_tiny.csv"):
+        a, b = (
+            [ln for ln in (root / rel).read_text().splitlines() if "provenance" not in ln] for root in (served, own)
+        )
+        assert a == b and len(a) > 2, rel
 
 
 @pytest.mark.parametrize("runs_per_job", [1, 4])
