@@ -176,6 +176,26 @@ def timeline_figures(jobs: list[dict], cores: int) -> dict:
     }
 
 
+def fork_server_figures(log: Path) -> dict:
+    """Whether the workflow's fork server ran (upfl.pipeline.forkserver), the CPU-seconds of its imports, and of the
+    commands it forked, by sub-command (``run-many``, ``report runs``...), with how many it declined."""
+    if not log.exists():
+        return {"fork_server": False}
+    text = log.read_text()
+    imports = re.search(r"modules imported in ([0-9.]+) CPU-s", text)
+    by_command: dict[str, float] = {}
+    for words, cpu_s in re.findall(r"^\d+ `upfl ([^`]*)`: .*, ([0-9.]+) CPU-s$", text, re.M):
+        first = words.split()[:2]
+        name = " ".join(first if len(first) == 2 and re.fullmatch(r"[a-z][a-z0-9-]*", first[1]) else first[:1])
+        by_command[name] = round(by_command.get(name, 0.0) + float(cpu_s), 2)
+    return {
+        "fork_server": True,
+        "fork_server_imports_cpu_s": float(imports.group(1)) if imports else None,
+        "fork_server_cpu_s_by_command": dict(sorted(by_command.items())),
+        "fork_server_declined": len(re.findall(r"^declined ", text, re.M)),
+    }
+
+
 @contextlib.contextmanager
 def serve(folder: Path | None):
     """A mirror of ``folder`` on 127.0.0.1 for the block (its base URL), or None without one."""
@@ -307,6 +327,7 @@ def measure(
         "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in load_after],
         "timeline": timeline_figures(job_timeline(log), cores),
+        **fork_server_figures(wd / "results" / "logs" / "fork_server.log"),
     }
     print(
         f"{part}/{layout}: {'' if completed else 'STOPPED after '}{result['wall_s']:.1f} s wall, "

@@ -4,6 +4,7 @@ cannot serve runs in its own process, and the server never outlives the run that
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import signal
@@ -17,7 +18,15 @@ import pytest
 from upfl.launch import SOCKET_ENV, run_on_server
 from upfl.pipeline.forkserver import THREAD_VARIABLES, environment_difference, start
 
+ROOT = Path(__file__).resolve().parents[2]
 UPFL = [sys.executable, "-c", "import sys; from upfl.launch import main; sys.exit(main())"]
+
+
+def pipeline_benchmark():
+    spec = importlib.util.spec_from_file_location("pipeline_benchmark", ROOT / "benchmarks" / "pipeline.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def job_environment(server_path: str | None) -> dict[str, str]:
@@ -73,6 +82,10 @@ def test_a_served_command_writes_the_same_files_and_says_the_same_as_its_own_pro
     for rel in files:
         assert (tmp_path / "here" / rel).read_bytes() == (tmp_path / "there" / rel).read_bytes(), rel
     assert here.stdout.replace(str(tmp_path / "here"), "X") == there.stdout.replace(str(tmp_path / "there"), "X")
+    # benchmarks/pipeline.py reads the same log for its figures
+    figures = pipeline_benchmark().fork_server_figures(log)
+    assert figures["fork_server"] and figures["fork_server_declined"] == 0 and figures["fork_server_imports_cpu_s"] > 0
+    assert list(figures["fork_server_cpu_s_by_command"]) == ["synth"]
 
 
 def test_a_served_command_runs_in_the_jobs_folder_with_its_streams_and_exit_status(server, tmp_path):
