@@ -12,10 +12,8 @@ in this process as it always did. ``python -m upfl.launch SOCKET_PATH`` is the s
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
-import socket
 import sys
 
 from .pipeline.fork_protocol import SOCKET_ENV, interpreter, receive_message, send_message
@@ -71,6 +69,9 @@ def standard_streams_open() -> bool:
 def run_on_server(path: str, argv: list[str]) -> int | None:
     """The exit status of ``argv`` run by the fork server at ``path``; None when the server did not take it (the
     caller runs it itself). Once the command is forked, a signal this process gets is passed on to it."""
+    import contextlib
+    import socket
+
     if not standard_streams_open():
         return None
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -1,20 +1,22 @@
 """How an ``upfl`` process and the workflow's fork server talk (:mod:`upfl.launch`, :mod:`upfl.pipeline.forkserver`):
 length-prefixed JSON messages over a Unix socket, the job's standard streams passed along with the first one. Only
-the standard library, so that the ``upfl`` entry point stays light."""
+the standard library, imported where a message is sent or read, so that the ``upfl`` entry point of a process
+that no server serves imports nothing more."""
 
 from __future__ import annotations
 
-import json
 import os
-import socket
-import struct
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import socket
 
 SOCKET_ENV = "UPFL_FORK_SERVER_SOCKET"
 """The environment variable naming the fork server's socket (set by the workflow for its jobs)."""
 
-HEADER = struct.Struct("!Q")
-"""A message's length, before its JSON body."""
+HEADER_SIZE = 8
+"""A message's length (big-endian, 8 bytes), before its JSON body."""
 
 
 def interpreter() -> dict[str, str]:
@@ -29,11 +31,15 @@ def interpreter() -> dict[str, str]:
 
 def send_message(sock: socket.socket, message: dict, fds: list[int] | None = None) -> None:
     """Send ``message``; ``fds`` (open file descriptors) go with its header, for the receiver to use as its own."""
+    import json
+    import socket
+
     body = json.dumps(message).encode()
+    header = len(body).to_bytes(HEADER_SIZE, "big")
     if fds:
-        socket.send_fds(sock, [HEADER.pack(len(body))], fds)
+        socket.send_fds(sock, [header], fds)
     else:
-        sock.sendall(HEADER.pack(len(body)))
+        sock.sendall(header)
     sock.sendall(body)
 
 
@@ -51,9 +57,11 @@ def receive_exactly(sock: socket.socket, size: int) -> bytes:
 
 def receive_message(sock: socket.socket) -> dict | None:
     """The next message on ``sock``, or None when the other end closed before a whole one."""
-    header = receive_exactly(sock, HEADER.size)
-    if len(header) < HEADER.size:
+    import json
+
+    header = receive_exactly(sock, HEADER_SIZE)
+    if len(header) < HEADER_SIZE:
         return None
-    (size,) = HEADER.unpack(header)
+    size = int.from_bytes(header, "big")
     body = receive_exactly(sock, size)
     return json.loads(body) if len(body) == size else None

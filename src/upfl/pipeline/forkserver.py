@@ -31,7 +31,6 @@ import selectors
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -41,7 +40,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .fork_protocol import HEADER, SOCKET_ENV, interpreter, receive_exactly, send_message
+from .fork_protocol import HEADER_SIZE, SOCKET_ENV, interpreter, receive_exactly, send_message
 
 SWITCH_ENV = "UPFL_FORK_SERVER"
 """``0`` turns the fork server off for a local run."""
@@ -239,9 +238,9 @@ class ForkServer:
         fds: list[int] = []
         try:
             conn.settimeout(10.0)
-            header, fds, _flags, _address = socket.recv_fds(conn, HEADER.size, 3)
-            header += receive_exactly(conn, HEADER.size - len(header))
-            (size,) = HEADER.unpack(header)
+            header, fds, _flags, _address = socket.recv_fds(conn, HEADER_SIZE, 3)
+            header += receive_exactly(conn, HEADER_SIZE - len(header))
+            size = int.from_bytes(header, "big")
             request = json.loads(receive_exactly(conn, size))
             reason = self._decline_reason(request, fds)
             if reason is not None:
@@ -257,7 +256,7 @@ class ForkServer:
             self.jobs[pid] = Job(pid, conn, command_text(request))
             selector.register(conn, selectors.EVENT_READ, pid)
             send_message(conn, {"pid": pid})
-        except (OSError, ValueError, struct.error) as e:
+        except (OSError, ValueError) as e:
             self.log(f"a request failed: {type(e).__name__}: {e}")
             conn.close()
         finally:
