@@ -128,6 +128,17 @@ def test_a_job_whose_imports_would_differ_runs_in_its_own_process(server, tmp_pa
     assert not [ln for ln in log.read_text().splitlines() if ln.endswith("CPU-s") and "`" in ln]
 
 
+def test_the_server_forks_from_one_thread_after_its_imports(server):
+    """A fork copies only the forking thread: a thread pool started by an import (OpenMP's, numba's, torch's) would
+    leave its locks held in every child. The server imports torch, numba and the rest and still has one thread."""
+    running, log = server
+    deadline = time.time() + 60
+    while "modules imported" not in log.read_text():
+        assert time.time() < deadline, log.read_text()
+        time.sleep(0.05)
+    assert len(os.listdir(f"/proc/{running.process.pid}/task")) == 1
+
+
 def test_the_environment_that_matters_is_what_an_import_reads():
     base = {"PATH": "/bin", "OMP_NUM_THREADS": "1", "HOME": "/h"}
     assert environment_difference(base, {**base, "PS1": "$ ", "UPFL_WORKFLOW_CONFIG": "x", "TMPDIR": "/t"}) is None
