@@ -139,6 +139,33 @@ def test_the_server_forks_from_one_thread_after_its_imports(server):
     assert len(os.listdir(f"/proc/{running.process.pid}/task")) == 1
 
 
+def test_a_command_ends_as_its_process_would_exit_handlers_and_status(tmp_path):
+    """A child runs the exit handlers its command registered (a log's last lines, flushed by logging's), then
+    exits with the command's status."""
+    path = str(tmp_path / "socket")
+    entry = (
+        "import atexit, sys\n"
+        "from upfl.pipeline.forkserver import serve\n"
+        "def entry():\n"
+        "    atexit.register(lambda: open(sys.argv[1], 'w').write('exit handlers ran'))\n"
+        "    return 3\n"
+        f"serve({path!r}, entry)\n"
+    )
+    server = subprocess.Popen([sys.executable, "-c", entry], stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 60
+        while not os.path.exists(path):
+            assert time.time() < deadline and server.poll() is None
+            time.sleep(0.05)
+        marker = tmp_path / "marker"
+        assert run_on_server(path, [str(marker)]) == 3
+        assert marker.read_text() == "exit handlers ran"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert server.returncode == 0 and not os.path.exists(path)
+
+
 def test_the_environment_that_matters_is_what_an_import_reads():
     base = {"PATH": "/bin", "OMP_NUM_THREADS": "1", "HOME": "/h"}
     assert environment_difference(base, {**base, "PS1": "$ ", "UPFL_WORKFLOW_CONFIG": "x", "TMPDIR": "/t"}) is None

@@ -277,7 +277,7 @@ class ForkServer:
 
     def _child(self, request: dict, fds: list[int]) -> None:
         """Become the job's command: its streams, folder, mask, environment and arguments; then run it and exit
-        with its status (never returns)."""
+        with its status as its process would, after the exit handlers its modules registered (never returns)."""
         status = 1
         try:
             self.listener.close()
@@ -314,6 +314,8 @@ class ForkServer:
             with contextlib.suppress(Exception):
                 traceback.print_exc()
         finally:
+            with contextlib.suppress(BaseException):  # what a process runs at its exit (logging's shutdown...)
+                atexit._run_exitfuncs()
             flush_standard_streams()
             os._exit(status)
 
