@@ -23,3 +23,6 @@ EXIT_INPUT = 2
 """Exit status for bad input: config, flags, data set, --out, an unusable checkpoint."""
 EXIT_BUSY = 4
 """Exit status when another run holds this run's checkpoint (same config, data, code and --out)."""
+EXIT_SERVER_LOST = 70
+"""Exit status of a command forked by the workflow's fork server when the server went away while it ran
+(``EX_SOFTWARE``): the command's own status is unknown (upfl.launch)."""

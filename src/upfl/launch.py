@@ -16,14 +16,11 @@ import os
 import signal
 import sys
 
+from .errors import EXIT_SERVER_LOST
 from .pipeline.fork_protocol import SOCKET_ENV, interpreter, receive_message, send_message
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 """The signals a job's process passes on to its forked command (Snakemake stops a job with SIGTERM or SIGINT)."""
-
-STATUS_SERVER_LOST = 70
-"""The exit status when the server goes away while the command runs (``EX_SOFTWARE``): the command's own status is
-unknown."""
 
 
 def main() -> int:
@@ -97,7 +94,7 @@ def run_on_server(path: str, argv: list[str]) -> int | None:
     sock.close()
     if outcome is None:
         print(f"upfl: the fork server at {path} stopped while the command ran (pid {pid})", file=sys.stderr)
-        return STATUS_SERVER_LOST
+        return EXIT_SERVER_LOST
     if "signal" in outcome:  # ended by a signal: end this process by the same one, as the command's own would
         ended_by = int(outcome["signal"])
         signal.signal(ended_by, signal.SIG_DFL)
