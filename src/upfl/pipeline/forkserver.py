@@ -97,8 +97,19 @@ command runs, and a child gets the job's."""
 SKIPPED_MODULES = ("upfl.flower", "upfl.launch", "upfl.pipeline.forkserver")
 """Not imported ahead: the Flower extra (optional, and no workflow job uses it) and the server's own modules."""
 
-LIBRARIES = ("numpy", "numba", "scipy.stats", "pandas", "matplotlib.pyplot", "torch", "dp_accounting")
-"""Imported ahead besides upfl's modules (the ones upfl imports only inside functions)."""
+LIBRARIES = (
+    "numpy",
+    "numba",
+    "scipy.stats",
+    "pandas",
+    "matplotlib.pyplot",
+    "matplotlib.backends.backend_agg",
+    "matplotlib.backends.backend_pdf",
+    "torch",
+    "dp_accounting",
+)
+"""Imported ahead besides upfl's modules: the libraries upfl imports only inside functions, and matplotlib's
+drawing backends, which a figure loads when it is saved (the PDF one is a tenth of a CPU-second)."""
 
 READY_TIMEOUT_S = 10.0
 """How long :func:`start` waits for the server's socket before the run goes on without it."""
