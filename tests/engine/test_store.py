@@ -197,3 +197,37 @@ def test_code_edited_and_undone_is_told_apart_by_the_code_fingerprint(data, tmp_
         statuses.append(train(spec, st))
     assert statuses == ["trained", "trained", "restored", "restored"]
     assert len(list(st.iterdir())) == 2
+
+
+def test_the_code_fingerprint_covers_every_source_that_computes_numbers(tmp_path):
+    """An edit of a solver, an algorithm, the privacy mechanisms, the draws, a model or the data code is other code
+    (another store entry, no checkpoint resumed); an edit of the report, the commands or the command line is not.
+    The installed package's fingerprint is its folder's."""
+    import shutil
+
+    import upfl
+
+    package = Path(upfl.__file__).resolve().parent
+    assert checkpoints.code_fingerprint() == checkpoints.package_fingerprint(package)
+    copy = tmp_path / "upfl"
+    shutil.copytree(package, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    original = checkpoints.package_fingerprint(copy)
+    numeric = [
+        "solvers/numba_backend/training.py",
+        "algorithms/upcycled.py",
+        "privacy/mechanisms.py",
+        "draws/rounds.py",
+        "models/linear.py",
+        "data/leaf.py",
+        "engine/simulation.py",
+        "config.py",
+    ]
+    for rel in numeric:
+        text = (copy / rel).read_text()
+        (copy / rel).write_text(text + "\n# edited\n")
+        assert checkpoints.package_fingerprint(copy) != original, rel
+        (copy / rel).write_text(text)
+    assert checkpoints.package_fingerprint(copy) == original
+    for rel in ("report/figures.py", "commands/report.py", "cli.py"):
+        (copy / rel).write_text((copy / rel).read_text() + "\n# edited\n")
+    assert checkpoints.package_fingerprint(copy) == original

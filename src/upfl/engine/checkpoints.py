@@ -56,7 +56,8 @@ LOCK_FILE = "lock"
 DEVICE_STATE_FILE = "device_state.npz"
 DEVICE_STATE_ENV = "UPFL_DEVICE_STATE_DIR"
 NUMERIC_EXCLUDED = ("report", "commands", "cli.py")
-"""Parts of the package that cannot change a run's numbers (left out of :func:`code_fingerprint`)."""
+"""Parts of the upfl package that cannot change a run's numbers (left out of :func:`code_fingerprint`): the top
+folders and modules below ``src/upfl``."""
 
 
 class CheckpointError(ValueError):
@@ -131,15 +132,22 @@ def _hash_files(root: str, state: tuple) -> str:
 
 @functools.lru_cache(maxsize=1)
 def code_fingerprint() -> str:
-    """SHA-256 (16 hex digits) of the package sources that compute a run's numbers, and torch's version.
+    """SHA-256 (16 hex digits) of the upfl sources that compute a run's numbers, and torch's version
+    (:func:`package_fingerprint` of the installed package).
 
-    A checkpoint written by other code (an edited solver, another torch) is not resumed. Read once per
-    process: the code a process runs is the code it imported.
+    A checkpoint written by other code (an edited solver, another torch) is not resumed, and a finished run is not
+    restored from the store. Read once per process: the code a process runs is the code it imported (the
+    workflow's fork server reads it once its imports are done, for every command it forks).
     """
-    pkg = Path(__file__).resolve().parent
+    return package_fingerprint(Path(__file__).resolve().parents[1])
+
+
+def package_fingerprint(package: Path) -> str:
+    """SHA-256 (16 hex digits) of torch's version and of every ``.py`` file below ``package`` (the upfl package's
+    folder) with its relative path, :data:`NUMERIC_EXCLUDED` aside."""
     h = hashlib.sha256(str(torch_version()).encode())
-    for file in sorted(pkg.rglob("*.py")):
-        rel = file.relative_to(pkg)
+    for file in sorted(package.rglob("*.py")):
+        rel = file.relative_to(package)
         if rel.parts[0] in NUMERIC_EXCLUDED:
             continue
         h.update(f"{rel.as_posix()}\0{sha256_file(file)}\n".encode())
