@@ -8,6 +8,7 @@ import importlib.util
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -16,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from upfl.launch import SOCKET_ENV, run_on_server
+from upfl.launch import request as request_for
+from upfl.pipeline.fork_protocol import receive_message, send_message
 from upfl.pipeline.forkserver import THREAD_VARIABLES, environment_difference, start
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -164,6 +167,55 @@ def test_a_command_ends_as_its_process_would_exit_handlers_and_status(tmp_path):
         server.terminate()
         server.wait(timeout=30)
     assert server.returncode == 0 and not os.path.exists(path)
+
+
+def test_a_forked_command_keys_its_runs_by_the_code_the_server_imported(tmp_path):
+    """A source edited while the server runs is not the code its children run: they keep the fingerprint of the
+    sources the server imported (the finished-run store's and the checkpoints' key), as a process keeps its own."""
+    import shutil
+
+    import upfl
+
+    copy = tmp_path / "src" / "upfl"
+    shutil.copytree(Path(upfl.__file__).resolve().parent, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    path = str(tmp_path / "socket")
+    marker = tmp_path / "fingerprint"
+    entry = (
+        "import sys\n"
+        "from upfl.pipeline.forkserver import preload, serve\n"
+        "def entry():\n"
+        "    from upfl.engine.checkpoints import code_fingerprint\n"
+        "    open(sys.argv[1], 'w').write(code_fingerprint())\n"
+        "    return 0\n"
+        f"serve({path!r}, entry)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "src")}
+    log = tmp_path / "server.log"
+    with log.open("w") as log_file:
+        server = subprocess.Popen([sys.executable, "-c", entry], env=env, stderr=log_file)
+    try:
+        deadline = time.time() + 60
+        while "modules imported" not in log.read_text():  # its imports done
+            assert time.time() < deadline and server.poll() is None, log.read_text()
+            time.sleep(0.05)
+        from upfl.engine.checkpoints import package_fingerprint
+
+        imported = package_fingerprint(copy)
+        solver = copy / "solvers" / "numba_backend" / "training.py"
+        solver.write_text(solver.read_text() + "\n# edited while the server runs\n")
+        request_env = {**os.environ, "PYTHONPATH": str(tmp_path / "src")}
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(path)
+        message = {**request_for([str(marker)]), "env": request_env}
+        message["package"] = os.path.realpath(copy)
+        send_message(sock, message, [0, 1, 2])
+        assert "pid" in receive_message(sock), "declined"
+        assert receive_message(sock) == {"status": 0}
+        sock.close()
+        assert marker.read_text() == imported != package_fingerprint(copy)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
 
 
 def test_the_environment_that_matters_is_what_an_import_reads():

@@ -136,8 +136,9 @@ def upfl_modules() -> list[str]:
 
 
 def preload(log: Callable[[str], None]) -> int:
-    """Import upfl's modules and :data:`LIBRARIES` with the garbage collector paused, then move every object they
-    made out of its sight (:func:`gc.freeze`), as a one-command process does; the number of modules imported. A
+    """Import upfl's modules and :data:`LIBRARIES` with the garbage collector paused, read the code fingerprint of
+    the sources imported (the key of the finished-run store and of checkpoints), then move every object made out of
+    the collector's sight (:func:`gc.freeze`), as a one-command process does; the number of modules imported. A
     module that cannot be imported (an optional library missing) is named in the log and left to the job."""
     gc.disable()
     count = 0
@@ -148,6 +149,9 @@ def preload(log: Callable[[str], None]) -> int:
                 count += 1
             except Exception as e:  # the job that needs it will say why, in its own log
                 log(f"not imported ahead: {name}: {type(e).__name__}: {e}")
+        from ..engine.checkpoints import code_fingerprint
+
+        code_fingerprint()  # of the sources as imported here, which every child runs (an edit made later is not)
     finally:
         gc.freeze()
         gc.enable()
