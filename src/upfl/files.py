@@ -111,7 +111,7 @@ def write_texts(texts: dict[Any, str]) -> None:
                 folders.add(path.parent)
             fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
             written.append((Path(tmp_name), path))
-            with open(fd, "w", encoding="utf-8") as f:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(text)
         mode = 0o666 & ~current_umask()
         for tmp, path in written:
