@@ -326,18 +326,28 @@ def test_exit_2_naming_the_path_for_a_config_folder_and_a_read_only_out(tmp_path
 def test_disk_full_while_writing_results_leaves_no_metrics_without_summary(tmp_path, capsys, monkeypatch):
     """ENOSPC on the summary's write: the run's folder is as it was (no metrics.csv without summary.json), exit 2."""
     import errno
+    import tempfile
 
     from upfl.cli import main
 
     data = leaf_folder(tmp_path / "d", GOOD_X, [0, 1, 1])
-    real = Path.write_text
+    real_mkstemp, real_fdopen = tempfile.mkstemp, os.fdopen
+    made: dict[int, str] = {}
 
-    def full_disk(self, text, *args, **kwargs):
-        if self.name.startswith(".summary.json."):
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
-        return real(self, text, *args, **kwargs)
+    def mkstemp(*args, **kwargs):
+        fd, name = real_mkstemp(*args, **kwargs)
+        made[fd] = name
+        return fd, name
 
-    monkeypatch.setattr(Path, "write_text", full_disk)
+    def full_disk(fd, *args, **kwargs):  # the temporary summary.json cannot be written
+        name = made.pop(fd, "") if isinstance(fd, int) else ""
+        if Path(name).name.startswith(".summary.json."):
+            os.close(fd)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), name)
+        return real_fdopen(fd, *args, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
+    monkeypatch.setattr(os, "fdopen", full_disk)
     out = tmp_path / "out"
     assert (
         main(

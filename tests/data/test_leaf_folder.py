@@ -303,3 +303,21 @@ def test_a_missing_folder_is_named_by_its_config_key_before_anything_runs(tmp_pa
     )
     assert proc.returncode != 0
     assert f"config: datasets.mine.path: {missing}: data set folder does not exist" in proc.stdout + proc.stderr
+
+
+def test_check_labels_names_the_first_user_with_a_label_outside_num_classes():
+    from upfl.data.leaf import FederatedDataset
+
+    def dataset(train_y, test_y):
+        users = list(train_y)
+        xs = {u: np.zeros((len(y), 2), np.float32) for u, y in train_y.items()}
+        tx = {u: np.zeros((len(y), 2), np.float32) for u, y in test_y.items()}
+        ys = {u: np.asarray(y, np.int64) for u, y in train_y.items()}
+        tys = {u: np.asarray(y, np.int64) for u, y in test_y.items()}
+        return FederatedDataset(users, xs, ys, tx, tys, meta={"num_classes": 3}, path="d")
+
+    dataset({"a": [0, 2], "b": [1]}, {"a": [2], "b": []}).check_labels()
+    with pytest.raises(DatasetError, match=r"d/train: user 'b': label 1 is 3, outside 0\.\.2"):
+        dataset({"a": [0, 2], "b": [1, 3, -1]}, {"a": [-2], "b": []}).check_labels()
+    with pytest.raises(DatasetError, match=r"d/test: user 'a': label 0 is -2, outside 0\.\.2"):
+        dataset({"a": [0, 2], "b": [1]}, {"a": [-2], "b": [5]}).check_labels()

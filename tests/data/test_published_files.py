@@ -13,6 +13,7 @@ from upfl.data import generate_synthetic
 from upfl.data.download import fetch_source
 from upfl.data.sources import resolve_sources
 from upfl.engine.simulation import run
+from upfl.files import write_texts
 
 
 @pytest.mark.parametrize("umask,file_mode,dir_mode", [(0o022, 0o644, 0o755), (0o027, 0o640, 0o750)])
@@ -41,3 +42,33 @@ def test_published_files_follow_the_umask(tmp_path, monkeypatch, umask, file_mod
         assert stat.S_IMODE(f.stat().st_mode) == file_mode, f
     for d in (data, data / "train", out):
         assert stat.S_IMODE(d.stat().st_mode) == dir_mode, d
+
+
+@pytest.mark.parametrize("umask,file_mode", [(0o022, 0o644), (0o077, 0o600)])
+def test_write_texts_writes_every_file_whole_with_the_umasks_mode(tmp_path, umask, file_mode):
+    texts = {
+        tmp_path / "a" / "b" / "metrics.csv": "iteration,kind\n0,init\n",
+        tmp_path / "a" / "b" / "summary.json": '{"é": "ü"}\n',
+        tmp_path / "c" / "other.txt": "",
+    }
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "b" / "summary.json").write_text("old\n")
+    old = os.umask(umask)
+    try:
+        write_texts(texts)
+    finally:
+        os.umask(old)
+    for path, text in texts.items():
+        assert path.read_bytes() == text.encode("utf-8")
+        assert stat.S_IMODE(path.stat().st_mode) == file_mode, path
+    assert sorted(p.name for p in (tmp_path / "a" / "b").iterdir()) == ["metrics.csv", "summary.json"]
+
+
+def test_write_texts_leaves_every_file_as_it_was_when_one_cannot_be_written(tmp_path):
+    (tmp_path / "blocked").write_text("a file where a folder should be\n")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "summary.json").write_text("old\n")
+    with pytest.raises(OSError):
+        write_texts({tmp_path / "out" / "summary.json": "new\n", tmp_path / "blocked" / "x.csv": "x\n"})
+    assert (tmp_path / "out" / "summary.json").read_text() == "old\n"
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["summary.json"]

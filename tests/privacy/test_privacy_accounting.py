@@ -5,6 +5,7 @@ import itertools
 import json
 import math
 
+import numpy as np
 import pytest
 import yaml
 
@@ -34,7 +35,7 @@ from upfl.privacy import (
     theorem_c2_epsilon,
     training_rounds,
 )
-from upfl.privacy.accounting import pld_tractable
+from upfl.privacy.accounting import analytic_gaussian_epsilon, pld_tractable
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +83,38 @@ def test_exact_composition_agrees_with_pld_accountant():
     exact = gaussian_epsilon(1.0, 40, 1e-5)
     assert pld_epsilon(1.0, 40, 1e-5) == pytest.approx(exact, rel=1e-6)
     assert gaussian_epsilon(2.0 / math.sqrt(40), 1, 1e-5) == pytest.approx(gaussian_epsilon(2.0, 40, 1e-5), rel=1e-12)
+
+
+def test_analytic_gaussian_epsilon_is_dp_accountings_float_for_float():
+    # The accountant's own search on scipy.special.log_ndtr: the same float as dp_accounting.get_epsilon_gaussian
+    # (not merely close), over a log grid of multipliers and deltas and the edges, its errors included.
+    import dp_accounting
+
+    def outcome(fn, sigma, delta):
+        try:
+            value = fn(sigma, delta)
+        except (ValueError, RuntimeError) as e:
+            return type(e).__name__, str(e)
+        return type(value).__name__, repr(value)
+
+    sigmas = [10 ** (k / 7) for k in range(-21, 22)] + [0.0, 1e-300, 1e300, math.inf, -1.0, 0.011180339887498949]
+    deltas = [10 ** (-k / 2) for k in range(1, 25)] + [0.0, 1.0, 0.5, 1e-300, -0.1, 1.5]
+    for sigma, delta in itertools.product(sigmas, deltas):
+        with np.errstate(all="ignore"):  # both divide by zero at the edges alike
+            assert outcome(analytic_gaussian_epsilon, sigma, delta) == outcome(
+                dp_accounting.get_epsilon_gaussian, sigma, delta
+            ), (sigma, delta)
+
+
+def test_gaussian_epsilon_is_kept_per_process_in_a_bounded_cache():
+    gaussian_epsilon.cache_clear()
+    first = gaussian_epsilon(0.7, 12, 1e-5)
+    assert gaussian_epsilon(0.7, 12, 1e-5) == first
+    info = gaussian_epsilon.cache_info()
+    assert (info.hits, info.misses, info.maxsize) == (1, 1, 4096)
+    for m in range(1, 4200):
+        gaussian_epsilon(0.7, m, 1e-5)
+    assert gaussian_epsilon.cache_info().currsize == 4096
 
 
 def test_theorem_c1_closed_form_by_hand_and_inverts_its_delta_form():
