@@ -238,8 +238,8 @@ def gaussian_epsilon(noise_multiplier: float, releases: int, delta: float) -> fl
 def _gaussian_log_delta(sigma: float, eps: float) -> float:
     """log delta(eps) of the Gaussian mechanism of multiplier ``sigma`` (Balle and Wang 2018, Eq. 6):
     dp-accounting's ``gaussian_mechanism._get_log_delta`` (Apache-2.0) with ``scipy.special.log_ndtr``, the
-    function its ``scipy.stats.norm.logcdf`` evaluates (for a standard normal, every real or infinite argument, the same float)
-    without the distribution's argument checks, which cost nine tenths of each call."""
+    function its ``scipy.stats.norm.logcdf`` evaluates (for a standard normal, every real or infinite argument, the
+    same float) without the distribution's argument checks, which cost nine tenths of each call."""
     import numpy as np
     from scipy.special import log_ndtr
 
