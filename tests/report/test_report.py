@@ -642,3 +642,73 @@ def test_provenance_names_config_files_relative_to_the_workflow_folder(tmp_path,
     line = provenance_line([str(tmp_path / "config" / "quick.yaml"), "config/config.yaml"])
     assert "config config/quick.yaml (sha256 " in line and "preset quick" in line
     assert str(tmp_path) not in line and not re.search(r"(?:^|\s)/\w", line), line
+
+
+def _merged(a, b, column):
+    """What ``upfl.report.cells.paired`` equals: pandas' inner merge on seed, sorted by seed."""
+    left = a[["seed", column]].rename(columns={column: "a"})
+    right = b[["seed", column]].rename(columns={column: "b"})
+    return left.merge(right, on="seed").sort_values("seed").reset_index(drop=True)
+
+
+@pytest.mark.parametrize("seeds_a, seeds_b", [([3, 0, 1, 2], [2, 1, 0]), ([5, 1], [1, 5, 7]), ([0, 1], [2, 3])])
+def test_paired_equals_merge_on_seed(seeds_a, seeds_b):
+    from upfl.report.cells import paired
+
+    rng = np.random.default_rng(len(seeds_a) * 10 + len(seeds_b))
+    a = pd.DataFrame({"seed": seeds_a, "final_test_acc": rng.random(len(seeds_a)), "run_dir": "x"})
+    b = pd.DataFrame({"seed": seeds_b, "final_test_acc": rng.random(len(seeds_b)), "run_dir": "y"})
+    a.loc[a.index[0], "final_test_acc"] = np.nan
+    got = paired(a, b, "final_test_acc")
+    pd.testing.assert_frame_equal(got, _merged(a, b, "final_test_acc"))
+    assert list(got["seed"]) == sorted(set(seeds_a) & set(seeds_b))
+
+
+def test_paired_names_a_cell_with_a_repeated_seed():
+    from upfl.report.cells import paired
+    from upfl.report.collect import ReportError
+
+    a = pd.DataFrame({"seed": [0, 0], "v": [0.1, 0.2]})
+    b = pd.DataFrame({"seed": [0, 1], "v": [0.1, 0.2]})
+    with pytest.raises(ReportError, match="the first cell has several runs with the same seed"):
+        paired(a, b, "v")
+    with pytest.raises(ReportError, match="the second cell has several runs with the same seed"):
+        paired(b, a, "v")
+
+
+def test_records_are_to_dicts_of_the_named_columns_the_frame_has():
+    from upfl.report.cells import records
+
+    frame = pd.DataFrame(
+        {"run_dir": ["a", "b"], "seed": [0, 1], "lam": [0.5, np.nan], "other": ["x", "y"]}, index=[7, 3]
+    ).astype({"run_dir": "str"})
+    got = records(frame, ["run_dir", "seed", "lam", "sigma", "seed"])
+    full = frame.to_dict("records")
+    expected = [{k: r[k] for k in ("run_dir", "seed", "lam")} for r in full]
+    assert repr(got) == repr(expected)  # NaN included, which == does not equal
+    assert [[type(v) for v in r.values()] for r in got] == [[type(v) for v in r.values()] for r in expected]
+    assert "sigma" not in got[0] and "other" not in got[0]
+
+
+def test_momentum_curves_are_computed_once_per_cell_and_axis(monkeypatch, tmp_path):
+    from upfl.report import ablations
+
+    metrics = pd.DataFrame(
+        {
+            "iteration": [0, 1, 2],
+            "kind": ["init", "train", "train"],
+            "cum_wall_s": [0.0, 0.5, 1.0],
+            "test_acc": [0.1, 0.4, 0.6],
+        }
+    )
+    loads = []
+    monkeypatch.setattr(ablations, "load_metrics", lambda d: loads.append(d) or metrics.copy())
+    cell = pd.DataFrame({"run_dir": ["r0", "r1"], "seed": [0, 1]})
+    memo: dict = {}
+    by_round = ablations._curves(cell, "round", memo)
+    assert ablations._curves(cell, "round", memo) is by_round
+    by_time = ablations._curves(cell, "time", memo)
+    assert loads == ["r0", "r1"], "each run's metrics read once for both axes"
+    pd.testing.assert_frame_equal(by_round, ablations._curves(cell, "round"))
+    pd.testing.assert_frame_equal(by_time, ablations._curves(cell, "time"))
+    assert list(by_round["x"]) == [0.0, 1.0, 2.0] and list(by_time["x"]) == [0.0, 0.5, 1.0]
