@@ -712,3 +712,47 @@ def test_momentum_curves_are_computed_once_per_cell_and_axis(monkeypatch, tmp_pa
     pd.testing.assert_frame_equal(by_round, ablations._curves(cell, "round"))
     pd.testing.assert_frame_equal(by_time, ablations._curves(cell, "time"))
     assert list(by_round["x"]) == [0.0, 1.0, 2.0] and list(by_time["x"]) == [0.0, 0.5, 1.0]
+
+
+@pytest.mark.parametrize("width_in", [3.0, 7.2, 14.4])
+def test_bisected_wrap_breaks_lines_where_matplotlib_does(width_in, tmp_path):
+    from upfl.report.privacy_tradeoff import TRADEOFF_NOTE
+    from upfl.report.theme import pyplot, wrapped_figure_text
+
+    plt = pyplot()
+    notes = [
+        TRADEOFF_NOTE,
+        "short",
+        "two  spaces and a verylongwordthatdoesnotfitanywhereonitsownlineatallnotevenclose " * 3,
+        "first line\nsecond line " + "word " * 60,
+    ]
+    files = {}
+    for kind in ("matplotlib", "bisected"):
+        fig = plt.figure(figsize=(width_in, 2.0))
+        texts = []
+        for k, note in enumerate(notes):
+            kwargs = {"ha": "center", "va": "top", "fontsize": "small"}
+            x, y = (0.5, 1.0 - 0.25 * k) if k % 2 == 0 else (0.3, 1.0 - 0.25 * k)
+            texts.append(
+                fig.text(x, y, note, wrap=True, **kwargs)
+                if kind == "matplotlib"
+                else wrapped_figure_text(fig, x, y, note, **kwargs)
+            )
+        for dpi in (72, 100, 150):
+            fig.set_dpi(dpi)
+            renderer = fig.canvas.get_renderer()
+            for t in texts:
+                t._renderer = renderer
+            files.setdefault(kind, []).append([t._get_wrapped_text() for t in texts])
+        fig.set_dpi(100)
+        for ext in ("png", "pdf"):
+            fig.savefig(tmp_path / f"{kind}.{ext}", dpi=150, metadata={"Creator": None, "CreationDate": None})
+        plt.close(fig)
+    assert files["bisected"] == files["matplotlib"]
+    assert any(len(lines[0].splitlines()) > 1 for lines in files["matplotlib"]), "the note is wrapped"
+    from PIL import Image
+
+    assert np.array_equal(
+        np.asarray(Image.open(tmp_path / "matplotlib.png")), np.asarray(Image.open(tmp_path / "bisected.png"))
+    )
+    assert (tmp_path / "matplotlib.pdf").read_bytes() == (tmp_path / "bisected.pdf").read_bytes()
