@@ -490,3 +490,23 @@ def test_the_table_and_the_claims_page_read_the_settings_once(privset, table, tm
     rows = privacy_claims.privacy_claims(Context(runs, {"privacy": "priv"}, []))
     assert calls == [len(runs)], "one blocks() for the claims and the privacy levels"
     assert rows and all(r["verdict"] != "not measured here" for r in rows)
+
+
+def test_settings_are_the_runs_grouped_by_data_set_mechanism_algorithm_and_noise(privset):
+    from upfl.report.paper_numbers import dataset_order
+    from upfl.report.privacy_table import _mechanisms, iter_settings, noise_text
+
+    runs = read_runs(privset["csv"])
+    expected = []  # grouping by columns added to a copy of the table, as the settings are defined
+    table = runs.copy()
+    table["_mech"] = _mechanisms(table)
+    table["_noise"] = [noise_text(m, r) for m, r in zip(table["_mech"], table.to_dict("records"), strict=True)]
+    for dataset in dataset_order(table["dataset"]):
+        sub = table[table["dataset"] == dataset]
+        for key, grp in sub.groupby(["_mech", "algorithm", "_noise"], sort=True):
+            expected.append((dataset, *key, grp.drop(columns=["_mech", "_noise"])))
+    got = list(iter_settings(runs))
+    assert [g[:4] for g in got] == [e[:4] for e in expected] and len(got) > 4
+    assert {g[1] for g in got} == {"none", "output", "objective"}
+    for g, e in zip(got, expected, strict=True):
+        pd.testing.assert_frame_equal(g[4], e[4])

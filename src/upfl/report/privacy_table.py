@@ -41,7 +41,7 @@ from ..privacy.accounting import (
     TRAIN_METRICS_NOTE,
     meaningful,
 )
-from .cells import check_one_config, missing, paired
+from .cells import check_one_config, missing, paired, records
 from .collect import ReportError, converged, diverged_note
 from .paper_numbers import algorithm_label, dataset_label, dataset_order, paper_values
 from .render import as_number, fmt, latex_table, markdown_table, write_csv, write_markdown
@@ -121,14 +121,20 @@ def _mechanisms(runs: pd.DataFrame) -> pd.Series:
 
 
 def iter_settings(runs: pd.DataFrame):
-    """(dataset, mechanism, algorithm, noise text, runs) per setting, in the paper's data set order."""
-    runs = runs.copy()
-    runs["_mech"] = _mechanisms(runs)
-    runs["_noise"] = [noise_text(m, r) for m, r in zip(runs["_mech"], runs.to_dict("records"), strict=True)]
+    """(dataset, mechanism, algorithm, noise text, runs) per setting, in the paper's data set order. The mechanism
+    and noise text are grouping keys beside the table (not columns added to a copy of it and dropped from each
+    group: a copy of the 140-column runs table per setting)."""
+    mechs = _mechanisms(runs)
+    noise = pd.Series(
+        [noise_text(m, r) for m, r in zip(mechs, records(runs, ["sigma", "tau", "alpha"]), strict=True)],
+        index=runs.index,
+        dtype=object,
+    )
     for dataset in dataset_order(runs["dataset"]):
-        sub = runs[runs["dataset"] == dataset]
-        for (mech, alg, noise), grp in sub.groupby(["_mech", "algorithm", "_noise"], sort=True):
-            yield dataset, mech, alg, noise, grp.drop(columns=["_mech", "_noise"])
+        mask = (runs["dataset"] == dataset).to_numpy()
+        sub = runs[mask]
+        for (mech, alg, text), grp in sub.groupby([mechs[mask], sub["algorithm"], noise[mask]], sort=True):
+            yield dataset, mech, alg, text, grp
 
 
 def setting_row(dataset: str, mech: str, alg: str, noise: str, cell: pd.DataFrame) -> dict[str, Any]:
