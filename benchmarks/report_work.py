@@ -142,8 +142,10 @@ def main() -> None:
         for tree in order if args.whole else []:
             cpu = {}
             for name, command in jobs.items():
+                script = work / f"{name}.sh"  # a file: results/runs.csv's command line outgrows one argument
+                script.write_text(command + "\n")
                 done = subprocess.run(
-                    ["/usr/bin/time", "-f", "%U %S", "sh", "-c", command],
+                    ["/usr/bin/time", "-f", "%U %S", "sh", str(script)],
                     cwd=copies[tree],
                     env=environment(trees[tree], bin_dir),
                     capture_output=True,
