@@ -756,3 +756,25 @@ def test_bisected_wrap_breaks_lines_where_matplotlib_does(width_in, tmp_path):
         np.asarray(Image.open(tmp_path / "matplotlib.png")), np.asarray(Image.open(tmp_path / "bisected.png"))
     )
     assert (tmp_path / "matplotlib.pdf").read_bytes() == (tmp_path / "bisected.pdf").read_bytes()
+
+
+def test_metrics_are_read_once_while_the_file_stays_as_it_was(tmp_path, monkeypatch):
+    from upfl.report import collect
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    header = "iteration,kind,cum_wall_s,train_loss,train_acc,test_loss,test_acc\n"
+    (run_dir / "metrics.csv").write_text(header + "0,init,0.0,1.0,0.5,1.0,0.5\n1,train,0.1,0.9,0.6,0.9,0.6\n")
+    reads = []
+    read_csv = pd.read_csv
+    monkeypatch.setattr(collect.pd, "read_csv", lambda *a, **k: reads.append(a[0]) or read_csv(*a, **k))
+    first = collect.load_metrics(run_dir)
+    first.loc[0, "test_acc"] = 99.0  # a caller's change stays in its copy
+    second = collect.load_metrics(str(run_dir))
+    assert len(reads) == 1 and second["test_acc"].tolist() == [0.5, 0.6]
+    stat = (run_dir / "metrics.csv").stat()
+    (run_dir / "metrics.csv").write_text(header + "0,init,0.0,1.0,0.5,1.0,0.5\n1,train,0.1,0.9,0.6,0.9,0.7\n")
+    os.utime(run_dir / "metrics.csv", ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))  # same size, new time
+    assert collect.load_metrics(run_dir)["test_acc"].tolist() == [0.5, 0.7] and len(reads) == 2
+    (run_dir / "metrics.csv").write_text(header)
+    assert collect.load_metrics(run_dir).empty and len(reads) == 3
