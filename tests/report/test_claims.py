@@ -668,3 +668,21 @@ def test_momentum_information_section(tmp_path):
     assert rows[0].rstrip(" |").endswith("5")
     frame = pd.read_csv(f"{prefix}.csv", comment="#")
     assert not frame["claim"].str.contains("momentum").any()
+
+
+def test_each_rows_provenance_is_that_of_its_own_runs(page):
+    """claims_frame computes the provenance columns once per experiment and data set: every row's equal those of
+    the runs it was computed from."""
+    from upfl.report.claim_rules import without_diverged
+    from upfl.report.claims import claims_frame, provenance_columns, row_runs
+    from upfl.report.collect import read_runs
+
+    runs = read_runs(page["csv"])
+    frame, _ = claims_frame(runs, excluded=["femnist"])
+    kept, _ = without_diverged(runs)
+    keys = ("data_origin", "preview", "seeds", "n_runs")
+    rows = frame.to_dict("records")
+    assert len({(r["experiment"], r["dataset"]) for r in rows}) < len(rows), "rows share their runs"
+    for r in rows:
+        assert {k: r[k] for k in keys} == provenance_columns(row_runs(kept, r))
+    assert {r["n_runs"] for r in rows} - {0}, "some rows read runs"

@@ -642,3 +642,139 @@ def test_provenance_names_config_files_relative_to_the_workflow_folder(tmp_path,
     line = provenance_line([str(tmp_path / "config" / "quick.yaml"), "config/config.yaml"])
     assert "config config/quick.yaml (sha256 " in line and "preset quick" in line
     assert str(tmp_path) not in line and not re.search(r"(?:^|\s)/\w", line), line
+
+
+def _merged(a, b, column):
+    """What ``upfl.report.cells.paired`` equals: pandas' inner merge on seed, sorted by seed."""
+    left = a[["seed", column]].rename(columns={column: "a"})
+    right = b[["seed", column]].rename(columns={column: "b"})
+    return left.merge(right, on="seed").sort_values("seed").reset_index(drop=True)
+
+
+@pytest.mark.parametrize("seeds_a, seeds_b", [([3, 0, 1, 2], [2, 1, 0]), ([5, 1], [1, 5, 7]), ([0, 1], [2, 3])])
+def test_paired_equals_merge_on_seed(seeds_a, seeds_b):
+    from upfl.report.cells import paired
+
+    rng = np.random.default_rng(len(seeds_a) * 10 + len(seeds_b))
+    a = pd.DataFrame({"seed": seeds_a, "final_test_acc": rng.random(len(seeds_a)), "run_dir": "x"})
+    b = pd.DataFrame({"seed": seeds_b, "final_test_acc": rng.random(len(seeds_b)), "run_dir": "y"})
+    a.loc[a.index[0], "final_test_acc"] = np.nan
+    got = paired(a, b, "final_test_acc")
+    pd.testing.assert_frame_equal(got, _merged(a, b, "final_test_acc"))
+    assert list(got["seed"]) == sorted(set(seeds_a) & set(seeds_b))
+
+
+def test_paired_names_a_cell_with_a_repeated_seed():
+    from upfl.report.cells import paired
+    from upfl.report.collect import ReportError
+
+    a = pd.DataFrame({"seed": [0, 0], "v": [0.1, 0.2]})
+    b = pd.DataFrame({"seed": [0, 1], "v": [0.1, 0.2]})
+    with pytest.raises(ReportError, match="the first cell has several runs with the same seed"):
+        paired(a, b, "v")
+    with pytest.raises(ReportError, match="the second cell has several runs with the same seed"):
+        paired(b, a, "v")
+
+
+def test_records_are_to_dicts_of_the_named_columns_the_frame_has():
+    from upfl.report.cells import records
+
+    frame = pd.DataFrame(
+        {"run_dir": ["a", "b"], "seed": [0, 1], "lam": [0.5, np.nan], "other": ["x", "y"]}, index=[7, 3]
+    ).astype({"run_dir": "str"})
+    got = records(frame, ["run_dir", "seed", "lam", "sigma", "seed"])
+    full = frame.to_dict("records")
+    expected = [{k: r[k] for k in ("run_dir", "seed", "lam")} for r in full]
+    assert repr(got) == repr(expected)  # NaN included, which == does not equal
+    assert [[type(v) for v in r.values()] for r in got] == [[type(v) for v in r.values()] for r in expected]
+    assert "sigma" not in got[0] and "other" not in got[0]
+
+
+def test_momentum_curves_are_computed_once_per_cell_and_axis(monkeypatch, tmp_path):
+    from upfl.report import ablations
+
+    metrics = pd.DataFrame(
+        {
+            "iteration": [0, 1, 2],
+            "kind": ["init", "train", "train"],
+            "cum_wall_s": [0.0, 0.5, 1.0],
+            "test_acc": [0.1, 0.4, 0.6],
+        }
+    )
+    loads = []
+    monkeypatch.setattr(ablations, "load_metrics", lambda d: loads.append(d) or metrics.copy())
+    cell = pd.DataFrame({"run_dir": ["r0", "r1"], "seed": [0, 1]})
+    memo: dict = {}
+    by_round = ablations._curves(cell, "round", memo)
+    assert ablations._curves(cell, "round", memo) is by_round
+    by_time = ablations._curves(cell, "time", memo)
+    assert loads == ["r0", "r1"], "each run's metrics read once for both axes"
+    pd.testing.assert_frame_equal(by_round, ablations._curves(cell, "round"))
+    pd.testing.assert_frame_equal(by_time, ablations._curves(cell, "time"))
+    assert list(by_round["x"]) == [0.0, 1.0, 2.0] and list(by_time["x"]) == [0.0, 0.5, 1.0]
+
+
+@pytest.mark.parametrize("width_in", [3.0, 7.2, 14.4])
+def test_bisected_wrap_breaks_lines_where_matplotlib_does(width_in, tmp_path):
+    from upfl.report.privacy_tradeoff import TRADEOFF_NOTE
+    from upfl.report.theme import pyplot, wrapped_figure_text
+
+    plt = pyplot()
+    notes = [
+        TRADEOFF_NOTE,
+        "short",
+        "two  spaces and a verylongwordthatdoesnotfitanywhereonitsownlineatallnotevenclose " * 3,
+        "first line\nsecond line " + "word " * 60,
+    ]
+    files = {}
+    for kind in ("matplotlib", "bisected"):
+        fig = plt.figure(figsize=(width_in, 2.0))
+        texts = []
+        for k, note in enumerate(notes):
+            kwargs = {"ha": "center", "va": "top", "fontsize": "small"}
+            x, y = (0.5, 1.0 - 0.25 * k) if k % 2 == 0 else (0.3, 1.0 - 0.25 * k)
+            texts.append(
+                fig.text(x, y, note, wrap=True, **kwargs)
+                if kind == "matplotlib"
+                else wrapped_figure_text(fig, x, y, note, **kwargs)
+            )
+        for dpi in (72, 100, 150):
+            fig.set_dpi(dpi)
+            renderer = fig.canvas.get_renderer()
+            for t in texts:
+                t._renderer = renderer
+            files.setdefault(kind, []).append([t._get_wrapped_text() for t in texts])
+        fig.set_dpi(100)
+        for ext in ("png", "pdf"):
+            fig.savefig(tmp_path / f"{kind}.{ext}", dpi=150, metadata={"Creator": None, "CreationDate": None})
+        plt.close(fig)
+    assert files["bisected"] == files["matplotlib"]
+    assert any(len(lines[0].splitlines()) > 1 for lines in files["matplotlib"]), "the note is wrapped"
+    from PIL import Image
+
+    assert np.array_equal(
+        np.asarray(Image.open(tmp_path / "matplotlib.png")), np.asarray(Image.open(tmp_path / "bisected.png"))
+    )
+    assert (tmp_path / "matplotlib.pdf").read_bytes() == (tmp_path / "bisected.pdf").read_bytes()
+
+
+def test_metrics_are_read_once_while_the_file_stays_as_it_was(tmp_path, monkeypatch):
+    from upfl.report import collect
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    header = "iteration,kind,cum_wall_s,train_loss,train_acc,test_loss,test_acc\n"
+    (run_dir / "metrics.csv").write_text(header + "0,init,0.0,1.0,0.5,1.0,0.5\n1,train,0.1,0.9,0.6,0.9,0.6\n")
+    reads = []
+    read_csv = pd.read_csv
+    monkeypatch.setattr(collect.pd, "read_csv", lambda *a, **k: reads.append(a[0]) or read_csv(*a, **k))
+    first = collect.load_metrics(run_dir)
+    first.loc[0, "test_acc"] = 99.0  # a caller's change stays in its copy
+    second = collect.load_metrics(str(run_dir))
+    assert len(reads) == 1 and second["test_acc"].tolist() == [0.5, 0.6]
+    stat = (run_dir / "metrics.csv").stat()
+    (run_dir / "metrics.csv").write_text(header + "0,init,0.0,1.0,0.5,1.0,0.5\n1,train,0.1,0.9,0.6,0.9,0.7\n")
+    os.utime(run_dir / "metrics.csv", ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))  # same size, new time
+    assert collect.load_metrics(run_dir)["test_acc"].tolist() == [0.5, 0.7] and len(reads) == 2
+    (run_dir / "metrics.csv").write_text(header)
+    assert collect.load_metrics(run_dir).empty and len(reads) == 3

@@ -469,3 +469,44 @@ def test_experiment_seeds_and_the_preset_cap():
     assert seeds(quick, "plain") == [0, 1] and seeds(quick, "ten") == [0, 1]
     other = build_plan({**config, "preset": "more_rounds"})  # a preset without seeds leaves them alone
     assert seeds(other, "ten") == list(range(10))
+
+
+def test_the_table_and_the_claims_page_read_the_settings_once(privset, table, tmp_path, monkeypatch):
+    from upfl.report import privacy_claims, privacy_table
+    from upfl.report.claim_rules import Context
+    from upfl.report.collect import read_runs, select_experiment
+
+    runs = select_experiment(read_runs(privset["csv"]), "priv")
+    alone = privacy_table.privacy_frame(runs), privacy_table.privacy_claims_frame(runs)
+    calls = []
+    blocks = privacy_table.blocks
+    monkeypatch.setattr(privacy_table, "blocks", lambda r: calls.append(len(r)) or blocks(r))
+    frame, claims = privacy_table.write_privacy_table(runs, str(tmp_path / "privacy"), "test")
+    assert calls == [len(runs)], "one blocks() for both frames"
+    pd.testing.assert_frame_equal(frame, alone[0])
+    pd.testing.assert_frame_equal(claims, alone[1])
+    assert read(tmp_path / "privacy.csv").drop(columns="section").shape[0] == len(frame) + len(claims)
+    calls.clear()
+    rows = privacy_claims.privacy_claims(Context(runs, {"privacy": "priv"}, []))
+    assert calls == [len(runs)], "one blocks() for the claims and the privacy levels"
+    assert rows and all(r["verdict"] != "not measured here" for r in rows)
+
+
+def test_settings_are_the_runs_grouped_by_data_set_mechanism_algorithm_and_noise(privset):
+    from upfl.report.paper_numbers import dataset_order
+    from upfl.report.privacy_table import _mechanisms, iter_settings, noise_text
+
+    runs = read_runs(privset["csv"])
+    expected = []  # grouping by columns added to a copy of the table, as the settings are defined
+    table = runs.copy()
+    table["_mech"] = _mechanisms(table)
+    table["_noise"] = [noise_text(m, r) for m, r in zip(table["_mech"], table.to_dict("records"), strict=True)]
+    for dataset in dataset_order(table["dataset"]):
+        sub = table[table["dataset"] == dataset]
+        for key, grp in sub.groupby(["_mech", "algorithm", "_noise"], sort=True):
+            expected.append((dataset, *key, grp.drop(columns=["_mech", "_noise"])))
+    got = list(iter_settings(runs))
+    assert [g[:4] for g in got] == [e[:4] for e in expected] and len(got) > 4
+    assert {g[1] for g in got} == {"none", "output", "objective"}
+    for g, e in zip(got, expected, strict=True):
+        pd.testing.assert_frame_equal(g[4], e[4])

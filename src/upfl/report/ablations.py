@@ -20,7 +20,7 @@ import pandas as pd
 
 from ..config import CHOICES
 from ..names import BASE_ALGORITHMS, is_upcycled
-from .cells import paired
+from .cells import paired, records
 from .claim_rules import Context, claim_row, not_measured, number_text, paired_gain, verdict_direction
 from .collect import ReportError, converged, cumulative_rounds, load_metrics
 from .figures import ALGORITHM_COLOURS, csv_colour, figure_title, palette_for, save_figure
@@ -267,10 +267,19 @@ def write_bases_table(runs: pd.DataFrame, out_prefix: str, provenance: str) -> p
     return frame
 
 
-def _curves(cell: pd.DataFrame, x: str) -> pd.DataFrame:
+def _curves(cell: pd.DataFrame, x: str, memo: dict | None = None) -> pd.DataFrame:
+    """Mean, min and max test accuracy over the cell's seeds per iteration, against ``x`` (training rounds or
+    time). ``memo``: a figure's cache of its curves and of the runs' metrics (a variant's curve is drawn in its own
+    panel and as the reference of the other family's, each run's metrics read for both x axes)."""
+    memo = {} if memo is None else memo
+    key = ("curve", x, tuple(cell["run_dir"]))
+    if key in memo:
+        return memo[key]
     parts = []
-    for r in cell.to_dict("records"):
-        m = load_metrics(r["run_dir"])
+    for r in records(cell, ["run_dir", "seed"]):
+        if ("metrics", r["run_dir"]) not in memo:
+            memo["metrics", r["run_dir"]] = load_metrics(r["run_dir"])
+        m = memo["metrics", r["run_dir"]]
         xs = cumulative_rounds(m) if x == "round" else m["cum_wall_s"]
         parts.append(
             pd.DataFrame(
@@ -282,13 +291,13 @@ def _curves(cell: pd.DataFrame, x: str) -> pd.DataFrame:
                 }
             ).dropna()
         )
-    d = (
+    memo[key] = (
         pd.concat(parts)
         .groupby("iteration")
         .agg(x=("x", "mean"), mean=("test_acc", "mean"), low=("test_acc", "min"), high=("test_acc", "max"))
         .reset_index()
     )
-    return d
+    return memo[key]
 
 
 def variant_family(cell: pd.DataFrame) -> str:
@@ -327,6 +336,7 @@ def momentum_figure(runs: pd.DataFrame, out_prefix: str, provenance: str) -> Non
     families = ("FedProx", "Upcycled-FL")
     fig, axes = plt.subplots(2, 2 * len(datasets), figsize=(3.6 * 2 * len(datasets), 6.0), squeeze=False)
     rows = []
+    memo: dict = {}
     for j, dataset in enumerate(datasets):
         variants = _variants(runs[runs["dataset"] == dataset])
         colours = family_palette(variants)
@@ -341,7 +351,7 @@ def momentum_figure(runs: pd.DataFrame, out_prefix: str, provenance: str) -> Non
             for i, x in enumerate(("round", "time")):
                 ax = axes[i, 2 * j + k]
                 for label, cell in shown + other:
-                    d = _curves(cell, x)
+                    d = _curves(cell, x, memo)
                     reference = (label, cell) in other
                     ax.plot(
                         d["x"],

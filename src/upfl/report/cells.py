@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -85,11 +86,30 @@ def dataset_mus(runs: pd.DataFrame, dataset: str) -> list[float]:
     return sorted({float(m) for m in sub["cell_mu"] if not math.isnan(m)})
 
 
+def records(frame: pd.DataFrame, columns: Sequence[str]) -> list[dict[str, Any]]:
+    """``frame.to_dict("records")`` of the ``columns`` it has (the others left out, as if the frame had none): the
+    same values at a fraction of the cost on a runs table, where each column of the frame costs a Series
+    (``to_dict`` of a 140-column runs table, 3 ms a call, was a figure's or the time table's loop's main cost)."""
+    return frame[[c for c in dict.fromkeys(columns) if c in frame.columns]].to_dict("records")
+
+
 def paired(a: pd.DataFrame, b: pd.DataFrame, column: str) -> pd.DataFrame:
-    """Inner join of two cells on seed: columns ``seed``, ``a``, ``b`` (the value of ``column`` in each)."""
-    left = a[["seed", column]].rename(columns={column: "a"})
-    right = b[["seed", column]].rename(columns={column: "b"})
-    for side, name in ((left, "first"), (right, "second")):
-        if side["seed"].duplicated().any():
+    """Inner join of two cells on seed: columns ``seed``, ``a``, ``b`` (the value of ``column`` in each), sorted by
+    seed. Joined with a dict of the second cell's seeds (what ``merge`` on ``seed`` then ``sort_values`` gives, a
+    tenth of its cost: the claims page pairs a hundred cells)."""
+    seeds = {}
+    for side, name in ((a, "first"), (b, "second")):
+        if pd.Index(side["seed"]).has_duplicates:
             raise ReportError(f"pairing on seed: the {name} cell has several runs with the same seed")
-    return left.merge(right, on="seed").sort_values("seed")
+        seeds[name] = side["seed"].to_numpy()
+    where_b = {seed: i for i, seed in enumerate(seeds["second"])}
+    rows_a = [i for i, seed in enumerate(seeds["first"]) if seed in where_b]
+    rows_a.sort(key=lambda i: seeds["first"][i])
+    rows_b = [where_b[seeds["first"][i]] for i in rows_a]
+    return pd.DataFrame(
+        {
+            "seed": seeds["first"][rows_a],
+            "a": a[column].to_numpy()[rows_a],
+            "b": b[column].to_numpy()[rows_b],
+        }
+    )

@@ -100,8 +100,14 @@ def claims_frame(
     rows = []
     for name in CLAIM_SECTIONS:
         rows += load_section(name)(ctx)
-    rows = [{**row, **provenance_columns(row_runs(kept, row))} for row in rows]
-    return pd.DataFrame(rows, columns=COLUMNS), diverged
+    provenance: dict[tuple[Any, ...], dict[str, Any]] = {}  # claims of one experiment and data set share theirs
+    out = []
+    for row in rows:
+        key = (row["verdict"] == "not measured here", row["experiment"], row["dataset"])
+        if key not in provenance:
+            provenance[key] = provenance_columns(row_runs(kept, row))
+        out.append({**row, **provenance[key]})
+    return pd.DataFrame(out, columns=COLUMNS), diverged
 
 
 def _ours_text(r: dict) -> str:

@@ -540,21 +540,42 @@ def apply_where(runs: pd.DataFrame, conditions: Iterable[str] | None) -> pd.Data
 
 def load_metrics(run_dir: str | os.PathLike) -> pd.DataFrame:
     """A run's ``metrics.csv`` (NaN where evaluation was skipped); a missing file names the folder, one that does not
-    match the checksum recorded when the run was trained names the file."""
-    from ..integrity import IntegrityError, check_file
+    match the checksum recorded when the run was trained names the file. Read and checked once per process while the
+    file and its run's checksum record stay as they were (the same size, modification time and inode; a report job's
+    table and figures read the same runs): a copy of that frame each call."""
+    from ..integrity import RECORD, IntegrityError, check_file
 
     path = Path(run_dir) / "metrics.csv"
     if not path.is_file():
         raise ReportError(f"run folder {run_dir}: no metrics.csv")
+    key = (os.path.realpath(path), _file_state(path), _file_state(Path(run_dir) / RECORD))
+    if key not in _METRICS:
+        try:
+            check_file(run_dir, "metrics.csv")
+        except IntegrityError as e:
+            raise ReportError(str(e)) from None
+        df = pd.read_csv(path)
+        missing = [c for c in ("iteration", "kind", "cum_wall_s", *METRIC_NAMES) if c not in df.columns]
+        if missing:
+            raise ReportError(f"{path}: missing columns {', '.join(missing)}")
+        if len(_METRICS) >= METRICS_KEPT:
+            _METRICS.clear()
+        _METRICS[key] = df
+    return _METRICS[key].copy()
+
+
+METRICS_KEPT = 4096
+"""At most this many runs' metrics are kept by :func:`load_metrics` (a figure of the full config reads hundreds)."""
+_METRICS: dict[tuple[Any, ...], pd.DataFrame] = {}
+
+
+def _file_state(path: Path) -> tuple[int, int, int] | None:
+    """(size, modification time in ns, inode) of a file, None when there is none."""
     try:
-        check_file(run_dir, "metrics.csv")
-    except IntegrityError as e:
-        raise ReportError(str(e)) from None
-    df = pd.read_csv(path)
-    missing = [c for c in ("iteration", "kind", "cum_wall_s", *METRIC_NAMES) if c not in df.columns]
-    if missing:
-        raise ReportError(f"{path}: missing columns {', '.join(missing)}")
-    return df
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_size, st.st_mtime_ns, st.st_ino
 
 
 def cumulative_rounds(metrics: pd.DataFrame) -> pd.Series:

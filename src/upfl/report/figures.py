@@ -21,7 +21,7 @@ import pandas as pd
 
 from .. import __version__
 from ..files import atomic_path, git_commit
-from .cells import check_one_config, dataset_mus, with_cell_mu
+from .cells import check_one_config, dataset_mus, records, with_cell_mu
 from .collect import METRIC_NAMES, ReportError, cumulative_rounds, load_metrics, require_converged
 from .paper_numbers import ALGORITHM_ORDER, algorithm_label, dataset_label, dataset_order, metric_label
 from .render import as_number, fmt_mu, write_csv
@@ -203,7 +203,7 @@ def curve_data(facets: pd.DataFrame, metrics: Sequence[str], x: str) -> pd.DataF
         check_one_config(
             grp, f"figure line {line} on {facet_title(str(dataset), cast(float, mu))}", ignore=("seed", "mu")
         )
-        for run in grp.to_dict("records"):
+        for run in records(grp, ["run_dir", "seed", "algorithm", "lam", "coef", *PRIVACY_KEYS]):
             if run["run_dir"] not in cache:
                 cache[run["run_dir"]] = _curve_rows(run, metrics, x)
             # one frame per run and facet, its columns given at once (a column set at a time cost a figure of 200

@@ -18,12 +18,15 @@ from .render import fmt
 # Section 6: privacy
 
 
-def privacy_levels(runs: pd.DataFrame) -> dict[tuple[str, str], tuple[float, float, float]]:
-    """(mechanism, accountant) -> (min, max of private FedProx's ε̄ over data sets, max worst-device ε)."""
+def privacy_levels(
+    runs: pd.DataFrame, settings: list[dict[str, Any]] | None = None
+) -> dict[tuple[str, str], tuple[float, float, float]]:
+    """(mechanism, accountant) -> (min, max of private FedProx's ε̄ over data sets, max worst-device ε);
+    ``settings``: the :func:`upfl.report.privacy_table.blocks` of ``runs`` where the caller has them."""
     from .privacy_table import ACCOUNTANTS, privacy_frame
 
     try:
-        frame = privacy_frame(runs)
+        frame = privacy_frame(runs, settings)
     except ReportError:
         return {}
     ref = frame[frame["variant"] == "fedprox_private"]
@@ -64,7 +67,7 @@ def level_text(level: tuple[float, float, float] | None, accountant: str) -> tup
 
 def privacy_claims(ctx: Context) -> list[dict[str, Any]]:
     """Section 6's claims (paper_values/privacy.csv): pooled over the paper's data sets where we have them."""
-    from .privacy_table import PRIMARY, privacy_claims_frame
+    from .privacy_table import PRIMARY, blocks, privacy_claims_frame
 
     paper = paper_values("privacy")
     runs = ctx.of("privacy")
@@ -76,12 +79,18 @@ def privacy_claims(ctx: Context) -> list[dict[str, Any]]:
         "time": "less training time at equal noise",
     }
     claims = pd.DataFrame()
+    levels: dict[tuple[str, str], tuple[float, float, float]] = {}
     if not runs.empty:
         try:
-            claims = privacy_claims_frame(runs)
-        except ReportError:
-            claims = pd.DataFrame()
-    levels = privacy_levels(runs) if not runs.empty else {}
+            settings = blocks(runs)  # once for the claims and the levels
+        except ReportError:  # no settings: no claims and no levels, as each would find
+            settings = None
+        if settings is not None:
+            try:
+                claims = privacy_claims_frame(runs, settings=settings)
+            except ReportError:
+                claims = pd.DataFrame()
+            levels = privacy_levels(runs, settings)
     rows = []
     for c in paper.to_dict("records"):
         mech, claim = c["mechanism"], c["claim"]

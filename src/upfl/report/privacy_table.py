@@ -41,7 +41,7 @@ from ..privacy.accounting import (
     TRAIN_METRICS_NOTE,
     meaningful,
 )
-from .cells import check_one_config, missing, paired
+from .cells import check_one_config, missing, paired, records
 from .collect import ReportError, converged, diverged_note
 from .paper_numbers import algorithm_label, dataset_label, dataset_order, paper_values
 from .render import as_number, fmt, latex_table, markdown_table, write_csv, write_markdown
@@ -121,14 +121,20 @@ def _mechanisms(runs: pd.DataFrame) -> pd.Series:
 
 
 def iter_settings(runs: pd.DataFrame):
-    """(dataset, mechanism, algorithm, noise text, runs) per setting, in the paper's data set order."""
-    runs = runs.copy()
-    runs["_mech"] = _mechanisms(runs)
-    runs["_noise"] = [noise_text(m, r) for m, r in zip(runs["_mech"], runs.to_dict("records"), strict=True)]
+    """(dataset, mechanism, algorithm, noise text, runs) per setting, in the paper's data set order. The mechanism
+    and noise text are grouping keys beside the table (not columns added to a copy of it and dropped from each
+    group: a copy of the 140-column runs table per setting)."""
+    mechs = _mechanisms(runs)
+    noise = pd.Series(
+        [noise_text(m, r) for m, r in zip(mechs, records(runs, ["sigma", "tau", "alpha"]), strict=True)],
+        index=runs.index,
+        dtype=object,
+    )
     for dataset in dataset_order(runs["dataset"]):
-        sub = runs[runs["dataset"] == dataset]
-        for (mech, alg, noise), grp in sub.groupby(["_mech", "algorithm", "_noise"], sort=True):
-            yield dataset, mech, alg, noise, grp.drop(columns=["_mech", "_noise"])
+        mask = (runs["dataset"] == dataset).to_numpy()
+        sub = runs[mask]
+        for (mech, alg, text), grp in sub.groupby([mechs[mask], sub["algorithm"], noise[mask]], sort=True):
+            yield dataset, mech, alg, text, grp
 
 
 def setting_row(dataset: str, mech: str, alg: str, noise: str, cell: pd.DataFrame) -> dict[str, Any]:
@@ -248,10 +254,11 @@ def blocks(runs: pd.DataFrame) -> list[dict[str, Any]]:
     return out
 
 
-def privacy_frame(runs: pd.DataFrame) -> pd.DataFrame:
-    """The table's rows: one per block x variant (see :func:`blocks`)."""
+def privacy_frame(runs: pd.DataFrame, settings: list[dict[str, Any]] | None = None) -> pd.DataFrame:
+    """The table's rows: one per block x variant (``settings``: the :func:`blocks` of ``runs`` where the caller
+    has them; they are read, not changed)."""
     rows = []
-    for b in blocks(runs):
+    for b in blocks(runs) if settings is None else settings:
         ref_eps = _primary_eps(b["variants"]["fedprox_private"])
         for variant in VARIANTS:
             s = b["variants"].get(variant)
@@ -360,7 +367,9 @@ def _interval_row(
     }
 
 
-def privacy_claims_frame(runs: pd.DataFrame, paper: pd.DataFrame | None = None) -> pd.DataFrame:
+def privacy_claims_frame(
+    runs: pd.DataFrame, paper: pd.DataFrame | None = None, settings: list[dict[str, Any]] | None = None
+) -> pd.DataFrame:
     """Our value of every claim of ``paper_values/privacy.csv`` per block, and pooled over the paper's data sets.
 
     privacy_loss: (eps_FedProx - eps_Upcycled) / eps_FedProx x 100 in the claim's protocol, per accountant
@@ -368,9 +377,10 @@ def privacy_claims_frame(runs: pd.DataFrame, paper: pd.DataFrame | None = None) 
     points; time: 1 - Upcycled / FedProx training time per seed in %; mean and 95% t interval, holds when
     the interval lies above 0. The pooled rows join the per-seed values (mean the per-data-set values for
     privacy_loss) of the data sets the paper names, or of every data set when none of them is present.
+    ``settings``: the :func:`blocks` of ``runs`` where the caller has them.
     """
     paper = paper_values("privacy") if paper is None else paper
-    bl = blocks(runs)
+    bl = blocks(runs) if settings is None else settings
     rows = []
     pooled: dict[tuple, dict[str, Any]] = {}
     for claim in paper.to_dict("records"):
@@ -616,8 +626,9 @@ def write_privacy_table(runs: pd.DataFrame, out_prefix: str, provenance: str) ->
     from .figures import seed_keyed_runs
     from .tables import settings_text
 
-    frame = privacy_frame(runs)
-    claims = privacy_claims_frame(runs)
+    settings = blocks(runs)  # once for both frames: a setting's row is a tenth of a second of pandas in a table
+    frame = privacy_frame(runs, settings)
+    claims = privacy_claims_frame(runs, settings=settings)
     both = pd.concat([frame.assign(section="variants"), claims.assign(section="claims")], ignore_index=True, sort=False)
     both = both[["section"] + [c for c in both.columns if c != "section"]]
     write_csv(f"{out_prefix}.csv", both, provenance)

@@ -15,6 +15,7 @@ from .collect import ReportError, converged, require_converged
 from .paper_numbers import algorithm_label, dataset_label, dataset_order, metric_label
 from .privacy_table import MECHANISMS, iter_settings, setting_row
 from .render import as_number, write_csv
+from .theme import wrapped_figure_text
 
 FIGURE_ACCOUNTANTS = {mech: accountants_of(mech, drawn=True) for mech in PRIVACY_MECHANISMS}
 """Epsilons drawn per mechanism: the first filled with solid lines, the second hollow and dashed."""
@@ -168,14 +169,14 @@ def plot_tradeoff(data: pd.DataFrame, metrics: Sequence[str], title: str | None,
                 ax.set_title(f"{dataset_label(dataset)}, {mech} perturbation")
     if title:
         fig.suptitle(title)
-    fig.text(
+    wrapped_figure_text(
+        fig,
         0.5,
         -0.01,
         TRADEOFF_NOTE + (SHARED_NOISE_FIGURE_NOTE if shared_noise else ""),
         ha="center",
         va="top",
         fontsize="small",
-        wrap=True,
     )
     fig.tight_layout()
     legend: dict[str, Any] = {}

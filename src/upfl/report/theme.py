@@ -189,3 +189,47 @@ def colour_palette(name: str, n_colors: int | None = None) -> list[tuple[float, 
         raise ValueError(f"colour_palette: the colormap {name!r} needs n_colors")
     samples = matplotlib.colormaps[name](np.linspace(0, 1, n_colors + 2)[1:-1])[:, :3]
     return [to_rgb(tuple(row)) for row in samples]
+
+
+@functools.cache
+def _bisected_wrap_text():
+    """A :class:`matplotlib.text.Text` whose ``wrap=True`` line breaks are found by bisection: matplotlib measures the
+    line of the first 2, 3, 4 ... words until one is too wide, a new measurement of a longer string each (fifty per
+    line of a long note, in each of the layout, PNG and PDF renderers: a fifth of the privacy trade-off figure's
+    CPU time). A line's width grows with each word added, so the first too-wide prefix found by bisection is the
+    one the scan finds, and the lines, and the files drawn, are the same."""
+    from matplotlib.text import Text
+
+    class BisectedWrapText(Text):
+        def _get_wrapped_text(self):
+            if not self.get_wrap() or self.get_usetex():
+                return super()._get_wrapped_text()
+            line_width = self._get_wrap_line_width()
+            wrapped_lines = []
+            for unwrapped_line in self.get_text().split("\n"):
+                words = unwrapped_line.split(" ")
+                while words:
+                    if len(words) == 1:
+                        wrapped_lines.append(words.pop(0))
+                        continue
+                    low, high = 2, len(words) + 1  # the first prefix length in [low, high) too wide; high: none is
+                    while low < high:
+                        mid = (low + high) // 2
+                        if self._get_rendered_text_width(" ".join(words[:mid])) > line_width:
+                            high = mid
+                        else:
+                            low = mid + 1
+                    taken = low - 1 if low <= len(words) else len(words)
+                    wrapped_lines.append(" ".join(words[:taken]))
+                    words = words[taken:]
+            return "\n".join(wrapped_lines)
+
+    return BisectedWrapText
+
+
+def wrapped_figure_text(fig, x: float, y: float, text: str, **kwargs):
+    """``fig.text(x, y, text, wrap=True, **kwargs)`` drawn by :func:`_bisected_wrap_text`'s class: the same lines
+    at a fraction of the measuring."""
+    artist = fig.text(x, y, text, wrap=True, **kwargs)
+    artist.__class__ = _bisected_wrap_text()
+    return artist

@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from .cells import check_one_config, iter_cells, missing
+from .cells import check_one_config, iter_cells, missing, records
 from .claim_rules import Context, claim_row, half_unit, not_measured, verdict_equivalence, verdict_gain
 from .collect import ReportError, cumulative_rounds, is_diverged, load_metrics, require_converged
 from .paper_numbers import algorithm_label, dataset_label, paper_values
@@ -46,7 +46,7 @@ def time_to_rounds(metrics: pd.DataFrame, rounds: int) -> float:
 def run_times(cell: pd.DataFrame) -> pd.DataFrame:
     """Per run of a cell: seed, iterations, training rounds and its metrics (loaded once)."""
     rows = []
-    for r in cell.to_dict("records"):
+    for r in records(cell, ["seed", "run_dir"]):
         m = load_metrics(r["run_dir"])
         rows.append(
             {
