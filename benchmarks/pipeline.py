@@ -176,6 +176,17 @@ def timeline_figures(jobs: list[dict], cores: int) -> dict:
     }
 
 
+def upfl_command(tree: Path, folder: Path) -> Path:
+    """A folder holding an ``upfl`` command for ``tree``'s package, with this interpreter: its own entry point
+    (``upfl.launch``, or ``upfl.cli`` in a tree from before it), whatever the installed console script imports."""
+    folder.mkdir(parents=True, exist_ok=True)
+    module = "upfl.launch" if (tree / "src" / "upfl" / "launch.py").exists() else "upfl.cli"
+    script = folder / "upfl"
+    script.write_text(f"#!{sys.executable}\nimport sys\nfrom {module} import main\nsys.exit(main())\n")
+    script.chmod(0o755)
+    return folder
+
+
 def fork_server_figures(log: Path) -> dict:
     """Whether the workflow's fork server ran (upfl.pipeline.forkserver), the CPU-seconds of its imports, and of the
     commands it forked, by sub-command (``run-many``, ``report runs``...), with how many it declined."""
@@ -241,7 +252,11 @@ def measure(
     plan = build_plan(config)
     tmp = Path(tempfile.mkdtemp(prefix=f"upfl-pipeline-{part}-{layout}-"))
     wd = workflow_copy(tmp / "wf", config, tree)
-    env = {**os.environ, "PYTHONPATH": str(tree / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(tree / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "PATH": str(upfl_command(tree, tmp / "bin")) + os.pathsep + os.environ.get("PATH", ""),
+    }
     cpu_before = children_cpu_seconds()
     load_before = os.getloadavg()
     started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
