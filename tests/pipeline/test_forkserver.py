@@ -226,18 +226,23 @@ def test_the_environment_that_matters_is_what_an_import_reads():
     assert environment_difference(base, {**base, "PYTHONHASHSEED": "0"}) == "PYTHONHASHSEED"
 
 
-def test_a_signal_to_the_job_stops_its_command_and_the_job_ends_by_it(server, tmp_path):
-    running, log = server
+def long_run_job(server_path: str, log: Path, tmp_path: Path) -> tuple[subprocess.Popen, int]:
+    """A job training a long run through the server, and its forked command's pid, once it is training."""
     data = tmp_path / "data"
     assert synth(data, job_environment(None)).returncode == 0
     folder = next(p for p in (data / "data" / "generated").iterdir() if p.is_dir())
     job = subprocess.Popen(
         [*UPFL, "run", "--data", str(folder), "--out", str(tmp_path / "run"), "--rounds", "200000"],
-        env=job_environment(running.path),
+        env=job_environment(server_path),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
-    pid = forked_pid(log, job)
+    return job, forked_pid(log, job)
+
+
+def test_a_signal_to_the_job_stops_its_command_and_the_job_ends_by_it(server, tmp_path):
+    running, log = server
+    job, pid = long_run_job(running.path, log, tmp_path)
     job.send_signal(signal.SIGTERM)
     job.wait(timeout=60)
     assert job.returncode == -signal.SIGTERM
@@ -248,16 +253,7 @@ def test_a_signal_to_the_job_stops_its_command_and_the_job_ends_by_it(server, tm
 
 def test_a_job_killed_outright_takes_its_command_with_it(server, tmp_path):
     running, log = server
-    data = tmp_path / "data"
-    assert synth(data, job_environment(None)).returncode == 0
-    folder = next(p for p in (data / "data" / "generated").iterdir() if p.is_dir())
-    job = subprocess.Popen(
-        [*UPFL, "run", "--data", str(folder), "--out", str(tmp_path / "run"), "--rounds", "200000"],
-        env=job_environment(running.path),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    pid = forked_pid(log, job)
+    job, pid = long_run_job(running.path, log, tmp_path)
     job.kill()  # SIGKILL: nothing is passed on, the server sees the connection close
     job.wait(timeout=30)
     (line,) = served(log)
