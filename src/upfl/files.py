@@ -39,8 +39,12 @@ def publish_mode(path: str | os.PathLike) -> None:
     ``mkstemp`` and ``mkdtemp`` create 0600 files and 0700 folders whatever the umask; published
     results must be readable by whoever the umask lets read them (0644 / 0755 under umask 022).
     """
-    base = 0o777 if os.path.isdir(path) else 0o666
-    os.chmod(path, base & ~current_umask())
+    os.chmod(path, published_mode(os.path.isdir(path)))
+
+
+def published_mode(folder: bool = False) -> int:
+    """The mode a plain ``open`` (or, for a ``folder``, ``mkdir``) gives under the process umask."""
+    return (0o777 if folder else 0o666) & ~current_umask()
 
 
 @contextlib.contextmanager
@@ -99,7 +103,7 @@ def write_texts(texts: dict[Any, str]) -> None:
     """Write several files all or none: every file is written to a temporary sibling first, and the renames
     (in the order given) follow only when every write succeeded. A full or read-only file system leaves the
     files as they were. Each folder is made once, each file written through the descriptor that created it, and
-    the published mode (:func:`publish_mode` of a file) read once: a run's three result files cost a third of the
+    the published mode (:func:`published_mode`) read once: a run's three result files cost a third of the
     system calls."""
     written: list[tuple[Path, Path]] = []
     folders: set[Path] = set()
@@ -113,7 +117,7 @@ def write_texts(texts: dict[Any, str]) -> None:
             written.append((Path(tmp_name), path))
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(text)
-        mode = 0o666 & ~current_umask()
+        mode = published_mode()
         for tmp, path in written:
             os.chmod(tmp, mode)
             os.replace(tmp, path)

@@ -57,11 +57,24 @@ def receive_exactly(sock: socket.socket, size: int) -> bytes:
 
 def receive_message(sock: socket.socket) -> dict | None:
     """The next message on ``sock``, or None when the other end closed before a whole one."""
-    import json
+    return receive_message_and_fds(sock, 0)[0]
 
-    header = receive_exactly(sock, HEADER_SIZE)
+
+def receive_message_and_fds(sock: socket.socket, max_fds: int) -> tuple[dict | None, list[int]]:
+    """The next message on ``sock`` and the file descriptors (at most ``max_fds``) sent with it by
+    :func:`send_message`, now open in this process; the message is None when the other end closed before a whole
+    one (the descriptors that came are still returned, for the caller to close)."""
+    import json
+    import socket
+
+    fds: list[int] = []
+    if max_fds:
+        header, fds, _flags, _address = socket.recv_fds(sock, HEADER_SIZE, max_fds)
+        header += receive_exactly(sock, HEADER_SIZE - len(header)) if header else b""
+    else:
+        header = receive_exactly(sock, HEADER_SIZE)
     if len(header) < HEADER_SIZE:
-        return None
+        return None, fds
     size = int.from_bytes(header, "big")
     body = receive_exactly(sock, size)
-    return json.loads(body) if len(body) == size else None
+    return (json.loads(body) if len(body) == size else None), fds

@@ -24,7 +24,6 @@ import atexit
 import contextlib
 import gc
 import importlib
-import json
 import os
 import pkgutil
 import selectors
@@ -40,7 +39,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .fork_protocol import HEADER_SIZE, SOCKET_ENV, interpreter, receive_exactly, send_message
+from .fork_protocol import SOCKET_ENV, interpreter, receive_message_and_fds, send_message
 
 SWITCH_ENV = "UPFL_FORK_SERVER"
 """``0`` turns the fork server off for a local run."""
@@ -197,6 +196,7 @@ class ForkServer:
     listener: socket.socket
     entry: Callable[[], int]
     imported_under: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+    own_interpreter: dict[str, str] = field(default_factory=interpreter)
     parent: int = field(default_factory=os.getppid)
     log: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr, flush=True))
     jobs: dict[int, Job] = field(default_factory=dict)
@@ -253,10 +253,9 @@ class ForkServer:
         fds: list[int] = []
         try:
             conn.settimeout(10.0)
-            header, fds, _flags, _address = socket.recv_fds(conn, HEADER_SIZE, 3)
-            header += receive_exactly(conn, HEADER_SIZE - len(header))
-            size = int.from_bytes(header, "big")
-            request = json.loads(receive_exactly(conn, size))
+            request, fds = receive_message_and_fds(conn, 3)
+            if request is None:
+                raise ValueError("the job closed its connection before its whole request")
             reason = self._decline_reason(request, fds)
             if reason is not None:
                 self.log(f"declined `{command_text(request)}`: {reason}")
@@ -281,8 +280,7 @@ class ForkServer:
     def _decline_reason(self, request: dict, fds: list[int]) -> str | None:
         if len(fds) != 3:
             return "the job's standard streams did not arrive"
-        mine = interpreter()
-        for key, value in mine.items():
+        for key, value in self.own_interpreter.items():
             if request.get(key) != value:
                 return f"another {key}: {request.get(key)} (the server's: {value})"
         name = environment_difference(self.imported_under, request.get("env", {}))

@@ -543,30 +543,36 @@ def load_metrics(run_dir: str | os.PathLike) -> pd.DataFrame:
     match the checksum recorded when the run was trained names the file. Read and checked once per process while the
     file and its run's checksum record stay as they were (the same size, modification time and inode; a report job's
     table and figures read the same runs): a copy of that frame each call."""
-    from ..integrity import RECORD, IntegrityError, check_file
+    from ..integrity import RECORD
 
     path = Path(run_dir) / "metrics.csv"
     if not path.is_file():
         raise ReportError(f"run folder {run_dir}: no metrics.csv")
-    key = (os.path.realpath(path), _file_state(path), _file_state(Path(run_dir) / RECORD))
-    if key not in _METRICS:
-        try:
-            check_file(run_dir, "metrics.csv")
-        except IntegrityError as e:
-            raise ReportError(str(e)) from None
-        df = pd.read_csv(path)
-        missing = [c for c in ("iteration", "kind", "cum_wall_s", *METRIC_NAMES) if c not in df.columns]
-        if missing:
-            raise ReportError(f"{path}: missing columns {', '.join(missing)}")
-        if len(_METRICS) >= METRICS_KEPT:
-            _METRICS.clear()
-        _METRICS[key] = df
-    return _METRICS[key].copy()
+    return _checked_metrics(
+        str(run_dir), os.path.realpath(path), _file_state(path), _file_state(Path(run_dir) / RECORD)
+    ).copy()
 
 
 METRICS_KEPT = 4096
 """At most this many runs' metrics are kept by :func:`load_metrics` (a figure of the full config reads hundreds)."""
-_METRICS: dict[tuple[Any, ...], pd.DataFrame] = {}
+
+
+@functools.lru_cache(maxsize=METRICS_KEPT)
+def _checked_metrics(run_dir: str, _real_path: str, _state: Any, _record_state: Any) -> pd.DataFrame:
+    """:func:`load_metrics`' frame, checked against the run's checksum record: read once per state of the file and
+    of its record (the key's last three parts)."""
+    from ..integrity import IntegrityError, check_file
+
+    try:
+        check_file(run_dir, "metrics.csv")
+    except IntegrityError as e:
+        raise ReportError(str(e)) from None
+    path = Path(run_dir) / "metrics.csv"
+    df = pd.read_csv(path)
+    missing = [c for c in ("iteration", "kind", "cum_wall_s", *METRIC_NAMES) if c not in df.columns]
+    if missing:
+        raise ReportError(f"{path}: missing columns {', '.join(missing)}")
+    return df
 
 
 def _file_state(path: Path) -> tuple[int, int, int] | None:
