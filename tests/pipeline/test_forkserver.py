@@ -5,6 +5,7 @@ cannot serve runs in its own process, and the server never outlives the run that
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import signal
@@ -140,6 +141,39 @@ def test_the_server_forks_from_one_thread_after_its_imports(server):
         assert time.time() < deadline, log.read_text()
         time.sleep(0.05)
     assert len(os.listdir(f"/proc/{running.process.pid}/task")) == 1
+
+
+def test_after_the_kernels_warm_up_the_server_holds_the_kernels_and_still_one_thread(server, tmp_path):
+    """The workflow's warm-up job fills numba's cache; the server then loads the single-threaded kernels itself, so
+    a training job forked after it starts with them, and stays single-threaded (a fork would copy no pool). A run
+    it serves then gives the same numbers as the same run in its own process."""
+    running, log = server
+    env = job_environment(running.path)
+    warmed = subprocess.run(
+        [*UPFL, "kernels", "warm-up", "--threads", "1", "--out", str(tmp_path / "numba.json")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert warmed.returncode == 0, warmed.stderr
+    deadline = time.time() + 60
+    while "kernels loaded ahead" not in log.read_text():
+        assert time.time() < deadline, log.read_text()
+        time.sleep(0.05)
+    assert len(os.listdir(f"/proc/{running.process.pid}/task")) == 1
+    assert synth(tmp_path, job_environment(None)).returncode == 0
+    data = tmp_path / "data" / "generated" / "synthetic_1_1"
+    run = ["run", "--data", str(data), "--rounds", "4", "--algorithm", "fedprox", "--mu", "0.1", "--seed", "1"]
+    for name, run_env in (("served", env), ("own", job_environment(None))):
+        done = subprocess.run([*UPFL, *run, "--out", str(tmp_path / name)], env=run_env, capture_output=True)
+        assert done.returncode == 0, done.stderr
+    assert sum("`upfl run --data" in line for line in served(log)) == 1
+    summaries = [json.loads((tmp_path / name / "summary.json").read_text()) for name in ("served", "own")]
+    assert summaries[0]["final"] == summaries[1]["final"]
+    served_rows, own_rows = ((tmp_path / name / "metrics.csv").read_text().splitlines() for name in ("served", "own"))
+    assert served_rows[0].split(",")[-2:] == ["wall_s", "cum_wall_s"]
+    assert [r.rsplit(",", 2)[0] for r in served_rows] == [r.rsplit(",", 2)[0] for r in own_rows]
 
 
 def test_a_command_ends_as_its_process_would_exit_handlers_and_status(tmp_path):

@@ -13,9 +13,12 @@ What a child inherits besides is what the imports made, and an import reads some
 thread counts of the numerical libraries, numba's and matplotlib's settings, Python's own). So the server takes a
 command only when the job's environment equals the one it imported under, in the variables an import may read
 (:data:`IMPORT_VARIABLES`), and only from the same interpreter, environment prefix and upfl package; otherwise
-it declines and the job runs in its own process. The server starts no thread and runs no kernel before forking:
-numba's, OpenMP's and torch's thread pools start in each child. A cluster run never starts one (each job runs on a
-node of its own), and ``UPFL_FORK_SERVER=0`` turns it off for a local run.
+it declines and the job runs in its own process. The server starts no thread before forking: numba's, OpenMP's and
+torch's thread pools start in each child. Once the workflow's ``upfl kernels warm-up`` job has put the compiled
+kernels in numba's cache, the server loads their single-threaded forms from it (:meth:`ForkServer.load_kernels`), so
+that the training jobs forked after it do not each load them; should that ever start a thread, the server declines
+every later command. A cluster run never starts one (each job runs on a node of its own), and
+``UPFL_FORK_SERVER=0`` turns it off for a local run.
 """
 
 from __future__ import annotations
@@ -110,6 +113,9 @@ LIBRARIES = (
 """Imported ahead besides upfl's modules: the libraries upfl imports only inside functions, and matplotlib's
 drawing backends, which a figure loads when it is saved (the PDF one is a tenth of a CPU-second)."""
 
+KERNELS_WARM_UP = ("kernels", "warm-up")
+"""The command (:mod:`upfl.commands.kernels`) after whose success the server loads the kernels from numba's cache."""
+
 READY_TIMEOUT_S = 10.0
 """How long :func:`start` waits for the server's socket before the run goes on without it."""
 
@@ -157,6 +163,16 @@ def preload(log: Callable[[str], None]) -> int:
     return count
 
 
+def thread_count() -> int:
+    """This process's threads, native ones included (``/proc/self/task``; where there is none, Python's own)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        import threading
+
+        return threading.active_count()
+
+
 def flush_standard_streams() -> None:
     """Flush standard output and error (before a fork, which would copy what they hold; before ``os._exit``)."""
     for stream in (sys.stdout, sys.stderr):
@@ -187,6 +203,7 @@ class Job:
     pid: int
     conn: socket.socket | None
     command: str
+    argv: tuple[str, ...] = ()
 
 
 @dataclass
@@ -201,6 +218,9 @@ class ForkServer:
     log: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr, flush=True))
     jobs: dict[int, Job] = field(default_factory=dict)
     stopping: bool = False
+    kernels_loaded: bool = False
+    unsafe: str | None = None
+    """Why the server no longer forks (it has more than one thread), or None."""
 
     def serve(self) -> None:
         """Take commands until SIGTERM or until the process that started the server ends; then wait for the
@@ -267,7 +287,7 @@ class ForkServer:
             if pid == 0:
                 self._child(request, fds)
             conn.settimeout(None)
-            self.jobs[pid] = Job(pid, conn, command_text(request))
+            self.jobs[pid] = Job(pid, conn, command_text(request), tuple(map(str, request["argv"])))
             selector.register(conn, selectors.EVENT_READ, pid)
             send_message(conn, {"pid": pid})
         except (OSError, ValueError) as e:
@@ -278,6 +298,8 @@ class ForkServer:
                 os.close(fd)
 
     def _decline_reason(self, request: dict, fds: list[int]) -> str | None:
+        if self.unsafe is not None:
+            return self.unsafe
         if len(fds) != 3:
             return "the job's standard streams did not arrive"
         for key, value in self.own_interpreter.items():
@@ -349,12 +371,39 @@ class ForkServer:
             else:
                 outcome = {"status": os.waitstatus_to_exitcode(wait_status)}
             self.log(f"{pid} `{job.command}`: {outcome}, {usage.ru_utime + usage.ru_stime:.2f} CPU-s")
+            if job.argv[: len(KERNELS_WARM_UP)] == KERNELS_WARM_UP and outcome == {"status": 0}:
+                self.load_kernels()
             if job.conn is None:
                 continue
             with contextlib.suppress(OSError):
                 selector.unregister(job.conn)
                 send_message(job.conn, outcome)
             job.conn.close()
+
+    def load_kernels(self) -> None:
+        """Load the compiled solver's single-threaded kernels from numba's cache (once; a successful warm-up job has
+        just written them there for the code the server imported), so that every training job forked later has them
+        without loading them itself (about 0.2 CPU-s a job). Their warm-up runs only single-threaded kernels, on a
+        tiny problem; should the server have more than one thread after it, it declines every later command."""
+        if self.kernels_loaded:
+            return
+        self.kernels_loaded = True
+        started = time.process_time()
+        try:
+            from ..solvers.selection import numba_solver
+
+            loaded = numba_solver(1) is not None
+        except Exception as e:  # the jobs load them themselves, and say why if they cannot
+            self.log(f"kernels not loaded ahead: {type(e).__name__}: {e}")
+            return
+        gc.freeze()
+        threads = thread_count()
+        if threads > 1:
+            self.unsafe = f"the server has {threads} threads after loading the kernels: it no longer forks"
+            self.log(self.unsafe)
+            return
+        spent = time.process_time() - started
+        self.log(f"kernels loaded ahead in {spent:.2f} CPU-s" if loaded else "no numba: no kernels to load ahead")
 
     def _client_gone(self, pid: int, selector: selectors.BaseSelector) -> None:
         """The job process waiting for ``pid`` closed its end (killed outright): the command is stopped too."""
