@@ -14,7 +14,7 @@ from fixtures_runs import metrics_without_time
 from upfl.cli import main
 from upfl.data import generate_synthetic
 from upfl.engine.simulation import InjectedStop, run
-from upfl.pipeline.bundle_trainer import run_config, train_bundle
+from upfl.pipeline.bundle_trainer import load_data, run_config, train_bundle
 from upfl.pipeline.bundles import (
     SOFTMAX_FIRST_COST,
     BundleError,
@@ -75,6 +75,27 @@ def spec_of(data, tmp_path, concurrent=1):
         ),
     ]
     return {"bundle": "test", "threads": 1, "concurrent": concurrent, "runs": runs}
+
+
+def test_a_data_set_is_read_once_while_its_files_are_unchanged(tmp_path, monkeypatch):
+    """A bundle's runs share one reading of their data set; a file rewritten since (in place, or replaced by a
+    rename) is read again, so a process that outlives a data job (the fork server) never hands on stale data."""
+    folder = Path(generate_synthetic("synthetic_1_1", tmp_path / "d", data_seed=1, num_devices=4))
+    monkeypatch.chdir(tmp_path)
+    path = str(folder.relative_to(tmp_path))
+    first = load_data(path)
+    assert load_data(path) is first
+    train = folder / "train" / "data.json"
+    train.write_bytes(train.read_bytes())  # the same bytes written in place
+    again = load_data(path)
+    assert again is not first and again.train_x.keys() == first.train_x.keys()
+    doc = json.loads(train.read_text())
+    user = doc["users"][0]
+    doc["user_data"][user]["y"][0] = 1 - doc["user_data"][user]["y"][0]
+    (folder / "train" / "new.tmp").write_text(json.dumps(doc))
+    os.replace(folder / "train" / "new.tmp", train)
+    changed = load_data(path)
+    assert changed is not again and changed.train_y[user][0] == 1 - again.train_y[user][0]
 
 
 @pytest.mark.parametrize("concurrent", [1, 2])

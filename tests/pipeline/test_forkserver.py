@@ -158,7 +158,7 @@ def test_after_the_kernels_warm_up_the_server_holds_the_kernels_and_still_one_th
     )
     assert warmed.returncode == 0, warmed.stderr
     deadline = time.time() + 60
-    while "kernels loaded ahead" not in log.read_text():
+    while "` after: kernels loaded," not in log.read_text():
         assert time.time() < deadline, log.read_text()
         time.sleep(0.05)
     assert len(os.listdir(f"/proc/{running.process.pid}/task")) == 1
@@ -174,6 +174,39 @@ def test_after_the_kernels_warm_up_the_server_holds_the_kernels_and_still_one_th
     served_rows, own_rows = ((tmp_path / name / "metrics.csv").read_text().splitlines() for name in ("served", "own"))
     assert served_rows[0].split(",")[-2:] == ["wall_s", "cum_wall_s"]
     assert [r.rsplit(",", 2)[0] for r in served_rows] == [r.rsplit(",", 2)[0] for r in own_rows]
+
+
+def test_the_server_reads_a_bundles_data_ahead_in_the_jobs_folder(server, tmp_path):
+    """``upfl run-many`` has the server read its bundle's data sets (paths relative to the job's folder) before
+    forking it, so that later bundles on the same files find them read; the runs are those of its own process."""
+    running, log = server
+    assert synth(tmp_path, job_environment(None)).returncode == 0
+    config = {"rounds": 4, "algorithm": {"name": "fedprox", "mu": 0.1}, "seed": 1, "checkpoint": {"every": 0}}
+    runs = [
+        {"id": f"r{seed}", "data": "../data/generated/synthetic_1_1", "out": f"runs/r{seed}", "config": config}
+        for seed in (0, 1)
+    ]
+    (tmp_path / "spec.json").write_text(json.dumps({"bundle": "b", "threads": 1, "concurrent": 1, "runs": runs}))
+    served_env = job_environment(running.path)
+    for name, env in (("served", served_env), ("own", job_environment(None)), ("served_again", served_env)):
+        (tmp_path / name).mkdir()
+        done = subprocess.run(
+            [*UPFL, "run-many", "--spec", "../spec.json", "--no-store"],
+            cwd=tmp_path / name,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, done.stderr
+    steps = re.findall(r"`upfl run-many --spec \.\./spec\.json --no-store` ahead: (.*), [0-9.]+ CPU-s", log.read_text())
+    assert steps == ["1 data set(s): 1 read, 0 read before", "1 data set(s): 0 read, 1 read before"]
+    for rid in ("r0", "r1"):
+        rows = [
+            (tmp_path / name / "runs" / rid / "metrics.csv").read_text().splitlines()
+            for name in ("served", "own", "served_again")
+        ]
+        assert [r.rsplit(",", 2)[0] for r in rows[0]] == [r.rsplit(",", 2)[0] for r in rows[1]]
+        assert [r.rsplit(",", 2)[0] for r in rows[2]] == [r.rsplit(",", 2)[0] for r in rows[1]]
 
 
 def test_a_command_ends_as_its_process_would_exit_handlers_and_status(tmp_path):

@@ -21,6 +21,8 @@ import resource
 import sys
 import time
 
+from ..pipeline.fork_protocol import SERVER_AHEAD
+
 BENCHMARK_COLUMNS = ("s", "h:m:s", "max_rss", "cpu_time")
 """The first columns of a Snakemake benchmark file, and CPU time: wall seconds, the same as h:m:s, peak resident
 memory in MB (the process or its largest child), user + system CPU seconds of the process and its children."""
@@ -78,6 +80,13 @@ def cmd_bundle_specs(args: argparse.Namespace) -> int:
     return 0
 
 
+def read_data_ahead(args: argparse.Namespace) -> str:
+    """The fork server's step before a bundle (:func:`upfl.pipeline.bundle_trainer.load_spec_data`)."""
+    from ..pipeline.bundle_trainer import load_spec_data
+
+    return load_spec_data(args)
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     from ..engine.store import DEFAULT_STORE
 
@@ -107,7 +116,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="write the job's wall time, peak memory (MB) and CPU time here (Snakemake's benchmark format)",
     )
-    p.set_defaults(func=cmd_run_many)
+    p.set_defaults(func=cmd_run_many, **{SERVER_AHEAD: read_data_ahead})
 
     s = sub.add_parser("bundle-specs", help="write bundle spec files from the workflow's config (rule bundle_specs)")
     s.add_argument("files", nargs="+", help="spec files results/bundles/<bundle>-<digest>.json to write")

@@ -12,6 +12,8 @@ import argparse
 import json
 import time
 
+from ..pipeline.fork_protocol import SERVER_AFTER
+
 
 def cmd_kernels_warm_up(args: argparse.Namespace) -> int:
     from ..files import provenance, write_texts
@@ -30,6 +32,18 @@ def cmd_kernels_warm_up(args: argparse.Namespace) -> int:
     return 0
 
 
+def load_into_fork_server(args: argparse.Namespace) -> str:
+    """The fork server's step after a successful warm-up (:data:`upfl.pipeline.fork_protocol.SERVER_AFTER`): the
+    single-threaded kernels loaded from numba's cache into the server, so that the training jobs it forks later
+    start with them (about 0.2 CPU-s a job). Kernels for more threads are left to the jobs, whose thread pools the
+    server must not start."""
+    if args.threads != 1:
+        return f"kernels not loaded ahead (--threads {args.threads}: only single-threaded ones are)"
+    from ..solvers.selection import numba_solver
+
+    return "kernels loaded" if numba_solver(1) is not None else "no numba: no kernels to load"
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("kernels", help="the compiled (numba) solver's kernels")
     actions = p.add_subparsers(dest="action", required=True)
@@ -41,4 +55,4 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="numba threads of the jobs that will use them (1: the single-threaded kernels; default 1)",
     )
     w.add_argument("--out", required=True, help="JSON record of the warm-up (written all or nothing)")
-    w.set_defaults(func=cmd_kernels_warm_up)
+    w.set_defaults(func=cmd_kernels_warm_up, **{SERVER_AFTER: load_into_fork_server})

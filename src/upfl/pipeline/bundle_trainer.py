@@ -7,6 +7,7 @@ the data set is read once per process. A finished run is restored from, and save
 
 from __future__ import annotations
 
+import argparse
 import functools
 import gc
 import json
@@ -33,12 +34,55 @@ def run_config(entry: dict[str, Any], threads: int) -> cfgmod.RunConfig:
     return cfgmod.from_dict(doc)
 
 
-@functools.lru_cache(maxsize=4)
-def load_data(path: str):
-    """A data set loaded once per bundle process (the last 4 kept): runs only read it."""
+def data_state(path: str) -> tuple:
+    """What tells that a data set folder's files are the ones read before: the name, device and inode, size and
+    change times of the folder's ``meta.json`` and of each file in its ``train/`` and ``test/`` (a file rewritten,
+    even in place, changes its change time; one replaced by a rename, its inode; the same path from another working
+    folder names other files)."""
+    state: list[tuple] = []
+    for split in ("", "train", "test"):
+        try:
+            with os.scandir(os.path.join(path, split)) as entries:
+                for entry in entries:
+                    if split or entry.name == "meta.json":
+                        st = entry.stat()
+                        state.append(
+                            (split, entry.name, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                        )
+        except OSError as e:
+            state.append((split, e.errno))
+    return tuple(sorted(state))
+
+
+@functools.lru_cache(maxsize=8)
+def _loaded(path: str, state: tuple):
     from ..data import load_leaf
 
     return load_leaf(path)
+
+
+def load_data(path: str):
+    """The data set at ``path`` (relative to the working folder), read once per process while its files are
+    unchanged (:func:`data_state`; the last 8 kept): runs only read it. A bundle forked by the workflow's fork server
+    finds the sets the server read ahead of it (:func:`load_spec_data`)."""
+    return _loaded(path, data_state(path))
+
+
+def load_spec_data(args: argparse.Namespace) -> str:
+    """The fork server's step before ``upfl run-many`` (:data:`upfl.pipeline.fork_protocol.SERVER_AHEAD`): read
+    the data sets of the bundle's runs, as :func:`train_entry` would, so that this bundle and every later one on the
+    same files find them read. A bundle trained by several processes at once reads its data in each of them."""
+    spec = load_spec(args.spec)
+    if int(args.concurrent if args.concurrent is not None else spec.get("concurrent", 1)) > 1:
+        return "no data read ahead (several processes at once)"
+    threads = int(args.threads if args.threads is not None else spec.get("threads", 0))
+    firsts = {str(entry["data"]): entry for entry in spec["runs"]}
+    paths = [str(run_config(entry, threads).data.path) for entry in firsts.values()]
+    before = _loaded.cache_info().misses
+    for path in paths:
+        load_data(path)
+    read = _loaded.cache_info().misses - before
+    return f"{len(paths)} data set(s): {read} read, {len(paths) - read} read before"
 
 
 def _acc(value: Any) -> str:

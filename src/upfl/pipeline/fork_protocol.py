@@ -15,6 +15,14 @@ if TYPE_CHECKING:
 SOCKET_ENV = "UPFL_FORK_SERVER_SOCKET"
 """The environment variable naming the fork server's socket (set by the workflow for its jobs)."""
 
+SERVER_AHEAD = "server_ahead"
+"""The parsed command's attribute (its parser's default) naming a step the fork server runs before forking it:
+``step(args) -> str``, what it did (for the server's log), run in the job's folder; its result is what the child,
+and every later one, inherits."""
+
+SERVER_AFTER = "server_after"
+"""Likewise, a step the fork server runs once the command has exited with status 0."""
+
 HEADER_SIZE = 8
 """A message's length (big-endian, 8 bytes), before its JSON body."""
 

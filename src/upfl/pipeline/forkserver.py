@@ -14,19 +14,26 @@ thread counts of the numerical libraries, numba's and matplotlib's settings, Pyt
 command only when the job's environment equals the one it imported under, in the variables an import may read
 (:data:`IMPORT_VARIABLES`), and only from the same interpreter, environment prefix and upfl package; otherwise
 it declines and the job runs in its own process. The server starts no thread before forking: numba's, OpenMP's and
-torch's thread pools start in each child. Once the workflow's ``upfl kernels warm-up`` job has put the compiled
-kernels in numba's cache, the server loads their single-threaded forms from it (:meth:`ForkServer.load_kernels`), so
-that the training jobs forked after it do not each load them; should that ever start a thread, the server declines
-every later command. A cluster run never starts one (each job runs on a node of its own), and
-``UPFL_FORK_SERVER=0`` turns it off for a local run.
+torch's thread pools start in each child.
+
+A command may give the server a step of its own (``SERVER_AHEAD``, ``SERVER_AFTER`` of
+:mod:`upfl.pipeline.fork_protocol`, set by the command's parser): work whose result every later child inherits
+instead of redoing it. ``upfl run-many`` has the server read the data sets of its bundle before forking it (a later
+bundle on the same files finds them read); ``upfl kernels warm-up``, once it has put the compiled kernels in numba's
+cache, has the server load their single-threaded forms from it. The server runs such a step in the job's folder, and
+checks afterwards that it still has one thread; should it ever have more, it declines every later command. A cluster
+run never starts a server (each job runs on a node of its own), and ``UPFL_FORK_SERVER=0`` turns it off for a local
+run.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import gc
 import importlib
+import io
 import os
 import pkgutil
 import selectors
@@ -42,7 +49,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .fork_protocol import SOCKET_ENV, interpreter, receive_message_and_fds, send_message
+from .fork_protocol import (
+    SERVER_AFTER,
+    SERVER_AHEAD,
+    SOCKET_ENV,
+    interpreter,
+    receive_message_and_fds,
+    send_message,
+)
 
 SWITCH_ENV = "UPFL_FORK_SERVER"
 """``0`` turns the fork server off for a local run."""
@@ -113,9 +127,6 @@ LIBRARIES = (
 """Imported ahead besides upfl's modules: the libraries upfl imports only inside functions, and matplotlib's
 drawing backends, which a figure loads when it is saved (the PDF one is a tenth of a CPU-second)."""
 
-KERNELS_WARM_UP = ("kernels", "warm-up")
-"""The command (:mod:`upfl.commands.kernels`) after whose success the server loads the kernels from numba's cache."""
-
 READY_TIMEOUT_S = 10.0
 """How long :func:`start` waits for the server's socket before the run goes on without it."""
 
@@ -173,6 +184,18 @@ def thread_count() -> int:
         return threading.active_count()
 
 
+def parsed_command(argv: list[str]) -> Any:
+    """``argv`` parsed as ``upfl`` would parse it (for the command's server steps); None for a command line it
+    refuses (the job says why)."""
+    from ..cli import parse_words
+
+    try:
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            return parse_words(list(map(str, argv)))
+    except SystemExit:
+        return None
+
+
 def flush_standard_streams() -> None:
     """Flush standard output and error (before a fork, which would copy what they hold; before ``os._exit``)."""
     for stream in (sys.stdout, sys.stderr):
@@ -203,7 +226,7 @@ class Job:
     pid: int
     conn: socket.socket | None
     command: str
-    argv: tuple[str, ...] = ()
+    after: Callable[[], None] | None = None
 
 
 @dataclass
@@ -218,7 +241,6 @@ class ForkServer:
     log: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr, flush=True))
     jobs: dict[int, Job] = field(default_factory=dict)
     stopping: bool = False
-    kernels_loaded: bool = False
     unsafe: str | None = None
     """Why the server no longer forks (it has more than one thread), or None."""
 
@@ -282,12 +304,23 @@ class ForkServer:
                 send_message(conn, {"declined": reason})
                 conn.close()
                 return
+            args = parsed_command(request["argv"])
+            ahead, after = (getattr(args, name, None) for name in (SERVER_AHEAD, SERVER_AFTER))
+            if ahead is not None:
+                self.run_step(command_text(request), "ahead", ahead, args, request["cwd"])
+            if self.unsafe is not None:
+                send_message(conn, {"declined": self.unsafe})
+                conn.close()
+                return
             flush_standard_streams()
             pid = os.fork()
             if pid == 0:
                 self._child(request, fds)
             conn.settimeout(None)
-            self.jobs[pid] = Job(pid, conn, command_text(request), tuple(map(str, request["argv"])))
+            then = None
+            if after is not None:
+                then = functools.partial(self.run_step, command_text(request), "after", after, args, request["cwd"])
+            self.jobs[pid] = Job(pid, conn, command_text(request), then)
             selector.register(conn, selectors.EVENT_READ, pid)
             send_message(conn, {"pid": pid})
         except (OSError, ValueError) as e:
@@ -371,8 +404,8 @@ class ForkServer:
             else:
                 outcome = {"status": os.waitstatus_to_exitcode(wait_status)}
             self.log(f"{pid} `{job.command}`: {outcome}, {usage.ru_utime + usage.ru_stime:.2f} CPU-s")
-            if job.argv[: len(KERNELS_WARM_UP)] == KERNELS_WARM_UP and outcome == {"status": 0}:
-                self.load_kernels()
+            if job.after is not None and outcome == {"status": 0}:
+                job.after()
             if job.conn is None:
                 continue
             with contextlib.suppress(OSError):
@@ -380,30 +413,26 @@ class ForkServer:
                 send_message(job.conn, outcome)
             job.conn.close()
 
-    def load_kernels(self) -> None:
-        """Load the compiled solver's single-threaded kernels from numba's cache (once; a successful warm-up job has
-        just written them there for the code the server imported), so that every training job forked later has them
-        without loading them itself (about 0.2 CPU-s a job). Their warm-up runs only single-threaded kernels, on a
-        tiny problem; should the server have more than one thread after it, it declines every later command."""
-        if self.kernels_loaded:
-            return
-        self.kernels_loaded = True
+    def run_step(self, command: str, when: str, step: Callable[[Any], str], args: Any, cwd: str) -> None:
+        """Run a command's server step (``SERVER_AHEAD``, ``SERVER_AFTER``) in the job's folder ``cwd``. A step that
+        fails is logged (the command, which does the same work itself, says why in its own log). Then the objects it
+        made are moved out of the collector's sight, and the server checks it still has one thread: if not, it
+        declines every later command."""
         started = time.process_time()
+        here = os.getcwd()
         try:
-            from ..solvers.selection import numba_solver
-
-            loaded = numba_solver(1) is not None
-        except Exception as e:  # the jobs load them themselves, and say why if they cannot
-            self.log(f"kernels not loaded ahead: {type(e).__name__}: {e}")
-            return
+            os.chdir(cwd)
+            done = step(args)
+        except Exception as e:  # noqa: BLE001 - the job itself meets and reports the same error
+            done = f"failed ({type(e).__name__}: {e})"
+        finally:
+            os.chdir(here)
         gc.freeze()
+        self.log(f"`{command}` {when}: {done}, {time.process_time() - started:.2f} CPU-s")
         threads = thread_count()
         if threads > 1:
-            self.unsafe = f"the server has {threads} threads after loading the kernels: it no longer forks"
+            self.unsafe = f"the server has {threads} threads after a command's step: it no longer forks"
             self.log(self.unsafe)
-            return
-        spent = time.process_time() - started
-        self.log(f"kernels loaded ahead in {spent:.2f} CPU-s" if loaded else "no numba: no kernels to load ahead")
 
     def _client_gone(self, pid: int, selector: selectors.BaseSelector) -> None:
         """The job process waiting for ``pid`` closed its end (killed outright): the command is stopped too."""
