@@ -11,6 +11,7 @@ it leaves out where results go (``output``) and how often progress is printed.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import functools
@@ -431,7 +432,33 @@ def get_key(cfg: RunConfig, dotted: str) -> Any:
 
 
 def to_dict(cfg: RunConfig) -> dict[str, Any]:
-    return dataclasses.asdict(cfg)
+    """``dataclasses.asdict(cfg)``: the same nested dict, made without its deep copy of every number and string
+    (a run hashes its config several times)."""
+    return _plain(cfg)
+
+
+_ATOMS = (str, int, float, bool, type(None))
+
+
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
+def _plain(value: Any) -> Any:
+    """What :func:`dataclasses.asdict` makes of ``value``: dataclasses as dicts of their fields, lists, tuples and
+    dicts rebuilt, anything else deep-copied (numbers and strings are their own copies)."""
+    if type(value) in _ATOMS:
+        return value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {name: _plain(getattr(value, name)) for name in _field_names(type(value))}
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a named tuple
+        return type(value)(*(_plain(v) for v in value))
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return type(value)((_plain(k), _plain(v)) for k, v in value.items())
+    return copy.deepcopy(value)
 
 
 def dump_yaml(cfg: RunConfig) -> str:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import platform
-from functools import cache
+from functools import cache, lru_cache
 
 import numpy as np
 
@@ -153,9 +153,11 @@ def uniforms(seed: int, count: int) -> np.ndarray:
     return ((raw & np.uint32(0xFFFFFF)).astype(F64) * 2.0**-24).astype(F32)
 
 
+@lru_cache(maxsize=64)
 def standard_normal(seed: int, n: int) -> np.ndarray:
     """``torch.randn(n, generator=g)`` (float32) for a CPU generator ``g`` fresh from ``manual_seed(seed)``, on a
-    machine where :func:`emulates_torch`; n >= 16."""
+    machine where :func:`emulates_torch`; n >= 16. Read-only, and drawn once per process for each (seed, n): the
+    runs of a bundle that share a seed start from the same initial model."""
     if n < BLOCK:
         raise ValueError(f"standard_normal: torch draws fewer than {BLOCK} values by another method (n = {n})")
     tail = n % BLOCK
@@ -164,4 +166,5 @@ def standard_normal(seed: int, n: int) -> np.ndarray:
     out = box_muller(u[:whole].reshape(-1, BLOCK)).reshape(-1)
     if tail:
         out = np.concatenate([out[: n - BLOCK], box_muller(u[n:].reshape(1, BLOCK)).reshape(-1)])
+    out.flags.writeable = False
     return out
