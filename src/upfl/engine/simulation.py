@@ -13,6 +13,7 @@ import math
 import time
 import weakref
 from dataclasses import dataclass, field
+from itertools import repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -414,11 +415,11 @@ def resolve_device(name: str) -> torch.device:
 
 
 def _metrics_csv(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    """metrics.csv's text: a header of ``columns``, then a line per row (floats as ``repr``, a missing value empty)."""
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
-    w.writeheader()
-    for r in rows:
-        w.writerow({k: (repr(v) if isinstance(v, float) else v) for k, v in r.items()})
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(columns)
+    w.writerows([repr(v) if isinstance(v, float) else v for v in map(r.get, columns, repeat(""))] for r in rows)
     return buf.getvalue()
 
 
