@@ -98,6 +98,30 @@ def test_a_data_set_is_read_once_while_its_files_are_unchanged(tmp_path, monkeyp
     assert changed is not again and changed.train_y[user][0] == 1 - again.train_y[user][0]
 
 
+def test_the_fork_server_reads_ahead_only_data_sets_it_can_keep(data, tmp_path, monkeypatch):
+    """The server's step before a bundle reads its data sets up to AHEAD_LIMIT_BYTES (it keeps what it reads for the
+    rest of the run); a larger one is left to the bundle, and nothing is read twice."""
+    import argparse
+
+    from upfl.pipeline import bundle_trainer
+
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(spec_of(data, tmp_path)))
+    args = argparse.Namespace(spec=str(spec), concurrent=None, threads=None)
+    size = bundle_trainer.data_bytes(bundle_trainer.data_state(data))
+    assert size > 0
+    bundle_trainer._loaded.cache_clear()
+    monkeypatch.setattr(bundle_trainer, "AHEAD_LIMIT_BYTES", size - 1)
+    assert bundle_trainer.load_spec_data(args) == "1 data set(s): 0 read, 0 read before, 1 over 0 MB left to the bundle"
+    assert bundle_trainer._loaded.cache_info().currsize == 0
+    monkeypatch.setattr(bundle_trainer, "AHEAD_LIMIT_BYTES", size)
+    assert bundle_trainer.load_spec_data(args) == "1 data set(s): 1 read, 0 read before"
+    assert bundle_trainer.load_spec_data(args) == "1 data set(s): 0 read, 1 read before"
+    assert bundle_trainer.load_spec_data(argparse.Namespace(spec=str(spec), concurrent=2, threads=None)) == (
+        "no data read ahead (several processes at once)"
+    )
+
+
 @pytest.mark.parametrize("concurrent", [1, 2])
 def test_bundle_gives_the_metrics_of_single_runs(data, tmp_path, concurrent):
     spec = spec_of(data, tmp_path / "bundle", concurrent)

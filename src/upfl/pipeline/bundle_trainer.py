@@ -54,6 +54,11 @@ def data_state(path: str) -> tuple:
     return tuple(sorted(state))
 
 
+def data_bytes(state: tuple) -> int:
+    """The bytes of a data set's files, from its :func:`data_state`."""
+    return sum(entry[4] for entry in state if len(entry) == 7)
+
+
 @functools.lru_cache(maxsize=8)
 def _loaded(path: str, state: tuple):
     from ..data import load_leaf
@@ -68,21 +73,32 @@ def load_data(path: str):
     return _loaded(path, data_state(path))
 
 
+AHEAD_LIMIT_BYTES = 64 << 20
+"""The largest data set (its files' bytes) the fork server reads ahead of a bundle: the synthetic sets are 3-16 MB;
+a real-data set (FEMNIST's JSON is gigabytes) is read by its bundle alone, and the server, which keeps the last 8 it
+read for the rest of the run, holds at most a few hundred MB of them."""
+
+
 def load_spec_data(args: argparse.Namespace) -> str:
     """The fork server's step before ``upfl run-many`` (:data:`upfl.pipeline.fork_protocol.SERVER_AHEAD`): read
     the data sets of the bundle's runs, as :func:`train_entry` would, so that this bundle and every later one on the
-    same files find them read. A bundle trained by several processes at once reads its data in each of them."""
+    same files find them read (those up to :data:`AHEAD_LIMIT_BYTES`). A bundle trained by several processes at
+    once reads its data in each of them."""
     spec = load_spec(args.spec)
     if int(args.concurrent if args.concurrent is not None else spec.get("concurrent", 1)) > 1:
         return "no data read ahead (several processes at once)"
     threads = int(args.threads if args.threads is not None else spec.get("threads", 0))
     firsts = {str(entry["data"]): entry for entry in spec["runs"]}
     paths = [str(run_config(entry, threads).data.path) for entry in firsts.values()]
+    small = [path for path in paths if data_bytes(data_state(path)) <= AHEAD_LIMIT_BYTES]
     before = _loaded.cache_info().misses
-    for path in paths:
+    for path in small:
         load_data(path)
     read = _loaded.cache_info().misses - before
-    return f"{len(paths)} data set(s): {read} read, {len(paths) - read} read before"
+    large = (
+        "" if small == paths else f", {len(paths) - len(small)} over {AHEAD_LIMIT_BYTES >> 20} MB left to the bundle"
+    )
+    return f"{len(paths)} data set(s): {read} read, {len(small) - read} read before{large}"
 
 
 def _acc(value: Any) -> str:
