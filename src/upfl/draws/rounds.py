@@ -220,13 +220,15 @@ def straggler_summary(cfg, num_devices: int) -> dict[str, Any]:
     """What the straggler switches did over a run (recorded in summary.json): per training round, the sampled
     devices, the stragglers among them, and the rounds in which no sampled device ran all E epochs."""
     k_total = training_rounds_before(cfg.algorithm.name, cfg.rounds)
-    sampled, stragglers, no_full = [], [], 0
-    for k in range(1, k_total + 1):
-        chosen, flags, _ = round_stragglers(cfg, k, num_devices)
-        s = sum(1 for i in chosen if flags[i])
-        sampled.append(len(chosen))
-        stragglers.append(s)
-        no_full += s == len(chosen)
+    c = cfg
+    draw = getattr(c.devices, "straggler_draw", "bernoulli")
+    sampled, stragglers = [], []
+    for first in range(1, k_total + 1, DRAW_BLOCK_ROUNDS):  # the blocks the run's training drew (kept per process)
+        block = block_draws(c.seed, first, num_devices, c.devices.frac, c.devices.straggler, c.solver.epochs, draw)
+        for chosen, flags, _ in block[: k_total + 1 - first]:
+            sampled.append(len(chosen))
+            stragglers.append(sum(map(flags.__getitem__, chosen)))
+    no_full = sum(s == n for s, n in zip(stragglers, sampled, strict=True))
     return {
         "draw": getattr(cfg.devices, "straggler_draw", "bernoulli"),
         "policy": resolve_straggler_policy(cfg.devices.straggler_policy, cfg.algorithm.name),
