@@ -186,6 +186,7 @@ def test_paused_gc_freezes_only_in_a_one_command_process():
 
     from upfl.startup import ONE_COMMAND, paused_gc
 
+    gc.unfreeze()  # what an earlier test's bundle (upfl run-many freezes its objects before each run) left frozen
     assert gc.get_freeze_count() == 0 and not ONE_COMMAND["process"]
     with paused_gc(freeze=True):
         pass
