@@ -14,7 +14,8 @@ a temporary folder):
 
 Figures per bundle and tree: CPU seconds of the process per run (the minimum over processes), the sum of the
 runs' ``time.total_s`` (their timed training, upcycling and evaluation) and the CPU per run outside it (the set-up,
-the per-iteration bookkeeping, the result files and the finished-run store; the minimum over processes); a sha256 of all runs' metrics.csv without the wall-time columns (the trees must agree).
+the per-iteration bookkeeping, the result files and the finished-run store; the minimum over processes); a sha256
+of all runs' metrics.csv without the wall-time columns (the trees must agree).
 With ``--baseline TREE`` (a source tree, e.g. ``git worktree add /tmp/base a7b95c0``) both trees run in
 alternating fresh processes.
 
