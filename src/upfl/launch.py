@@ -40,6 +40,13 @@ def run_here() -> int:
     return upfl()
 
 
+def parse_here(argv: list[str]) -> object:
+    """``argv`` parsed by ``upfl``'s parser (the fork server reads a command's server steps from it)."""
+    from .cli import parse_words
+
+    return parse_words(argv)
+
+
 def request(argv: list[str]) -> dict:
     """What the server needs to run ``argv`` as this process would: the interpreter and package it must share, the
     working folder, the environment and the file-creation mask."""
@@ -106,4 +113,4 @@ def run_on_server(path: str, argv: list[str]) -> int | None:
 if __name__ == "__main__":  # python -m upfl.launch SOCKET_PATH: the fork server, its children running upfl
     from .pipeline.forkserver import serve
 
-    sys.exit(serve(sys.argv[1], run_here))
+    sys.exit(serve(sys.argv[1], run_here, parse_here))

@@ -184,14 +184,14 @@ def thread_count() -> int:
         return threading.active_count()
 
 
-def parsed_command(argv: list[str]) -> Any:
-    """``argv`` parsed as ``upfl`` would parse it (for the command's server steps); None for a command line it
-    refuses (the job says why)."""
-    from ..cli import parse_words
-
+def parsed_command(argv: list[str], parse: Callable[[list[str]], Any] | None) -> Any:
+    """``argv`` parsed by ``parse`` (``upfl``'s parser: the command's server steps); None without a parser or for a
+    command line it refuses (the job says why)."""
+    if parse is None:
+        return None
     try:
         with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
-            return parse_words(list(map(str, argv)))
+            return parse(list(map(str, argv)))
     except SystemExit:
         return None
 
@@ -235,6 +235,7 @@ class ForkServer:
 
     listener: socket.socket
     entry: Callable[[], int]
+    parse: Callable[[list[str]], Any] | None = None
     imported_under: dict[str, str] = field(default_factory=lambda: dict(os.environ))
     own_interpreter: dict[str, str] = field(default_factory=interpreter)
     parent: int = field(default_factory=os.getppid)
@@ -304,7 +305,7 @@ class ForkServer:
                 send_message(conn, {"declined": reason})
                 conn.close()
                 return
-            args = parsed_command(request["argv"])
+            args = parsed_command(request["argv"], self.parse)
             ahead, after = (getattr(args, name, None) for name in (SERVER_AHEAD, SERVER_AFTER))
             if ahead is not None:
                 self.run_step(command_text(request), "ahead", ahead, args, request["cwd"])
@@ -446,14 +447,15 @@ class ForkServer:
             os.kill(pid, signal.SIGTERM)
 
 
-def serve(path: str, entry: Callable[[], int]) -> int:
-    """Bind ``path``, import ahead, then serve until stopped, each command run by ``entry`` in its child (the
-    server process's main: ``python -m upfl.launch PATH``, whose entry is ``upfl``'s)."""
+def serve(path: str, entry: Callable[[], int], parse: Callable[[list[str]], Any] | None = None) -> int:
+    """Bind ``path``, import ahead, then serve until stopped, each command run by ``entry`` in its child, after the
+    server steps its command line names when ``parse`` reads them (the server process's main: ``python -m
+    upfl.launch PATH``, whose entry and parser are ``upfl``'s)."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)  # jobs that connect while the imports run wait in the queue
     started = time.process_time()
-    server = ForkServer(listener, entry)
+    server = ForkServer(listener, entry, parse)
     count = preload(server.log)
     spent = time.process_time() - started
     server.log(f"fork server {os.getpid()} at {path}: {count} modules imported in {spent:.2f} CPU-s")
