@@ -178,7 +178,8 @@ def readme_section(n: dict[str, Any]) -> str:
         f"| Synthetic half of the paper (authors' released draws) | internet once (6.6 MB) | "
         f"{full['synthetic_runs']} ({full['synthetic_jobs']}) | "
         + (
-            f"{half['wall']} wall, {half['cpu']} of busy cores on {half['cores']} cores, numba cache {half['cache']}"
+            f"{half['wall']} wall, {half['cpu']} of busy cores on {half['cores']} cores, numba cache {half['cache']}, "
+            f"for {half['runs']} of its runs (all but the sensitivity grid's)"
             if half
             else "not measured yet"
         )
