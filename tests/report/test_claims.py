@@ -10,6 +10,7 @@ import pytest
 
 from upfl import config as cfgmod
 from upfl.cli import main
+from upfl.data import generate_synthetic
 from upfl.report.claim_rules import (
     MIN_PAIRS,
     PREVIEW,
@@ -165,7 +166,17 @@ def page(tmp_path_factory):
     )
     specs.append("table1:" + make_run(root, "diverged_prox", "synthetic_0_0", "fedprox", 5, (0.8, 0.8), 8, 0.1))
     # Three fresh draws of the (1,1) generator, mu 1: the gain is +7 pp on one draw, +0.5 on the others.
-    # The third draw is named freely: its generator setting and data seed come from its meta.json.
+    # The first two are written by our generator, as `upfl synth --draw` writes them (meta.json: the data set's name
+    # and its generator setting apart); the third is named freely, with a meta.json of an earlier form that names
+    # its generator setting in `name`: in each, the setting and data seed come from meta.json.
+    for draw in (0, 1):
+        generate_synthetic(
+            f"synthetic_1_1_draw{draw}",
+            root / "data" / f"synthetic_1_1_draw{draw}",
+            data_seed=draw,
+            num_devices=3,
+            setting="synthetic_1_1",
+        )
     (root / "data" / "fresh_one").mkdir(parents=True)
     (root / "data" / "fresh_one" / "meta.json").write_text(json.dumps({"name": "synthetic_1_1", "data_seed": 2}))
     for draw, gain in ((0, 7.0), (1, 0.5), (2, 0.5)):

@@ -25,19 +25,21 @@ DRAW_NAME = re.compile(r"^(?P<setting>.+)_draw(?P<draw>\d+)$")
 
 
 def draw_of(dataset: str, data_path: Any) -> tuple[str, int]:
-    """(generator setting, data seed) of a draw data set, from its meta.json or its ``_draw<k>`` name."""
+    """(generator setting, data seed) of a draw data set, from its meta.json (``setting``, written by ``upfl
+    synth``; a file without one names the setting in ``name``) or its ``_draw<k>`` name."""
     meta = Path(str(data_path)) / "meta.json" if isinstance(data_path, str) and data_path else None
     if meta is not None and meta.is_file():
         try:
             doc = json.loads(meta.read_text(encoding="utf-8"))
         except json.JSONDecodeError as e:
             raise ReportError(f"{meta}: not valid JSON: {e}") from None
-        if "name" in doc and "data_seed" in doc:
-            return str(doc["name"]), int(doc["data_seed"])
+        setting = doc.get("setting", doc.get("name"))
+        if setting is not None and "data_seed" in doc:
+            return str(setting), int(doc["data_seed"])
     m = DRAW_NAME.match(dataset)
     if not m:
         raise ReportError(
-            f"draws: data set {dataset!r} has no meta.json with 'name' and 'data_seed' and is not "
+            f"draws: data set {dataset!r} has no meta.json with 'setting' and 'data_seed' and is not "
             f"named <setting>_draw<k>; cannot tell its generator setting"
         )
     return m.group("setting"), int(m.group("draw"))
