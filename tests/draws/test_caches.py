@@ -102,3 +102,39 @@ def test_private_runs_reuse_the_noise_draws_of_their_seed_and_give_the_same_numb
     simulation.run(make_cfg(small_data, **private, **{scale_key: second}), tmp_path / "cold", log=lambda s: None)
     assert metrics_without_time(tmp_path / "warm") == metrics_without_time(tmp_path / "cold")
     assert metrics_without_time(tmp_path / "warm") != metrics_without_time(tmp_path / "first")
+
+
+def test_the_rounds_draws_are_timed_apart_from_training(small_data, tmp_path, monkeypatch):
+    """The first run of a seed in a process makes its rounds' draws, the later ones find them kept: so a run's
+    training time (``time.train_s``, ``upcycle_s``, metrics.csv's ``wall_s``) leaves them out, and ``time.draw_s``
+    holds them. A clock that moves only while the draws are made: every draw block adds one second to draw_s and
+    none to training."""
+
+    class Clock:
+        now = 0.0
+
+        def perf_counter(self) -> float:
+            return self.now
+
+    clock = Clock()
+    make_plans = simulation.DRAW_CACHE.round_plans
+
+    def slow_plans(*args, **kwargs):
+        clock.now += 1.0
+        return make_plans(*args, **kwargs)
+
+    monkeypatch.setattr(simulation, "time", clock)
+    monkeypatch.setattr(simulation.DRAW_CACHE, "round_plans", slow_plans)
+    blocks = []
+    draw_block = simulation.Simulation.draw_block
+    monkeypatch.setattr(
+        simulation.Simulation, "draw_block", lambda sim, first: blocks.append(first) or draw_block(sim, first)
+    )
+    summary = simulation.run(make_cfg(small_data, seed=11), tmp_path / "run", log=lambda s: None)
+    times = summary["time"]
+    assert blocks and times["draw_s"] == float(len(blocks))
+    assert times["train_s"] == times["upcycle_s"] == times["eval_s"] == 0.0
+    assert times["total_s"] == times["draw_s"]
+    metrics = (tmp_path / "run" / "metrics.csv").read_text().splitlines()
+    header = metrics[0].split(",")
+    assert {float(line.split(",")[header.index("wall_s")]) for line in metrics[1:]} == {0.0}

@@ -204,6 +204,11 @@ class Simulation:
         self.reads_pooled_rows = getattr(self.local_solve, "reads_pooled_rows", False)
         self.block: dict[int, ClientRound | None] = {}
         """The current block of training rounds: round k -> its inputs (:meth:`client_round`)."""
+        self.draw_s = 0.0
+        """Seconds spent making the rounds' draws (:meth:`draw_block`): each round's devices and stragglers and the
+        devices' batch plans. They are the simulated environment's, the same for every algorithm of a seed, and a
+        process makes them once per seed (the first run of a seed in a bundle; the later ones find them kept): the
+        run loop keeps them out of the training time (``time.draw_s``)."""
         released_train = train_metrics_status(c.privacy) != "not_computed"
         self.evaluated = [
             (name, x, y, len(y))
@@ -295,6 +300,7 @@ class Simulation:
         :data:`upfl.draws.batch_plans.DRAW_CACHE`, from the devices' ``batches`` seeds: those not kept in one
         call), sizes and weights."""
         c, n, width = self.cfg, len(self.devices), self.batch_size
+        started = time.perf_counter()
         rounds: list[tuple[int, list[int], list[int], list[int]]] = []
         total = 0
         for k in range(first, max(first, self.num_training_rounds) + 1):
@@ -308,6 +314,7 @@ class Simulation:
         plans = DRAW_CACHE.round_plans(
             c.seed, drawn, width, lambda keys: derive_seeds(c.seed, "batches", keys), self.batch_plan
         )
+        self.draw_s += time.perf_counter() - started
         block: dict[int, ClientRound | None] = {k: None for k, *_ in rounds}
         block.update({k: self.round_inputs(k, chosen, p) for (k, chosen, _, _), p in zip(drawn, plans, strict=True)})
         return block
@@ -483,7 +490,7 @@ def _run_loop(cfg, sim, data, out, ckpt, privacy, log, stop_after) -> dict[str, 
     T, alg = cfg.rounds, sim.algorithm
     status = train_metrics_status(cfg.privacy)
     columns = METRIC_COLUMNS + list(alg.extra_metrics) + ([TRAIN_METRICS_COLUMN] if status else [])
-    times = {"train_s": 0.0, "upcycle_s": 0.0, "eval_s": 0.0}
+    times = {"train_s": 0.0, "upcycle_s": 0.0, "eval_s": 0.0, "draw_s": 0.0}
     has_test = sim.test_x is not None
     diverged: dict[str, Any] | None = None
     state = None
@@ -509,6 +516,7 @@ def _run_loop(cfg, sim, data, out, ckpt, privacy, log, stop_after) -> dict[str, 
             state["rows"],
             state["times"],
         )
+        times.setdefault("draw_s", 0.0)
         alg.load_state_dict({k: sim.as_model_kind(v) for k, v in state.get("algorithm_state", {}).items()}, sim.device)
         log(f"resuming from {ckpt.file} at iteration {t0}")
         problem = weights_problem(w) or weights_problem(w_prev)
@@ -543,18 +551,19 @@ def _run_loop(cfg, sim, data, out, ckpt, privacy, log, stop_after) -> dict[str, 
     for t in range(t0 + 1, T + 1):
         if diverged:
             break
-        start = time.perf_counter()
+        start, drawn_before = time.perf_counter(), sim.draw_s
         if alg.trains(t):
             round_k += 1
             w_new, ndev, steps = sim.training_round(w, round_k)
             kind, accesses = "train", ndev
-            times["train_s"] += time.perf_counter() - start
         else:
             w_new = alg.extrapolate(w, w_prev, t)
             kind, ndev, steps, accesses = "upcycle", 0, 0, 0
-            times["upcycle_s"] += time.perf_counter() - start
+        drawing = sim.draw_s - drawn_before
+        wall = time.perf_counter() - start - drawing
+        times["train_s" if kind == "train" else "upcycle_s"] += wall
+        times["draw_s"] += drawing
         w_prev, w = w, w_new
-        wall = time.perf_counter() - start
         row = {
             "iteration": t,
             "kind": kind,
@@ -628,7 +637,7 @@ def _run_loop(cfg, sim, data, out, ckpt, privacy, log, stop_after) -> dict[str, 
         "num_classes": sim.num_classes,
         "num_classes_source": data.num_classes_source,
         "test_samples": data.test_samples,
-        "time": {**times, "total_s": final["cum_wall_s"] + times["eval_s"]},
+        "time": {**times, "total_s": final["cum_wall_s"] + times["eval_s"] + times["draw_s"]},
         "training_rounds": sim.num_training_rounds,
         "stragglers": straggler_summary(cfg, len(sim.devices)),
         "privacy": privacy,

@@ -87,7 +87,7 @@ TEXT_COLUMNS = (
 """Columns of ``runs.csv`` read as text whatever they look like (a data set called ``2`` stays ``'2'``)."""
 
 RESULT_KEYS = ("iteration", "train_loss", "train_acc", "test_loss", "test_acc")
-TIME_KEYS = ("train_s", "upcycle_s", "eval_s", "total_s")
+TIME_KEYS = ("train_s", "upcycle_s", "eval_s", "draw_s", "total_s")
 METRIC_NAMES = ("train_loss", "train_acc", "test_loss", "test_acc")
 
 REPORTING_CHOICES = {

@@ -616,7 +616,8 @@ CLAIMS_NOTE = (
     "FedProx per seed (same seed, same device draws), in percentage points, mean and 95% t interval; "
     "holds when the interval lies above 0. The paper writes '11.0% higher' without saying whether it "
     "means points or a relative gain; its magnitude is printed beside ours. Time: 1 − Upcycled / "
-    "FedProx training time (train_s + upcycle_s of summary.json, evaluation excluded) per seed, at "
+    "FedProx training time (train_s + upcycle_s of summary.json, evaluation and the rounds' draws excluded) "
+    "per seed, at "
     "equal iterations. Pooled rows join the data sets the paper names."
 )
 

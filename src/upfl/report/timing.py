@@ -1,7 +1,8 @@
 """Training time per algorithm and data set, and Upcycled-FL / FedProx time ratios.
 
 Times of one iteration are the ``wall_s`` of ``metrics.csv`` (the training round or the Eq. (5)
-step, evaluation excluded); ``cum_wall_s`` sums them. Two ratios per seed (paired runs):
+step; evaluation and the making of the rounds' draws excluded, which the first run of a seed in a process
+does for the later ones); ``cum_wall_s`` sums them. Two ratios per seed (paired runs):
 
 - equal iterations: both algorithms' time to iteration I = min of their iteration counts
   (Upcycled-FL trains at half of them: the paper's "48% less training time");
@@ -237,7 +238,8 @@ def ratio_rows(frame: pd.DataFrame) -> list[list[str]]:
 
 
 TIME_NOTE = (
-    "Training time: the summary's train_s + upcycle_s (evaluation excluded), mean ± sample std over "
+    "Training time: the summary's train_s + upcycle_s (evaluation and the making of the rounds' draws "
+    "excluded), mean ± sample std over "
     "seeds. Ratios: per seed, Upcycled-FL's cumulative iteration time over FedProx's (metrics.csv "
     "cum_wall_s), at the same iteration and at the same number of training rounds; mean and 95% t "
     "interval over seeds. The paper's values: "
