@@ -516,7 +516,6 @@ def _run_loop(cfg, sim, data, out, ckpt, privacy, log, stop_after) -> dict[str, 
             state["rows"],
             state["times"],
         )
-        times.setdefault("draw_s", 0.0)
         alg.load_state_dict({k: sim.as_model_kind(v) for k, v in state.get("algorithm_state", {}).items()}, sim.device)
         log(f"resuming from {ckpt.file} at iteration {t0}")
         problem = weights_problem(w) or weights_problem(w_prev)

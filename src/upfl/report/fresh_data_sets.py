@@ -12,11 +12,13 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
 
 import pandas as pd
 
+from .cells import missing
 from .collect import ReportError
 from .paper_numbers import dataset_label, dataset_order, table1_value
 from .tables import ACC, table1_frame
@@ -24,18 +26,22 @@ from .tables import ACC, table1_frame
 DRAW_NAME = re.compile(r"^(?P<setting>.+)_draw(?P<draw>\d+)$")
 
 
-def draw_of(dataset: str, data_path: Any) -> tuple[str, int]:
-    """(generator setting, data seed) of a draw data set, from its meta.json (``setting``, written by ``upfl
-    synth``; a file without one names the setting in ``name``) or its ``_draw<k>`` name."""
+def draw_of(dataset: str, origin: Mapping[Any, Any]) -> tuple[str, int]:
+    """(generator setting, data seed) of a draw data set: its runs' ``data_setting`` and ``data_seed`` (what
+    :func:`upfl.report.collect.data_origin` read from its meta.json, written by ``upfl synth``); for a meta.json of an
+    earlier form, without ``setting``, the setting it names in ``name``; else its ``_draw<k>`` name. ``origin``: the
+    runs' ``data_path``, ``data_setting`` and ``data_seed`` (any may be absent)."""
+    if not missing(origin.get("data_setting")) and not missing(origin.get("data_seed")):
+        return str(origin["data_setting"]), int(float(origin["data_seed"]))
+    data_path = origin.get("data_path")
     meta = Path(str(data_path)) / "meta.json" if isinstance(data_path, str) and data_path else None
     if meta is not None and meta.is_file():
         try:
             doc = json.loads(meta.read_text(encoding="utf-8"))
         except json.JSONDecodeError as e:
             raise ReportError(f"{meta}: not valid JSON: {e}") from None
-        setting = doc.get("setting", doc.get("name"))
-        if setting is not None and "data_seed" in doc:
-            return str(setting), int(doc["data_seed"])
+        if "name" in doc and "data_seed" in doc:
+            return str(doc["name"]), int(doc["data_seed"])
     m = DRAW_NAME.match(dataset)
     if not m:
         raise ReportError(
@@ -55,10 +61,11 @@ def draw_gains(runs: pd.DataFrame) -> pd.DataFrame:
     frame = table1_frame(runs)
     if "n_pairs" not in frame.columns:
         raise ReportError("draws: no FedProx / Upcycled-FL pairs with the same data set and mu")
-    paths = runs.groupby("dataset")["data_path"].first().to_dict() if "data_path" in runs.columns else {}
+    columns = [c for c in ("data_path", "data_setting", "data_seed") if c in runs.columns]
+    origins = runs.groupby("dataset")[columns].first().to_dict("index") if columns else {}
     rows = []
     for r in frame[(frame["algorithm"] == "upcycled") & frame["n_pairs"].notna()].to_dict("records"):
-        setting, draw = draw_of(r["dataset"], paths.get(r["dataset"]))
+        setting, draw = draw_of(r["dataset"], origins.get(r["dataset"], {}))
         for key in ACC:
             rows.append(
                 {
