@@ -480,6 +480,16 @@ def test_draws_table_and_figure(page, tmp_path):
     assert draws.loc[1, "gain_ci_low"] == pytest.approx(ci.low) and draws.loc[1, "n_pairs"] == 3
     md = Path(f"{table}.md").read_text()
     assert "3 / 0 of 3" in md and "+7.19" in md
+    reference = md.split("reference runs (experiment table1): ", 1)[1]  # the 'paper's draw' column's runs
+    table1_runs = pd.read_csv(csv, comment="#")
+    seeds = sorted(
+        {
+            int(s)
+            for s, e in zip(table1_runs["seed"], table1_runs["experiments"], strict=True)
+            if "table1" in e.split(";")
+        }
+    )
+    assert reference.startswith("data: ") and f"seeds {' '.join(map(str, seeds))};" in reference
     assert Path(f"{figure}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and Path(f"{figure}.pdf").stat().st_size > 0
     assert len(pd.read_csv(f"{figure}.csv", comment="#")) == len(frame)
 

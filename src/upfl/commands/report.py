@@ -106,7 +106,7 @@ def cmd_output(args: argparse.Namespace) -> int:
     import inspect
 
     from ..report.collect import read_runs, select_experiment
-    from ..report.render import provenance_line
+    from ..report.render import provenance_line, runs_provenance
 
     kind, entry = _kind_of(args)
     write = entry.load_writer()
@@ -116,6 +116,7 @@ def cmd_output(args: argparse.Namespace) -> int:
         reference = None
         if args.reference_runs:
             reference = select_experiment(read_runs(args.reference_runs), args.reference_experiment)
+            prov += f"; reference runs (experiment {args.reference_experiment}): {runs_provenance(reference)}"
         write(runs, reference, args.out_prefix, args.figure_prefix, prov)
     elif entry.tables and entry.figures:
         write(runs, args.out_prefix, args.figure_prefix, prov)
