@@ -55,6 +55,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from upfl.data.mirror import serve_folder  # noqa: E402
 from upfl.files import git_commit, write_texts  # noqa: E402
+from upfl.pipeline.doc_numbers import machine_description  # noqa: E402
 from upfl.pipeline.plan import build_plan  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "pipeline.json"
@@ -432,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
             if figures.get("bundled"):
                 figures["goal_s"] = GOALS_S[part]
                 figures["goal_met"] = figures["bundled"]["completed"] and figures["bundled"]["wall_s"] <= GOALS_S[part]
-            report["machine"] = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
+            report["machine"] = {**machine_description(), "cpus": os.cpu_count(), "python": sys.version.split()[0]}
             report["command"] = "python benchmarks/pipeline.py " + " ".join(argv if argv is not None else sys.argv[1:])
             write_texts({out: json.dumps(report, indent=2) + "\n"})  # after every layout: a stopped run keeps the rest
             print(f"wrote {out}")

@@ -118,10 +118,12 @@ def synthetic_half_times(benchmarks: Path, name: str = "synthetic") -> dict[str,
     part = doc.get("parts", {}).get(name, {}).get("bundled")
     if not part or not part.get("completed"):
         return {}
+    machine = doc.get("machine", {})
+    cpus = machine.get("cpus", "?")
     return {
         "wall": seconds_range([part["wall_s"]]),
         "cpu": seconds_range([part["timeline"]["busy_core_s"]]),
-        "cores": str(doc.get("machine", {}).get("cpus", "?")),
+        "machine": machine_text(machine) if {"cpu", "vector", "cores"} <= set(machine) else f"{cpus} cores",
         "runs": str(part["runs"]),
         "cache": part.get("numba_cache_before", "?"),
         "load": f"{min(part['load_average_before'][0], part['load_average_after'][0]):.1f}-"
@@ -162,7 +164,7 @@ def readme_section(n: dict[str, Any]) -> str:
     if qw:
         quick_times += (
             f"; the workflow alone (no report, `benchmarks/pipeline.py`): {qw['wall']} wall, {qw['cpu']} of "
-            f"busy cores on {qw['cores']} cores, numba cache {qw['cache']}, load average {qw['load']}"
+            f"busy cores on {qw['machine']}, numba cache {qw['cache']}, load average {qw['load']}"
         )
     lines = [
         README_SECTION,
@@ -178,7 +180,7 @@ def readme_section(n: dict[str, Any]) -> str:
         f"| Synthetic half of the paper (authors' released draws) | internet once (6.6 MB) | "
         f"{full['synthetic_runs']} ({full['synthetic_jobs']}) | "
         + (
-            f"{half['wall']} wall, {half['cpu']} of busy cores on {half['cores']} cores, numba cache {half['cache']}, "
+            f"{half['wall']} wall, {half['cpu']} of busy cores on {half['machine']}, numba cache {half['cache']}, "
             f"for {half['runs']} of its runs (all but the sensitivity grid's)"
             if half
             else "not measured yet"
@@ -269,7 +271,7 @@ def numbers_page(n: dict[str, Any]) -> str:
     half = n["synthetic_half"]
     lines += ["", "## The synthetic half of the paper (benchmarks/pipeline.py)", ""]
     lines.append(
-        f"{half['runs']} runs, bundled, numba's cache {half['cache']}, on {half['cores']} cores: {half['wall']} wall, "
+        f"{half['runs']} runs, bundled, numba's cache {half['cache']}, on {half['machine']}: {half['wall']} wall, "
         f"{half['cpu']} of busy cores (load average {half['load']})."
         if half
         else "Not measured yet."
