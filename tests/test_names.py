@@ -70,6 +70,19 @@ def test_even_step_coefficient_is_one_value_for_engine_report_and_flower(name, a
     assert engine == report == pytest.approx(expected, abs=0, rel=1e-15)
 
 
+@pytest.mark.parametrize("base, mu, step", [("fedprox", 0.5, 0.3), ("fedprox", 1.0, 0.7), ("fedavgm", 0.2, 0.9)])
+def test_the_equivalent_lambda_gives_the_step_back(base, mu, step):
+    """lambda = mu (1 - step) / step is the lambda whose mu / (mu + lambda) is the step (Eq. (5))."""
+    lam = names.equivalent_lambda(base, mu, step)
+    assert lam is not None and lam > 0
+    assert names.even_step_coefficient(mu, lam) == pytest.approx(step, rel=1e-12)
+
+
+@pytest.mark.parametrize("base, mu, step", [("fedavg", 0.0, 0.5), ("feddyn", 0.1, 0.5), ("fedprox", 0.0, 0.5)])
+def test_no_equivalent_lambda_without_a_proximal_mu(base, mu, step):
+    assert names.equivalent_lambda(base, mu, step) is None
+
+
 @pytest.mark.parametrize("mu, lam", [(1.0, 0.43), (0.0, 1.0), (0.01, 0.3)])
 def test_flower_strategy_takes_the_engines_coefficient(mu, lam):
     pytest.importorskip("flwr", reason="the flower extra is not installed (pip install -e '.[flower]')")

@@ -155,6 +155,15 @@ def extrapolation_mu(base: str, mu: float, alpha: float) -> float:
     return float(mu) if uses_mu(base) else 0.0
 
 
+def equivalent_lambda(base: str, mu: float, step: float) -> float | None:
+    """The lambda whose mu / (mu + lambda) is ``step`` (Eq. (5)) for an upcycled ``base`` with proximal ``mu``:
+    mu (1 - step) / step; None when there is none (a base without a proximal mu, FedDyn's alpha among them; mu or
+    step not positive)."""
+    if not uses_mu(base) or not mu > 0 or not step > 0:
+        return None
+    return float(mu) * (1.0 - float(step)) / float(step)
+
+
 def even_step_coefficient(mu: float, lam: float | None, step: float | None = None) -> float:
     """c_1 of Eq. (5): ``step`` when given, else mu / (mu + lambda)."""
     if step is not None:

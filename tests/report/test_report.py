@@ -503,6 +503,22 @@ def test_lambda_sweep_figure_files_and_data(runset, tmp_path):
     assert {"FedProx", "λ = 2 (step 0.33)", "λ = 0.43 (step 0.70)"} <= set(data.loc[data["panel"] == "curve", "line"])
 
 
+def test_a_sweep_legend_gives_each_point_as_configured_and_its_other_form():
+    """A run given lambda shows its step; one given the step shows its lambda (Eq. (5)), never the step twice."""
+    from upfl.report.figures import sweep_line
+
+    nan = math.nan
+    assert sweep_line({"algorithm": "upcycled", "mu": 1.0, "lam": 0.43, "step": nan, "coef": 1 / 1.43}) == (
+        "λ = 0.43 (step 0.70)"
+    )
+    assert sweep_line({"algorithm": "upcycled", "mu": 0.5, "lam": nan, "step": 0.3, "coef": 0.3}) == (
+        "step = 0.3 (λ = 1.17)"
+    )
+    assert sweep_line({"algorithm": "upcycled_fedavg", "mu": 0.0, "lam": nan, "step": 0.5, "coef": 0.5}) == (
+        "step = 0.5"
+    )
+
+
 def test_where_filters_runs(runset, tmp_path):
     prefix = tmp_path / "one"
     assert (
@@ -778,3 +794,14 @@ def test_metrics_are_read_once_while_the_file_stays_as_it_was(tmp_path, monkeypa
     assert collect.load_metrics(run_dir)["test_acc"].tolist() == [0.5, 0.7] and len(reads) == 2
     (run_dir / "metrics.csv").write_text(header)
     assert collect.load_metrics(run_dir).empty and len(reads) == 3
+
+
+def test_close_log_ticks_are_labelled_on_a_second_line():
+    """The schedule figure's c_1 axis: 0.9 and 1 sit 0.05 decades apart, their labels would overlap; a label too
+    close to the one before it on its line goes to a second line, the others stay on the first."""
+    from upfl.report.ablations import staggered_log_labels
+
+    labels = staggered_log_labels([0.3, 0.5, 0.7, 0.9, 1.0, 2.5, 5.0, 8.0])
+    assert [label.strip() for label in labels] == ["0.3", "0.5", "0.7", "0.9", "1", "2.5", "5", "8"]
+    assert [label.startswith("\n") for label in labels] == [False, False, False, True, False, False, False, False]
+    assert staggered_log_labels([0.1, 1.0, 10.0]) == ["0.1", "1", "10"]

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,15 @@ from ..names import BASE_ALGORITHMS, is_upcycled
 from .cells import paired, records
 from .claim_rules import Context, claim_row, not_measured, number_text, paired_gain, verdict_direction
 from .collect import ReportError, converged, cumulative_rounds, load_metrics
-from .figures import ALGORITHM_COLOURS, csv_colour, figure_title, palette_for, save_figure
+from .figures import (
+    ALGORITHM_COLOURS,
+    csv_colour,
+    figure_title,
+    line_styles,
+    palette_for,
+    save_figure,
+    wrapped_note,
+)
 from .paper_numbers import algorithm_label, dataset_label, dataset_order
 from .render import as_number, fmt, fmt_mu, markdown_table, write_csv, write_markdown
 from .stats import LEVEL, mean_interval
@@ -388,10 +397,37 @@ def momentum_figure(runs: pd.DataFrame, out_prefix: str, provenance: str) -> Non
     write_csv(f"{out_prefix}.csv", pd.concat(rows, ignore_index=True), provenance)
 
 
+SCHEDULE_DODGE = 0.012
+"""How far apart (in decades of c_1) the schedules' points of one c_1 are drawn in the schedule figure's top
+panels: their 95% intervals overlap, and drawn at one x they would hide each other."""
+SCHEDULE_NOTE = (
+    "Top: mean and 95% t interval over seeds of the final test accuracy; the schedules' points of one c_1 are drawn "
+    "slightly apart along the axis (the CSV gives the c_1 of each). Bottom: mean over seeds, each schedule at its best "
+    "c_1."
+)
+
+
+def staggered_log_labels(values: list[float], min_gap: float = 0.09) -> list[str]:
+    """``%g`` labels of sorted ticks on a log axis, each within ``min_gap`` of the axis' span (in decades) of the
+    label before it on its line moved to a second line (c_1 = 0.9 and 1 would overlap)."""
+    if not values:
+        return []
+    span = max(math.log10(values[-1] / values[0]), 1e-12) * 1.1
+    last = [-math.inf, -math.inf]
+    labels = []
+    for value in values:
+        x = math.log10(value)
+        line = 0 if x - last[0] >= min_gap * span else 1
+        last[line] = x
+        labels.append(("\n" if line else "") + f"{value:g}")
+    return labels
+
+
 def schedule_figure(runs: pd.DataFrame, out_prefix: str, provenance: str) -> None:
-    """Top: final test accuracy against c_1 per schedule (mean and 95% CI over seeds), FedProx as a line.
-    Bottom: test accuracy against training rounds for each schedule at its best c_1."""
-    from matplotlib.ticker import FormatStrFormatter, MaxNLocator, NullFormatter
+    """Top: final test accuracy against c_1 per schedule (mean and 95% CI over seeds), FedProx as a line; each
+    schedule its own marker and dash, set apart along c_1 by :data:`SCHEDULE_DODGE` so their intervals do not cover
+    each other. Bottom: test accuracy against training rounds for each schedule at its best c_1."""
+    from matplotlib.ticker import FixedFormatter, MaxNLocator, NullFormatter
 
     plt = pyplot()
     runs = converged(runs)
@@ -400,6 +436,9 @@ def schedule_figure(runs: pd.DataFrame, out_prefix: str, provenance: str) -> Non
     fig, axes = plt.subplots(2, len(datasets), figsize=(4.2 * len(datasets), 6.0), squeeze=False)
     shades = palette_for([f"Upcycled-FL ({s})" for s in SCHEDULES])
     colours = {s: shades[f"Upcycled-FL ({s})"] for s in SCHEDULES}
+    dashes = line_styles([f"Upcycled-FL ({s})" for s in SCHEDULES])
+    styles = {s: (dashes[f"Upcycled-FL ({s})"][0], "os^D"[k % 4]) for k, s in enumerate(SCHEDULES)}
+    dodge = {s: 10 ** (SCHEDULE_DODGE * (k - (len(SCHEDULES) - 1) / 2)) for k, s in enumerate(SCHEDULES)}
     fedprox_colour = ALGORITHM_COLOURS["FedProx"]
     rows = []
     for j, dataset in enumerate(datasets):
@@ -424,18 +463,22 @@ def schedule_figure(runs: pd.DataFrame, out_prefix: str, provenance: str) -> Non
                 )
             pts = pd.DataFrame(pts)
             rows.append(pts)
+            linestyle, marker = styles.get(schedule, ("-", "o"))
             ax.errorbar(
-                pts["c1"],
+                pts["c1"] * dodge.get(schedule, 1.0),
                 pts["test_acc"],
                 yerr=[pts["test_acc"] - pts["low"], pts["high"] - pts["test_acc"]],
-                marker="o",
+                marker=marker,
+                linestyle=linestyle,
                 capsize=2,
                 color=colours.get(schedule),
                 label=schedule,
             )
             best = pts.loc[pts["test_acc"].idxmax(), "c1"]
             d = _curves(grp[grp["coef"].astype(float) == best], "round")
-            axes[1, j].plot(d["x"], d["mean"], color=colours.get(schedule), label=f"{schedule}, c1 = {best:g}")
+            axes[1, j].plot(
+                d["x"], d["mean"], color=colours.get(schedule), linestyle=linestyle, label=f"{schedule}, c1 = {best:g}"
+            )
         if not ref.empty:
             acc = float(ref["final_test_acc"].mean())
             ax.axhline(acc, color=fedprox_colour, linestyle=":", label="FedProx")
@@ -458,8 +501,9 @@ def schedule_figure(runs: pd.DataFrame, out_prefix: str, provenance: str) -> Non
             )
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))
-        ax.set_xticks(sorted(set(ups["coef"].astype(float))))
+        c1s = sorted(set(ups["coef"].astype(float)))
+        ax.set_xticks(c1s)
+        ax.xaxis.set_major_formatter(FixedFormatter(staggered_log_labels(c1s)))
         ax.set_xlabel("c_1 (log scale)")
         ax.set_ylabel("Final test accuracy")
         ax.set_title(dataset_label(dataset))
@@ -468,11 +512,12 @@ def schedule_figure(runs: pd.DataFrame, out_prefix: str, provenance: str) -> Non
         axes[1, j].set_ylabel("Test accuracy")
     axes[0, -1].legend(fontsize=7)
     axes[1, -1].legend(fontsize=7)
-    fig.suptitle(
+    title = (
         f"{figure_title(Path(out_prefix).name)}: coefficient schedules, const c1, horizon c1/sqrt(M), "
-        "inv_sqrt c1/sqrt(m)",
-        fontsize=10,
+        "inv_sqrt c1/sqrt(m)"
     )
+    fig.suptitle(textwrap.fill(title, max(40, int(fig.get_figwidth() * 12))), fontsize=10)
+    fig.text(0.5, -0.01, wrapped_note(SCHEDULE_NOTE, fig.get_figwidth()), ha="center", va="top", fontsize="small")
     fig.tight_layout()
     save_figure(fig, out_prefix)
     if not rows:

@@ -21,6 +21,7 @@ import pandas as pd
 
 from .. import __version__
 from ..files import atomic_path, git_commit
+from ..names import base_name, equivalent_lambda
 from .cells import check_one_config, dataset_mus, records, with_cell_mu
 from .collect import METRIC_NAMES, ReportError, cumulative_rounds, load_metrics, require_converged
 from .paper_numbers import ALGORITHM_ORDER, algorithm_label, dataset_label, dataset_order, metric_label
@@ -523,9 +524,20 @@ def reference_final(refs: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def sweep_line(row: dict) -> str:
+    """A sweep point's legend entry: the variant as configured and its other form, ``λ = 0.43 (step 0.70)`` for a
+    run given lambda, ``step = 0.3 (λ = 1.17)`` for one given the step (Eq. (5): step = mu / (mu + lambda)), the step
+    alone when no lambda gives it (:func:`upfl.names.equivalent_lambda`)."""
+    label = variant_label(row)
+    if not math.isnan(as_number(row.get("lam"))):
+        return f"{label} (step {as_number(row['coef']):.2f})"
+    lam = equivalent_lambda(base_name(str(row["algorithm"])), as_number(row.get("mu")), as_number(row.get("coef")))
+    return f"{label} (λ = {lam:.3g})" if lam is not None else label
+
+
 def _sweep_lines(ups: pd.DataFrame) -> pd.DataFrame:
     ups = ups.copy()
-    ups["line"] = [f"{variant_label(r)} (step {as_number(r['coef']):.2f})" for r in ups.to_dict("records")]
+    ups["line"] = [sweep_line(r) for r in ups.to_dict("records")]
     return ups
 
 
