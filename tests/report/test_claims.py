@@ -494,6 +494,27 @@ def test_draws_table_and_figure(page, tmp_path):
     assert len(pd.read_csv(f"{figure}.csv", comment="#")) == len(frame)
 
 
+def test_draws_figure_has_its_title_and_says_what_it_shows(page, tmp_path, monkeypatch):
+    """The draws figure names itself and carries the table's caption (what the points, bars and colours are)."""
+    import upfl.report.figures as figures
+    from upfl.report.collect import read_runs
+    from upfl.report.fresh_data_sets import DRAWS_CAPTION, write_draws
+
+    saved = {}
+    save = figures.save_figure
+    monkeypatch.setattr(figures, "save_figure", lambda fig, prefix: (saved.update(fig=fig), save(fig, prefix)))
+    runs = read_runs(page["csv"])
+    draws = runs[runs["experiments"].str.contains("table1_draws")]
+    reference = runs[runs["experiments"].str.split(";").map(lambda e: "table1" in e)]
+    write_draws(draws, reference, str(tmp_path / "t"), str(tmp_path / "table1_draws"), "provenance")
+    fig = saved["fig"]
+    assert fig.get_suptitle() == "Not in the paper: table1 draws"
+    notes = [" ".join(t.get_text().split()) for t in fig.texts]
+    assert " ".join(DRAWS_CAPTION.split()) in notes
+    labels = [ax.get_ylabel() for ax in fig.axes]
+    assert all(label.count("\n") == 1 for label in labels)  # two short lines: a long one ran into the next row's
+
+
 def test_sensitivity_table(tmp_path):
     specs, expected = [], {}
     combos = {

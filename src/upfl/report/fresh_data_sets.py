@@ -237,8 +237,9 @@ def draws_rows(frame: pd.DataFrame) -> list[list[str]]:
 
 def plot_draws(frame: pd.DataFrame, title: str | None = None):
     """One panel per setting (columns) and metric (rows): x = mu; the paper's gain (star), ours on the paper's
-    draw (black, 95% interval), each fresh draw (coloured, 95% interval, side by side)."""
-    from .figures import grid
+    draw (black, 95% interval), each fresh draw (coloured, 95% interval, side by side); :data:`DRAWS_CAPTION` below
+    the panels."""
+    from .figures import grid, wrapped_note
     from .theme import colour_palette
 
     settings = list(dict.fromkeys(frame["setting"]))
@@ -287,11 +288,12 @@ def plot_draws(frame: pd.DataFrame, title: str | None = None):
                     )
             ax.axhline(0, color="grey", linewidth=0.8)
             ax.set_xticks(range(len(mus)), [f"μ = {m:g}" for m in mus])
-            ax.set_ylabel(f"Upcycled − FedProx, {'train' if metric == 'train_acc' else 'test'} acc (pp)")
+            ax.set_ylabel(f"Upcycled − FedProx,\n{'train' if metric == 'train_acc' else 'test'} acc (pp)")
             if i == 0:
                 ax.set_title(dataset_label(setting))
     if title:
         fig.suptitle(title)
+    fig.text(0.5, -0.01, wrapped_note(DRAWS_CAPTION, fig.get_figwidth()), ha="center", va="top", fontsize="small")
     fig.tight_layout()
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=True, fontsize="small")
@@ -302,7 +304,7 @@ def write_draws(
     draw_runs: pd.DataFrame, reference_runs: pd.DataFrame | None, table_prefix: str, figure_prefix: str, provenance: str
 ) -> pd.DataFrame:
     """``<table_prefix>.csv``/``.md`` and ``<figure_prefix>.png``/``.pdf``/``.csv``; return the frame."""
-    from .figures import save_figure
+    from .figures import figure_title, save_figure
     from .render import markdown_table, write_csv, write_markdown
 
     frame = draws_frame(draw_runs, reference_runs)
@@ -313,6 +315,6 @@ def write_draws(
         [DRAWS_CAPTION, markdown_table(DRAWS_HEADER, draws_rows(frame))],
         provenance,
     )
-    save_figure(plot_draws(frame), figure_prefix)
+    save_figure(plot_draws(frame, figure_title(Path(figure_prefix).name)), figure_prefix)
     write_csv(f"{figure_prefix}.csv", frame, provenance)
     return frame
