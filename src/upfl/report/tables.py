@@ -12,7 +12,7 @@ import pandas as pd
 
 from ..files import write_text
 from .cells import check_one_config, dataset_mus, iter_cells, missing, paired
-from .collect import ReportError, converged, diverged_note
+from .collect import CONFIG_COLUMNS, ReportError, converged, diverged_note
 from .paper_numbers import algorithm_label, dataset_label, paper_values, table1_value
 from .render import data_and_seeds_title, fmt, fmt_mu, latex_table, markdown_table, mean_std, write_csv, write_markdown
 from .stats import LEVEL, mean_interval
@@ -75,8 +75,22 @@ def claim_columns(up: pd.DataFrame, prox: pd.DataFrame, paper_up: dict, paper_pr
     return out
 
 
+TABLE1_COLUMNS = (
+    *CONFIG_COLUMNS,
+    "seed",
+    "diverged",
+    *(f"{choice}_{key}" for choice in ("final", "max", "last10") for key in ACC),
+)
+"""The runs table's columns a Table 1 cell reads: the config (every cell is checked to hold one), the seed, whether
+a run diverged and the accuracies."""
+
+
 def table1_frame(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per data set x algorithm x mu (FedAvg once per data set); claim columns on Upcycled-FL rows."""
+    """One row per data set x algorithm x mu (FedAvg once per data set); claim columns on Upcycled-FL rows.
+
+    The cells are cut from :data:`TABLE1_COLUMNS` alone (a cut of the full runs table copies each of its 140
+    columns)."""
+    runs = runs[[c for c in dict.fromkeys(TABLE1_COLUMNS) if c in runs.columns]]
     cells = list(iter_cells(runs))
     if not cells:
         raise ReportError("table1: no runs")
