@@ -503,6 +503,20 @@ def test_lambda_sweep_figure_files_and_data(runset, tmp_path):
     assert {"FedProx", "λ = 2 (step 0.33)", "λ = 0.43 (step 0.70)"} <= set(data.loc[data["panel"] == "curve", "line"])
 
 
+def test_a_sweeps_note_says_where_its_curves_end():
+    """FedProx's curve ends at T, the sweep's at 2T: the note names the two ends, the sweep's lines as one."""
+    from upfl.report.figures import sweep_length_note
+
+    curves = pd.DataFrame(
+        {"line": ["FedProx", "step = 0.3 (λ = 1.17)", "step = 0.5 (λ = 0.5)"], "x": [80.0, 160.0, 160.0]}
+    )
+    assert sweep_length_note(curves) == (
+        "Curves end at different points: FedProx at iteration 80; Upcycled-FL at iteration 160 (equal training "
+        "rounds: Upcycled-FL's even iterations train no device)."
+    )
+    assert sweep_length_note(curves.assign(x=160.0)) == ""
+
+
 def test_a_sweep_legend_gives_each_point_as_configured_and_its_other_form():
     """A run given lambda shows its step; one given the step shows its lambda (Eq. (5)), never the step twice."""
     from upfl.report.figures import sweep_line

@@ -586,8 +586,17 @@ def plot_lambda_sweep(
                 ax.set_ylabel(metric_label(metric) if panel == "curves" else f"Final {metric_label(metric).lower()}")
                 if i == 0:
                     ax.set_title(facet_title(dataset, mu))
-    _finish(fig, title)
+    _finish(fig, title, sweep_length_note(curves))
     return fig
+
+
+def sweep_length_note(curves: pd.DataFrame) -> str:
+    """:func:`length_note` of a sweep's curves, its Upcycled-FL lines as one ('FedProx at iteration 80; Upcycled-FL
+    at iteration 160 (equal training rounds ...)')."""
+    if curves.empty:
+        return ""
+    lines = curves["line"].where(curves["line"] == "FedProx", algorithm_label("upcycled"))
+    return length_note(curves.assign(line=lines), "iteration")
 
 
 def _sweep_curves(ax, d: pd.DataFrame, sweep: list[str], ramp: dict, ref_color, legend: bool) -> None:
