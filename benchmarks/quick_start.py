@@ -3,10 +3,11 @@
 Copies the tracked files (a fresh clone without .git) to a temporary folder and runs `make quick` there with this
 Python environment (`VENV=`), twice: first with numba's cache empty (a fresh clone: the kernels compile), then
 in a new copy at the same path (numba keys its cache by the source file's path) with the cache the first run
-filled. Records per run the wall time, the CPU-seconds of every process it started
-(getrusage of the children), the kernels' warm-up job from its record, the machine (CPU model, vector units,
-cores) and the load average before and after, and appends them to `benchmarks/results/quick_start.json`, whose
-ranges the README's time table is generated from (`python tools/doc_numbers.py`). Before each run it waits (up to
+filled. Records per run the wall time, the CPU-seconds of every process it started (getrusage of the children),
+the kernels' warm-up job from its record, the machine (CPU model, vector units, cores), the load average before and
+after and, for `make quick`, the claims page's summary line and whether the README's "Expected result" gives it (a
+line that differs is printed), and appends them to `benchmarks/results/quick_start.json`, whose ranges the README's
+time table is generated from (`python tools/doc_numbers.py`). Before each run it waits (up to
 `--settle` seconds) for the load average to fall under half the cores, so that the warm run does not start in the
 cold run's load.
 
@@ -59,6 +60,20 @@ def settled_load(most_s: float) -> float:
     return round(time.perf_counter() - start, 1)
 
 
+def claims_summary(wd: Path) -> str | None:
+    """The summary line of the claims page a run wrote in ``wd`` (``results/tables/claims.md``, its ``Summary:``
+    line without the word), None without one."""
+    page = wd / "results" / "tables" / "claims.md"
+    lines = page.read_text(encoding="utf-8").splitlines() if page.exists() else []
+    return next((line.removeprefix("Summary: ") for line in lines if line.startswith("Summary: ")), None)
+
+
+def readme_summary(readme: Path = ROOT / "README.md") -> str:
+    """The summary line the README's "Expected result" gives for `make quick` (its first code block, as one line)."""
+    section = readme.read_text(encoding="utf-8").split("## Expected result", 1)[1]
+    return " ".join(section.split("```", 2)[1].split())
+
+
 def timed_make(target: str, wd: Path, numba_cache: Path, cache_state: str, settle_s: float) -> dict:
     env = {**os.environ, "NUMBA_CACHE_DIR": str(numba_cache), "PYTHONPATH": str(wd / "src")}
     command = ["make", target, f"VENV={sys.prefix}"]
@@ -73,9 +88,13 @@ def timed_make(target: str, wd: Path, numba_cache: Path, cache_state: str, settl
         sys.exit(f"make {target} failed ({proc.returncode}), its whole output in {log.name}:\n{proc.stdout[-2000:]}")
     record = wd / "resources" / "kernels" / "numba.json"  # the kernels warm-up job's record (KERNELS_RECORD)
     kernels = json.loads(record.read_text()) if record.exists() else {}
+    summary = claims_summary(wd) if target == "quick" else None
+    if summary is not None and summary != readme_summary():
+        print(f"the README's expected summary line differs from this run's:\n  {summary}", file=sys.stderr)
     return {
         "command": f"make {target}",
         "numba_cache": cache_state,
+        **({"claims_summary": summary, "readme_summary_matches": summary == readme_summary()} if summary else {}),
         "wall_s": round(wall, 1),
         "cpu_s": round(children_cpu_s() - cpu_before, 1),
         "kernels_warm_up": kernels,
