@@ -131,7 +131,7 @@ def test_privacy_table_marks_values_and_shows_the_worst_device(data, tmp_path):
     assert "†" in md and "ε̄ [worst device]" in md and NO_MEANINGFUL in md
     worst = max((s["privacy"]["worst_device"]["sound"] for s in summaries), key=lambda w: w["epsilon"])
     assert prox["worstdev_sound"] == worst["device"]
-    assert f"{prox['eps_sound']:.3f} [{prox['epsmax_sound']:.3f}, {worst['device']}] †" in md
+    assert f"{prox['eps_sound']:.3f} [{prox['epsmax_sound']:.3f}, device {worst['device']}] †" in md
     assert md.index("sound, the guarantee") < md.index("paper formula (Theorem C.1")
     assert "outside the privacy guarantee" in md and "the sweep together has no guarantee" not in md
     assert "runs of a sweep on one seed together have no guarantee" in md
@@ -193,3 +193,28 @@ def test_worst_rows_name_each_columns_own_worst_device():
     assert "eps sound (2tau) [guarantee] (b)" in summary and "eps paper C.1 (c)" in summary
     bar = next(line for line in lines if line.startswith("NO MEANINGFUL GUARANTEE: epsilon-bar"))
     assert "eps sound" in bar and "eps paper C.1" not in bar  # paper C.1's mean 6.667 is within the rule
+
+
+def test_a_worst_device_named_by_a_number_stays_its_name(tmp_path):
+    """The synthetic sets' devices are '0', '14'...: the runs table reads them back as names, and the privacy
+    table's bracket says 'device 14' beside the worst epsilon, not a bare '14.0' that reads as a range's end."""
+    from upfl.report.collect import read_runs
+    from upfl.report.privacy_table import _eps_text
+
+    path = tmp_path / "runs.csv"
+    pd.DataFrame(
+        {
+            "experiments": ["p", "p"],
+            "run_dir": ["a", "b"],
+            "dataset": ["synthetic_iid", "synthetic_iid"],
+            "algorithm": ["fedprox", "fedprox"],
+            "mu": [0.1, 0.1],
+            "seed": [0, 1],
+            "privacy_worst_device_sound_device": ["14", "0"],
+            "privacy_worst_device_sound_epsilon": [9.363, 9.0],
+        }
+    ).to_csv(path, index=False)
+    runs = read_runs(path)
+    assert list(runs["privacy_worst_device_sound_device"]) == ["14", "0"]
+    row = {"mechanism": "output", "eps_sound": 3.383, "epsmax_sound": 9.363, "worstdev_sound": "14"}
+    assert _eps_text(row, "sound") == "3.383 [9.363, device 14]"

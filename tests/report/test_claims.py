@@ -380,7 +380,7 @@ def test_privacy_claims_and_marks(page):
     f = page["frame"]
     loss = f.loc["privacy/output/privacy_loss/sound"]
     assert loss["ours"] == pytest.approx(50.0) and loss["verdict"] == "holds" and loss["paper"] == 12.0
-    assert loss["meaningful_guarantee"] == "no" and "worst device 14000" in loss["privacy_level"]
+    assert loss["meaningful_guarantee"] == "no" and "worst device's ε 14000" in loss["privacy_level"]
     acc = f.loc["privacy/output/train_acc"]
     assert acc["n_pairs"] == 10 and acc["ours"] == pytest.approx(1.0) and acc["verdict"] == "does not hold"
     assert f.loc["privacy/output/time", "verdict"] == "inconclusive"  # timed alike: a zero-width interval

@@ -10,6 +10,7 @@ import functools
 import json
 import math
 import os
+import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -444,10 +445,24 @@ def collect_runs(
     return pd.DataFrame(rows)
 
 
+WORST_DEVICE_COLUMN = re.compile(r"privacy_worst_device_\w+_device")
+"""``runs.csv``'s column of each accountant's worst device: a device's name, text even when it looks like a number
+(the synthetic sets' devices are ``'0'``, ``'14'``...)."""
+
+
+def text_columns(columns: Iterable[str]) -> list[str]:
+    """The columns of a runs table read as text: :data:`TEXT_COLUMNS` and the worst-device names."""
+    return [c for c in columns if c in TEXT_COLUMNS or WORST_DEVICE_COLUMN.fullmatch(c)]
+
+
 def read_runs(path: str | os.PathLike) -> pd.DataFrame:
     """Read ``runs.csv``; a missing file or missing columns are errors naming the file."""
+    import csv
+
     try:
-        df = pd.read_csv(path, dtype=dict.fromkeys(TEXT_COLUMNS, str))
+        with open(path, encoding="utf-8", newline="") as f:
+            header = next(csv.reader(f), [])
+        df = pd.read_csv(path, dtype=dict.fromkeys(text_columns(header), str))
     except FileNotFoundError:
         raise ReportError(f"{path}: runs table not found (make it with 'upfl report runs')") from None
     missing = [c for c in ("experiments", "run_dir", "dataset", "algorithm", "mu", "seed") if c not in df.columns]

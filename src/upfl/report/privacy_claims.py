@@ -48,7 +48,7 @@ def privacy_levels(
 
 
 def level_text(level: tuple[float, float, float] | None, accountant: str) -> tuple[str, str]:
-    """('private FedProx ε̄ 5100–33000 (worst device 90000), sound', mark) for a privacy level."""
+    """('private FedProx ε̄ 5100–33000, worst device's ε 90000 (sound)', mark) for a privacy level."""
     if level is None:
         return "", ""
     low, high, worst = level
@@ -59,7 +59,7 @@ def level_text(level: tuple[float, float, float] | None, accountant: str) -> tup
     )
     text = f"private FedProx ε̄ {eps}"
     if not math.isnan(worst):
-        text += f", worst device {fmt(worst, 3 if worst < 10 else 0)}"
+        text += f", worst device's ε {fmt(worst, 3 if worst < 10 else 0)}"
     text += f" ({accountant})"
     top = worst if not math.isnan(worst) else high
     return text, ("no" if top > MEANINGFUL_EPSILON else "yes")

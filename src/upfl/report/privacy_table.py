@@ -481,7 +481,7 @@ def _eps_text(row: dict, acc: str) -> str:
     if missing(value):
         return row.get("guarantee") or "no guarantee"
     worst, device = row.get(f"epsmax_{acc}"), row.get(f"worstdev_{acc}")
-    at = "" if missing(device) else f", {device}"
+    at = "" if missing(device) else f", device {device}"
     text = fmt(value, 3) + ("" if missing(worst) else f" [{fmt(worst, 3)}{at}]")
     return text + (" †" if row.get(f"meaningful_{acc}") is False else "")
 
