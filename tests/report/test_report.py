@@ -813,7 +813,7 @@ def test_metrics_are_read_once_while_the_file_stays_as_it_was(tmp_path, monkeypa
 def test_close_log_ticks_are_labelled_on_a_second_line():
     """The schedule figure's c_1 axis: 0.9 and 1 sit 0.05 decades apart, their labels would overlap; a label too
     close to the one before it on its line goes to a second line, the others stay on the first."""
-    from upfl.report.ablations import staggered_log_labels
+    from upfl.report.figures import staggered_log_labels
 
     labels = staggered_log_labels([0.3, 0.5, 0.7, 0.9, 1.0, 2.5, 5.0, 8.0])
     assert [label.strip() for label in labels] == ["0.3", "0.5", "0.7", "0.9", "1", "2.5", "5", "8"]

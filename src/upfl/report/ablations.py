@@ -27,11 +27,12 @@ from .collect import ReportError, converged, cumulative_rounds, load_metrics
 from .figures import (
     ALGORITHM_COLOURS,
     csv_colour,
+    figure_note,
     figure_title,
     line_styles,
     palette_for,
     save_figure,
-    wrapped_note,
+    staggered_log_labels,
 )
 from .paper_numbers import algorithm_label, dataset_label, dataset_order
 from .render import as_number, fmt, fmt_mu, markdown_table, write_csv, write_markdown
@@ -407,22 +408,6 @@ SCHEDULE_NOTE = (
 )
 
 
-def staggered_log_labels(values: list[float], min_gap: float = 0.09) -> list[str]:
-    """``%g`` labels of sorted ticks on a log axis, each within ``min_gap`` of the axis' span (in decades) of the
-    label before it on its line moved to a second line (c_1 = 0.9 and 1 would overlap)."""
-    if not values:
-        return []
-    span = max(math.log10(values[-1] / values[0]), 1e-12) * 1.1
-    last = [-math.inf, -math.inf]
-    labels = []
-    for value in values:
-        x = math.log10(value)
-        line = 0 if x - last[0] >= min_gap * span else 1
-        last[line] = x
-        labels.append(("\n" if line else "") + f"{value:g}")
-    return labels
-
-
 def schedule_figure(runs: pd.DataFrame, out_prefix: str, provenance: str) -> None:
     """Top: final test accuracy against c_1 per schedule (mean and 95% CI over seeds), FedProx as a line; each
     schedule its own marker and dash, set apart along c_1 by :data:`SCHEDULE_DODGE` so their intervals do not cover
@@ -517,7 +502,7 @@ def schedule_figure(runs: pd.DataFrame, out_prefix: str, provenance: str) -> Non
         "inv_sqrt c1/sqrt(m)"
     )
     fig.suptitle(textwrap.fill(title, max(40, int(fig.get_figwidth() * 12))), fontsize=10)
-    fig.text(0.5, -0.01, wrapped_note(SCHEDULE_NOTE, fig.get_figwidth()), ha="center", va="top", fontsize="small")
+    figure_note(fig, SCHEDULE_NOTE)
     fig.tight_layout()
     save_figure(fig, out_prefix)
     if not rows:

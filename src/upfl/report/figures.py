@@ -171,8 +171,8 @@ def line_styles(lines: Sequence[str]) -> dict[str, tuple[Any, str | None]]:
 
 
 def _curve_rows(run: dict, metrics: Sequence[str], x: str) -> dict[str, Any]:
-    """A run's curves in long form (iteration, x, value, metric, seed), the iterations without a value left out, as
-    the columns of one frame (numpy arrays; a frame per metric cost a figure of 200 runs half a second)."""
+    """A run's curves in long form (iteration, x, value, metric), the iterations without a value left out, as the
+    columns of one frame (numpy arrays; a frame per metric cost a figure of 200 runs half a second)."""
     m = load_metrics(run["run_dir"])
     xs = cumulative_rounds(m) if x == "round" else m[{"iteration": "iteration", "time": "cum_wall_s"}[x]]
     iteration, x_values = m["iteration"].to_numpy(), xs.astype(float).to_numpy()
@@ -184,7 +184,7 @@ def _curve_rows(run: dict, metrics: Sequence[str], x: str) -> dict[str, Any]:
         columns["x"].append(x_values[kept])
         columns["value"].append(value[kept])
         columns["metric"].append(np.full(int(kept.sum()), metric, dtype=object))
-    return {**{k: np.concatenate(v) for k, v in columns.items()}, "seed": run["seed"]}
+    return {k: np.concatenate(v) for k, v in columns.items()}
 
 
 def aggregate(curves: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -204,16 +204,14 @@ def curve_data(facets: pd.DataFrame, metrics: Sequence[str], x: str) -> pd.DataF
         check_one_config(
             grp, f"figure line {line} on {facet_title(str(dataset), cast(float, mu))}", ignore=("seed", "mu")
         )
-        runs = records(grp, ["run_dir", "seed", "algorithm", "lam", "coef", *PRIVACY_KEYS])
+        runs = records(grp, ["run_dir", "algorithm", "lam", "coef", *PRIVACY_KEYS])
         for run in runs:
             if run["run_dir"] not in cache:
                 cache[run["run_dir"]] = _curve_rows(run, metrics, x)
         # one frame per line and facet, its runs' curves one after another and its config (one value: checked
         # above) given once (a frame per run cost a figure of 200 runs a tenth of a second)
         curves = [cache[run["run_dir"]] for run in runs]
-        c: dict[str, Any] = {k: np.concatenate([rows[k] for rows in curves]) for k in ("iteration", "x", "value")}
-        c["metric"] = np.concatenate([rows["metric"] for rows in curves])
-        c["seed"] = np.concatenate([np.full(len(rows["iteration"]), rows["seed"]) for rows in curves])
+        c: dict[str, Any] = {k: np.concatenate([rows[k] for rows in curves]) for k in curves[0]}
         first = runs[0]
         c.update(dataset=dataset, mu=mu, line=line)
         c.update(algorithm=first["algorithm"], lam=first.get("lam"), coef=first.get("coef"))
@@ -448,11 +446,32 @@ def wrapped_note(text: str, width_in: float) -> str:
     return "\n".join(textwrap.fill(line, width) for line in text.splitlines())
 
 
+def figure_note(fig, text: str) -> None:
+    """``text`` under the figure's panels, centred, in the small font and in lines that fit its width
+    (:func:`wrapped_note`)."""
+    fig.text(0.5, -0.01, wrapped_note(text, fig.get_figwidth()), ha="center", va="top", fontsize="small")
+
+
+def staggered_log_labels(values: list[float], min_gap: float = 0.09) -> list[str]:
+    """``%g`` labels of sorted ticks on a log axis, each within ``min_gap`` of the axis' span (in decades) of the
+    label before it on its line moved to a second line (c_1 = 0.9 and 1 would overlap)."""
+    if not values:
+        return []
+    span = max(math.log10(values[-1] / values[0]), 1e-12) * 1.1
+    last = [-math.inf, -math.inf]
+    labels = []
+    for value in values:
+        x = math.log10(value)
+        line = 0 if x - last[0] >= min_gap * span else 1
+        last[line] = x
+        labels.append(("\n" if line else "") + f"{value:g}")
+    return labels
+
+
 def _finish(fig, title: str | None, note: str = "") -> None:
     if title:
         fig.suptitle(title)
-    text = wrapped_note(BAND_NOTE + (f"\n{note}" if note else ""), fig.get_figwidth())
-    fig.text(0.5, -0.01, text, ha="center", va="top", fontsize="small")
+    figure_note(fig, BAND_NOTE + (f"\n{note}" if note else ""))
     fig.tight_layout()
 
 

@@ -239,7 +239,7 @@ def plot_draws(frame: pd.DataFrame, title: str | None = None):
     """One panel per setting (columns) and metric (rows): x = mu; the paper's gain (star), ours on the paper's
     draw (black, 95% interval), each fresh draw (coloured, 95% interval, side by side); :data:`DRAWS_CAPTION` below
     the panels."""
-    from .figures import grid, wrapped_note
+    from .figures import figure_note, grid
     from .theme import colour_palette
 
     settings = list(dict.fromkeys(frame["setting"]))
@@ -293,7 +293,7 @@ def plot_draws(frame: pd.DataFrame, title: str | None = None):
                 ax.set_title(dataset_label(setting))
     if title:
         fig.suptitle(title)
-    fig.text(0.5, -0.01, wrapped_note(DRAWS_CAPTION, fig.get_figwidth()), ha="center", va="top", fontsize="small")
+    figure_note(fig, DRAWS_CAPTION)
     fig.tight_layout()
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=True, fontsize="small")

@@ -77,12 +77,11 @@ def claim_columns(up: pd.DataFrame, prox: pd.DataFrame, paper_up: dict, paper_pr
 
 TABLE1_COLUMNS = (
     *CONFIG_COLUMNS,
-    "seed",
     "diverged",
     *(f"{choice}_{key}" for choice in ("final", "max", "last10") for key in ACC),
 )
-"""The runs table's columns a Table 1 cell reads: the config (every cell is checked to hold one), the seed, whether
-a run diverged and the accuracies."""
+"""The runs table's columns a Table 1 cell reads: the config with the seed (every cell is checked to hold one
+config), whether a run diverged and the accuracies."""
 
 
 def table1_frame(runs: pd.DataFrame) -> pd.DataFrame:
