@@ -12,8 +12,10 @@ import yaml
 
 from fixtures_runs import metrics_without_time
 from upfl.cli import main
+from upfl.commands.bundle import write_benchmark
 from upfl.data import generate_synthetic
 from upfl.engine.simulation import InjectedStop, run
+from upfl.integrity import RESULT_FILES
 from upfl.pipeline.bundle_trainer import load_data, run_config, train_bundle
 from upfl.pipeline.bundles import (
     SOFTMAX_FIRST_COST,
@@ -153,6 +155,41 @@ def test_run_many_writes_its_own_benchmark_file_and_none_when_a_run_fails(data, 
     path.write_text(json.dumps(spec))
     assert main(["run-many", "--spec", str(path), "--no-store", "--benchmark", str(bench)]) == 1
     assert not bench.exists()
+
+
+def test_run_many_benchmark_file_is_never_older_than_the_runs_it_finishes(data, tmp_path, monkeypatch):
+    """A wall clock set back between the runs' files and the benchmark file (a virtual machine's clock corrected by
+    its host) would make the runs read as edited since the bundle (workflow/rules/common.smk, experiment_results) and
+    rebuild the report at every call: the benchmark file's time is raised to the newest run file's."""
+    import upfl.files
+
+    spec = spec_of(data, tmp_path)
+    spec["runs"] = spec["runs"][2:]
+    path, bench = tmp_path / "spec.json", tmp_path / "bench" / "b.tsv"
+    path.write_text(json.dumps(spec))
+    write_text = upfl.files.write_text
+
+    def written_an_hour_back(target, text, *args, **kwargs):
+        write_text(target, text, *args, **kwargs)
+        if Path(target) == bench:
+            back = os.stat(target).st_mtime_ns - 3600 * 10**9
+            os.utime(target, ns=(back, back))
+
+    monkeypatch.setattr(upfl.files, "write_text", written_an_hour_back)
+    assert main(["run-many", "--spec", str(path), "--no-store", "--benchmark", str(bench)]) == 0
+    newest = max(os.stat(Path(e["out"]) / name).st_mtime_ns for e in spec["runs"] for name in RESULT_FILES)
+    assert os.stat(bench).st_mtime_ns == newest
+    assert "cpu_time" in bench.read_text()
+
+
+def test_write_benchmark_keeps_its_own_time_when_the_runs_are_older_or_missing(tmp_path):
+    old = tmp_path / "old.csv"
+    old.write_text("x")
+    os.utime(old, ns=(10**18, 10**18))
+    bench = tmp_path / "b.tsv"
+    write_benchmark(str(bench), 2.0, [old, tmp_path / "missing.csv"])
+    assert os.stat(bench).st_mtime_ns > os.stat(old).st_mtime_ns
+    assert bench.read_text().splitlines()[1].split("\t")[:2] == ["2.0000", "0:00:02"]
 
 
 def test_run_many_clear_results_trains_anew_a_run_whose_folder_holds_another_configs_results(data, tmp_path, capsys):

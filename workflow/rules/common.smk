@@ -288,7 +288,7 @@ def _mtime(path):
 
 def experiment_results(experiment):
     """What the report job of ``experiment`` (its runs table, tables and figures) waits for: each bundle's benchmark file (written when the whole bundle has
-    finished, after its runs' files), the summary.json of a run trained on its own (rule `train`), and both files
+    finished, after its runs' files, and never older than them: upfl.commands.bundle.write_benchmark), the summary.json of a run trained on its own (rule `train`), and both files
     (summary.json, metrics.csv) of a bundled run either of which is newer than its bundle's benchmark file (edited
     since: the table's job checks each run's files against the checksums recorded when the run was trained,
     upfl.pipeline.integrity, and restores an edited run before reading it). Snakemake reruns a job whose set of

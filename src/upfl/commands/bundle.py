@@ -17,9 +17,12 @@ than it measured.
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import sys
 import time
+from collections.abc import Iterable
+from typing import Any
 
 from ..pipeline.fork_protocol import SERVER_AHEAD
 
@@ -28,8 +31,14 @@ BENCHMARK_COLUMNS = ("s", "h:m:s", "max_rss", "cpu_time")
 memory in MB (the process or its largest child), user + system CPU seconds of the process and its children."""
 
 
-def write_benchmark(path: str, seconds: float) -> None:
-    """``path``: a tab-separated header and one row of :data:`BENCHMARK_COLUMNS` (written atomically)."""
+def write_benchmark(path: str, seconds: float, results: Iterable[str | os.PathLike] = ()) -> None:
+    """``path``: a tab-separated header and one row of :data:`BENCHMARK_COLUMNS` (written atomically), its
+    modification time never older than any of the files ``results`` that exist (the bundle's run files).
+
+    The workflow takes a run file newer than its bundle's benchmark file for one edited since the bundle ran
+    (workflow/rules/common.smk, ``experiment_results``). Written after them, the benchmark file is newer unless the
+    wall clock was set back in between (a virtual machine's clock corrected by its host): its time is then raised to
+    theirs, so that a run the bundle has just written never reads as edited, and the report is not built again."""
     from ..files import write_text
 
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -41,6 +50,23 @@ def write_benchmark(path: str, seconds: float) -> None:
         f"{own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime:.2f}",
     )
     write_text(path, "\t".join(BENCHMARK_COLUMNS) + "\n" + "\t".join(row) + "\n")
+    newest = max((m for m in map(_mtime_ns, results) if m is not None), default=None)
+    if newest is not None and os.stat(path).st_mtime_ns < newest:
+        os.utime(path, ns=(newest, newest))
+
+
+def _mtime_ns(path: str | os.PathLike) -> int | None:
+    try:
+        return os.stat(path).st_mtime_ns
+    except FileNotFoundError:
+        return None
+
+
+def result_files(spec: dict[str, Any]) -> list[str]:
+    """The result files (:data:`upfl.integrity.RESULT_FILES`) of every run of a bundle spec."""
+    from ..integrity import RESULT_FILES
+
+    return [os.path.join(str(run["out"]), name) for run in spec["runs"] for name in RESULT_FILES]
 
 
 def cmd_run_many(args: argparse.Namespace) -> int:
@@ -64,7 +90,7 @@ def cmd_run_many(args: argparse.Namespace) -> int:
         print(f"upfl run-many: error: {e}", file=sys.stderr)
         return 1
     if args.benchmark:
-        write_benchmark(args.benchmark, time.perf_counter() - start)
+        write_benchmark(args.benchmark, time.perf_counter() - start, result_files(spec))
     return 0
 
 
