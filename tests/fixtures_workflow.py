@@ -38,6 +38,15 @@ def snakemake(
     return proc
 
 
+def assert_nothing_to_be_done(proc: subprocess.CompletedProcess) -> None:
+    """A dry run's output says there is nothing to be done; otherwise the error names each job and its reason."""
+    out = proc.stdout + proc.stderr
+    if "Nothing to be done" in out:
+        return
+    said = [line.strip() for line in out.splitlines() if line.startswith("rule ") or "reason:" in line]
+    raise AssertionError("Snakemake would run jobs:\n" + "\n".join(said or out.splitlines()[-40:]))
+
+
 def job_counts(output: str) -> dict[str, int]:
     lines = output.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("Job stats:"))

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import yaml
 
+from fixtures_workflow import assert_nothing_to_be_done
 from upfl.data.leaf import DatasetError, load_leaf
 from upfl.data.leaf_folder import folder_files, import_leaf_folder
 from upfl.data.registry import DATASET_KEYS, DATASETS, WORKFLOW_SOURCES
@@ -252,7 +253,7 @@ def test_workflow_trains_and_reports_on_a_leaf_folder_added_by_config(tmp_path):
     table2 = (wd / "results" / "tables" / "table2.md").read_text()
     assert re.search(r"^\| mine \| a LEAF-format folder named by config \| 149 \|", table2, re.M), table2
     again = subprocess.run(cmd + ["-n"], cwd=wd, capture_output=True, text=True, timeout=300)
-    assert "Nothing to be done" in again.stdout + again.stderr
+    assert_nothing_to_be_done(again)
     first = sorted((src / "train").glob("*.json"))[0]
     doc = json.loads(first.read_text())
     doc["user_data"][doc["users"][0]]["x"][0][0] += 1.0  # an edit of the researcher's folder

@@ -156,7 +156,7 @@ experiments:
 @pytest.mark.workflow
 @pytest.mark.parametrize("with_entry", [True, False])
 def test_a_deleted_run_folder_is_restored_or_retrained_and_the_tables_rebuilt(tmp_path, with_entry):
-    from fixtures_workflow import snakemake, workflow_copy
+    from fixtures_workflow import assert_nothing_to_be_done, snakemake, workflow_copy
 
     wd = workflow_copy(tmp_path)
     (wd / "config" / "config.yaml").write_text(STORE_WORKFLOW)
@@ -182,7 +182,7 @@ def test_a_deleted_run_folder_is_restored_or_retrained_and_the_tables_rebuilt(tm
     rid = victim.relative_to(wd / "results" / "runs").as_posix()
     assert f"{'restored' if with_entry else 'trained'} {rid}" in logs
     again = snakemake(wd, "--cores", "1", "-n")
-    assert "Nothing to be done" in again.stdout + again.stderr
+    assert_nothing_to_be_done(again)
     assert yaml.safe_load((wd / "config" / "config.yaml").read_text())["experiments"]
 
 

@@ -17,6 +17,7 @@ import yaml
 from fixtures_workflow import (
     ROOT,
     SNAKEMAKE,
+    assert_nothing_to_be_done,
     expected_training_runs,
     job_counts,
     snakemake,
@@ -238,7 +239,7 @@ def test_tiny_preset_end_to_end_then_nothing_to_do(tmp_path):
     table = (wd / "results" / "tables" / "table1.md").read_text()
     assert "Synthetic" in table or "synthetic" in table
     again = snakemake(wd, "--cores", "2", "-n")
-    assert "Nothing to be done" in again.stdout + again.stderr
+    assert_nothing_to_be_done(again)
     # Its upfl jobs were forked by the run's fork server (upfl.pipeline.forkserver), which took every one.
     served = (wd / "results" / "logs" / "fork_server.log").read_text()
     assert "declined" not in served and served.count("{'status': 0}") >= 5, served
@@ -379,7 +380,7 @@ def test_sigint_in_the_middle_then_restart_finishes_cleanly(tmp_path, runs_per_j
         run_logs = "".join(p.read_text() for p in (wd / "results" / "logs" / "train").rglob("*.log"))
         assert ("resuming from" in run_logs) == bool(interrupted)
     again = snakemake(wd, "--cores", "2", "-n")
-    assert "Nothing to be done" in again.stdout + again.stderr
+    assert_nothing_to_be_done(again)
 
 
 BUNDLED = """\
@@ -459,7 +460,7 @@ def test_bundled_runs_train_once_and_an_edit_retrains_only_the_changed_runs(tmp_
         if rid in edited.runs and plan.runs[rid].experiments[0] != "second":
             assert (wd / "results" / "runs" / rid / "summary.json").stat().st_mtime_ns == stamps[rid], rid
     again = snakemake(wd, "--cores", "2", "-n")
-    assert "Nothing to be done" in again.stdout + again.stderr
+    assert_nothing_to_be_done(again)
 
 
 def test_a_fresh_dry_run_asks_for_no_runs_files_only_the_bundles_benchmark_files(tmp_path):

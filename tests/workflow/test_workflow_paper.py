@@ -10,7 +10,7 @@ import yaml
 
 from fixtures_leaf import ArchiveServer
 from fixtures_paper import make_paper_mirror
-from fixtures_workflow import job_counts, snakemake, workflow_copy
+from fixtures_workflow import assert_nothing_to_be_done, job_counts, snakemake, workflow_copy
 from upfl.data.leaf import load_leaf
 from upfl.data.sources import SOURCES
 from upfl.files import sha256_file
@@ -99,4 +99,4 @@ def test_paper_sets_fetched_checked_converted_and_tabled(tmp_path):
     meta = json.loads((wd / "resources" / "data" / "paper" / "synthetic_iid" / "meta.json").read_text())
     assert all(f["url"].startswith(srv.base) for f in meta["files"].values())
     again = snakemake(wd, "--cores", "2", "-n", "--configfile", "config/config.yaml", "config/mirror.yaml")
-    assert "Nothing to be done" in again.stdout + again.stderr
+    assert_nothing_to_be_done(again)
