@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from results_file import publish  # noqa: E402
 from upfl.pipeline.doc_numbers import machine_description  # noqa: E402
+from upfl.report import front  # noqa: E402
 
 
 def fresh_copy(dest: Path) -> Path:
@@ -61,11 +62,9 @@ def settled_load(most_s: float) -> float:
 
 
 def claims_summary(wd: Path) -> str | None:
-    """The summary line of the claims page a run wrote in ``wd`` (``results/tables/claims.md``, its ``Summary:``
-    line without the word), None without one."""
-    page = wd / "results" / "tables" / "claims.md"
-    lines = page.read_text(encoding="utf-8").splitlines() if page.exists() else []
-    return next((line.removeprefix("Summary: ") for line in lines if line.startswith("Summary: ")), None)
+    """The summary line of the claims page a run wrote in ``wd`` (:func:`upfl.report.front.claims_summary`), None
+    without one."""
+    return front.claims_summary(wd / "results" / "tables" / "claims.md")
 
 
 def readme_summary(readme: Path = ROOT / "README.md") -> str:

@@ -451,12 +451,10 @@ def front_page():
     """What the report's front page shows from the files that exist: the claims page's summary line, the headline
     figure (the first Table 1 convergence figure built), the runs in results/runs.csv and the preset the claims page
     was built for (upfl.report.built), for `workflow/report/workflow.rst`."""
-    summary = ""
-    if os.path.exists("results/tables/claims.md"):
-        with open("results/tables/claims.md", encoding="utf-8") as f:
-            summary = next((line[len("Summary: ") :].strip() for line in f if line.startswith("Summary: ")), "")
     from upfl.paper_order import paper_figure
-    from upfl.report.front import headline_numbers, headline_table_rst
+    from upfl.report.front import claims_summary, headline_numbers, headline_table_rst
+
+    summary = claims_summary("results/tables/claims.md") or ""
 
     # The headline figure: the convergence figure built that comes first in the paper (Figure 2, left, in the
     # full config), a few panels that stay legible at the page's width.

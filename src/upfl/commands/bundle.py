@@ -22,7 +22,6 @@ import resource
 import sys
 import time
 from collections.abc import Iterable
-from typing import Any
 
 from ..pipeline.fork_protocol import SERVER_AHEAD
 
@@ -62,13 +61,6 @@ def _mtime_ns(path: str | os.PathLike) -> int | None:
         return None
 
 
-def result_files(spec: dict[str, Any]) -> list[str]:
-    """The result files (:data:`upfl.integrity.RESULT_FILES`) of every run of a bundle spec."""
-    from ..integrity import RESULT_FILES
-
-    return [os.path.join(str(run["out"]), name) for run in spec["runs"] for name in RESULT_FILES]
-
-
 def cmd_run_many(args: argparse.Namespace) -> int:
     from ..pipeline.bundle_trainer import BundleError, SpecError, load_spec, train_bundle
 
@@ -90,7 +82,10 @@ def cmd_run_many(args: argparse.Namespace) -> int:
         print(f"upfl run-many: error: {e}", file=sys.stderr)
         return 1
     if args.benchmark:
-        write_benchmark(args.benchmark, time.perf_counter() - start, result_files(spec))
+        from ..pipeline.specs import result_files
+
+        runs_files = [path for run in spec["runs"] for path in result_files(run)]
+        write_benchmark(args.benchmark, time.perf_counter() - start, runs_files)
     return 0
 
 

@@ -76,6 +76,11 @@ def workflow_specs(config: dict[str, Any], plan=None, bundles=None) -> dict[str,
     return {b.name: spec_text(bundle_spec(b, plan.runs, data_dir, run_folder, run_log_file)) for b in bundles.values()}
 
 
+def result_files(run: dict[str, Any]) -> list[str]:
+    """The result files (:data:`upfl.integrity.RESULT_FILES`, in the order written) of one run of a bundle spec."""
+    return [os.path.join(str(run["out"]), name) for name in RESULT_FILES]
+
+
 def clear_results(spec: dict[str, Any]) -> list[str]:
     """Remove the result files (:data:`upfl.integrity.RESULT_FILES`, summary.json, which marks a finished run, first)
     of every run of a bundle spec before the bundle trains, as
@@ -85,8 +90,7 @@ def clear_results(spec: dict[str, Any]) -> list[str]:
     interrupted one resumes from its checkpoint (kept). Returns the files removed."""
     removed = []
     for run in spec["runs"]:
-        for name in reversed(RESULT_FILES):
-            path = os.path.join(str(run["out"]), name)
+        for path in reversed(result_files(run)):
             try:
                 os.unlink(path)
             except FileNotFoundError:

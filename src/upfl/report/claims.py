@@ -37,6 +37,7 @@ from .claim_rules import (
     without_diverged,
 )
 from .collect import ORIGIN_COLUMNS, REPORTING_NOTE, ReportError, is_generated, origin_text
+from .front import SUMMARY_PREFIX
 from .paper_numbers import dataset_label
 from .render import as_number, markdown_table, write_csv, write_markdown
 
@@ -217,7 +218,7 @@ def write_claims(
         REPORTING_NOTE,
         MEANINGFUL_RULE,
         "Runs: " + diverged,
-        "Summary: " + summary_text(frame),
+        SUMMARY_PREFIX + summary_text(frame),
     ]
     for section, rows in claims_rows(frame).items():
         sections += [f"## {section}\n", markdown_table(HEADER, rows)]

@@ -10,6 +10,9 @@ from pathlib import Path
 
 from .render import PROVENANCE_PREFIX
 
+SUMMARY_PREFIX = "Summary: "
+"""How the claims page (``results/tables/claims.md``) begins its line of verdict counts."""
+
 HEADLINES = (
     ("table1/", "/train_acc", "Table 1: Upcycled-FL − FedProx, final training accuracy (pp), per data set and μ"),
     ("time/equal_iterations", "", "Training time saved at equal iterations (%)"),
@@ -88,3 +91,13 @@ def headline_table_rst(headlines: list[dict[str, str]]) -> str:
             f"     - {cell(h['verdicts'])}",
         ]
     return "\n".join(lines)
+
+
+def claims_summary(page: str | Path) -> str | None:
+    """The claims page's summary line (its verdict counts, without :data:`SUMMARY_PREFIX`); None when the page or
+    the line is missing."""
+    try:
+        lines = Path(page).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return None
+    return next((line.removeprefix(SUMMARY_PREFIX).strip() for line in lines if line.startswith(SUMMARY_PREFIX)), None)

@@ -89,7 +89,7 @@ def table1_frame(runs: pd.DataFrame) -> pd.DataFrame:
 
     The cells are cut from :data:`TABLE1_COLUMNS` alone (a cut of the full runs table copies each of its 140
     columns)."""
-    runs = runs[[c for c in dict.fromkeys(TABLE1_COLUMNS) if c in runs.columns]]
+    runs = runs[[c for c in TABLE1_COLUMNS if c in runs.columns]]
     cells = list(iter_cells(runs))
     if not cells:
         raise ReportError("table1: no runs")
