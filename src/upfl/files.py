@@ -11,6 +11,7 @@ import os
 import platform
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -185,7 +186,8 @@ def git_commit(cwd: str | os.PathLike | None = None) -> str | None:
 
 
 def provenance() -> dict[str, Any]:
-    """Package version, git commit, torch and Python versions: recorded in every result file."""
+    """Package version, git commit, the versions of the libraries on the numeric path and Python's, and the
+    instruction set the compiled kernels target (:func:`kernel_isa`): recorded in every result file."""
     from .torch_build import torch_version
 
     return {
@@ -193,4 +195,80 @@ def provenance() -> dict[str, Any]:
         "git_commit": git_commit(),
         "torch_version": torch_version(),
         "python_version": platform.python_version(),
+        **library_versions(),
+        "kernel_isa": kernel_isa(),
     }
+
+
+NUMERIC_LIBRARIES = ("numpy", "numba", "scipy", "dp-accounting")
+"""The distributions on a run's numeric path besides torch (whose version :mod:`upfl.torch_build` reads): each
+recorded as ``<name>_version`` (``dp_accounting_version``) in a run's summary.json and in runs.csv."""
+ENVIRONMENT_KEYS = (
+    "torch_version",
+    "python_version",
+    *(f"{name.replace('-', '_')}_version" for name in NUMERIC_LIBRARIES),
+    "kernel_isa",
+)
+"""The summary.json keys that say which environment computed a run's numbers (a table's provenance line names
+those that differ between its runs)."""
+
+
+@functools.lru_cache(maxsize=1)
+def library_versions() -> dict[str, str | None]:
+    """``<name>_version`` of each of :data:`NUMERIC_LIBRARIES`, read from the installed distributions' metadata
+    (nothing imported); None for one not installed."""
+    from importlib import metadata
+
+    out: dict[str, str | None] = {}
+    for name in NUMERIC_LIBRARIES:
+        try:
+            out[f"{name.replace('-', '_')}_version"] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[f"{name.replace('-', '_')}_version"] = None
+    return out
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags (``/proc/cpuinfo``; empty where it cannot be read)."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+TORCH_AVX512 = {"avx512f", "avx512bw", "avx512vl", "avx512dq"}
+
+
+@functools.lru_cache(maxsize=1)
+def kernel_isa() -> str:
+    """The instruction set the compiled kernels target: ``numba <CPU name> (<vector features>); torch <capability>``.
+
+    numba compiles for ``$NUMBA_CPU_NAME`` or the host CPU that llvmlite names; torch picks its kernels by
+    ``$ATEN_CPU_CAPABILITY`` or the CPU's flags (``torch.backends.cpu.get_cpu_capability()`` where torch is
+    imported already; the same rule otherwise, so a run that never imports torch does not for this)."""
+    flags = cpu_flags()
+    numba_cpu = os.environ.get("NUMBA_CPU_NAME")
+    if not numba_cpu:
+        try:
+            import llvmlite.binding as llvm
+
+            numba_cpu = llvm.get_host_cpu_name()
+        except Exception:  # noqa: BLE001 - no llvmlite: the record says so
+            numba_cpu = "unknown"
+    features = " ".join(f for f in ("sse4_2", "avx", "avx2", "fma", "avx512f") if f in flags) or "none"
+    torch_mod = sys.modules.get("torch")
+    capability = None
+    if torch_mod is not None:
+        with contextlib.suppress(Exception):
+            capability = str(torch_mod.backends.cpu.get_cpu_capability())
+    if capability is None:
+        asked = os.environ.get("ATEN_CPU_CAPABILITY", "").upper()
+        if asked in ("DEFAULT", "AVX2", "AVX512"):
+            capability = asked
+        else:
+            capability = "AVX512" if flags >= TORCH_AVX512 else "AVX2" if {"avx2", "fma"} <= flags else "DEFAULT"
+    return f"numba {numba_cpu} ({features}); torch {capability}"

@@ -15,6 +15,7 @@ from upfl.data.sources import (
     dataset_folder,
     paper_file_filename,
 )
+from upfl.data.digest import digest_path, files_signature, stat_signature
 from upfl.pipeline.bundles import bundle_priorities, form_bundles
 from upfl.pipeline.specs import (
     CONFIG_ENV,
@@ -198,6 +199,26 @@ def run_dir(run):
     return run_folder(run)
 
 
+def dataset_digest(name):
+    """`<dataset_dir>.digest.json`: the data set's digest (upfl.data.digest), written by rule `data_digest`; the input
+    of every job that reads the data set, so a job reruns when the data's content changes (its checksum), not its
+    clock."""
+    return str(digest_path(dataset_dir(name)))
+
+
+def data_state(wildcards):
+    """The stat signature of a data set's files (sizes, modification and change times, inodes; no file read): the
+    param of rule `data_digest`, which reruns when a file is replaced whatever its modification time says. A param
+    of the wildcards alone (Snakemake compares those), evaluated again when the job runs, after its data was made."""
+    return stat_signature(dataset_dir(wildcards.dataset))
+
+
+def sources_state(inputs):
+    """A params function: the stat signature of the files ``inputs(wildcards)`` (the paper's released files, a LEAF
+    folder's files), so a file replaced with its modification time kept still reruns the job."""
+    return lambda wildcards: files_signature(list(inputs(wildcards)))
+
+
 # Each bundle's spec (what `upfl run-many` trains: per run its id, data, result folder, log, config) is computed
 # here and written by the job `bundle_specs` (upfl.pipeline.specs), never by the parse: a dry run or a report
 # changes no file. A spec's file name carries its digest, and a bundle job takes the digest as a param, so it
@@ -211,6 +232,10 @@ os.environ[CONFIG_ENV] = encode_config(config)
 
 def run_data(wildcards):
     return dataset_dir(RUNS[wildcards.run].dataset)
+
+
+def run_data_digest(wildcards):
+    return dataset_digest(RUNS[wildcards.run].dataset)
 
 
 def run_flags(wildcards):

@@ -22,6 +22,7 @@ rule paper_dataset:
     params:
         setting=lambda wc: dataset_setting(wc.dataset),
         overrides=paper_overrides,
+        released=sources_state(paper_files),
         resources=lambda wc, input: resources_folder(input[0], paper_files(wc)[0]),
     shell:
         "upfl data prepare paper_{params.setting:q} --resources {params.resources:q} --out {output:q} --name {wildcards.dataset:q} "
@@ -123,5 +124,28 @@ rule leaf_folder_dataset:
     localrule: True
     params:
         path=leaf_folder_path,
+        files=sources_state(leaf_folder_inputs),
     shell:
         "upfl data prepare leaf --path {params.path:q} --out {output:q} --name {wildcards.dataset:q} > {log:q} 2>&1"
+
+
+# A data set's digest (upfl.data.digest): its files hashed once, here, and written beside its folder. Every training
+# job takes the digest file as input. The param is the files' stat signature (change times included): a file
+# replaced by other bytes reruns this job whatever its modification time says; the digest file's bytes change only
+# when the content does, and Snakemake reruns a job whose input's checksum changed (a rewritten identical digest
+# retrains nothing).
+rule data_digest:
+    input:
+        lambda wc: dataset_dir(wc.dataset),
+    output:
+        f"{RESOURCES}/data/{{folder}}/{{dataset}}.digest.json",
+    log:
+        "results/logs/data/{folder}/{dataset}.digest.log",
+    wildcard_constraints:
+        folder=_alternation(DATA_FOLDERS.values()),
+    priority: DATA_PRIORITY
+    localrule: True
+    params:
+        state=data_state,
+    shell:
+        "upfl data digest {input:q} --out {output:q} > {log:q} 2>&1"

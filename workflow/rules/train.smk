@@ -18,7 +18,7 @@
 
 rule train:
     input:
-        data=run_data,
+        data=run_data_digest,
         kernels=run_kernels,
     output:
         metrics="results/runs/{run}/metrics.csv",
@@ -34,9 +34,10 @@ rule train:
         mem_mb=run_job("mem_mb"),
     params:
         flags=run_flags,
+        data=run_data,
         out=lambda wc: run_dir(wc.run),
     shell:
-        "upfl run --data {input.data:q} --out {params.out:q} --threads {threads} {params.flags} > {log:q} 2>&1 "
+        "upfl run --data {params.data:q} --out {params.out:q} --threads {threads} {params.flags} > {log:q} 2>&1 "
         "|| [ $? -eq 3 ]"
 
 
@@ -84,7 +85,7 @@ for _bundle in BUNDLES.values():
             f"train_bundle_{_bundle.name}"
         input:
             spec=ancient(BUNDLE_SPECS[_bundle.name]),
-            data=sorted({dataset_dir(RUNS[r].dataset) for r in _bundle.run_ids}),
+            data=sorted({dataset_digest(RUNS[r].dataset) for r in _bundle.run_ids}),
             kernels=kernels_input(_bundle.job),
         output:
             benchmark=bundle_benchmark(_bundle.name),

@@ -7,6 +7,7 @@ upfl data prepare femnist --out DIR [--resources DIR] [--seed N] [--set KEY=VALU
 upfl data prepare paper_synthetic_1_1 --out DIR [--resources DIR] [--sha256 NAME=HEX ...]
 upfl data prepare leaf --path LEAF_FOLDER --out DIR [--name NAME]   (check and copy a LEAF-format folder)
 upfl data extract ARCHIVE TARGET [--member NAME ...]
+upfl data digest FOLDER [--out FILE]   (the data set's digest, written to FOLDER.digest.json)
 """
 
 from __future__ import annotations
@@ -143,6 +144,15 @@ def cmd_extract(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_digest(args: argparse.Namespace) -> int:
+    from ..data.digest import digest_path, write_digest
+
+    out = args.out or digest_path(args.folder)
+    record = write_digest(args.folder, out)
+    print(f"{args.folder}: data digest {record['digest']} ({len(record['files'])} files) -> {out}")
+    return 0
+
+
 def _guard(func):
     def run(args: argparse.Namespace) -> int:
         from ..data.archive import ArchiveError
@@ -164,14 +174,14 @@ def _guard(func):
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add ``data`` with sub-commands ``fetch``, ``prepare`` and ``extract``."""
+    """Add ``data`` with sub-commands ``fetch``, ``prepare``, ``extract`` and ``digest``."""
     p = subparsers.add_parser(
         "data",
         help="download and prepare data sets (the paper's synthetic sets, FEMNIST, Sent140)",
         description=plain_help(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = p.add_subparsers(dest="data_command", metavar="{fetch,prepare,extract}")
+    sub = p.add_subparsers(dest="data_command", metavar="{fetch,prepare,extract,digest}")
     sub.required = True
 
     def common(q: argparse.ArgumentParser) -> None:
@@ -274,4 +284,13 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     e.add_argument("target")
     e.add_argument("--member", action="append", help="name or glob of members to extract; repeatable")
     e.set_defaults(func=_guard(cmd_extract))
+
+    d = sub.add_parser(
+        "digest",
+        help="hash a data set folder's files and write its digest beside it (FOLDER.digest.json): what a run's "
+        "identity and the workflow's training jobs read",
+    )
+    d.add_argument("folder", help="the data set folder (train/, test/)")
+    d.add_argument("--out", default=None, help="the digest file (default: FOLDER.digest.json)")
+    d.set_defaults(func=_guard(cmd_digest))
     return p

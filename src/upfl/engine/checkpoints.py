@@ -110,24 +110,15 @@ def read_archive(path: Path) -> dict[str, Any]:
 
 
 def data_fingerprint(path: str | os.PathLike) -> str:
-    """SHA-256 (16 hex digits) over the relative path and sha256 of every file of a data set folder.
+    """The data set's digest (:func:`upfl.data.digest.folder_digest`): SHA-256 (16 hex digits) over the relative
+    path and sha256 of every file of the folder, read from ``<folder>.digest.json`` while that record holds, else
+    hashed once per process for each state of the folder.
 
-    Regenerating the data at the same path (other seed, other source, edited files) changes it. Hashed once
-    per process for each state of the folder (file names, sizes and modification times): the runs of a bundle
-    share their data set.
+    Regenerating the data at the same path (other seed, other source, edited files) changes it.
     """
-    root = Path(path)
-    files = sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith("."))
-    state = tuple((f.relative_to(root).as_posix(), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
-    return _hash_files(str(root.resolve()), state)
+    from ..data.digest import folder_digest
 
-
-@functools.lru_cache(maxsize=64)
-def _hash_files(root: str, state: tuple) -> str:
-    h = hashlib.sha256()
-    for rel, _, _ in state:
-        h.update(f"{rel}\0{sha256_file(Path(root) / rel)}\n".encode())
-    return h.hexdigest()[:16]
+    return folder_digest(path)
 
 
 @functools.lru_cache(maxsize=1)

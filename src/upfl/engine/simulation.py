@@ -32,7 +32,7 @@ from ..privacy.accounting import per_device, privacy_report
 from ..privacy.mechanisms import objective_noise_draws, output_perturbation, scale_objective_noise, standard_normal_rows
 from ..solvers.selection import CompiledSolver, PooledRound, device_type, select_local_solver
 from ..torch_build import gpu_build
-from .checkpoints import open_checkpoint
+from .checkpoints import data_fingerprint, open_checkpoint
 from .divergence import diverged_entry, loss_problem, weights_problem
 from .runfolder import check_out
 
@@ -631,6 +631,7 @@ def _run_loop(cfg, sim, data, out, ckpt, privacy, log, stop_after) -> dict[str, 
         "config": cfgmod.to_dict(cfg),
         "config_hash": cfgmod.config_hash(cfg),
         "seed": cfg.seed,
+        "data_digest": data_fingerprint(cfg.data.path),
         **provenance(),
         "device": str(sim.device),
         "num_classes": sim.num_classes,

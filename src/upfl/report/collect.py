@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from .. import names
+from ..files import ENVIRONMENT_KEYS
 
 
 class ReportError(ValueError):
@@ -80,9 +81,16 @@ TEXT_COLUMNS = (
     "data_setting",
     "data_commit",
     "config_hash",
+    "data_digest",
     "git_commit",
     "upfl_version",
     "torch_version",
+    "python_version",
+    "numpy_version",
+    "numba_version",
+    "scipy_version",
+    "dp_accounting_version",
+    "kernel_isa",
     "device",
 )
 """Columns of ``runs.csv`` read as text whatever they look like (a data set called ``2`` stays ``'2'``)."""
@@ -271,7 +279,7 @@ def run_row(run_dir: str, summary: dict[str, Any]) -> dict[str, Any]:
         row[f"time_{key}"] = summary.get("time", {}).get(key, np.nan)
     if "privacy" in summary:
         row.update(flatten_privacy(summary["privacy"]))
-    for key in ("config_hash", "upfl_version", "git_commit", "torch_version", "device"):
+    for key in ("config_hash", "data_digest", "upfl_version", "git_commit", *ENVIRONMENT_KEYS, "device"):
         row[key] = summary.get(key)
     row["data_path"] = summary["config"].get("data", {}).get("path")
     row.update(data_origin(row["data_path"]))

@@ -80,13 +80,61 @@ def data_and_seeds_title(runs: pd.DataFrame) -> str:
 
 
 def runs_provenance(runs: pd.DataFrame) -> str:
-    """'data: <origins>; seeds 0 1; 350 runs made at git <commits>': what the runs were trained on."""
+    """'data: <origins>; data digests <data set> <digest>, ...; seeds 0 1; 350 runs made at git <commits>': what
+    the runs were trained on. A data set whose runs read two versions of it (two digests) is a
+    :class:`~upfl.report.collect.ReportError` naming the runs (:func:`data_digests`)."""
     origins, seeds = runs_origins_and_seeds(runs)
     commits = sorted({str(c) for c in runs["git_commit"].dropna()}) if "git_commit" in runs.columns else []
+    digests = data_digests(runs)
+    named = f"; data digests {', '.join(f'{d} {v}' for d, v in digests.items())}" if digests else ""
+    differ = environments_differing(runs)
     return (
-        f"data: {', '.join(origins) or 'none'}; seeds {' '.join(map(str, seeds)) or 'none'}; "
+        f"data: {', '.join(origins) or 'none'}{named}; seeds {' '.join(map(str, seeds)) or 'none'}; "
         f"{len(runs)} runs made at git {', '.join(commits) or 'unknown'}"
+        + (f"; environments differ between runs: {differ}" if differ else "")
     )
+
+
+def environments_differing(runs: pd.DataFrame) -> str:
+    """'numpy_version 2.3.1 (3 runs), 2.4.6 (5 runs); ...' for each environment column (library versions, the
+    kernels' instruction set: :data:`upfl.files.ENVIRONMENT_KEYS`) whose recorded values differ between the runs;
+    '' when they agree."""
+    from ..files import ENVIRONMENT_KEYS
+
+    parts = []
+    for key in ENVIRONMENT_KEYS:
+        if key not in runs.columns:
+            continue
+        counts = runs[key].dropna().astype(str).value_counts()
+        if len(counts) > 1:
+            parts.append(f"{key} " + ", ".join(f"{v} ({n} runs)" for v, n in sorted(counts.items())))
+    return "; ".join(parts)
+
+
+def data_digests(runs: pd.DataFrame) -> dict[str, str]:
+    """Each data set's digest (runs.csv ``data_digest``, what its runs read), by data set name; runs that recorded
+    none are left out. One data set read in two versions by the runs of one output is an error that names them."""
+    from .collect import ReportError
+
+    if "data_digest" not in runs.columns or "dataset" not in runs.columns:
+        return {}
+    recorded = runs[runs["data_digest"].notna()]
+    out: dict[str, str] = {}
+    for dataset, group in recorded.groupby("dataset", sort=True):
+        versions = sorted({str(v) for v in group["data_digest"]})
+        if len(versions) > 1:
+            where = "run_dir" if "run_dir" in group.columns else "dataset"
+            listed = "; ".join(
+                f"{v}: {', '.join(str(r) for r in group.loc[group['data_digest'].astype(str) == v, where])}"
+                for v in versions
+            )
+            raise ReportError(
+                f"data set {dataset}: its runs read {len(versions)} versions of the data ({listed}); retrain the "
+                "runs of the old version (snakemake retrains them once the data's digest is made again) before "
+                "building a table from them"
+            )
+        out[str(dataset)] = versions[0]
+    return out
 
 
 def relative_to_workdir(path: str | os.PathLike) -> str:
