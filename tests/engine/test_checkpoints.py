@@ -215,6 +215,30 @@ def _inside_out(path: Path, out: Path) -> bool:
     return out.resolve() in path.resolve().parents
 
 
+def test_store_gc_removes_the_device_state_of_a_private_run_once_its_run_folder_is_gone(world, monkeypatch, capsys):
+    import shutil
+
+    from upfl.cli import main
+
+    root, data = world
+    secret = root / "device-state-gc"
+    monkeypatch.setenv("UPFL_DEVICE_STATE_DIR", str(secret))
+    over = {**PRIVATE, "algorithm.name": "feddyn", **PRIVATE_BASES["feddyn"]}
+    out = root / "runs" / "gc-private"
+    ckpt = interrupted(data, out, after=1, **over)
+    assert ckpt.device_file.exists()
+    gc = ["store", "gc", "--store", str(root / "no-store")]
+    assert main(gc) == 0
+    assert ckpt.device_file.exists()  # its run can still resume: kept
+    size = sum(p.stat().st_size for p in ckpt.device_dir.iterdir())
+    shutil.rmtree(out)
+    capsys.readouterr()
+    assert main(gc) == 0
+    printed = capsys.readouterr().out
+    assert f"removed {ckpt.device_dir} ({size} bytes; device state of a private run that is gone)" in printed
+    assert f"freed {size} bytes" in printed and not ckpt.device_dir.exists()
+
+
 def test_private_run_without_its_device_state_starts_over(world, monkeypatch):
     root, data = world
     monkeypatch.setenv("UPFL_DEVICE_STATE_DIR", str(root / "device-state"))

@@ -231,3 +231,80 @@ def test_the_code_fingerprint_covers_every_source_that_computes_numbers(tmp_path
     for rel in ("report/figures.py", "commands/report.py", "cli.py"):
         (copy / rel).write_text((copy / rel).read_text() + "\n# edited\n")
     assert checkpoints.package_fingerprint(copy) == original
+
+
+def test_an_unwritable_store_is_found_before_any_training_and_the_runs_publish_without_it(data, tmp_path):
+    st = tmp_path / "finished"
+    st.mkdir()
+    st.chmod(0o555)  # read-only (root writes anyway: then a file stands where the store should be)
+    if store.unwritable_reason(st) is None:
+        st.chmod(0o755)
+        st.rmdir()
+        st.write_text("not a folder")
+    spec = one_run_spec(data, tmp_path)
+    said: list[str] = []
+    try:
+        results = train_bundle(spec, store=str(st), echo=said.append)
+    finally:
+        if st.is_dir():
+            st.chmod(0o755)
+    assert said[1].startswith(f"warning: {st}: the finished-run store cannot be written"), said
+    assert "published without the store" in said[1]
+    assert [r["status"] for r in results] == ["trained"]
+    assert (Path(spec["runs"][0]["out"]) / "summary.json").is_file()
+    assert not st.is_dir() or not list(st.iterdir())
+
+
+def test_what_a_killed_save_left_is_removed_by_the_next_save_and_by_store_gc(data, tmp_path, capsys):
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    st = tmp_path / "finished"
+    st.mkdir()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = int(gone.stdout)
+    host = socket.gethostname()
+    left = [
+        st / f".{'a' * 16}-{'b' * 16}-{'c' * 16}.{host}.{dead}.x1y2z3w4.new",
+        st / f".{'d' * 16}.{host}.{dead}.q.damaged",
+    ]
+    for folder in left:
+        folder.mkdir()
+        (folder / "metrics.csv").write_bytes(b"0" * 1000)
+    live = st / f".{'e' * 16}.{host}.{os.getpid()}.abc.new"  # a save in progress (this process): kept
+    live.mkdir()
+    old_style = st / f".{'f' * 16}.k3j4h5g6.new"  # an older upfl's name: removed once a day old
+    old_style.mkdir()
+    os.utime(old_style, (0, 0))
+    assert sorted(store.stale_temporaries(st)) == sorted([*left, old_style])
+    assert train(one_run_spec(data, tmp_path), st) == "trained"  # its save sweeps the store first
+    assert not any(p.exists() for p in [*left, old_style]) and live.exists()
+    # upfl store gc: the same, with the bytes freed printed
+    again = st / f".{'a' * 16}.{host}.{dead}.r.new"
+    again.mkdir()
+    (again / "summary.json").write_bytes(b"1" * 2048)
+    capsys.readouterr()
+    assert main(["store", "gc", "--store", str(st), "--device-state", str(tmp_path / "none")]) == 0
+    out = capsys.readouterr().out
+    assert f"removed {again} (2048 bytes; an interrupted save)" in out and "freed 2048 bytes" in out
+    assert not again.exists() and live.exists()
+
+
+def test_report_runs_without_the_store_only_names_a_damaged_run(data, tmp_path, capsys):
+    spec = one_run_spec(data, tmp_path)
+    st = tmp_path / "finished"
+    assert train(spec, st) == "trained"
+    out = Path(spec["runs"][0]["out"])
+    summary = out / "summary.json"
+    summary.write_text(summary.read_text().replace('"seed": 0', '"seed": 0 '))
+    before = sorted(p.name for p in out.iterdir())
+    args = ["report", "runs", f"e:{out}", "--out", str(tmp_path / "runs.csv"), "--verify"]
+    assert main([*args, "--no-store"]) != 0
+    err = capsys.readouterr().err
+    assert "summary.json" in err and "named only (nothing moved, nothing restored)" in err
+    assert sorted(p.name for p in out.iterdir()) == before  # nothing moved aside
+    # with the store, the damaged run is restored from it
+    assert main([*args, "--store", str(st)]) == 0
+    assert '"seed": 0 ' not in summary.read_text()

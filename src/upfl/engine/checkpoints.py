@@ -55,6 +55,9 @@ STATE_FILE = "state.npz"
 LOCK_FILE = "lock"
 DEVICE_STATE_FILE = "device_state.npz"
 DEVICE_STATE_ENV = "UPFL_DEVICE_STATE_DIR"
+DEVICE_OWNER_FILE = "run.json"
+"""Beside a private run's device state: the run folder and checkpoint it belongs to (what ``upfl store gc`` reads
+to remove the state of a run that is gone)."""
 NUMERIC_EXCLUDED = ("report", "commands", "cli.py")
 """Parts of the upfl package that cannot change a run's numbers (left out of :func:`code_fingerprint`): the top
 folders and modules below ``src/upfl``."""
@@ -176,8 +179,11 @@ class Checkpoint:
 
     ``device_root``: where the device state of a private run goes (None: it stays in the checkpoint)."""
 
-    def __init__(self, root: Path, key: str, owned_root: bool, device_root: Path | None = None):
+    def __init__(
+        self, root: Path, key: str, owned_root: bool, device_root: Path | None = None, out: Path | None = None
+    ):
         self.root, self.key, self.owned_root = Path(root), key, owned_root
+        self.out = Path(out) if out is not None else None
         self.dir = self.root / key
         self.file = self.dir / STATE_FILE
         self.device_dir = Path(device_root) / key if device_root is not None else None
@@ -253,6 +259,11 @@ class Checkpoint:
         self.device_dir.mkdir(mode=0o700, exist_ok=True)
         for folder in (self.device_dir.parent, self.device_dir):
             os.chmod(folder, 0o700)
+        owner = self.device_dir / DEVICE_OWNER_FILE
+        if not owner.exists():
+            run = os.path.realpath(self.out) if self.out is not None else None
+            with atomic_path(owner) as tmp:
+                tmp.write_text(json.dumps({"run": run, "checkpoint": os.path.realpath(self.dir)}) + "\n")
         fd, tmp = tempfile.mkstemp(prefix=f".{DEVICE_STATE_FILE}.", suffix=".tmp", dir=self.device_dir)
         try:
             with os.fdopen(fd, "wb") as f:
@@ -352,4 +363,30 @@ def open_checkpoint(cfg: cfgmod.RunConfig, out: str | os.PathLike, data_path: st
                 f"{DEVICE_STATE_ENV}={device_root}: inside the run folder {out}; a private run's "
                 "device state must live outside what is shared"
             )
-    return Checkpoint(checkpoint_root(cfg, out), key, owned_root=not cfg.checkpoint.dir, device_root=device_root)
+    return Checkpoint(
+        checkpoint_root(cfg, out), key, owned_root=not cfg.checkpoint.dir, device_root=device_root, out=Path(out)
+    )
+
+
+def orphaned_device_states(root: str | os.PathLike | None = None) -> list[Path]:
+    """The device-state folders (:func:`device_state_root`) whose run is gone: interrupted private runs whose run
+    folder, or checkpoint, was removed since (their device state can no longer resume anything). A folder without
+    the record of its run (:data:`DEVICE_OWNER_FILE`, written with the state) is kept."""
+    base = Path(root) if root is not None else device_state_root()
+    if not base.is_dir():
+        return []
+    found = []
+    for folder in sorted(p for p in base.iterdir() if p.is_dir()):
+        try:
+            owner = json.loads((folder / DEVICE_OWNER_FILE).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            continue
+        if not isinstance(owner, dict):
+            continue
+        run, checkpoint = owner.get("run"), owner.get("checkpoint")
+        gone = (isinstance(run, str) and not os.path.isdir(run)) or (
+            isinstance(checkpoint, str) and not os.path.isdir(checkpoint)
+        )
+        if gone:
+            found.append(folder)
+    return found

@@ -13,8 +13,11 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
+import socket
 import tempfile
+import time
 from pathlib import Path
 
 from .. import config as cfgmod
@@ -27,6 +30,108 @@ DEFAULT_STORE = os.path.join("results", "finished")
 
 class StoreMismatch(ValueError):
     """A store entry cannot be restored; the message names the entry file and what is wrong with it."""
+
+
+TEMPORARY = re.compile(r"\.(?P<entry>[^.]+)\.(?:(?P<host>.+)\.(?P<pid>\d+)\.)?[^.]+\.(?:new|damaged)")
+"""A save's temporary folder, ``.<entry>.<host>.<pid>.<random>.new`` (``.damaged``: an entry being removed);
+folders of an older upfl have no host and PID."""
+FOREIGN_TEMPORARY_AGE_S = 24 * 3600
+"""A temporary folder of another host (a shared store), or without a PID, counts as left by an interrupted save
+once it is this old."""
+
+
+def _temp_prefix(entry: Path) -> str:
+    return f".{entry.name}.{socket.gethostname().replace('/', '_')}.{os.getpid()}."
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
+
+
+def stale_temporaries(store: str | os.PathLike) -> list[Path]:
+    """The temporary folders of saves that were interrupted (killed): those of this host whose process is gone, and
+    any other older than :data:`FOREIGN_TEMPORARY_AGE_S`. A save in progress keeps its folder."""
+    store_dir = Path(store)
+    if not store_dir.is_dir():
+        return []
+    host, now, found = socket.gethostname().replace("/", "_"), time.time(), []
+    for path in sorted(store_dir.glob(".*")):
+        match = TEMPORARY.fullmatch(path.name)
+        if match is None or not path.is_dir():
+            continue
+        if match["host"] == host and match["pid"] is not None:
+            stale = not _pid_alive(int(match["pid"]))
+        else:
+            try:
+                stale = now - path.stat().st_mtime > FOREIGN_TEMPORARY_AGE_S
+            except FileNotFoundError:
+                continue
+        if stale:
+            found.append(path)
+    return found
+
+
+def folder_bytes(path: Path) -> int:
+    """The bytes of the files below ``path`` (0 for what vanished meanwhile)."""
+    total = 0
+    for f in path.rglob("*"):
+        try:
+            if f.is_file() and not f.is_symlink():
+                total += f.stat().st_size
+        except OSError:
+            pass
+    return total
+
+
+def remove_stale_temporaries(store: str | os.PathLike) -> list[tuple[Path, int]]:
+    """Remove what interrupted saves left in ``store`` (:func:`stale_temporaries`); each folder and its bytes."""
+    removed = []
+    for path in stale_temporaries(store):
+        size = folder_bytes(path)
+        shutil.rmtree(path, ignore_errors=True)
+        if not path.exists():
+            removed.append((path, size))
+    return removed
+
+
+_SWEPT: set[str] = set()
+"""The stores this process has swept of interrupted saves' folders (once each: a store holds thousands of entries)."""
+
+
+def sweep_once(store: str | os.PathLike) -> list[tuple[Path, int]]:
+    """:func:`remove_stale_temporaries`, the first time this process saves into ``store``."""
+    key = os.path.realpath(store)
+    if key in _SWEPT:
+        return []
+    _SWEPT.add(key)
+    try:
+        return remove_stale_temporaries(store)
+    except OSError:
+        return []
+
+
+def unwritable_reason(store: str | os.PathLike) -> str | None:
+    """None when a save can write into ``store`` (made if missing); otherwise what stops it, naming the folder: a
+    read-only store, one without permission, a full disk. Checked before any run trains."""
+    store_dir = Path(store)
+    try:
+        store_dir.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=".write-check.", suffix=".tmp", dir=store_dir)
+        try:
+            os.write(fd, b"0" * 4096)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            os.unlink(name)
+    except OSError as e:
+        return f"{store_dir}: the finished-run store cannot be written ({e.strerror or e})"
+    return None
 
 
 def identity(cfg: cfgmod.RunConfig) -> dict[str, str]:
@@ -58,7 +163,8 @@ def save(entry: Path, run_dir: Path, ident: dict[str, str]) -> None:
     name of its own and removed. No process fails because another saved first, and none leaves a folder behind.
     """
     entry.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", suffix=".new", dir=entry.parent))
+    sweep_once(entry.parent)
+    tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(entry), suffix=".new", dir=entry.parent))
     try:
         files = {}
         for name in RESULT_FILES:
@@ -90,7 +196,7 @@ def save(entry: Path, run_dir: Path, ident: dict[str, str]) -> None:
 def _move_aside(entry: Path) -> None:
     """Remove a damaged entry: renamed onto an empty folder of a unique name (an atomic step another process cannot
     collide with), then deleted; nothing when another process moved it first."""
-    aside = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", suffix=".damaged", dir=entry.parent))
+    aside = Path(tempfile.mkdtemp(prefix=_temp_prefix(entry), suffix=".damaged", dir=entry.parent))
     try:
         os.rename(entry, aside)
     except FileNotFoundError:
@@ -213,14 +319,17 @@ def _set_aside(run_dir: Path) -> Path:
     return aside
 
 
-def check_published(run_dir: str | os.PathLike, store: str | os.PathLike | None = DEFAULT_STORE) -> str:
+def check_published(
+    run_dir: str | os.PathLike, store: str | os.PathLike | None = DEFAULT_STORE, move_aside: bool = True
+) -> str:
     """Make sure a finished run's files are the ones its training wrote before they are published.
 
     ``verified``: they match the run's ``checksums.json``. ``restored``: they did not, and a store entry holding
     the recorded files was written back. ``adopted``: the run has no record (trained before records were kept) and a
     store entry holds exactly its files, which gives the record. Otherwise the files are moved aside
     (``<run>/.damaged-<time>/``, so the next ``snakemake`` retrains the run) and :class:`IntegrityError` names each
-    file and what was done.
+    file and what was done; without ``move_aside`` (``upfl report runs --no-store``) they are only named, nothing
+    moved.
     """
     run_dir = Path(run_dir)
     record = None
@@ -251,6 +360,8 @@ def check_published(run_dir: str | os.PathLike, store: str | os.PathLike | None 
                 f"{run_dir}: no {RECORD} and no store entry holding these files: its numbers cannot be "
                 "checked against its training"
             ]
+    if not move_aside:
+        raise IntegrityError("; ".join(problems) + "; named only (nothing moved, nothing restored)")
     aside = _set_aside(run_dir)
     raise IntegrityError(
         "; ".join(problems) + f"; no store entry holds the trained files: moved to {aside}, "

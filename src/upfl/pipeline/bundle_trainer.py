@@ -114,14 +114,16 @@ def _restored(kept: Path, ident: dict[str, str], out: Path, log: Callable[[str],
         return False
 
 
-def train_entry(entry: dict[str, Any], threads: int, store: str | None) -> dict[str, Any]:
+def train_entry(entry: dict[str, Any], threads: int, store: str | None, save: bool = True) -> dict[str, Any]:
     """Train (or restore) one run of a bundle; never raises for the run's own errors. The objects the process holds
     when it starts are frozen (:func:`gc.freeze`): refcounting still frees them, the cycle collector skips them, so
     that its full collections (every few dozen runs, a tenth of a second each with torch and numba loaded) cost
     little.
 
     Returns ``{"id", "status": trained|restored|failed, "seconds", "error"}``. The run's log file gets its
-    progress lines, or the traceback when it fails.
+    progress lines, or the traceback when it fails. ``save``: keep a trained run in the store (False where the
+    store cannot be written, :func:`upfl.engine.store.unwritable_reason`); a save that fails all the same (the
+    disk filled meanwhile) is a warning in the run's log: its result is published without the store.
     """
     from ..engine.simulation import run
 
@@ -148,8 +150,14 @@ def train_entry(entry: dict[str, Any], threads: int, store: str | None) -> dict[
                 return {"id": rid, "status": "restored", "seconds": time.perf_counter() - start, "error": None}
             log(f"run {rid}: training ({cfgmod.config_hash(cfg)}) -> {out}")
             summary = run(cfg, out, log=log, data=load_data(str(cfg.data.path)))
-            if kept is not None and ident is not None:
-                storemod.save(kept, out, ident)
+            if kept is not None and ident is not None and save:
+                try:
+                    storemod.save(kept, out, ident)
+                except OSError as e:
+                    log(
+                        f"warning: {kept.parent}: not kept in the finished-run store ({e.strerror or e}); "
+                        "the result is published without it"
+                    )
             f = summary["final"]
             if summary.get("diverged"):  # a result (summary.json records it), as `upfl run`'s exit status 3
                 d = summary["diverged"]
@@ -166,14 +174,14 @@ def train_entry(entry: dict[str, Any], threads: int, store: str | None) -> dict[
             }
 
 
-def _concurrent_results(entries: list[dict[str, Any]], threads: int, store: str | None, workers: int):
+def _concurrent_results(entries: list[dict[str, Any]], threads: int, store: str | None, workers: int, save: bool):
     """Runs trained by ``workers`` processes at once (each imports torch and loads the solver once);
     on a GPU they share the device, on the CPU they share the cores."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = [pool.submit(train_entry, e, threads, store) for e in entries]
+        futures = [pool.submit(train_entry, e, threads, store, save) for e in entries]
         for fut in futures:
             yield fut.result()
 
@@ -196,11 +204,17 @@ def train_bundle(
     threads = int(threads if threads is not None else spec.get("threads", 0))
     name = spec.get("bundle", "bundle")
     echo(f"bundle {name}: {len(entries)} runs, {workers} at a time, {threads or 'default'} threads each")
+    # A store that cannot be written is found before any run trains: one warning, and the runs' results are
+    # published without it (finished entries are still restored from it).
+    unwritable = storemod.unwritable_reason(store) if store else None
+    if unwritable:
+        echo(f"warning: {unwritable}; this bundle's runs are published without the store (none is kept in it)")
+    save = unwritable is None
     start = time.perf_counter()
     if workers > 1 and len(entries) > 1:
-        results_iter = _concurrent_results(entries, threads, store, min(workers, len(entries)))
+        results_iter = _concurrent_results(entries, threads, store, min(workers, len(entries)), save)
     else:
-        results_iter = (train_entry(e, threads, store) for e in entries)
+        results_iter = (train_entry(e, threads, store, save) for e in entries)
     results = []
     for i, res in enumerate(results_iter, 1):
         results.append(res)

@@ -385,7 +385,8 @@ def checked_runs(run_dirs: Iterable[str], store: str | os.PathLike | None, verif
     """Each run folder's files checked against the checksums recorded when it was trained (:mod:`upfl.integrity`)
     before its numbers are read. ``verify`` (the workflow): every run must match its record, or is restored from
     ``store``, or adopted there when it has no record (:func:`upfl.engine.store.check_published`); a run that is
-    none of these is moved aside. Otherwise a run with a record must match it; one without is read as it is.
+    none of these is moved aside (with a store; without one, ``--no-store``, it is only named). Otherwise a run
+    with a record must match it; one without is read as it is.
     Returns run folder -> status; :class:`ReportError` names every run that fails."""
     from ..integrity import IntegrityError, mismatches, read_record
 
@@ -397,7 +398,7 @@ def checked_runs(run_dirs: Iterable[str], store: str | os.PathLike | None, verif
             if verify:
                 from ..engine.store import check_published
 
-                statuses[run_dir] = check_published(run_dir, store)
+                statuses[run_dir] = check_published(run_dir, store, move_aside=store is not None)
                 continue
             record = read_record(run_dir)
             problems = mismatches(run_dir, record) if record is not None else []
