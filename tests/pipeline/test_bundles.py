@@ -398,3 +398,18 @@ def test_bundle_spec_carries_each_runs_folder_log_and_config():
     assert e["out"] == f"results/runs/{e['id']}" and e["config"] == plan.runs[e["id"]].doc
     cfg = run_config(e, spec["threads"])
     assert cfg.data.path == f"resources/data/{plan.runs[e['id']].dataset}" and cfg.seed == plan.runs[e["id"]].seed
+
+
+def test_more_single_runs_than_the_limit_are_refused_naming_the_key(monkeypatch):
+    from upfl.pipeline import bundles as bundlemod
+    from upfl.pipeline.config_errors import ExperimentError
+    from upfl.pipeline.plan import RunSpec
+
+    runs = {f"d/r{i}/seed0": RunSpec(f"d/r{i}/seed0", "d", 0, {}, ["e"], {"runs_per_job": 1}) for i in range(5)}
+    runs.update({f"d/b{i}/seed0": RunSpec(f"d/b{i}/seed0", "d", 0, {}, ["e"], {"runs_per_job": 4}) for i in range(8)})
+    formed = bundlemod.form_bundles(runs)
+    monkeypatch.setattr(bundlemod, "SINGLE_RUN_LIMIT", 5)
+    bundlemod.check_single_runs(runs, formed)  # 5 single runs: at the limit
+    monkeypatch.setattr(bundlemod, "SINGLE_RUN_LIMIT", 4)
+    with pytest.raises(ExperimentError, match=r"job_defaults.runs_per_job: 5 runs would be trained one per job"):
+        bundlemod.check_single_runs(runs, formed)

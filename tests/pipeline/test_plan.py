@@ -180,3 +180,21 @@ def test_the_config_check_fills_the_schemas_defaults_as_snakemakes_validate_does
     config["round_scale"] = 2
     with pytest.raises(ExperimentError, match=r"^round_scale: value 2 is not allowed; allowed: numbers <= 1$"):
         check_workflow_config(config, schema)
+
+
+def test_names_regex_matches_exactly_the_names_whatever_their_prefixes():
+    import random
+    import re
+
+    from upfl.pipeline.plan import names_regex
+
+    rng = random.Random(0)
+    names = {"a", "ab", "abc", "b.c", "x/y", "x/yz", "x/yzq", "x/ya", "(", "a+b"}
+    names |= {f"synthetic_{rng.choice('ab')}/mu{rng.randint(0, 99)}/seed{rng.randint(0, 9)}" for _ in range(500)}
+    rx = re.compile(names_regex(names))
+    assert all(rx.fullmatch(n) for n in names)
+    others = (
+        {n + "x" for n in names} | {n[:-1] for n in names} | {"", "x/", "ac", "b-c", "a+bb", "synthetic_c/mu1/seed1"}
+    )
+    assert not [o for o in others - names if rx.fullmatch(o)]
+    assert names_regex([]) == "^$" and re.fullmatch(names_regex(["only"]), "only")

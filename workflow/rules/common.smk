@@ -2,7 +2,6 @@
 import base64
 import json
 import os
-import re
 import shlex
 import sys
 
@@ -16,7 +15,7 @@ from upfl.data.sources import (
     paper_file_filename,
 )
 from upfl.data.digest import digest_path, files_signature, stat_signature
-from upfl.pipeline.bundles import bundle_priorities, form_bundles
+from upfl.pipeline.bundles import bundle_priorities, check_single_runs, form_bundles
 from upfl.pipeline.specs import (
     CONFIG_ENV,
     encode_config,
@@ -26,7 +25,7 @@ from upfl.pipeline.specs import (
     workflow_specs,
 )
 from upfl.pipeline.outputs import output_files, output_kind, report_command
-from upfl.pipeline.plan import ExperimentError, build_plan, resolve_preset
+from upfl.pipeline.plan import ExperimentError, build_plan, names_regex, resolve_preset
 
 try:
     # The config with the preset's keys in place (its `datasets`, `resources_dir`): what the rules read.
@@ -40,6 +39,10 @@ RUNS = PLAN.runs
 OUTPUTS = PLAN.outputs
 # Runs with `job.runs_per_job` > 1 are trained in bundles (upfl.pipeline.bundles, one job each); the others one per job.
 BUNDLES = form_bundles(RUNS)
+try:
+    check_single_runs(RUNS, BUNDLES)
+except ExperimentError as e:
+    raise WorkflowError(f"config: {e}") from None
 BUNDLE_OF = {r: b.name for b in BUNDLES.values() for r in b.run_ids}
 # Bundles with more estimated work start first (upfl.pipeline.bundles.bundle_priorities); data sets before any training
 # (they are quick and every bundle waits for its data).
@@ -55,7 +58,9 @@ SINGLE_RUNS = [r for r in RUNS if r not in BUNDLE_OF]
 
 
 def _alternation(names):
-    return "|".join(re.escape(n) for n in sorted(names)) or "^$"
+    """A wildcard constraint matching exactly `names` (upfl.pipeline.plan.names_regex: prefixes factored, so that a
+    match costs a path's length, not the number of runs)."""
+    return names_regex(names)
 
 
 wildcard_constraints:

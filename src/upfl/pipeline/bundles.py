@@ -99,6 +99,30 @@ def form_bundles(runs: dict[str, Any]) -> dict[str, Bundle]:
     return bundles
 
 
+SINGLE_RUN_LIMIT = 10_000
+"""The most runs a workflow trains one per job (``runs_per_job: 1``; rule ``train``). Each such run is a job of a
+wildcard rule whose pattern names every one of them (so that the rule makes no other run's files): Snakemake reads
+that pattern again for each job, and the DAG of N single runs costs N times N (6,000: 48 CPU-seconds; the same runs
+in bundles: 3). A config above it is refused (:func:`check_single_runs`); bundles have no such limit
+(benchmarks/plan_scaling.py)."""
+
+
+def check_single_runs(runs: dict[str, Any], bundles: dict[str, Bundle]) -> None:
+    """:class:`~upfl.pipeline.config_errors.ExperimentError` when more than :data:`SINGLE_RUN_LIMIT` runs would be
+    trained one per job, naming the count and the key that bundles them."""
+    from .config_errors import ExperimentError
+
+    bundled = sum(len(b.run_ids) for b in bundles.values())
+    single = len(runs) - bundled
+    if single > SINGLE_RUN_LIMIT:
+        raise ExperimentError(
+            f"job_defaults.runs_per_job: {single} runs would be trained one per job (runs_per_job 1), above the "
+            f"limit of {SINGLE_RUN_LIMIT} (the DAG of single runs grows with their square; docs/pipeline.md "
+            "\"Many runs per job\"); set runs_per_job above 1 (job_defaults, or an experiment's or group's job) to "
+            "train them in bundles"
+        )
+
+
 SOFTMAX_FIRST_COST = 4.0
 """How much more a run with ``model.softmax_before_loss`` (the authors' loss) costs than the same run without it:
 its kernels take a softmax, then the cross-entropy of it (FedProx, 80 iterations, the paper's synthetic sets:

@@ -454,3 +454,36 @@ def build_plan(config: dict[str, Any]) -> Plan:
             targets.setdefault(out.get("target", out["name"]), []).append(out["name"])
     used = sorted({s.dataset for s in runs.values()})
     return Plan(runs, experiments, outputs, targets, used)
+
+
+def names_regex(names: Any) -> str:
+    """A regular expression that matches exactly the strings ``names`` (``^$`` for none): their common prefixes
+    factored out (a trie), so that matching a path costs its length, not the number of names. A plain alternation
+    of N run ids costs every match N comparisons, and Snakemake matches each file the DAG asks for against the
+    rule's pattern: with thousands of single runs the DAG grew with the square of the runs."""
+    unique = sorted(set(names))
+    if not unique:
+        return "^$"
+
+    def emit(lo: int, hi: int, depth: int) -> str:
+        # unique[lo:hi] share their first `depth` characters; sorted, so their common prefix is that of the ends
+        first, last = unique[lo], unique[hi - 1]
+        common = depth
+        while common < len(first) and common < len(last) and first[common] == last[common]:
+            common += 1
+        text = re.escape(first[depth:common])
+        optional = len(first) == common  # one name ends here (sorted first)
+        start = lo + 1 if optional else lo
+        branches = []
+        while start < hi:
+            ch, stop = unique[start][common], start + 1
+            while stop < hi and unique[stop][common] == ch:
+                stop += 1
+            branches.append(emit(start, stop, common))
+            start = stop
+        if not branches:
+            return text
+        group = branches[0] if len(branches) == 1 and not optional else "(?:" + "|".join(branches) + ")"
+        return text + (group + "?" if optional else group)
+
+    return emit(0, len(unique), 0)
