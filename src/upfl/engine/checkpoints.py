@@ -262,8 +262,8 @@ class Checkpoint:
         owner = self.device_dir / DEVICE_OWNER_FILE
         if not owner.exists():
             run = os.path.realpath(self.out) if self.out is not None else None
-            with atomic_path(owner) as tmp:
-                tmp.write_text(json.dumps({"run": run, "checkpoint": os.path.realpath(self.dir)}) + "\n")
+            with atomic_path(owner) as staged:
+                staged.write_text(json.dumps({"run": run, "checkpoint": os.path.realpath(self.dir)}) + "\n")
         fd, tmp = tempfile.mkstemp(prefix=f".{DEVICE_STATE_FILE}.", suffix=".tmp", dir=self.device_dir)
         try:
             with os.fdopen(fd, "wb") as f:
