@@ -132,8 +132,9 @@ rule leaf_folder_dataset:
 # A data set's digest (upfl.data.digest): its files hashed once, here, and written beside its folder. Every training
 # job takes the digest file as input. The param is the files' stat signature (change times included): a file
 # replaced by other bytes reruns this job whatever its modification time says; the digest file's bytes change only
-# when the content does, and Snakemake reruns a job whose input's checksum changed (a rewritten identical digest
-# retrains nothing).
+# when the content does, and Snakemake reruns a job whose input's checksum changed. A digest made again with the same
+# bytes (a touched file) trains no run: a dry run cannot tell and lists the bundles, which then restore their runs
+# from the store (whose key is the digest).
 rule data_digest:
     input:
         lambda wc: dataset_dir(wc.dataset),
