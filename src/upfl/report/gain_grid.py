@@ -294,9 +294,9 @@ def bracket_text(frame: pd.DataFrame, row: dict[str, Any]) -> str:
             alone.append(SHORT[knob])
         elif below is not None and above is not None:
             bracketed.append(f"{SHORT[knob]} {value} between {_value_text(knob, below)} and {_value_text(knob, above)}")
-        elif above is None and high_end is not None and _same(row[knob], high_end):
+        elif below is not None and high_end is not None and _same(row[knob], high_end):
             bracketed.append(f"{SHORT[knob]} {value} (the end of its range) above {_value_text(knob, below)}")
-        elif below is None and low_end is not None and _same(row[knob], low_end):
+        elif above is not None and low_end is not None and _same(row[knob], low_end):
             bracketed.append(f"{SHORT[knob]} {value} (the end of its range) below {_value_text(knob, above)}")
         else:
             side = "lowest" if below is None else "highest"
