@@ -192,7 +192,7 @@ def test_the_gain_grid_reads_its_best_settings_again_on_held_out_seeds_that_the_
     held = [plan.runs[r] for r in plan.experiments["sensitivity_held_out"]]
     grid = [plan.runs[r] for r in plan.experiments["sensitivity"]]
     assert {r.doc["seed"] for r in held} == set(range(10, 20)) and {r.doc["seed"] for r in grid} == set(range(10))
-    best = "synthetic_1_1/logreg_softmax_before_loss/upcycled/mu1_step0.9_lr0.005_E10/s0.9_f0.3/T160/seed"
+    best = "synthetic_1_1/logreg_softmax_before_loss/upcycled/mu1_step1_lr0.0025_E10/s0.9_f0.3/T160/seed"
     assert f"{best}0" in plan.experiments["sensitivity"] and f"{best}10" in plan.experiments["sensitivity_held_out"]
     quick = build_plan(resolve_preset({**config, "preset": "quick"}))
     assert not {"sensitivity", "sensitivity_held_out"} & set(quick.experiments)
