@@ -172,7 +172,11 @@ def test_each_data_sets_best_setting_is_measured_again_on_the_held_out_seeds(gri
     assert (best["protocol"], best["lr"]) == ("authors' protocol", 0.005)
     lines = largest_gains(frame, gain_grid_frame(held))
     line = next(ln for ln in lines if ln.startswith("- Synthetic(1,1): largest gain +5.50"))
-    assert "(authors' protocol, lr 0.005; FedProx 70.10%) in 10 settings; on the held-out seeds 10-12 +1.00" in line
+    assert (
+        "(authors' protocol, lr 0.005; FedProx 70.10%) in 10 settings (around it: at the grid's edge in lr 0.005 (the "
+        "lowest value tried there), E 20 (the highest value tried there); not varied around it: μ, c, B, T); on the "
+        "held-out seeds 10-12 +1.00" in line
+    )
     assert "(3 pairs; FedProx 70.00%)" in line
     assert lines[-1].startswith("- Why the two differ: each in-sample figure is the largest of many noisy means")
     assert "biased upward" in lines[-1]

@@ -353,8 +353,9 @@ def _held_out_text(row: dict[str, Any] | None, held_out: pd.DataFrame | None) ->
 def largest_gains(frame: pd.DataFrame, held_out: pd.DataFrame | None = None) -> list[str]:
     """The statements of the claims page: the largest mean gain in final training accuracy over all settings
     ("in N settings no gain exceeds X", the grid's edges, whether each knob of it was tried on both sides), the
-    largest upper interval end, and per data set its largest gain (in sample, and on the held-out seeds where
-    ``held_out``, :func:`gain_grid_frame` of the held-out runs, is given) beside the paper's Table 1 gain."""
+    largest upper interval end, and per data set its largest gain (in sample, with the values tried around it, and
+    on the held-out seeds where ``held_out``, :func:`gain_grid_frame` of the held-out runs, is given) beside the
+    paper's Table 1 gain."""
     top = cast(dict[str, Any], frame.loc[cast(int, frame["gain_train"].idxmax())].to_dict())
     reach = cast(dict[str, Any], frame.loc[cast(int, frame["gain_train_high"].idxmax())].to_dict())
     seeds = sorted({int(p) for p in frame["pairs"]})
@@ -374,7 +375,8 @@ def largest_gains(frame: pd.DataFrame, held_out: pd.DataFrame | None = None) -> 
         lines.append(
             f"- {dataset_label(dataset)}: largest gain {_gain_cell(best, 'train')} pp ({best['protocol']}, "
             f"{setting_text(best)}; FedProx {fmt(best['fedprox_train'])}%) in "
-            f"{int((frame['dataset'] == dataset).sum())} settings; {_held_out_text(held[dataset], held_out)}"
+            f"{int((frame['dataset'] == dataset).sum())} settings (around it: {bracket_text(frame, best)}); "
+            f"{_held_out_text(held[dataset], held_out)}"
             + ("" if math.isnan(paper) else f"; the paper's Table 1 gain at μ = 1: {fmt(paper, signed=True)} pp")
             + "."
         )
