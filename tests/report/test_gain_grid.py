@@ -10,6 +10,7 @@ from upfl import config as cfgmod
 from upfl.report.claims import write_claims
 from upfl.report.collect import ReportError, collect_runs
 from upfl.report.gain_grid import (
+    base_setting,
     bracket,
     bracket_text,
     gain_grid_frame,
@@ -300,3 +301,16 @@ def test_the_smaller_step_lines_set_the_grids_learning_rates_beside_the_authors_
         for ln in lines
     )
     assert not any("smaller step" in ln for ln in headline_section(base.assign(experiments="protocol_gap")))
+
+
+def test_the_base_is_the_centre_of_the_one_knob_lines_not_the_most_common_values():
+    """A grid gone on past its edges around (lr 0.005, c 1, E 10) has c 1 in most settings, yet the base
+    stays the point the one-knob lines start from (lr 0.05, c 0.7, E 20): it has the most settings one knob away."""
+    star = [(0.05, 0.7, 20, 1.0)] + [(lr, 0.7, 20, 1.0) for lr in (0.0025, 0.005, 0.025, 0.1)]
+    star += [(0.05, c, 20, 1.0) for c in (0.3, 0.5, 0.9)] + [(0.05, 0.7, e, 1.0) for e in (5, 10)]
+    cluster = [(lr, 1.0, 10, 2.0) for lr in (0.0003125, 0.000625, 0.00125, 0.0025, 0.005, 0.0125)]
+    cluster += [(lr, 1.0, e, 2.0) for lr in (0.0025, 0.005) for e in (5, 20)] + [(0.005, 0.9, 10, 2.0)]
+    frame = knob_frame(star + cluster)
+    assert frame["coef"].value_counts().idxmax() == 1.0
+    base = base_setting(frame)
+    assert (base["lr"], base["coef"], base["epochs"]) == (0.05, 0.7, 20)

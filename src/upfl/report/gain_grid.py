@@ -72,8 +72,20 @@ def _cells(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def base_setting(frame: pd.DataFrame) -> dict[str, float]:
-    """The value each knob takes in most settings of ``frame`` (one data set and protocol)."""
-    return {k: cast(float, frame[k].value_counts().idxmax()) for k in KNOBS}
+    """The setting of ``frame`` (one data set and protocol) that most others differ from in one knob alone: the
+    centre the grid is built around one knob at a time (a grid gone on past its edges around another point has
+    more settings there, but fewer of them one knob away from it). Ties go to the setting whose values most
+    settings share."""
+    rows = frame[list(KNOBS)].astype(float).to_dict("records")
+
+    def differing(a: dict[str, float], b: dict[str, float]) -> int:
+        return sum(not _same(a[k], b[k]) for k in KNOBS)
+
+    def shared(a: dict[str, float]) -> int:
+        return sum(int((frame[k].astype(float) - a[k]).abs().lt(1e-9).sum()) for k in KNOBS if not math.isnan(a[k]))
+
+    best = max(rows, key=lambda a: (sum(differing(a, b) == 1 for b in rows), shared(a)))
+    return {k: best[k] for k in KNOBS}
 
 
 def varied_knobs(row: dict[str, Any], base: dict[str, float]) -> list[str]:
