@@ -314,3 +314,24 @@ def test_the_base_is_the_centre_of_the_one_knob_lines_not_the_most_common_values
     assert frame["coef"].value_counts().idxmax() == 1.0
     base = base_setting(frame)
     assert (base["lr"], base["coef"], base["epochs"]) == (0.05, 0.7, 20)
+
+
+def test_upfl_report_gain_grid_reads_the_held_out_runs_as_its_reference(grid_runs, tmp_path):
+    """The command the workflow runs: the grid's runs table, and the held-out experiment's as --reference-runs."""
+    import subprocess
+    import sys
+
+    held = held_out_runs(tmp_path / "held")
+    pd.concat([grid_runs, held], ignore_index=True).to_csv(tmp_path / "runs.csv", index=False)
+    table, figure = tmp_path / "t" / "grid", tmp_path / "f" / "grid"
+    runs = str(tmp_path / "runs.csv")
+    proc = subprocess.run(
+        [sys.executable, "-m", "upfl.cli", "report", "gain-grid", "--runs", runs, "--experiment", "sensitivity"]
+        + ["--reference-runs", runs, "--reference-experiment", "sensitivity_held_out"]
+        + ["--out-prefix", str(table), "--figure-prefix", str(figure)],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    md = table.with_suffix(".md").read_text()
+    assert "on the held-out seeds 10-12 +1.00" in md and "reference runs (experiment sensitivity_held_out)" in md
