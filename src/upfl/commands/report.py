@@ -257,7 +257,11 @@ def _output_parser(sub: argparse._SubParsersAction, command: str) -> argparse.Ar
             "--figure-prefix", required=True, help="writes " + ", ".join(f"PREFIX.{e}" for e in entry.figures)
         )
     if entry.reference:
-        q.add_argument("--reference-runs", help="runs table with the runs on the paper's draw (e.g. experiment table1)")
+        q.add_argument(
+            "--reference-runs",
+            help="runs table with the reference runs: draws, the runs on the paper's draw (experiment table1); "
+            "gain_grid, the grid on held-out seeds (experiment sensitivity_held_out)",
+        )
         q.add_argument("--reference-experiment", default=None, help="experiment of --reference-runs (default: all)")
     _config_file(q)
     q.set_defaults(func=_guard(cmd_output))

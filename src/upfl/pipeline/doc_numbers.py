@@ -181,7 +181,7 @@ def readme_section(n: dict[str, Any]) -> str:
         f"{full['synthetic_runs']} ({full['synthetic_jobs']}) | "
         + (
             f"{half['wall']} wall, {half['cpu']} of busy cores on {half['machine']}, numba cache {half['cache']}, "
-            f"for {half['runs']} of its runs (all but the sensitivity grid's)"
+            f"for {half['runs']} of its runs (all but the sensitivity grid's and its held-out seeds')"
             if half
             else "not measured yet"
         )

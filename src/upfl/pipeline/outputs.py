@@ -149,9 +149,10 @@ OUTPUT_KINDS: dict[str, OutputKind] = {
         TABLE,
         FIGURE,
         caption="gain_grid",
+        reference=True,
         describe="the Upcycled-FL gain over a grid of lr, even-iteration "
         "coefficient, epochs, batch size, iterations and mu, both "
-        "protocols (table and figure)",
+        "protocols, each data set's best setting on the held-out seeds of its reference experiment (table and figure)",
     ),
 }
 """Every output kind, in the order config/README.md lists them."""

@@ -35,6 +35,7 @@ DEFAULT_ROLES = {
     "momentum": "ablation_momentum",
     "protocol_gap": "protocol_gap",
     "sensitivity": "sensitivity",
+    "sensitivity_held_out": "sensitivity_held_out",
 }
 """Which experiment(s) of the runs table each group of claims reads (comma-separated names)."""
 

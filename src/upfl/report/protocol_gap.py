@@ -20,7 +20,7 @@ import pandas as pd
 from .cells import paired
 from .collect import REPORTING_CHOICES, ReportError, converged, implementation
 from .paper_numbers import dataset_label, dataset_order, paper_values, table1_value
-from .render import fmt, markdown_table, write_csv, write_markdown
+from .render import fmt, markdown_table, seeds_text, write_csv, write_markdown
 from .stats import LEVEL, Interval, mean_interval, std_from_interval, welch_interval
 
 SPLITS = ("train", "test")
@@ -56,14 +56,6 @@ def gap_row(
         "paper_upcycled": paper_up,
         "paper_gain": paper_up - paper_prox,
     }
-
-
-def seeds_text(seeds) -> str:
-    """'seeds 0-4' for consecutive seeds, else 'seeds 0 2 5'."""
-    seeds = sorted(int(s) for s in seeds)
-    if seeds == list(range(seeds[0], seeds[-1] + 1)) and len(seeds) > 2:
-        return f"seeds {seeds[0]}-{seeds[-1]}"
-    return "seeds " + " ".join(map(str, seeds))
 
 
 def measured_rows(runs: pd.DataFrame, same_seeds: dict[str, list[int]] | None = None) -> list[dict[str, Any]]:
@@ -135,9 +127,10 @@ def reference_rows(datasets: list[str]) -> list[dict[str, Any]]:
 
 
 def reference_seeds(datasets: list[str]) -> dict[str, list[int]]:
-    """The seeds of the authors' code's runs with its released settings, per data set."""
+    """The seeds of the authors' code's runs with its released settings, per data set: those of its final rows (a
+    row of more seeds supersedes one of fewer per reporting choice, so its max and last10 rows may have fewer)."""
     ref = paper_values("authors_code")
-    ref = ref[ref["dataset"].isin(datasets) & (ref["variant"] == "as released")]
+    ref = ref[ref["dataset"].isin(datasets) & (ref["variant"] == "as released") & (ref["reporting"] == "final")]
     return {d: sorted({int(s) for s in str(g["seed_list"].iloc[0]).split()}) for d, g in ref.groupby("dataset")}
 
 
@@ -339,21 +332,21 @@ def _interval(row: dict) -> Interval:
 
 
 def seed_spread_lines(frame: pd.DataFrame) -> list[str]:
-    """Per data set and split where upfl's authors'-protocol rows exist on the authors' code's seeds: both gains in
-    final accuracy and their difference with Welch's 95% interval (the two implementations draw devices,
-    stragglers and batches from different generators, so a seed is not a pair across them), for those seeds and
-    for all of upfl's."""
+    """Per data set and split where both upfl under the authors' protocol and the authors' code's released settings
+    have final rows: both gains in final accuracy and their difference with Welch's 95% interval (the two
+    implementations draw devices, stragglers and batches from different generators, so a seed is not a pair across
+    them), on the authors' code's seeds where they are fewer than upfl's, and on all of upfl's."""
     lines = []
     for dataset in dict.fromkeys(frame["dataset"]):
         cell = frame[(frame["dataset"] == dataset) & (frame["reporting"] == "final")]
         for split in SPLITS:
             rows = cell[cell["split"] == split].set_index("implementation")
             same = [i for i in rows.index if i.startswith(IMPLEMENTATIONS[True] + ", seeds")]
-            if not same or AUTHORS_CODE not in rows.index or IMPLEMENTATIONS[True] not in rows.index:
+            if AUTHORS_CODE not in rows.index or IMPLEMENTATIONS[True] not in rows.index:
                 continue
             theirs = rows.loc[AUTHORS_CODE].to_dict()
             parts = []
-            for label in (same[0], IMPLEMENTATIONS[True]):
+            for label in [*same[:1], IMPLEMENTATIONS[True]]:
                 ours = rows.loc[label].to_dict()
                 diff, low, high = welch_interval(_interval(ours), _interval(theirs), LEVEL)
                 where = (

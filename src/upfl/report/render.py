@@ -164,6 +164,14 @@ def provenance_line(
     return "; ".join(parts)
 
 
+def seeds_text(seeds) -> str:
+    """'seeds 0-4' for consecutive seeds, else 'seeds 0 2 5'."""
+    seeds = sorted(int(s) for s in seeds)
+    if seeds == list(range(seeds[0], seeds[-1] + 1)) and len(seeds) > 2:
+        return f"seeds {seeds[0]}-{seeds[-1]}"
+    return "seeds " + " ".join(map(str, seeds))
+
+
 def fmt(value, digits: int = 2, signed: bool = False) -> str:
     """A number with ``digits`` decimals ('' for missing), with an explicit sign when ``signed``."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
