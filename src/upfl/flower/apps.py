@@ -26,9 +26,12 @@ knows the run config and its ``seed``, cannot regenerate and subtract it. ``priv
 "seed-keyed-server-can-remove"`` draws it from ``upfl run``'s stream keyed (seed, training round, device)
 instead, for simulation studies only: it gives **no privacy against the server**. Every other random draw
 comes from ``upfl run``'s keyed streams, so with every node sampled (and seed-keyed noise, or no privacy) a
-Flower run reproduces ``upfl run``. Node sampling is Flower's (``random.sample``): with ``fraction-train`` < 1
-the devices of a round differ from ``upfl run``'s, and the privacy block counts the releases the server
-observed (:class:`upfl.flower.strategy.CountingGrid`), not ``upfl run``'s draws.
+Flower run reproduces ``upfl run``. So does node sampling: training round k trains the nodes of the devices
+:func:`upfl.draws.rounds.sample_clients` draws from the stream keyed (seed, k), ``upfl run``'s devices
+(:class:`upfl.flower.strategy.SeedSampling`), so with any ``fraction-train`` a Flower run gives ``upfl run``'s
+model after every round. The privacy block counts the releases the server observed
+(:class:`upfl.flower.strategy.CountingGrid`), not ``upfl run``'s draws: a node that does not answer releases
+nothing.
 
 ``strategy`` picks the Flower strategy of the training rounds (:data:`FLOWER_STRATEGIES`: FedAvgM, FedAdam,
 FedYogi, FedAdagrad, ...; ``strategy-args`` its keyword arguments as JSON); an upcycled ``algorithm`` wraps it in
@@ -41,7 +44,6 @@ import functools
 import inspect
 import json
 import math
-import secrets
 import time
 from collections.abc import Callable
 from logging import INFO
@@ -60,15 +62,24 @@ from .. import config as cfgmod
 from ..data import FederatedDataset, load_leaf
 from ..data.leaf import META_FILE, _check_num_classes, _read_split, read_json
 from ..draws.batch_plans import batch_plan
-from ..draws.rounds import draw_stragglers, resolve_straggler_policy, sample_clients
-from ..draws.streams import generator
+from ..draws.rounds import draw_stragglers, resolve_straggler_policy, sample_clients, training_rounds_before
+from ..draws.streams import entropy_generator, generator
 from ..engine.simulation import TRAIN_METRICS_COLUMN, Simulation, resolve_device, scaled_features, train_metrics_status
 from ..files import provenance, write_json, write_text
 from ..models import build_model
 from ..names import base_name, is_upcycled
 from ..privacy.accounting import OS_ENTROPY_NOISE, SEED_KEYED_NOISE, max_feature_norm, privacy_report
 from ..privacy.mechanisms import objective_noise_draws, output_perturbation, scale_objective_noise, standard_normal_rows
-from .strategy import DEVICE_KEY, CountingGrid, UpcycledFL, as_flat, is_upcycle_round, record_number
+from .strategy import (
+    DEVICE_KEY,
+    CountingGrid,
+    SeedSampling,
+    UpcycledFL,
+    as_flat,
+    is_upcycle_round,
+    record_number,
+    unwrapped,
+)
 
 PARAMS_KEY = "params"
 
@@ -138,14 +149,6 @@ def noise_source(run_config: dict[str, Any]) -> str:
             f"{SEED_KEYED!r} (reproducible noise, no privacy against the server); got {source!r}"
         )
     return source
-
-
-def entropy_generator() -> torch.Generator:
-    """A CPU generator seeded with 63 bits from the operating system's entropy (:mod:`secrets`): draws nobody
-    can regenerate from the run config."""
-    g = torch.Generator()
-    g.manual_seed(secrets.randbits(63))
-    return g
 
 
 def run_config_to_upfl(run_config: dict[str, Any]) -> cfgmod.RunConfig:
@@ -452,6 +455,8 @@ class Devices:
         ]
         self.names: dict[int, str] = {}
         self.sizes: dict[int, int] = {}
+        self.nodes: dict[int, int] = {}
+        """The node id of each device (``partition-id``)."""
         norms = []
         for reply in grid.send_and_receive(messages, timeout=timeout):
             if reply.has_error():
@@ -462,6 +467,7 @@ class Devices:
             i = int(record_number(metrics, DEVICE_KEY))
             name, size = reply.content.config_records["device"]["name"], record_number(metrics, "num-examples")
             self.names[i], self.sizes[i] = str(name), int(size)
+            self.nodes[i] = int(reply.metadata.src_node_id)
             if "max-feature-norm" in metrics:
                 norms.append(record_number(metrics, "max-feature-norm"))
         if sorted(self.names) != list(range(len(nodes))):
@@ -496,14 +502,14 @@ def strategy_for(
     """The Flower strategy of a run config: ``strategy`` (:data:`FLOWER_STRATEGIES`; default FedProx for mu > 0,
     else FedAvg), wrapped in UpcycledFL for ``upcycled`` and ``upcycled_fedavg``. Any other algorithm is refused
     by name (:data:`FLOWER_ALGORITHMS`). Each training round samples max(floor(frac N), 1) nodes, ``upfl run``'s
-    count."""
+    count (which ones: :func:`seed_sampling`)."""
     a = cfg.algorithm
     check_flower_algorithm(a.name)
     per_round = len(sample_clients(cfg.seed, 1, num_nodes, cfg.devices.frac))
     common = {
         "fraction_train": cfg.devices.frac,
         "min_train_nodes": per_round,
-        "min_available_nodes": num_nodes,
+        "min_available_nodes": per_round,
         "fraction_evaluate": fraction_evaluate,
         "min_evaluate_nodes": 1 if fraction_evaluate else 0,
     }
@@ -519,8 +525,23 @@ def strategy_for(
     )
 
 
+def seed_sampling(strategy: Strategy, cfg: cfgmod.RunConfig, nodes: dict[int, int]) -> SeedSampling:
+    """``strategy`` training, in every training round k, the nodes of the devices ``upfl run`` samples in round k
+    (:func:`upfl.draws.rounds.sample_clients`, the stream keyed (seed, k)); ``nodes`` maps device i to its node."""
+    n = len(nodes)
+
+    def sample(t: int) -> list[int] | None:
+        if is_upcycled(cfg.algorithm.name) and is_upcycle_round(t):
+            return None
+        k = training_rounds_before(cfg.algorithm.name, t)
+        return [nodes[i] for i in sample_clients(cfg.seed, k, n, cfg.devices.frac)]
+
+    return SeedSampling(strategy, sample)
+
+
 def strategy_record(strategy: Strategy, args: dict[str, Any]) -> dict[str, Any]:
     """The run record's ``flower_strategy``: the Flower class of the training rounds, its arguments, the wrapper."""
+    strategy = unwrapped(strategy)
     upcycled = isinstance(strategy, UpcycledFL)
     base = strategy.base if isinstance(strategy, UpcycledFL) else strategy
     name = type(base).__name__
@@ -548,7 +569,7 @@ def make_server_app(
     ``out-dir``.
 
     ``run_config`` entries override the context's run config. ``on_round(t, w)`` is called with every round's global
-    flat model (t = 0 is the initial model).
+    flat model as the strategy holds it (float64 for the FedOpt family; t = 0 is the initial model).
     """
     app = ServerApp()
 
@@ -562,7 +583,7 @@ def make_server_app(
         devices = Devices(grid)
         name, args = strategy_choice(run_config_)
         fraction_evaluate = float(run_config_.get("fraction-evaluate", default_fraction_evaluate(cfg)))
-        strategy = strategy_for(cfg, devices.count, fraction_evaluate, name, args)
+        strategy = seed_sampling(strategy_for(cfg, devices.count, fraction_evaluate, name, args), cfg, devices.nodes)
         counting = CountingGrid(grid)
         w0 = server.model.init_params(generator(cfg.seed, "init"))
         rows: list[dict[str, Any]] = []
@@ -573,12 +594,12 @@ def make_server_app(
             w = as_flat(arrays, PARAMS_KEY)
             wall = time.perf_counter() - clock["t"]
             if on_round is not None:
-                on_round(t, w)
+                on_round(t, torch.from_numpy(arrays[PARAMS_KEY].numpy().copy()))
             metrics = {**federated_train_metrics(counting.evaluated.get(t, []), computed), **server.evaluate(w)}
             kind = (
                 "init"
                 if t == 0
-                else ("upcycle" if isinstance(strategy, UpcycledFL) and is_upcycle_round(t) else "train")
+                else ("upcycle" if isinstance(unwrapped(strategy), UpcycledFL) and is_upcycle_round(t) else "train")
             )
             rows.append(
                 {

@@ -1,0 +1,57 @@
+"""The shipped Flower apps run in one process: a Grid that hands each message to the ClientApp of its node.
+
+No Ray, no SuperLink: the ServerApp of :func:`upfl.flower.make_server_app` and the ClientApp of
+:func:`upfl.flower.make_client_app` called as Flower calls them (``server_app(grid, context)``,
+``client_app(message, context)``), one Context per node with its ``partition-id``. Messages need a task identity
+(the ``task_identity`` fixture of the test module).
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from flwr.app import Context, RecordDict
+
+
+class InProcessGrid:
+    """Nodes ``node_ids[i]`` serving partition i; ``absent`` holds the nodes that reply with nothing (a node that
+    left: its messages get no reply, as a Grid returns none for a node that is gone)."""
+
+    def __init__(self, client_app, num_nodes: int, node_ids: list[int] | None = None) -> None:
+        self.app = client_app
+        self.node_ids = node_ids or [1000 + 7 * ((3 * i) % num_nodes) for i in range(num_nodes)]
+        self.contexts = {
+            node: Context(run_id=1, node_id=node, node_config={"partition-id": i}, state=RecordDict(), run_config={})
+            for i, node in enumerate(self.node_ids)
+        }
+        self.absent: set[int] = set()
+        self.received: list[tuple[str, int]] = []
+        """(message type, destination node) of every message handed to a node."""
+
+    def get_node_ids(self) -> list[int]:
+        return [n for n in self.node_ids if n not in self.absent]
+
+    def send_and_receive(self, messages, *, timeout=None):
+        replies = []
+        for m in messages:
+            node = m.metadata.dst_node_id
+            self.received.append((m.metadata.message_type, node))
+            if node not in self.absent:
+                replies.append(self.app(m, self.contexts[node]))
+        return replies
+
+
+def run_apps_in_process(run_config: dict, out: Path, num_nodes: int):
+    """The shipped ServerApp and ClientApp on ``run_config`` with ``num_nodes`` nodes, in this process. Returns (the
+    global arrays of every round as the strategy holds them, metrics.csv rows, the grid)."""
+    from upfl.flower import make_client_app, make_server_app
+
+    run_config = {**run_config, "out-dir": str(out)}
+    models = {}
+    grid = InProcessGrid(make_client_app(run_config), num_nodes)
+    server = make_server_app(run_config, on_round=lambda t, w: models.__setitem__(t, w.clone()))
+    server(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config={}))
+    with open(out / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    return models, rows, grid
