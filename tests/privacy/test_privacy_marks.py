@@ -218,3 +218,15 @@ def test_a_worst_device_named_by_a_number_stays_its_name(tmp_path):
     assert list(runs["privacy_worst_device_sound_device"]) == ["14", "0"]
     row = {"mechanism": "output", "eps_sound": 3.383, "epsmax_sound": 9.363, "worstdev_sound": "14"}
     assert _eps_text(row, "sound") == "3.383 [9.363, device 14]"
+
+
+def test_cli_refuses_a_sigma_whose_noise_float32_rounds_away(data, tmp_path, capsys):
+    """`upfl privacy` with sigma 1e-20 (tau 1): no epsilon (the issue's 4e40) but an error naming the smallest
+    meaningful sigma, tau 2^-23."""
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(doc_for(data, 1e-20)))
+    rc = main(["privacy", "--config", str(path)])
+    captured = capsys.readouterr()
+    assert rc != 0
+    assert "privacy.sigma: 1e-20 is below the smallest sigma" in captured.err and "1.19209e-07" in captured.err
+    assert "epsilon" not in captured.out

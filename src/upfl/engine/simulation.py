@@ -25,7 +25,7 @@ from ..data import FederatedDataset, load_leaf
 from ..draws.batch_plans import DRAW_CACHE, RoundPlans, seeded_batch_plan
 from ..draws.rounds import round_participants, straggler_summary, training_rounds_before
 from ..draws.streams import derive_seed, derive_seeds, entropy_generator, generator
-from ..files import json_text, provenance, write_texts
+from ..files import json_text, make_dirs, provenance, write_texts
 from ..integrity import RECORD, record_text
 from ..models import build_model, draws_without_torch
 from ..privacy.accounting import OS_ENTROPY_NOISE, SEED_KEYED_NOISE, per_device, privacy_report
@@ -658,7 +658,7 @@ def _run_loop(cfg, sim, data, out, ckpt, privacy, log, stop_after) -> dict[str, 
         "stragglers": straggler_summary(cfg, len(sim.devices)),
         "privacy": privacy,
     }
-    out.mkdir(parents=True, exist_ok=True)
+    make_dirs(out)
     texts = {"metrics.csv": _metrics_csv(rows, columns), "summary.json": json_text(summary)}
     record = record_text(summary["config_hash"], {name: text.encode("utf-8") for name, text in texts.items()})
     write_texts(
