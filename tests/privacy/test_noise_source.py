@@ -66,9 +66,7 @@ def seed_attack(data, tmp_path, source):
 def test_seed_attack_recovers_the_clipped_model_under_seeded_noise_only(data, tmp_path):
     seeded, _ = seed_attack(data, tmp_path, "seeded")
     from_os, scale = seed_attack(data, tmp_path, "os")
-    print(
-        f"seed attack residual ||recovered - clipped||: seeded {seeded:.3g}, os {from_os:.3g} (sigma sqrt(P) {scale:.3g})"
-    )
+    print(f"seed attack ||recovered - clipped||: seeded {seeded:.3g}, os {from_os:.3g} (sigma sqrt(P) {scale:.3g})")
     assert seeded < 1e-6
     assert 0.5 * np.sqrt(2) * scale < from_os < 1.5 * np.sqrt(2) * scale
 

@@ -140,8 +140,9 @@ def test_noise_scales_that_vanish_or_overflow_in_float32_are_refused_at_config_t
 def test_a_sigma_whose_noise_float32_rounds_away_is_refused_with_the_smallest_meaningful_sigma(tmp_path):
     """Below tau 2^-23 the noise leaves the released float32 model (clipped to tau) nearly or wholly unchanged: sigma
     1e-12 with tau 1 changes only the few coordinates within about 1e-5 of 0 (0.2% of a 5000-parameter model),
-    while the smallest meaningful sigma changes nearly all. Such a sigma is refused by the config (so by ``upfl run``, ``upfl privacy`` and the Flower apps), naming
-    the smallest meaningful sigma, and its epsilon is infinite, never a number."""
+    while the smallest meaningful sigma changes nearly all. Such a sigma is refused by the config (so by ``upfl
+    run``, ``upfl privacy`` and the Flower apps), naming the smallest meaningful sigma, and its epsilon is infinite,
+    never a number."""
     import math
 
     import torch
