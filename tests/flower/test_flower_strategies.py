@@ -214,3 +214,30 @@ def test_fraction_train_samples_upfl_runs_devices(algorithm, ten_devices, tmp_pa
     per_round = [int(r["messages"]) for r in rows[1:]]
     assert per_round == ([3, 0] * 3 if algorithm == "upcycled" else [3] * rounds)
     assert sorted(trained) == sorted(expected) and len(trained) == len(expected)
+
+
+def test_a_node_that_leaves_leaves_a_run_that_completes_and_names_its_short_rounds(data, tmp_path, task_identity):
+    """Node of device 2 gone from round 3 on: the run completes all rounds, summary.json lists rounds 3 and 5 (its
+    training messages got no reply) with the models received, and device 2's releases stop at one. The privacy
+    block lists every value the server received, per message type, with what the epsilons cover."""
+    run_config = {
+        **run_config_of("FedAvg", True, data),
+        "privacy-mechanism": "output",
+        "privacy-tau": 1.0,
+        "privacy-sigma": 0.5,
+    }
+    models, rows, _ = run_apps_in_process(run_config, tmp_path / "flower", NUM_DEVICES, leaves={2: 3})
+    assert [int(r["iteration"]) for r in rows] == list(range(ROUNDS + 1))
+    summary = json.loads((tmp_path / "flower" / "summary.json").read_text())
+    assert summary["rounds_with_fewer_nodes"] == {"3": {"sent": 5, "models": 4}, "5": {"sent": 5, "models": 4}}
+    privacy = summary["privacy"]
+    assert [d["releases"] for d in privacy["devices"]] == [3, 3, 1, 3, 3]
+    received = {(r["message"], r["value"]): r for r in privacy["server_receives"]}
+    print("server receives:", [(m, v, r["replies"], r["status"]) for (m, v), r in received.items()])
+    assert received["train", "arrays"]["status"] == "guarantee" and received["train", "arrays"]["replies"] == 13
+    assert received["query", "num-examples"]["replies"] == NUM_DEVICES
+    for value in ("train-loss-sum", "train-correct", "test-loss-sum", "test-correct"):
+        assert received["evaluate", value]["status"] == "outside"
+        assert value in privacy["released_outside_the_guarantee"]
+    assert received["evaluate", "train-loss-sum"]["replies"] == 5 + 4 + 4
+    assert all(r["what"] != "not described here" for r in privacy["server_receives"])

@@ -190,6 +190,11 @@ class CountingGrid:
         self.evaluated: dict[int, list[MetricRecord]] = {}
         self.errors: Counter[int] = Counter()
         self.released: Counter[int] = Counter()
+        self.replied: Counter[int] = Counter()
+        """Training replies of round t that carried a model."""
+        self.received: dict[str, Counter[str]] = {}
+        """Per message type (``train``, ``evaluate``): how many replies carried each value (the metric names, and
+        ``arrays`` for a model, ``error`` for an error reply): every value the server received."""
 
     def _count(self, messages: Iterable[Message]) -> list[Message]:
         messages = list(messages)
@@ -210,6 +215,12 @@ class CountingGrid:
         only = next(iter(set(rounds.values()))) if len(set(rounds.values())) == 1 else 0
         replies = list(replies)
         for r in replies:
+            seen = self.received.setdefault(str(r.metadata.message_type), Counter())
+            if r.has_error():
+                seen["error"] += 1
+            else:
+                seen.update(r.content.metric_records.get("metrics", MetricRecord()).keys())
+                seen.update(["arrays"] * ("arrays" in r.content))
             if r.metadata.message_type == MessageType.EVALUATE and not r.has_error():
                 t = rounds.get(r.metadata.reply_to_message_id, only)
                 self.evaluated.setdefault(t, []).append(r.content.metric_records.get("metrics", MetricRecord()))
@@ -225,6 +236,7 @@ class CountingGrid:
                         f"model but no {self.device_key!r} metric naming its device"
                     )
                 self.released[int(record_number(metrics, self.device_key))] += 1
+                self.replied[rounds.get(r.metadata.reply_to_message_id, only)] += 1
         return replies
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
