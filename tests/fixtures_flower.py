@@ -22,7 +22,7 @@ class InProcessGrid:
         self, client_app, num_nodes: int, node_ids: list[int] | None = None, leaves: dict[int, int] | None = None
     ) -> None:
         self.app = client_app
-        self.node_ids = node_ids or [1000 + 7 * ((3 * i) % num_nodes) for i in range(num_nodes)]
+        self.node_ids = node_ids or [1000 + 7 * (num_nodes - 1 - i) for i in range(num_nodes)]
         self.contexts = {
             node: Context(run_id=1, node_id=node, node_config={"partition-id": i}, state=RecordDict(), run_config={})
             for i, node in enumerate(self.node_ids)

@@ -236,9 +236,20 @@ class Deployment:
         proc.wait(timeout=30)
 
     def stop(self) -> None:
-        """Terminate every process this deployment started (their process groups), kill what is left after 20 s."""
+        """Terminate every process this deployment started, with their process groups and every process they
+        started (the SuperLink's and SuperNodes' SuperExec and app processes, some in sessions of their own), by PID;
+        kill what is left after 20 s."""
+        import psutil
+
+        started = []
+        for proc in self.processes.values():
+            with contextlib.suppress(psutil.Error):
+                started += psutil.Process(proc.pid).children(recursive=True)
         for proc in self.processes.values():
             self._signal(proc, signal.SIGTERM)
+        for child in started:
+            with contextlib.suppress(psutil.Error):
+                child.terminate()
         deadline = time.monotonic() + 20
         for proc in self.processes.values():
             try:
@@ -246,3 +257,7 @@ class Deployment:
             except subprocess.TimeoutExpired:
                 self._signal(proc, signal.SIGKILL)
                 proc.wait(timeout=10)
+        _, alive = psutil.wait_procs(started, timeout=max(0.1, deadline - time.monotonic()))
+        for child in alive:
+            with contextlib.suppress(psutil.Error):
+                child.kill()

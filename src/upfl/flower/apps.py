@@ -716,11 +716,12 @@ OBSERVED_RELEASES = (
 """``releases_source`` of a Flower run's privacy block."""
 
 
-def fewer_nodes(counting: CountingGrid) -> dict[str, dict[str, int]]:
+def fewer_nodes(counting: CountingGrid) -> dict[str, dict[str, Any]]:
     """The training rounds in which fewer nodes replied with a model than were sent a training message (a node that
-    left, a straggler dropped, a reply past the round's timeout): round -> sent, models received."""
+    left, a straggler dropped, a reply past the round's timeout): round -> sent, models received, the error replies'
+    reasons (none for a reply that never came)."""
     return {
-        str(t): {"sent": sent, "models": counting.replied[t]}
+        str(t): {"sent": sent, "models": counting.replied[t], "errors": counting.error_reasons.get(t, [])}
         for t, sent in sorted(counting.train_sent.items())
         if counting.replied[t] < sent
     }

@@ -190,6 +190,8 @@ class CountingGrid:
         self.evaluated: dict[int, list[MetricRecord]] = {}
         self.errors: Counter[int] = Counter()
         self.released: Counter[int] = Counter()
+        self.error_reasons: dict[int, list[str]] = {}
+        """The reasons of round t's training error replies (a straggler dropped, a node the link found gone)."""
         self.replied: Counter[int] = Counter()
         """Training replies of round t that carried a model."""
         self.received: dict[str, Counter[str]] = {}
@@ -227,7 +229,9 @@ class CountingGrid:
             if r.metadata.message_type != MessageType.TRAIN:
                 continue
             if r.has_error():
-                self.errors[rounds.get(r.metadata.reply_to_message_id, only)] += 1
+                t = rounds.get(r.metadata.reply_to_message_id, only)
+                self.errors[t] += 1
+                self.error_reasons.setdefault(t, []).append(str(r.error.reason))
             elif "arrays" in r.content:
                 metrics = r.content.metric_records.get("metrics")
                 if metrics is None or self.device_key not in metrics:
