@@ -28,7 +28,7 @@ from ..draws.streams import derive_seed, derive_seeds, entropy_generator, genera
 from ..files import json_text, make_dirs, provenance, write_texts
 from ..integrity import RECORD, record_text
 from ..models import build_model, draws_without_torch
-from ..privacy.accounting import OS_ENTROPY_NOISE, SEED_KEYED_NOISE, per_device, privacy_report
+from ..privacy.accounting import engine_noise_source, per_device, privacy_report
 from ..privacy.mechanisms import objective_noise_draws, output_perturbation, scale_objective_noise, standard_normal_rows
 from ..solvers.selection import CompiledSolver, PooledRound, device_type, select_local_solver
 from ..torch_build import gpu_build
@@ -390,11 +390,6 @@ class Simulation:
         if c.privacy.tau is None:
             raise cfgmod.ConfigError("privacy.tau: output perturbation clips each released model to tau; give it")
         return output_perturbation(W, c.privacy.tau, self.noise_scales[chosen], noise=noise).to(local.device)
-
-
-def engine_noise_source(cfg: cfgmod.RunConfig) -> str:
-    """The privacy block's ``noise_source`` of an engine run (``privacy.noise_source``)."""
-    return OS_ENTROPY_NOISE if cfg.privacy.noise_source == "os" else SEED_KEYED_NOISE
 
 
 def add_terms(a: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor | None:

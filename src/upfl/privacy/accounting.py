@@ -88,6 +88,12 @@ OS_ENTROPY_NOISE = (
 entropy), a Flower client OS entropy (unless its run config names the seed-keyed stream)."""
 
 
+def engine_noise_source(cfg) -> str:
+    """The privacy block's ``noise_source`` of an engine run config (``privacy.noise_source``: ``seeded`` or
+    ``os``)."""
+    return OS_ENTROPY_NOISE if cfg.privacy.noise_source == "os" else SEED_KEYED_NOISE
+
+
 def noise_is_seed_keyed(noise_source: str | None) -> bool:
     """Whether a run's ``privacy.noise_source`` is the seed-keyed stream, so that runs of one seed share their noise
     (:data:`SHARED_NOISE_NOTE` applies). A run recorded without one (an older summary.json) was made by ``upfl run``,
