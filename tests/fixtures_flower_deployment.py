@@ -201,6 +201,27 @@ class Deployment:
             ]
             self._start(f"supernode{i}", self.supernode_commands[i])
 
+    def start_unregistered_node(self) -> subprocess.Popen:
+        """A SuperNode with a key pair the SuperLink never registered (node authentication must refuse it)."""
+        private, public = make_node_key(self.root / "node-keys", "unregistered")
+        command = list(self.supernode_commands[0])
+        for flag, value in (
+            ("--auth-supernode-private-key", private),
+            ("--auth-supernode-public-key", public),
+            ("--port", free_port()),
+        ):
+            command[command.index(flag) + 1] = str(value)
+        return self._start("unregistered", command)
+
+    def listed_nodes(self) -> list[dict]:
+        """``flwr supernode list``: the SuperNodes the SuperLink knows."""
+        import json
+
+        done = self._flwr("supernode", "list", self.connection, "--format", "json")
+        if done.returncode != 0:
+            raise RuntimeError(f"flwr supernode list: {done.stdout[-2000:]}{done.stderr[-2000:]}")
+        return json.loads(done.stdout)["nodes"]
+
     def run(self, app: Path, run_config: str, on_line=None, timeout: float = 600.0) -> subprocess.CompletedProcess:
         """``flwr run APP <connection> --stream --run-config ...``; ``on_line(line)`` sees each line as it comes."""
         args = [str(self.bindir / "flwr"), "run", str(app), self.connection, "--stream", "--run-config", run_config]
