@@ -27,7 +27,7 @@ import yaml
 from .draws.rounds import resolve_straggler_policy
 from .errors import ConfigError
 from .names import DEFAULT_STEP, MODEL_NAMES, algorithm_names, check_algorithm_config, is_upcycled
-from .privacy.mechanisms import float32_scale_problem
+from .privacy.mechanisms import float32_scale_problem, nominal_sigma_problem
 from .yaml_safety import read_yaml
 
 SCHEMA_VERSION = 1
@@ -153,6 +153,11 @@ class PrivacyConfig:
     """With privacy on: compute the training loss and accuracy on every device's private training data at each
     evaluated iteration (true; a release no epsilon covers, marked ``outside_privacy_guarantee`` in metrics.csv's
     ``train_metrics`` column) or leave them empty (false, ``not_computed``). No effect without privacy."""
+    noise_source: str = "seeded"
+    """``seeded``: the privacy noise comes from the stream keyed (seed, training round, device), reproducible, and
+    whoever holds the seed (it is in the run's files) can regenerate it and remove it; ``os``: from generators seeded
+    by the operating system's entropy, not reproducible and not recoverable from the run's files
+    (docs/privacy.md, "What the run folder reveals")."""
 
 
 @dataclass
@@ -203,7 +208,14 @@ CHOICES = {
 
 HASH_EXCLUDED = {"checkpoint", "evaluation.batch_size", "threads"}
 
-HASH_OMITTED_AT_DEFAULT = {"model.softmax_before_loss": False, "evaluation.last": None}
+NOISE_SOURCES = ("seeded", "os")
+"""``privacy.noise_source`` values."""
+
+HASH_OMITTED_AT_DEFAULT = {
+    "model.softmax_before_loss": False,
+    "evaluation.last": None,
+    "privacy.noise_source": "seeded",
+}
 """Keys left out of the hash while they hold these values, so that configs written before the key existed keep
 their hash (and their checkpoints)."""
 
@@ -358,6 +370,8 @@ def validate(cfg: RunConfig) -> RunConfig:
     p = cfg.privacy
     if not 0 < p.delta < 1:
         raise ConfigError(f"privacy.delta: must be in (0, 1), got {p.delta!r}")
+    if p.noise_source not in NOISE_SOURCES:
+        raise ConfigError(f"privacy.noise_source: must be one of {', '.join(NOISE_SOURCES)}, got {p.noise_source!r}")
     for key, value in (("privacy.sigma", p.sigma), ("privacy.alpha", p.alpha)):
         if value is not None:  # checked whether or not the mechanism uses it
             _check_number_list(value, key)
@@ -369,6 +383,10 @@ def validate(cfg: RunConfig) -> RunConfig:
         if p.tau is None:
             raise ConfigError(f"privacy.tau: output perturbation needs a clipping norm tau > 0, got {p.tau!r}")
         _check_number_list(p.sigma, "privacy.sigma")
+        for sigma in p.sigma if isinstance(p.sigma, list) else [p.sigma]:
+            problem = nominal_sigma_problem(sigma, p.tau)
+            if problem:
+                raise ConfigError(f"privacy.sigma: {problem}")
     elif p.mechanism == "objective":
         _check_number_list(p.alpha, "privacy.alpha")
         if a.mu <= 0:

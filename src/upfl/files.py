@@ -35,7 +35,7 @@ def current_umask() -> int:
 
 
 def publish_mode(path: str | os.PathLike) -> None:
-    """Give a finished temporary file or folder the mode a plain ``open``/``mkdir`` would have given it.
+    """Give a finished temporary file or folder its published mode (:func:`published_mode`).
 
     ``mkstemp`` and ``mkdtemp`` create 0600 files and 0700 folders whatever the umask; published
     results must be readable by whoever the umask lets read them (0644 / 0755 under umask 022).
@@ -44,25 +44,42 @@ def publish_mode(path: str | os.PathLike) -> None:
 
 
 def published_mode(folder: bool = False) -> int:
-    """The mode a plain ``open`` (or, for a ``folder``, ``mkdir``) gives under the process umask."""
-    return (0o777 if folder else 0o666) & ~current_umask()
+    """0644 for a file, 0755 for a ``folder``, less what the process umask takes away: never writable by anyone
+    but the owner, whatever the umask (umask 000 gives 0644, not 0666), and a stricter umask (027, 077) is kept."""
+    return (0o755 if folder else 0o644) & ~current_umask()
+
+
+def make_dirs(path: str | os.PathLike) -> None:
+    """``mkdir -p path``, each folder it creates with its published mode (:func:`published_mode`, whatever the
+    umask)."""
+    path = Path(path)
+    missing = []
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    mode = published_mode(folder=True)
+    for folder in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            folder.mkdir()
+            os.chmod(folder, mode)
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+def atomic_path(path: str | os.PathLike, mode: int | None = None) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it onto ``path`` only if the block succeeds.
 
-    The temporary file stays private (0600) while it is written; the published file follows the umask.
+    The temporary file stays private (0600) while it is written; the published file gets ``mode`` exactly, or by
+    default :func:`published_mode`.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     tmp_path = Path(tmp)
     try:
         yield tmp_path
         if tmp_path.exists():
-            publish_mode(tmp_path)
+            os.chmod(tmp_path, published_mode() if mode is None else mode)
         os.replace(tmp_path, path)
     finally:
         if tmp_path.exists():
@@ -112,7 +129,7 @@ def write_texts(texts: dict[Any, str]) -> None:
         for name, text in texts.items():
             path = Path(name)
             if path.parent not in folders:
-                path.parent.mkdir(parents=True, exist_ok=True)
+                make_dirs(path.parent)
                 folders.add(path.parent)
             fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
             written.append((Path(tmp_name), path))

@@ -16,7 +16,9 @@ from upfl.engine.simulation import run
 from upfl.files import write_texts
 
 
-@pytest.mark.parametrize("umask,file_mode,dir_mode", [(0o022, 0o644, 0o755), (0o027, 0o640, 0o750)])
+@pytest.mark.parametrize(
+    "umask,file_mode,dir_mode", [(0o022, 0o644, 0o755), (0o027, 0o640, 0o750), (0o000, 0o644, 0o755)]
+)
 def test_published_files_follow_the_umask(tmp_path, monkeypatch, umask, file_mode, dir_mode):
     monkeypatch.chdir(tmp_path)
     old = os.umask(umask)
@@ -44,7 +46,7 @@ def test_published_files_follow_the_umask(tmp_path, monkeypatch, umask, file_mod
         assert stat.S_IMODE(d.stat().st_mode) == dir_mode, d
 
 
-@pytest.mark.parametrize("umask,file_mode", [(0o022, 0o644), (0o077, 0o600)])
+@pytest.mark.parametrize("umask,file_mode", [(0o022, 0o644), (0o077, 0o600), (0o000, 0o644)])
 def test_write_texts_writes_every_file_whole_with_the_umasks_mode(tmp_path, umask, file_mode):
     texts = {
         tmp_path / "a" / "b" / "metrics.csv": "iteration,kind\n0,init\n",

@@ -831,6 +831,8 @@ def test_train_metrics_release_key_and_vanishing_sigma_are_checked_at_config_tim
     assert cfg.privacy.release_train_metrics is False
     with pytest.raises(ConfigError, match="run config 'privacy-sigma'.*rounds to 0 in float32"):
         run_config_to_upfl({**base, "privacy-sigma": 1e-50})
+    with pytest.raises(ConfigError, match="run config 'privacy-sigma'.*1e-12 is below the smallest sigma.*1.19209e-07"):
+        run_config_to_upfl({**base, "privacy-sigma": 1e-12})
 
 
 def call_client(app, run_config, message_type, device_index, content):

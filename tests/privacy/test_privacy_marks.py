@@ -218,3 +218,33 @@ def test_a_worst_device_named_by_a_number_stays_its_name(tmp_path):
     assert list(runs["privacy_worst_device_sound_device"]) == ["14", "0"]
     row = {"mechanism": "output", "eps_sound": 3.383, "epsmax_sound": 9.363, "worstdev_sound": "14"}
     assert _eps_text(row, "sound") == "3.383 [9.363, device 14]"
+
+
+def test_cli_refuses_a_sigma_whose_noise_float32_rounds_away(data, tmp_path, capsys):
+    """`upfl privacy` with sigma 1e-20 (tau 1): no epsilon (the issue's 4e40) but an error naming the smallest
+    meaningful sigma, tau 2^-23."""
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(doc_for(data, 1e-20)))
+    rc = main(["privacy", "--config", str(path)])
+    captured = capsys.readouterr()
+    assert rc != 0
+    assert "privacy.sigma: 1e-20 is below the smallest sigma" in captured.err and "1.19209e-07" in captured.err
+    assert "epsilon" not in captured.out
+
+
+def test_cli_records_the_noise_source_of_the_config(data, tmp_path, capsys):
+    """`upfl privacy --json` names the run config's noise source; the shared-noise note only for seeded noise."""
+    import json
+
+    from upfl.privacy.accounting import SHARED_NOISE_NOTE
+
+    for source, prefix in (("seeded", "seed-keyed"), ("os", "os-entropy")):
+        doc = doc_for(data, 2.0)
+        doc["privacy"]["noise_source"] = source
+        path, out = tmp_path / f"{source}.yaml", tmp_path / f"{source}.json"
+        path.write_text(yaml.safe_dump(doc))
+        assert main(["privacy", "--config", str(path), "--json", str(out)]) == 0
+        rep = json.loads(out.read_text())
+        assert rep["noise_source"].startswith(prefix)
+        assert (SHARED_NOISE_NOTE in rep["notes"]) == (source == "seeded")
+    capsys.readouterr()

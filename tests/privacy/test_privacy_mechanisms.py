@@ -133,4 +133,40 @@ def test_noise_scales_that_vanish_or_overflow_in_float32_are_refused_at_config_t
         cfgmod.from_dict({**doc, "privacy": {"mechanism": "output", "tau": 1.0, "sigma": [0.5, 1e-50]}})
     with pytest.raises(ConfigError, match="privacy.alpha: 1e\\+39 overflows float32"):
         cfgmod.from_dict({**doc, "privacy": {"mechanism": "objective", "alpha": 1e39}})
-    cfgmod.from_dict({**doc, "privacy": {"mechanism": "output", "tau": 1.0, "sigma": 1e-30}})
+    with pytest.raises(ConfigError, match="privacy.sigma: 1e-30 is below the smallest sigma .* 1.19209e-07"):
+        cfgmod.from_dict({**doc, "privacy": {"mechanism": "output", "tau": 1.0, "sigma": 1e-30}})
+
+
+def test_a_sigma_whose_noise_float32_rounds_away_is_refused_with_the_smallest_meaningful_sigma(tmp_path):
+    """Below tau 2^-23 the noise leaves the released float32 model (clipped to tau) nearly or wholly unchanged: sigma
+    1e-12 with tau 1 changes only the few coordinates within about 1e-5 of 0 (0.2% of a 5000-parameter model),
+    while the smallest meaningful sigma changes nearly all. Such a sigma is refused by the config (so by ``upfl
+    run``, ``upfl privacy`` and the Flower apps), naming the smallest meaningful sigma, and its epsilon is infinite,
+    never a number."""
+    import math
+
+    import torch
+
+    from upfl import config as cfgmod
+    from upfl.config import ConfigError
+    from upfl.privacy.accounting import output_epsilons
+    from upfl.privacy.mechanisms import clip_to_norm, output_perturbation, smallest_meaningful_sigma
+
+    tau = 1.0
+    W = torch.randn((1, 5000), generator=torch.Generator().manual_seed(0))
+    clipped = clip_to_norm(W, tau)
+    changed = {}
+    for sigma in (1e-12, smallest_meaningful_sigma(tau)):
+        released = output_perturbation(W, tau, sigma, torch.Generator().manual_seed(1))
+        changed[sigma] = float((released != clipped).float().mean())
+    print("fraction of coordinates the noise changes:", changed)
+    assert changed[1e-12] < 0.01
+    assert changed[smallest_meaningful_sigma(tau)] > 0.9
+    assert smallest_meaningful_sigma(2.0) == 2.0 * 2.0**-23
+    doc = {"data": {"path": str(tmp_path)}, "algorithm": {"name": "fedprox", "mu": 0.1}}
+    with pytest.raises(ConfigError, match=r"privacy.sigma: 1e-12 is below .* 2.38419e-07 \(tau 2\^-23 with tau 2.0"):
+        cfgmod.from_dict({**doc, "privacy": {"mechanism": "output", "tau": 2.0, "sigma": [0.5, 1e-12]}})
+    cfgmod.from_dict({**doc, "privacy": {"mechanism": "output", "tau": 2.0, "sigma": 2.4e-7}})
+    eps = output_epsilons(3, 1e-20, 1.0, 100, 1e-3, ("rdp",))
+    assert eps and all(v == math.inf for v in eps.values()), eps
+    assert all(math.isfinite(v) for v in output_epsilons(3, 1.0, 1.0, 100, 1e-3).values())

@@ -162,12 +162,18 @@ def cmd_privacy(args: argparse.Namespace) -> int:
     from ..data.leaf import load_leaf
     from ..files import write_json
     from ..models import build_model
-    from ..privacy.accounting import privacy_report
+    from ..privacy.accounting import engine_noise_source, privacy_report
 
     cfg = load_config(args.config, args.set)
     dataset = load_leaf(cfg.data.path)
     model = build_model(cfg.model.name, dataset, cfg.model.options, cfg.model.softmax_before_loss)
-    rep = privacy_report(cfg, dataset, model, cross_check=("rdp", "pld") if args.pld else ("rdp",))
+    rep = privacy_report(
+        cfg,
+        dataset,
+        model,
+        cross_check=("rdp", "pld") if args.pld else ("rdp",),
+        noise_source=engine_noise_source(cfg),
+    )
     print(format_report(rep), end="")
     if args.json:
         write_json(args.json, rep)

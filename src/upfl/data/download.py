@@ -34,7 +34,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from ..files import atomic_path, sha256_file, write_json, write_text
+from ..files import atomic_path, published_mode, sha256_file, write_json, write_text
 from .archive import ArchiveError, check_zip, verify_zip
 from .sources import DEADLINE, MAX_BYTES, Source
 
@@ -290,7 +290,9 @@ def _attempt(
 
 
 def _publish(part: Path, dest: Path) -> None:
-    """Move a finished ``.part`` onto ``dest`` (rename, or copy-then-rename across file systems)."""
+    """Move a finished ``.part`` onto ``dest`` (rename, or copy-then-rename across file systems), with its published
+    mode (:func:`upfl.files.published_mode`, whatever the umask)."""
+    os.chmod(part, published_mode())
     try:
         os.replace(part, dest)
     except OSError as e:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DatasetError
-from ..files import replace_dir, sha256_file, write_json
+from ..files import publish_mode, replace_dir, sha256_file, write_json
 
 META_FILE = "meta.json"
 MAX_CLASSES = 100_000
@@ -332,9 +332,11 @@ def write_leaf(
         files: dict[str, str] = {}
         for split, (xs, ys) in (("train", train), ("test", test)):
             (tmp / split).mkdir()
+            publish_mode(tmp / split)
             file = tmp / split / "data.json"
             with open(file, "w", encoding="utf-8") as f:
                 f.write(json.dumps(_split_doc(users, xs, ys), separators=(",", ":")))  # dumps: C encoder
+            publish_mode(file)
             files[f"{split}/data.json"] = sha256_file(file)
         write_json(tmp / META_FILE, {**meta, "sha256": files})
         replace_dir(tmp, root)

@@ -62,6 +62,14 @@ def seeded_generator(derived: int, device: str | torch.device = "cpu") -> torch.
     return g
 
 
+def entropy_generator(device: str | torch.device = "cpu") -> torch.Generator:
+    """A ``torch.Generator`` seeded with 63 bits of the operating system's entropy (:mod:`secrets`): draws nobody
+    can regenerate from a run's config or files, and no run repeats."""
+    import secrets
+
+    return seeded_generator(secrets.randbits(63), device)
+
+
 def numpy_generator(seed: int, stream: str, *keys: int) -> np.random.Generator:
     """A NumPy generator for one stream and key tuple (data generation, preprocessing; numpy is imported here)."""
     import numpy as np

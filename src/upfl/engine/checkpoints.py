@@ -47,7 +47,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from .. import config as cfgmod
-from ..files import atomic_path, sha256_file
+from ..files import atomic_path, make_dirs, sha256_file
 from ..torch_build import torch_version
 
 FORMAT = 2
@@ -59,6 +59,8 @@ DEVICE_STATE_ENV = "UPFL_DEVICE_STATE_DIR"
 DEVICE_OWNER_FILE = "run.json"
 """Beside a private run's device state: the run folder and checkpoint it belongs to (what ``upfl store gc`` reads
 to remove the state of a run that is gone)."""
+CHECKPOINT_MODE = 0o600
+"""The mode of ``state.npz`` whatever the umask."""
 NUMERIC_EXCLUDED = ("report", "commands", "cli.py")
 """Parts of the upfl package that cannot change a run's numbers (left out of :func:`code_fingerprint`): the top
 folders and modules below ``src/upfl``."""
@@ -192,9 +194,11 @@ class Checkpoint:
         self._lock_fd: int | None = None
 
     def acquire(self) -> None:
-        """Take the exclusive lock of this slot (creating its folder); :class:`CheckpointBusy` if held."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        """Take the exclusive lock of this slot (creating its folder, owner-only: 0700); :class:`CheckpointBusy` if
+        held."""
+        make_dirs(self.root)
+        self.dir.mkdir(mode=0o700, exist_ok=True)
+        fd = os.open(self.dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
@@ -247,8 +251,9 @@ class Checkpoint:
                 self.root.rmdir()
 
     def save(self, state: dict[str, Any]) -> None:
-        """Write ``state`` (arrays or tensors, lists, dicts, numbers, strings) atomically."""
-        with atomic_path(self.file) as tmp, open(tmp, "wb") as f:
+        """Write ``state`` (arrays or tensors, lists, dicts, numbers, strings) atomically, owner-only (0600, whatever
+        the umask): only the run that wrote it resumes from it."""
+        with atomic_path(self.file, mode=CHECKPOINT_MODE) as tmp, open(tmp, "wb") as f:
             write_archive(f, {"format": FORMAT, "key": self.key, **state})
 
     def save_device_state(self, state: dict[str, Any], t: int) -> None:
@@ -263,7 +268,7 @@ class Checkpoint:
         owner = self.device_dir / DEVICE_OWNER_FILE
         if not owner.exists():
             run = os.path.realpath(self.out) if self.out is not None else None
-            with atomic_path(owner) as staged:
+            with atomic_path(owner, mode=CHECKPOINT_MODE) as staged:
                 staged.write_text(json.dumps({"run": run, "checkpoint": os.path.realpath(self.dir)}) + "\n")
         fd, tmp = tempfile.mkstemp(prefix=f".{DEVICE_STATE_FILE}.", suffix=".tmp", dir=self.device_dir)
         try:

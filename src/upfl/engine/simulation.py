@@ -24,11 +24,11 @@ from ..algorithms import ClientRound, algorithm_class, build_algorithm
 from ..data import FederatedDataset, load_leaf
 from ..draws.batch_plans import DRAW_CACHE, RoundPlans, seeded_batch_plan
 from ..draws.rounds import round_participants, straggler_summary, training_rounds_before
-from ..draws.streams import derive_seed, derive_seeds, generator
-from ..files import json_text, provenance, write_texts
+from ..draws.streams import derive_seed, derive_seeds, entropy_generator, generator
+from ..files import json_text, make_dirs, provenance, write_texts
 from ..integrity import RECORD, record_text
 from ..models import build_model, draws_without_torch
-from ..privacy.accounting import per_device, privacy_report
+from ..privacy.accounting import engine_noise_source, per_device, privacy_report
 from ..privacy.mechanisms import objective_noise_draws, output_perturbation, scale_objective_noise, standard_normal_rows
 from ..solvers.selection import CompiledSolver, PooledRound, device_type, select_local_solver
 from ..torch_build import gpu_build
@@ -347,6 +347,13 @@ class Simulation:
             weights,
         )
 
+    def noise_generator(self, round_k: int, device_index: int) -> torch.Generator:
+        """The generator of device i's privacy noise in training round k: the ``noise`` stream keyed (seed, k, i)
+        (``privacy.noise_source: seeded``) or one seeded by the operating system's entropy (``os``)."""
+        if self.cfg.privacy.noise_source == "os":
+            return entropy_generator()
+        return generator(self.cfg.seed, "noise", round_k, device_index)
+
     def objective_noise(self, round_k: int, chosen: list[int]) -> torch.Tensor:
         """Objective perturbation (Section 5): n_i ~ exp(-alpha_i ||n||) over the model's parameters, one per
         device and training round from the ``noise`` stream keyed (seed, round, device); added as <n_i, w>.
@@ -358,10 +365,13 @@ class Simulation:
         c, P = self.cfg, self.model.num_params
 
         def draw():
-            rows = [objective_noise_draws(1, P, generator(c.seed, "noise", round_k, i)) for i in chosen]
+            rows = [objective_noise_draws(1, P, self.noise_generator(round_k, i)) for i in chosen]
             return torch.cat([r[0] for r in rows]), torch.cat([r[1] for r in rows])
 
-        gamma, direction = DRAW_CACHE.get(("objective_noise", c.seed, round_k, tuple(chosen), P), draw)
+        if c.privacy.noise_source == "os":
+            gamma, direction = draw()
+        else:
+            gamma, direction = DRAW_CACHE.get(("objective_noise", c.seed, round_k, tuple(chosen), P), draw)
         return scale_objective_noise(gamma, direction, torch.from_numpy(self.noise_scales[chosen])).to(self.device)
 
     def output_noise(self, local: torch.Tensor, round_k: int, chosen: list[int]) -> torch.Tensor:
@@ -369,12 +379,14 @@ class Simulation:
         standard normal draws (``noise`` stream keyed (seed, round, device)) are shared like
         :meth:`objective_noise`'s."""
         c, W = self.cfg, local.cpu()
-        noise = DRAW_CACHE.get(
-            ("output_noise", c.seed, round_k, tuple(chosen), tuple(W.shape[1:]), W.dtype),
-            lambda: standard_normal_rows(
-                W.shape[1:], [generator(c.seed, "noise", round_k, i) for i in chosen], W.dtype
-            ),
-        )
+
+        def draw():
+            return standard_normal_rows(W.shape[1:], [self.noise_generator(round_k, i) for i in chosen], W.dtype)
+
+        if c.privacy.noise_source == "os":
+            noise = draw()
+        else:
+            noise = DRAW_CACHE.get(("output_noise", c.seed, round_k, tuple(chosen), tuple(W.shape[1:]), W.dtype), draw)
         if c.privacy.tau is None:
             raise cfgmod.ConfigError("privacy.tau: output perturbation clips each released model to tau; give it")
         return output_perturbation(W, c.privacy.tau, self.noise_scales[chosen], noise=noise).to(local.device)
@@ -455,7 +467,7 @@ def run(
     )
     if sim.test_x is None:
         log(f"warning: {cfg.data.path} has an empty test split; test metrics are null and no best iteration is chosen")
-    privacy = privacy_report(cfg, data, sim.model)
+    privacy = privacy_report(cfg, data, sim.model, noise_source=engine_noise_source(cfg))
     ckpt = open_checkpoint(cfg, out, cfg.data.path) if checkpoints_on(cfg.checkpoint) else None
     if ckpt is not None:
         ckpt.acquire()
@@ -642,7 +654,7 @@ def _run_loop(cfg, sim, data, out, ckpt, privacy, log, stop_after) -> dict[str, 
         "stragglers": straggler_summary(cfg, len(sim.devices)),
         "privacy": privacy,
     }
-    out.mkdir(parents=True, exist_ok=True)
+    make_dirs(out)
     texts = {"metrics.csv": _metrics_csv(rows, columns), "summary.json": json_text(summary)}
     record = record_text(summary["config_hash"], {name: text.encode("utf-8") for name, text in texts.items()})
     write_texts(

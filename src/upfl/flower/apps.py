@@ -26,9 +26,12 @@ knows the run config and its ``seed``, cannot regenerate and subtract it. ``priv
 "seed-keyed-server-can-remove"`` draws it from ``upfl run``'s stream keyed (seed, training round, device)
 instead, for simulation studies only: it gives **no privacy against the server**. Every other random draw
 comes from ``upfl run``'s keyed streams, so with every node sampled (and seed-keyed noise, or no privacy) a
-Flower run reproduces ``upfl run``. Node sampling is Flower's (``random.sample``): with ``fraction-train`` < 1
-the devices of a round differ from ``upfl run``'s, and the privacy block counts the releases the server
-observed (:class:`upfl.flower.strategy.CountingGrid`), not ``upfl run``'s draws.
+Flower run reproduces ``upfl run``. So does node sampling: training round k trains the nodes of the devices
+:func:`upfl.draws.rounds.sample_clients` draws from the stream keyed (seed, k), ``upfl run``'s devices
+(:class:`upfl.flower.strategy.SeedSampling`), so with any ``fraction-train`` a Flower run gives ``upfl run``'s
+model after every round. The privacy block counts the releases the server observed
+(:class:`upfl.flower.strategy.CountingGrid`), not ``upfl run``'s draws: a node that does not answer releases
+nothing.
 
 ``strategy`` picks the Flower strategy of the training rounds (:data:`FLOWER_STRATEGIES`: FedAvgM, FedAdam,
 FedYogi, FedAdagrad, ...; ``strategy-args`` its keyword arguments as JSON); an upcycled ``algorithm`` wraps it in
@@ -41,13 +44,14 @@ import functools
 import inspect
 import json
 import math
-import secrets
 import time
+from collections import Counter
 from collections.abc import Callable
 from logging import INFO
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
@@ -60,15 +64,24 @@ from .. import config as cfgmod
 from ..data import FederatedDataset, load_leaf
 from ..data.leaf import META_FILE, _check_num_classes, _read_split, read_json
 from ..draws.batch_plans import batch_plan
-from ..draws.rounds import draw_stragglers, resolve_straggler_policy, sample_clients
-from ..draws.streams import generator
+from ..draws.rounds import draw_stragglers, resolve_straggler_policy, sample_clients, training_rounds_before
+from ..draws.streams import entropy_generator, generator
 from ..engine.simulation import TRAIN_METRICS_COLUMN, Simulation, resolve_device, scaled_features, train_metrics_status
-from ..files import provenance, write_json, write_text
+from ..files import atomic_path, provenance, write_json, write_text
 from ..models import build_model
 from ..names import base_name, is_upcycled
 from ..privacy.accounting import OS_ENTROPY_NOISE, SEED_KEYED_NOISE, max_feature_norm, privacy_report
 from ..privacy.mechanisms import objective_noise_draws, output_perturbation, scale_objective_noise, standard_normal_rows
-from .strategy import DEVICE_KEY, CountingGrid, UpcycledFL, as_flat, is_upcycle_round, record_number
+from .strategy import (
+    DEVICE_KEY,
+    CountingGrid,
+    SeedSampling,
+    UpcycledFL,
+    as_flat,
+    is_upcycle_round,
+    record_number,
+    unwrapped,
+)
 
 PARAMS_KEY = "params"
 
@@ -125,6 +138,9 @@ APP_KEYS = {
     "strategy": f"the Flower strategy of the training rounds: {', '.join(FLOWER_STRATEGIES)} (default: "
     "FedProx for mu > 0, else FedAvg)",
     "strategy-args": "keyword arguments of that strategy as a JSON object, e.g. '{\"eta\": 0.1}' (default {})",
+    "round-timeout": "seconds the server waits for a round's replies (default 3600); a node that has not replied "
+    "by then releases nothing in that round (summary.json rounds_with_fewer_nodes)",
+    "save-models": "true: also write OUT/models.npz, the global model after every round (w0, w1, ...)",
 }
 """Run-config keys of the apps themselves."""
 
@@ -138,14 +154,6 @@ def noise_source(run_config: dict[str, Any]) -> str:
             f"{SEED_KEYED!r} (reproducible noise, no privacy against the server); got {source!r}"
         )
     return source
-
-
-def entropy_generator() -> torch.Generator:
-    """A CPU generator seeded with 63 bits from the operating system's entropy (:mod:`secrets`): draws nobody
-    can regenerate from the run config."""
-    g = torch.Generator()
-    g.manual_seed(secrets.randbits(63))
-    return g
 
 
 def run_config_to_upfl(run_config: dict[str, Any]) -> cfgmod.RunConfig:
@@ -452,6 +460,10 @@ class Devices:
         ]
         self.names: dict[int, str] = {}
         self.sizes: dict[int, int] = {}
+        self.nodes: dict[int, int] = {}
+        """The node id of each device (``partition-id``)."""
+        self.received: Counter[str] = Counter()
+        """How many query replies carried each value."""
         norms = []
         for reply in grid.send_and_receive(messages, timeout=timeout):
             if reply.has_error():
@@ -459,9 +471,12 @@ class Devices:
                     f"node {reply.metadata.src_node_id} did not answer the device query: {reply.error.reason}"
                 )
             metrics = reply.content.metric_records["metrics"]
+            self.received.update(metrics.keys())
+            self.received.update(reply.content.config_records["device"].keys())
             i = int(record_number(metrics, DEVICE_KEY))
             name, size = reply.content.config_records["device"]["name"], record_number(metrics, "num-examples")
             self.names[i], self.sizes[i] = str(name), int(size)
+            self.nodes[i] = int(reply.metadata.src_node_id)
             if "max-feature-norm" in metrics:
                 norms.append(record_number(metrics, "max-feature-norm"))
         if sorted(self.names) != list(range(len(nodes))):
@@ -496,14 +511,16 @@ def strategy_for(
     """The Flower strategy of a run config: ``strategy`` (:data:`FLOWER_STRATEGIES`; default FedProx for mu > 0,
     else FedAvg), wrapped in UpcycledFL for ``upcycled`` and ``upcycled_fedavg``. Any other algorithm is refused
     by name (:data:`FLOWER_ALGORITHMS`). Each training round samples max(floor(frac N), 1) nodes, ``upfl run``'s
-    count."""
+    count (which ones: :func:`seed_sampling`). The strategy waits for no more nodes than are connected: the
+    server's device query waited for them all before round 1, and a node that leaves later leaves a round short
+    (``rounds_with_fewer_nodes`` in summary.json), not a server that waits for it."""
     a = cfg.algorithm
     check_flower_algorithm(a.name)
     per_round = len(sample_clients(cfg.seed, 1, num_nodes, cfg.devices.frac))
     common = {
         "fraction_train": cfg.devices.frac,
         "min_train_nodes": per_round,
-        "min_available_nodes": num_nodes,
+        "min_available_nodes": 1,
         "fraction_evaluate": fraction_evaluate,
         "min_evaluate_nodes": 1 if fraction_evaluate else 0,
     }
@@ -519,8 +536,23 @@ def strategy_for(
     )
 
 
+def seed_sampling(strategy: Strategy, cfg: cfgmod.RunConfig, nodes: dict[int, int]) -> SeedSampling:
+    """``strategy`` training, in every training round k, the nodes of the devices ``upfl run`` samples in round k
+    (:func:`upfl.draws.rounds.sample_clients`, the stream keyed (seed, k)); ``nodes`` maps device i to its node."""
+    n = len(nodes)
+
+    def sample(t: int) -> list[int] | None:
+        if is_upcycled(cfg.algorithm.name) and is_upcycle_round(t):
+            return None
+        k = training_rounds_before(cfg.algorithm.name, t)
+        return [nodes[i] for i in sample_clients(cfg.seed, k, n, cfg.devices.frac)]
+
+    return SeedSampling(strategy, sample)
+
+
 def strategy_record(strategy: Strategy, args: dict[str, Any]) -> dict[str, Any]:
     """The run record's ``flower_strategy``: the Flower class of the training rounds, its arguments, the wrapper."""
+    strategy = unwrapped(strategy)
     upcycled = isinstance(strategy, UpcycledFL)
     base = strategy.base if isinstance(strategy, UpcycledFL) else strategy
     name = type(base).__name__
@@ -548,7 +580,7 @@ def make_server_app(
     ``out-dir``.
 
     ``run_config`` entries override the context's run config. ``on_round(t, w)`` is called with every round's global
-    flat model (t = 0 is the initial model).
+    flat model as the strategy holds it (float64 for the FedOpt family; t = 0 is the initial model).
     """
     app = ServerApp()
 
@@ -562,7 +594,7 @@ def make_server_app(
         devices = Devices(grid)
         name, args = strategy_choice(run_config_)
         fraction_evaluate = float(run_config_.get("fraction-evaluate", default_fraction_evaluate(cfg)))
-        strategy = strategy_for(cfg, devices.count, fraction_evaluate, name, args)
+        strategy = seed_sampling(strategy_for(cfg, devices.count, fraction_evaluate, name, args), cfg, devices.nodes)
         counting = CountingGrid(grid)
         w0 = server.model.init_params(generator(cfg.seed, "init"))
         rows: list[dict[str, Any]] = []
@@ -573,12 +605,14 @@ def make_server_app(
             w = as_flat(arrays, PARAMS_KEY)
             wall = time.perf_counter() - clock["t"]
             if on_round is not None:
-                on_round(t, w)
+                on_round(t, torch.from_numpy(arrays[PARAMS_KEY].numpy().copy()))
+            if save_models:
+                models[f"w{t}"] = arrays[PARAMS_KEY].numpy().copy()
             metrics = {**federated_train_metrics(counting.evaluated.get(t, []), computed), **server.evaluate(w)}
             kind = (
                 "init"
                 if t == 0
-                else ("upcycle" if isinstance(strategy, UpcycledFL) and is_upcycle_round(t) else "train")
+                else ("upcycle" if isinstance(unwrapped(strategy), UpcycledFL) and is_upcycle_round(t) else "train")
             )
             rows.append(
                 {
@@ -594,10 +628,13 @@ def make_server_app(
             return MetricRecord({k: float(v) for k, v in metrics.items() if v is not None})
 
         # CountingGrid wraps the Grid: it counts the messages and forwards everything else (its __getattr__)
+        models: dict[str, Any] = {}
+        save_models = bool(run_config_.get("save-models", False))
         result = strategy.start(
             grid=counting,  # type: ignore[arg-type]
             initial_arrays=ArrayRecord({PARAMS_KEY: Array(w0.numpy())}),
             num_rounds=cfg.rounds,
+            timeout=float(run_config_.get("round-timeout", 3600.0)),
             train_config=ConfigRecord(),
             evaluate_fn=evaluate,
         )
@@ -613,6 +650,9 @@ def make_server_app(
                 noise_source(run_config_),
                 strategy_record(strategy, args),
             )
+            if save_models:
+                with atomic_path(Path(out) / "models.npz") as tmp, open(tmp, "wb") as f:
+                    np.savez(f, **models)
         del result
 
     return app
@@ -637,11 +677,54 @@ def _cell(value: Any) -> str:
     return "" if value is None else repr(value) if isinstance(value, float) else str(value)
 
 
+RECEIVED_VALUES = {
+    "arrays": ("the device's model after local training, clipped and noised first in a private run", "guarantee"),
+    "partition-id": ("the device's index", "public"),
+    "name": ("the device's name", "public"),
+    "num-examples": ("|D_i| (public under the replace-one neighbouring relation)", "public"),
+    "local-steps": ("the SGD steps the device ran: |D_i|, the batch size and its straggler draw", "public"),
+    "max-feature-norm": ("the largest feature norm of the device's rows (objective perturbation)", "outside"),
+    "train-loss-sum": ("the global model's loss summed over the device's training rows", "outside"),
+    "train-correct": ("the global model's correct predictions on the device's training rows", "outside"),
+    "train-examples": ("the device's training rows, |D_i|", "public"),
+    "test-loss-sum": ("the global model's loss summed over the device's own test rows", "outside"),
+    "test-correct": ("the global model's correct predictions on the device's own test rows", "outside"),
+    "test-examples": ("the device's test rows", "outside"),
+    "error": ("a straggler's error reply: that the device straggled in the round", "public"),
+}
+"""Every value a node's reply can carry: (what it is, ``guarantee`` (the release the epsilons cover), ``public``
+(known without the device's data under the neighbouring relation, or data-independent draws) or ``outside``
+(computed on the device's data, released outside the guarantee))."""
+
+
+def server_receives(devices: Devices, counting: CountingGrid) -> list[dict[str, Any]]:
+    """The privacy block's ``server_receives``: every value the server received from the nodes, per message type,
+    with how many replies carried it and whether the epsilons cover it (:data:`RECEIVED_VALUES`)."""
+    observed = {"query": devices.received, **counting.received}
+    out = []
+    for message_type, values in observed.items():
+        for value, count in sorted(values.items()):
+            what, status = RECEIVED_VALUES.get(value, ("not described here", "outside"))
+            out.append({"message": message_type, "value": value, "replies": count, "what": what, "status": status})
+    return out
+
+
 OBSERVED_RELEASES = (
     "observed: per device, the training replies carrying a model that the Flower server "
     "received (messages sent to the nodes Flower sampled, less stragglers' error replies)"
 )
 """``releases_source`` of a Flower run's privacy block."""
+
+
+def fewer_nodes(counting: CountingGrid) -> dict[str, dict[str, Any]]:
+    """The training rounds in which fewer nodes replied with a model than were sent a training message (a node that
+    left, a straggler dropped, a reply past the round's timeout): round -> sent, models received, the error replies'
+    reasons (none for a reply that never came)."""
+    return {
+        str(t): {"sent": sent, "models": counting.replied[t], "errors": counting.error_reasons.get(t, [])}
+        for t, sent in sorted(counting.train_sent.items())
+        if counting.replied[t] < sent
+    }
 
 
 def write_outputs(
@@ -682,6 +765,12 @@ def write_outputs(
     )
     name = (strategy or {}).get("name", cfg.algorithm.name)
     privacy["algorithm"] = name
+    received = server_receives(devices, counting)
+    privacy["server_receives"] = received
+    if cfg.privacy.mechanism != "none":
+        privacy["released_outside_the_guarantee"] = sorted(
+            {r["value"] for r in received if r["status"] == "outside"} | set(privacy["released_outside_the_guarantee"])
+        )
     summary = {
         "engine": "flower",
         "algorithm": name,
@@ -701,6 +790,7 @@ def write_outputs(
         "seconds_per_training_round": (sum(r["wall_s"] for r in training) / len(training)) if training else math.nan,
         "training_messages": {str(t): n for t, n in sorted(counting.train_sent.items())},
         "straggler_errors": {str(t): n for t, n in sorted(counting.errors.items())},
+        "rounds_with_fewer_nodes": fewer_nodes(counting),
         "config": cfgmod.to_dict(cfg),
         "config_hash": cfgmod.config_hash(cfg),
         "seed": cfg.seed,

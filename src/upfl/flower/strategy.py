@@ -110,6 +110,11 @@ class UpcycledFL(Strategy):
         log(INFO, "\t│\t└── c_1 = %.6g (%s), schedule %s", self.c1, how, self.schedule)
         self.base.summary()
 
+    def reset(self, num_rounds: int) -> None:
+        """Forget the previous run's arrays; the schedule's horizon is ``num_rounds`` (called by :meth:`start`)."""
+        self.num_rounds = num_rounds
+        self._before_training = self._upcycled = None
+
     def start(
         self,
         grid: Grid,
@@ -120,8 +125,7 @@ class UpcycledFL(Strategy):
         evaluate_config: ConfigRecord | None = None,
         evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
     ) -> Result:
-        self.num_rounds = num_rounds
-        self._before_training = self._upcycled = None
+        self.reset(num_rounds)
         return super().start(grid, initial_arrays, num_rounds, timeout, train_config, evaluate_config, evaluate_fn)
 
     def configure_train(
@@ -186,6 +190,13 @@ class CountingGrid:
         self.evaluated: dict[int, list[MetricRecord]] = {}
         self.errors: Counter[int] = Counter()
         self.released: Counter[int] = Counter()
+        self.error_reasons: dict[int, list[str]] = {}
+        """The reasons of round t's training error replies (a straggler dropped, a node the link found gone)."""
+        self.replied: Counter[int] = Counter()
+        """Training replies of round t that carried a model."""
+        self.received: dict[str, Counter[str]] = {}
+        """Per message type (``train``, ``evaluate``): how many replies carried each value (the metric names, and
+        ``arrays`` for a model, ``error`` for an error reply): every value the server received."""
 
     def _count(self, messages: Iterable[Message]) -> list[Message]:
         messages = list(messages)
@@ -206,13 +217,21 @@ class CountingGrid:
         only = next(iter(set(rounds.values()))) if len(set(rounds.values())) == 1 else 0
         replies = list(replies)
         for r in replies:
+            seen = self.received.setdefault(str(r.metadata.message_type), Counter())
+            if r.has_error():
+                seen["error"] += 1
+            else:
+                seen.update(r.content.metric_records.get("metrics", MetricRecord()).keys())
+                seen.update(["arrays"] * ("arrays" in r.content))
             if r.metadata.message_type == MessageType.EVALUATE and not r.has_error():
                 t = rounds.get(r.metadata.reply_to_message_id, only)
                 self.evaluated.setdefault(t, []).append(r.content.metric_records.get("metrics", MetricRecord()))
             if r.metadata.message_type != MessageType.TRAIN:
                 continue
             if r.has_error():
-                self.errors[rounds.get(r.metadata.reply_to_message_id, only)] += 1
+                t = rounds.get(r.metadata.reply_to_message_id, only)
+                self.errors[t] += 1
+                self.error_reasons.setdefault(t, []).append(str(r.error.reason))
             elif "arrays" in r.content:
                 metrics = r.content.metric_records.get("metrics")
                 if metrics is None or self.device_key not in metrics:
@@ -221,6 +240,7 @@ class CountingGrid:
                         f"model but no {self.device_key!r} metric naming its device"
                     )
                 self.released[int(record_number(metrics, self.device_key))] += 1
+                self.replied[rounds.get(r.metadata.reply_to_message_id, only)] += 1
         return replies
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
@@ -234,6 +254,83 @@ class CountingGrid:
         return getattr(self.grid, name)
 
 
+class NodesOnly:
+    """A Grid proxy whose ``get_node_ids`` lists ``nodes`` only; everything else is the grid's."""
+
+    def __init__(self, grid: Grid, nodes: list[int]) -> None:
+        self.grid, self.nodes = grid, list(nodes)
+
+    def get_node_ids(self) -> list[int]:
+        return list(self.nodes)
+
+    def __getattr__(self, name: str):
+        return getattr(self.grid, name)
+
+
+class SeedSampling(Strategy):
+    """``inner`` (a base strategy or :class:`UpcycledFL`) with the nodes of every training round drawn by ``sample``.
+
+    ``sample(t)`` gives the node ids round t trains (None: leave the choice to ``inner``); ``inner`` sees a grid
+    listing those nodes only, so its own sampling (Flower's ``random.sample``) takes all of them. With
+    :func:`upfl.draws.rounds.sample_clients` behind ``sample`` a Flower run trains ``upfl run``'s devices in every
+    round. Evaluation messages go to the nodes ``inner`` samples from the whole grid.
+    """
+
+    def __init__(self, inner: Strategy, sample: Callable[[int], list[int] | None]) -> None:
+        self.inner, self.sample = inner, sample
+        self.sampled: dict[int, list[int]] = {}
+        """The node ids drawn for each training round."""
+
+    def summary(self) -> None:
+        log(INFO, "\t├──> nodes of each training round drawn from the run seed's keyed stream")
+        self.inner.summary()
+
+    def start(
+        self,
+        grid: Grid,
+        initial_arrays: ArrayRecord,
+        num_rounds: int = 3,
+        timeout: float = 3600,
+        train_config: ConfigRecord | None = None,
+        evaluate_config: ConfigRecord | None = None,
+        evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
+    ) -> Result:
+        if isinstance(self.inner, UpcycledFL):
+            self.inner.reset(num_rounds)
+        self.sampled = {}
+        return super().start(grid, initial_arrays, num_rounds, timeout, train_config, evaluate_config, evaluate_fn)
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        nodes = self.sample(server_round)
+        if nodes is None:
+            return self.inner.configure_train(server_round, arrays, config, grid)
+        self.sampled[server_round] = list(nodes)
+        return self.inner.configure_train(server_round, arrays, config, NodesOnly(grid, nodes))  # type: ignore[arg-type]
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        return self.inner.aggregate_train(server_round, replies)
+
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        return self.inner.configure_evaluate(server_round, arrays, config, grid)
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+        return self.inner.aggregate_evaluate(server_round, replies)
+
+
+def unwrapped(strategy: Strategy) -> Strategy:
+    """The strategy inside :class:`SeedSampling` (the strategy itself otherwise)."""
+    return strategy.inner if isinstance(strategy, SeedSampling) else strategy
+
+
 def as_flat(arrays: ArrayRecord, key: str = "params") -> torch.Tensor:
-    """The flat parameter vector of an :mod:`upfl.models` model stored under ``key``."""
-    return torch.from_numpy(arrays[key].numpy().copy())
+    """The flat parameter vector of an :mod:`upfl.models` model stored under ``key``, in the models' float32.
+
+    Every array enters a model through here: a strategy whose server arithmetic runs in float64 (Flower's FedOpt
+    family, FedAdam, FedYogi and FedAdagrad, keeps NumPy float64 moments) hands back float64 arrays."""
+    return torch.from_numpy(arrays[key].numpy()).to(torch.float32, copy=True)

@@ -80,11 +80,18 @@ SEED_KEYED_NOISE = (
     "device); runs of one seed share it, and whoever knows the seed can regenerate it"
 )
 OS_ENTROPY_NOISE = (
-    "os-entropy: each client draws its noise from the operating system's entropy; not reproducible, "
-    "shared by no other run, and the server cannot regenerate it"
+    "os-entropy: every noise draw comes from a generator seeded by the operating system's entropy (each Flower "
+    "client's own); not reproducible, shared by no other run, and neither the server nor a reader of the run's "
+    "files can regenerate it"
 )
-"""``privacy.noise_source`` of a private run: ``upfl run`` draws seed-keyed noise, a Flower client OS entropy (unless
-its run config names the seed-keyed stream)."""
+"""``privacy.noise_source`` of a private run: ``upfl run`` draws seed-keyed noise (``privacy.noise_source: os``: OS
+entropy), a Flower client OS entropy (unless its run config names the seed-keyed stream)."""
+
+
+def engine_noise_source(cfg) -> str:
+    """The privacy block's ``noise_source`` of an engine run config (``privacy.noise_source``: ``seeded`` or
+    ``os``)."""
+    return OS_ENTROPY_NOISE if cfg.privacy.noise_source == "os" else SEED_KEYED_NOISE
 
 
 def noise_is_seed_keyed(noise_source: str | None) -> bool:
@@ -339,9 +346,21 @@ def output_epsilons(
 
     Keys: ``paper_formula`` (Theorem C.1 as printed), ``sound`` (exact, sensitivity 2 tau),
     ``paper_sensitivity`` (exact, sensitivity tau/|D_i|); ``sound_rdp``/``sound_pld`` when asked
-    (``sound_pld`` is None where :func:`pld_tractable` is false).
+    (``sound_pld`` is None where :func:`pld_tractable` is false). A sigma whose noise float32 rounds away
+    (:func:`upfl.privacy.mechanisms.nominal_sigma_problem`) releases the clipped model itself: every epsilon of a
+    device with a release is then infinite.
     """
+    from .mechanisms import nominal_sigma_problem
+
     sigma = _positive("privacy.sigma", sigma)
+    if releases and nominal_sigma_problem(sigma, tau):
+        unknown = set(cross_check) - {"rdp", "pld"}
+        if unknown:
+            raise PrivacyParameterError(f"cross_check: unknown accountant(s) {sorted(unknown)}; known: rdp, pld")
+        keys = ["paper_formula", "sound", "paper_sensitivity"] + [
+            f"sound_{k}" for k in ("rdp", "pld") if k in cross_check
+        ]
+        return dict.fromkeys(keys, math.inf)
     z_sound = sigma / sound_sensitivity(tau)
     z_paper = sigma / paper_sensitivity(tau, n_train)
     out: dict[str, float | None] = {

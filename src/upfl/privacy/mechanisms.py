@@ -39,6 +39,33 @@ def float32_scale_problem(value: float) -> str | None:
     return None
 
 
+FLOAT32_EPSILON = 2.0**-23
+"""The spacing of float32 numbers in [1, 2): a float32 x is followed by x + |x| 2^-23 at most."""
+
+
+def smallest_meaningful_sigma(tau: float) -> float:
+    """The smallest output-perturbation sigma whose noise changes the released float32 model: tau 2^-23.
+
+    The released model is clipped to L2 norm tau, so its coordinates are at most tau in magnitude, and float32 numbers
+    near tau lie tau 2^-23 apart (at most); a smaller sigma adds noise that the largest coordinates round away, and
+    at sigma 1e-12 (tau 1) only the coordinates within about 1e-5 of 0 change: a release that is the clipped model
+    but for rounding, with a nominal epsilon."""
+    return float(tau) * FLOAT32_EPSILON
+
+
+def nominal_sigma_problem(sigma: float, tau: float) -> str | None:
+    """Why output perturbation with ``sigma`` and clipping norm ``tau`` adds no noise to the released float32
+    values, naming the smallest meaningful sigma (:func:`smallest_meaningful_sigma`); None where it does."""
+    smallest = smallest_meaningful_sigma(tau)
+    if float(sigma) >= smallest:
+        return None
+    return (
+        f"{sigma!r} is below the smallest sigma whose noise changes the released float32 model, "
+        f"{smallest:.6g} (tau 2^-23 with tau {tau!r}: the clipped model's coordinates are at most tau, and float32 "
+        "rounds a smaller noise away); a release without noise has no privacy"
+    )
+
+
 def _positive(name: str, value) -> torch.Tensor:
     """``value`` (a number, sequence or tensor) as a float32 tensor, every entry finite and > 0 (a CPU tensor is
     checked in numpy, one call per round instead of several torch reductions)."""
