@@ -21,7 +21,8 @@ goes to ``<device state root>/<key>/device_state.npz`` instead (:func:`device_st
 default ``$XDG_STATE_HOME/upfl/device-state`` or ``~/.local/state/upfl/device-state``), a folder outside the run
 folder, mode 0700, the file 0600, removed with the checkpoint when the run ends; ``run.json`` beside it names the
 run folder and checkpoint it belongs to, so that ``upfl store gc`` removes the state of an interrupted run whose run
-folder is gone (:func:`orphaned_device_states`). A root inside the run folder is refused. Without that file a private run cannot resume exactly: it starts over.
+folder is gone (:func:`orphaned_device_states`). A root inside the run folder is refused. Without that file a
+private run cannot resume exactly: it starts over.
 
 Reading: ``numpy.load(allow_pickle=False)`` and JSON, so a checkpoint holds data only (a planted pickle is refused,
 never run), and neither writing nor reading one needs torch; every failure (unreadable, truncated, wrong shapes,
