@@ -26,6 +26,7 @@ from upfl.pipeline.specs import (
 )
 from upfl.pipeline.outputs import output_files, output_kind, report_command
 from upfl.pipeline.plan import ExperimentError, build_plan, resolve_preset
+from upfl.paper_order import table_menu_label
 
 try:
     # The config with the preset's keys in place (its `datasets`, `resources_dir`): what the rules read.
@@ -363,8 +364,9 @@ def all_outputs(wildcards=None):
 
 
 def config_file_args():
-    """`--config-file F ...` (every config file of this invocation) and `--preset NAME` for the provenance line."""
-    files = " ".join(f"--config-file {shlex.quote(str(f))}" for f in workflow.configfiles)
+    """`--config-file F ...` (every config file of this invocation, relative to the folder the workflow runs in: a
+    job's command names no path of the clone) and `--preset NAME` for the provenance line."""
+    files = " ".join(f"--config-file {shlex.quote(os.path.relpath(f))}" for f in workflow.configfiles)
     return f"{files} --preset {shlex.quote(CONFIG.get('preset', 'full'))}"
 
 
@@ -409,12 +411,20 @@ def report_files(name):
         if MAKING_REPORT and not os.path.exists(path):
             files.append(path)
         elif folder == "tables" and ext in (".html", ".csv"):
-            files.append(report(path, category="Tables", subcategory=name, caption=caption))
+            files.append(report(path, category="Tables", subcategory=table_menu_label(name), caption=caption))
         elif folder == "figures" and ext == ".png":
-            files.append(report(path, category="Figures", caption=caption, labels=figure_labels(name)))
+            files.append(report(path, category="Figures", caption=figure_caption(name), labels=figure_labels(name)))
         else:
             files.append(path)
     return files
+
+
+def figure_caption(name):
+    """A figure's caption file in the report: the one its job wrote beside it (``results/figures/NAME.rst``, its
+    number, data, seeds and provenance; upfl.pipeline.captions.figure_caption), named by its absolute path as
+    Snakemake reads a caption relative to the rule file; workflow/report/figure.rst where it was never written."""
+    written = os.path.abspath(f"results/figures/{name}.rst")
+    return written if MAKING_REPORT and os.path.exists(written) else "../report/figure.rst"
 
 
 def output_command(name):
@@ -493,11 +503,11 @@ def figure_labels(name):
     return labels
 
 
-# The front page's and the captions' templates read these as `snakemake.config["front_page"]` and
-# `snakemake.config["captions"]` (set after the config was checked).
+# The front page's and the tables' caption templates read these as `snakemake.config["front_page"]` and
+# `snakemake.config["captions"][<rule>/<template>]` (set after the config was checked).
 if MAKING_REPORT:
-    from upfl.pipeline.captions import output_captions
+    from upfl.pipeline.captions import table_captions
     from upfl.report.built import built_presets, built_runs
 
     config["front_page"] = front_page()
-    config["captions"] = output_captions(CONFIG, PLAN)
+    config["captions"] = table_captions(CONFIG, PLAN, rule_name)

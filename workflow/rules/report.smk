@@ -70,9 +70,17 @@ rule table2:
         [dataset_dir(d) for d in PLAN.datasets if CONFIG["datasets"][d].get("setting", d) == d],
     output:
         html=report(
-            "results/tables/table2.html", category="Tables", subcategory="table2", caption="../report/table2.rst"
+            "results/tables/table2.html",
+            category="Tables",
+            subcategory=table_menu_label("table2"),
+            caption="../report/table2.rst",
         ),
-        csv=report("results/tables/table2.csv", category="Tables", subcategory="table2", caption="../report/table2.rst"),
+        csv=report(
+            "results/tables/table2.csv",
+            category="Tables",
+            subcategory=table_menu_label("table2"),
+            caption="../report/table2.rst",
+        ),
         md="results/tables/table2.md",
     log:
         "results/logs/report/table2.log",
