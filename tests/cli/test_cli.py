@@ -46,11 +46,14 @@ def test_misspelt_workflow_target_gets_the_closest_one():
     from upfl.pipeline.config_errors import misspelt_targets
 
     known = ["fig5", "fig2", "table1", "time", "all"]
-    argv = ["snakemake", "--cores", "all", "-n", "fig55", "table1", "--configfile", "config/quick.yaml", "tabel1"]
+    argv = ["snakemake", "--cores", "all", "-n", "fig55", "table1", "tabel1", "--configfile", "config/quick.yaml"]
     assert misspelt_targets(argv, known) == [
         "fig55: not a target of this config; did you mean fig5?",
         "tabel1: not a target of this config; did you mean table1?",
     ]
+    # Only targets, as Snakemake's parser reads them: an option's value (`--configfile A tabel1` takes it as a config
+    # file, whose absence Snakemake names) is no target.
+    assert misspelt_targets(["snakemake", "--configfile", "config/quick.yaml", "tabel1"], known) == []
 
 
 def test_misspelt_run_config_key_gets_the_closest_one(tmp_path, capsys):

@@ -18,6 +18,7 @@ from upfl.data.sources import (
 from upfl.pipeline.bundles import bundle_priorities, form_bundles
 from upfl.pipeline.specs import (
     CONFIG_ENV,
+    CONFIG_FILES_ENV,
     encode_config,
     run_folder,
     spec_digest,
@@ -363,11 +364,15 @@ def all_outputs(wildcards=None):
     return [f for f in files if os.path.exists(f)] if MAKING_REPORT else files + run_results(RUNS)
 
 
+# The report jobs name this invocation's config files in their provenance lines (upfl.pipeline.specs.CONFIG_FILES_ENV):
+# relative to the folder the workflow runs in, and outside the jobs' params, so that choosing a preset by its file or
+# by `--config preset=NAME` plans the same jobs.
+os.environ[CONFIG_FILES_ENV] = "\n".join(os.path.relpath(f) for f in workflow.configfiles)
+
+
 def config_file_args():
-    """`--config-file F ...` (every config file of this invocation, relative to the folder the workflow runs in: a
-    job's command names no path of the clone) and `--preset NAME` for the provenance line."""
-    files = " ".join(f"--config-file {shlex.quote(os.path.relpath(f))}" for f in workflow.configfiles)
-    return f"{files} --preset {shlex.quote(CONFIG.get('preset', 'full'))}"
+    """`--preset NAME` for the provenance line (`upfl report` names the config files from CONFIG_FILES_ENV)."""
+    return f"--preset {shlex.quote(CONFIG.get('preset', 'full'))}"
 
 
 def claims_command():

@@ -213,6 +213,10 @@ def _guard(func):
 
     def run(args: argparse.Namespace) -> int:
         load_modules(args)
+        if hasattr(args, "config_file") and not args.config_file:
+            from ..pipeline.specs import config_files_from_env
+
+            args.config_file = config_files_from_env() or None
         from ..report.collect import ReportError
 
         try:
@@ -243,7 +247,8 @@ def _config_file(q: argparse.ArgumentParser) -> None:
         action="append",
         default=None,
         metavar="FILE",
-        help="workflow config file, named with its sha256 in the provenance line; repeatable",
+        help="workflow config file, named with its sha256 in the provenance line; repeatable (default: those the "
+        "workflow names in $UPFL_WORKFLOW_CONFIG_FILES)",
     )
     q.add_argument(
         "--preset",

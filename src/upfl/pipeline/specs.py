@@ -27,6 +27,11 @@ CONFIG_ENV = "UPFL_WORKFLOW_CONFIG"
 """The environment variable through which the workflow's parse hands its config (zlib-compressed JSON, base64) to
 the job that writes the bundle specs: a shell command line could not carry the specs themselves (a bundle of the
 full config's is 270 kB)."""
+CONFIG_FILES_ENV = "UPFL_WORKFLOW_CONFIG_FILES"
+"""The environment variable through which the workflow's parse names its config files (relative to the folder it
+runs in, one a line) to the report jobs, for their provenance lines: in a job's params they would make the report
+jobs plan again whenever the same config is chosen another way (``--config preset=quick`` after ``--configfile
+config/quick.yaml``)."""
 SPEC_FOLDER = "results/bundles"
 
 
@@ -148,3 +153,9 @@ def check_spec_file(path: str | os.PathLike, text: str) -> None:
             f"{path}: its content does not match the digest in its name (the file was edited after the "
             f"workflow wrote it); delete it and run snakemake again"
         )
+
+
+def config_files_from_env(environ: dict[str, str] | None = None) -> list[str]:
+    """The workflow's config files named in :data:`CONFIG_FILES_ENV` ([] when it is not set)."""
+    text = (os.environ if environ is None else environ).get(CONFIG_FILES_ENV, "")
+    return [line for line in text.splitlines() if line]
