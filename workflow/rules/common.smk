@@ -21,6 +21,8 @@ from upfl.pipeline.specs import (
     CONFIG_FILES_ENV,
     encode_config,
     run_folder,
+    run_list_path,
+    run_list_texts,
     spec_digest,
     spec_path,
     workflow_specs,
@@ -319,8 +321,10 @@ def target_results(names):
     return lambda wildcards: run_results(run_ids)
 
 
-def experiment_pairs(experiment):
-    return " ".join(shlex.quote(f"{experiment}:{run_dir(r)}") for r in PLAN.experiments[experiment])
+# Each experiment's run list (EXPERIMENT:RUN_DIR lines), which its report job and the one of results/runs.csv read
+# with `--list`: written by the job run_lists and named by its content, as the bundles' specs are.
+# RUN_LISTS[""]: every experiment's, results/runs.csv's.
+RUN_LISTS = {e: run_list_path(e, spec_digest(text)) for e, text in run_list_texts(PLAN).items()}
 
 
 def output_of(name):
