@@ -819,3 +819,34 @@ def test_close_log_ticks_are_labelled_on_a_second_line():
     assert [label.strip() for label in labels] == ["0.3", "0.5", "0.7", "0.9", "1", "2.5", "5", "8"]
     assert [label.startswith("\n") for label in labels] == [False, False, False, True, False, False, False, False]
     assert staggered_log_labels([0.1, 1.0, 10.0]) == ["0.1", "1", "10"]
+
+
+def test_variants_of_one_algorithm_differ_in_colour_dash_and_marker():
+    """Up to five variants of one algorithm in a panel (noise levels, λ values): shades of its colour at least
+    ΔE 12 apart (a glance tells them), each with its own dash and marker."""
+    import itertools
+
+    from fixtures_browser import colour_difference
+    from upfl.report.figures import line_styles, palette_for
+
+    for algorithm in ("FedAvg", "FedProx", "Upcycled-FL"):
+        for n in range(2, 6):
+            lines = [f"{algorithm} (λ = {k})" for k in range(n)]
+            colours, styles = palette_for(lines), line_styles(lines)
+            for a, b in itertools.combinations(lines, 2):
+                assert colour_difference(colours[a], colours[b]) >= 12, (algorithm, n, a, b)
+                assert styles[a] != styles[b]
+
+
+def test_many_facets_wrap_onto_rows_of_at_most_two():
+    """Four data sets with three metrics: two facet columns, two blocks of three metric rows (Figure 9's 12 panels
+    no longer side by side in four columns, where the viewer showed their text at 8.5 px)."""
+    from upfl.report.figures import MAX_PANEL_COLUMNS, panel_layout, wrapped_panels
+
+    assert MAX_PANEL_COLUMNS == 2
+    assert wrapped_panels(4, 3) == (6, 2, [(0, 0), (0, 1), (3, 0), (3, 1)])
+    assert wrapped_panels(3, 2) == (4, 2, [(0, 0), (0, 1), (2, 0)])
+    assert wrapped_panels(1, 2) == (2, 1, [(0, 0)])
+    facets = [("synthetic_iid", 0.1), ("synthetic_0_0", 0.1), ("synthetic_0.5_0.5", 0.1), ("synthetic_1_1", 0.1)]
+    rows, cols, pos = panel_layout(facets, 3)
+    assert (rows, cols) == (6, 2) and pos[("synthetic_1_1", 0.1)] == (3, 1)

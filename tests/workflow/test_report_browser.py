@@ -6,14 +6,16 @@ the page's paths are checked there.
 Needs chromium and Playwright (.ci/run installs chromium; Playwright is in the test extra). Without them the tests
 are skipped with that reason, except under CI (`CI=true`), where a missing browser is a failure."""
 
+import itertools
 import json
 import os
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
-from fixtures_browser import browser_page, why_no_browser
+from fixtures_browser import browser_page, colour_difference, figure_legibility, why_no_browser
 from fixtures_workflow import snakemake, workflow_copy
 
 pytestmark = pytest.mark.workflow
@@ -21,8 +23,9 @@ pytestmark = pytest.mark.workflow
 if why_no_browser() and os.environ.get("CI") != "true":
     pytest.skip(why_no_browser(), allow_module_level=True)
 
-# Two data sets, three algorithms, 2 seeds, 2 iterations: Table 1, the time table, two figures named as the paper's
-# (drawn in the order the config lists them, shown in the paper's) and one that is not the paper's.
+# Three algorithms, 2 seeds, 2 iterations: Table 1 on two data sets, the time table, two figures named as the paper's
+# (drawn in the order the config lists them, shown in the paper's) and one that is not the paper's; Figure 5 with
+# two Upcycled-FL variants on four data sets (as wide as the paper's Figure 5 once was: 4 facet columns).
 CONFIG = """\
 preset: full
 seeds: [0, 1]
@@ -34,6 +37,8 @@ run_defaults:
   checkpoint: {every: 1}
 datasets:
   synthetic_iid: {source: synthetic}
+  synthetic_0_0: {source: synthetic}
+  synthetic_0.5_0.5: {source: synthetic}
   synthetic_1_1: {source: synthetic}
 experiments:
   table1:
@@ -48,9 +53,20 @@ experiments:
     outputs:
       - {kind: table1, name: table1}
       - {kind: time, name: time}
-      - {kind: convergence, name: fig5}
       - {kind: convergence, name: fig2_left, metrics: [train_loss]}
       - {kind: convergence, name: test_accuracy, metrics: [test_acc]}
+  lambdas:
+    description: "Two lambdas of Upcycled-FL beside FedAvg and FedProx."
+    set: {devices.straggler: 0.9}
+    groups:
+      - datasets: [synthetic_iid, synthetic_0_0, synthetic_0.5_0.5, synthetic_1_1]
+        runs:
+          - {algorithm: fedavg, rounds: 2}
+          - {algorithm: fedprox, rounds: 2, mu: 1}
+          - {algorithm: upcycled, rounds: 4, mu: 1, lam: 0.43}
+          - {algorithm: upcycled, rounds: 4, mu: 1, lam: 0.2}
+    outputs:
+      - {kind: convergence, name: fig5}
 """
 FIGURES = ("fig2_left", "fig5", "test_accuracy")
 
@@ -110,7 +126,7 @@ def test_every_result_has_its_own_caption_and_each_figure_its_provenance(report)
         assert "Each line is the mean over 2 seeds (0 1)" in text, text
         provenance = text[text.index("Provenance:") :]
         assert re.search(r"git \w+", provenance) and "config config/config.yaml (sha256 " in provenance, provenance
-        assert "seeds 0 1" in provenance and re.search(r"\b12 runs made at git", provenance), provenance
+        assert "seeds 0 1" in provenance and re.search(r"\b(12|32) runs made at git", provenance), provenance
     assert "Figure 5" in panels["fig5"] and "Figure 2 (left)" in panels["fig2_left"]
     assert "Not in the paper: test accuracy" in panels["test_accuracy"]
 
@@ -129,3 +145,32 @@ def test_the_report_names_no_path_of_the_working_folder(report):
     html = (report / "results" / "report.html").read_text(encoding="utf-8")
     for folder in {str(report), str(report.resolve())}:
         assert folder not in html, f"report.html holds {folder}: {html[max(0, html.find(folder) - 200) :][:400]}"
+
+
+SMALLEST_SHOWN_PX = 9
+"""The least size of a figure's text as the viewer shows it (at a 1400 px window)."""
+
+
+def test_every_figures_text_is_legible_where_the_viewer_shows_it(report):
+    """Each figure opened in the viewer: its displayed width over its natural width times its smallest text's size
+    (the PNG's text chunk, written by upfl.report.figures.save_figure) is at least 9 px."""
+    with browser_page(report / "results" / "report.html") as page:
+        sizes = figure_legibility(page)
+    assert set(sizes) == {f"{n}.png" for n in FIGURES}
+    for name, s in sizes.items():
+        assert s["smallest_text_px"] > 0 and s["shown_px"] > 0, (name, s)
+        assert s["shown_text_px"] >= SMALLEST_SHOWN_PX, (name, s)
+
+
+def test_no_two_series_of_a_panel_share_a_near_equal_colour(report):
+    """Per panel of each figure (its CSV's data set, mu and metric), the lines' colours differ by ΔE >= 12 (shades
+    of one algorithm's colour included)."""
+    compared = 0
+    for name in FIGURES:
+        data = pd.read_csv(report / "results" / "figures" / f"{name}.csv", comment="#")
+        for _, panel in data.groupby(["dataset", "mu", "metric"], dropna=False):
+            colours = panel.drop_duplicates("line").set_index("line")["colour"]
+            for a, b in itertools.combinations(colours.index, 2):
+                assert colour_difference(colours[a], colours[b]) >= 12, (name, a, colours[a], b, colours[b])
+                compared += 1
+    assert compared >= 8 * 6  # 4 lines (6 pairs) in each of fig5's 8 panels, and more

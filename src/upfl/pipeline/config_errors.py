@@ -85,7 +85,7 @@ def command_line_targets(argv: list[str]) -> list[str]:
     import io
 
     try:
-        from snakemake.cli import get_argument_parser
+        from snakemake.cli import get_argument_parser  # type: ignore[import-untyped]
 
         with contextlib.redirect_stderr(io.StringIO()):
             return list(get_argument_parser().parse_known_args(argv[1:])[0].targets or [])
