@@ -79,8 +79,8 @@ def png_text(data_uri: str) -> dict[str, str]:
 
 def figure_legibility(page) -> dict[str, dict[str, float]]:
     """Each PNG figure of the report opened in its viewer (as the reader opens it with its eye button): its natural
-    width, the width it is displayed at, its smallest text in the PNG's pixels (its text chunk) and that text's
-    size as displayed (displayed / natural width times it); by file name."""
+    width, the width it is displayed at, its smallest text in the PNG's pixels (its text chunk), that text's size
+    as displayed (displayed / natural width times it) and how much of its top the viewer cuts off; by file name."""
     entries = page.evaluate(
         "Object.entries(results).filter(([p, e]) => e.mime_type === 'image/png')"
         ".map(([p, e]) => [p, e.filename, e.data_uri])"
@@ -91,7 +91,10 @@ def figure_legibility(page) -> dict[str, dict[str, float]]:
         image = page.locator("#app img[src^='data:image/png']").first
         image.wait_for()
         page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=image.element_handle())
-        natural, shown = image.evaluate("img => [img.naturalWidth, img.getBoundingClientRect().width]")
+        natural, shown, top, box_top = image.evaluate(
+            "img => [img.naturalWidth, img.getBoundingClientRect().width, img.getBoundingClientRect().top,"
+            " img.parentElement.parentElement.getBoundingClientRect().top]"
+        )
         text = png_text(data_uri).get(SMALLEST_TEXT_KEY)
         smallest = float(text) if text else float("nan")
         out[filename] = {
@@ -99,6 +102,9 @@ def figure_legibility(page) -> dict[str, dict[str, float]]:
             "shown_px": shown,
             "smallest_text_px": smallest,
             "shown_text_px": smallest * shown / natural,
+            # above 0: the figure's top lies above its scroll box, out of the reader's reach (the viewer centres
+            # the figure vertically; a figure taller than the window loses its top)
+            "cut_off_px": box_top - top,
         }
     return out
 

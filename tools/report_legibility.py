@@ -23,13 +23,14 @@ def main() -> int:
     args = p.parse_args()
     with browser_page(args.report) as page:
         sizes = figure_legibility(page)
-    print(f"{'figure':<32} {'natural':>7} {'shown':>6} {'text px':>7} {'shown text px':>13}")
+    print(f"{'figure':<32} {'natural':>7} {'shown':>6} {'text px':>7} {'shown text px':>13} {'top cut off px':>14}")
     for name, s in sorted(sizes.items(), key=lambda kv: kv[1]["shown_text_px"]):
         text = s["smallest_text_px"]
         if math.isnan(text) and args.smallest_pt:
             text = args.smallest_pt * 150 / 72
         shown = text * s["shown_px"] / s["natural_px"]
-        print(f"{name:<32} {s['natural_px']:>7} {s['shown_px']:>6.0f} {text:>7.1f} {shown:>13.1f}")
+        cut = max(0.0, s["cut_off_px"])
+        print(f"{name:<32} {s['natural_px']:>7} {s['shown_px']:>6.0f} {text:>7.1f} {shown:>13.1f} {cut:>14.0f}")
     return 0
 
 

@@ -838,15 +838,16 @@ def test_variants_of_one_algorithm_differ_in_colour_dash_and_marker():
                 assert styles[a] != styles[b]
 
 
-def test_many_facets_wrap_onto_rows_of_at_most_two():
-    """Four data sets with three metrics: two facet columns, two blocks of three metric rows (Figure 9's 12 panels
-    no longer side by side in four columns, where the viewer showed their text at 8.5 px)."""
+def test_many_facets_wrap_onto_rows_of_at_most_four():
+    """Up to four facets side by side (Figure 9's 4 data sets x 3 metrics stay 3 rows: the report's viewer cuts off
+    the top of a figure taller than its window); a fifth wraps onto a second block of metric rows."""
     from upfl.report.figures import MAX_PANEL_COLUMNS, panel_layout, wrapped_panels
 
-    assert MAX_PANEL_COLUMNS == 2
-    assert wrapped_panels(4, 3) == (6, 2, [(0, 0), (0, 1), (3, 0), (3, 1)])
-    assert wrapped_panels(3, 2) == (4, 2, [(0, 0), (0, 1), (2, 0)])
+    assert MAX_PANEL_COLUMNS == 4
+    assert wrapped_panels(4, 3) == (3, 4, [(0, 0), (0, 1), (0, 2), (0, 3)])
+    assert wrapped_panels(5, 2) == (4, 4, [(0, 0), (0, 1), (0, 2), (0, 3), (2, 0)])
     assert wrapped_panels(1, 2) == (2, 1, [(0, 0)])
+    assert wrapped_panels(3, 2, max_cols=2) == (4, 2, [(0, 0), (0, 1), (2, 0)])
     facets = [("synthetic_iid", 0.1), ("synthetic_0_0", 0.1), ("synthetic_0.5_0.5", 0.1), ("synthetic_1_1", 0.1)]
     rows, cols, pos = panel_layout(facets, 3)
-    assert (rows, cols) == (6, 2) and pos[("synthetic_1_1", 0.1)] == (3, 1)
+    assert (rows, cols) == (3, 4) and pos[("synthetic_1_1", 0.1)] == (0, 3)

@@ -153,13 +153,15 @@ SMALLEST_SHOWN_PX = 9
 
 def test_every_figures_text_is_legible_where_the_viewer_shows_it(report):
     """Each figure opened in the viewer: its displayed width over its natural width times its smallest text's size
-    (the PNG's text chunk, written by upfl.report.figures.save_figure) is at least 9 px."""
+    (the PNG's text chunk, written by upfl.report.figures.save_figure) is at least 9 px, and none of it lies above
+    the viewer's reach (the viewer centres a figure vertically and cuts the top off one taller than the window)."""
     with browser_page(report / "results" / "report.html") as page:
         sizes = figure_legibility(page)
     assert set(sizes) == {f"{n}.png" for n in FIGURES}
     for name, s in sizes.items():
         assert s["smallest_text_px"] > 0 and s["shown_px"] > 0, (name, s)
         assert s["shown_text_px"] >= SMALLEST_SHOWN_PX, (name, s)
+        assert s["cut_off_px"] <= 0, (name, s)
 
 
 def test_no_two_series_of_a_panel_share_a_near_equal_colour(report):

@@ -355,9 +355,11 @@ def _line_order(data: pd.DataFrame) -> list[str]:
     return sorted(firsts.index, key=key)
 
 
-MAX_PANEL_COLUMNS = 2
+MAX_PANEL_COLUMNS = 4
 """Facet columns per row of a figure: more facets wrap onto further rows. The report's viewer shows a figure about
-1150 px wide, and a figure of four facet columns (2,400 px at 150 dpi) showed its text at 6-8 px there."""
+1150 px wide and centres it in a 900 px window, cutting off the top of a taller one (its scroll starts at the
+middle), so a figure stays wide rather than tall: four facet columns (about 2,500 px at 150 dpi) show the smallest
+text (:func:`upfl.report.theme.small_text`) at 9 px or more, and a figure's height stays within the window."""
 
 
 def wrapped_panels(n_facets: int, n_metrics: int, max_cols: int = MAX_PANEL_COLUMNS) -> tuple[int, int, list]:

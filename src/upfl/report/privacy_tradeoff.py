@@ -4,6 +4,7 @@ per noise level, from the settings of :mod:`upfl.report.privacy_table`."""
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -86,6 +87,10 @@ def _columns(data: pd.DataFrame) -> list[tuple[str, str]]:
     order = dataset_order(points["dataset"])
     pairs = {(m, d) for m, d in zip(points["mechanism"], points["dataset"], strict=True)}
     return sorted(pairs, key=lambda p: (MECHANISMS.index(p[0]) if p[0] in MECHANISMS else 9, order.index(p[1])))
+
+
+LEGEND_LINE = 24
+"""Characters per line of a legend entry of the trade-off figure."""
 
 
 def plot_tradeoff(data: pd.DataFrame, metrics: Sequence[str], title: str | None, shared_noise: bool = True):
@@ -191,7 +196,9 @@ def plot_tradeoff(data: pd.DataFrame, metrics: Sequence[str], title: str | None,
             legend.setdefault(label, handle)
     fig.legend(
         list(legend.values()),
-        list(legend),
+        # in lines of at most 24 characters: the legend beside four panel columns keeps the figure narrow enough
+        # for its text to show at 9 px in the report's viewer
+        [textwrap.fill(label, LEGEND_LINE) for label in legend],
         loc="center left",
         bbox_to_anchor=(1.0, 0.5),
         frameon=True,

@@ -176,8 +176,9 @@ def set_theme(font_scale: float) -> None:
 
 def small_text() -> float:
     """The figures' smallest text (points): the tick labels' size of the theme set, which legends, notes and
-    annotations use too. The report's viewer shows a figure about 1150 px wide; a figure's panels are laid out so
-    that this size stays at 9 px or more there (:data:`upfl.report.figures.MAX_PANEL_COLUMNS`)."""
+    annotations use too (they were 'small' and 'x-small', 6 and 7 pt: 6-8 px in the report's viewer, which shows a
+    figure about 1150 px wide). A figure's panels are laid out so that this size stays at 9 px or more there
+    (:data:`upfl.report.figures.MAX_PANEL_COLUMNS`)."""
     import matplotlib as mpl
 
     return float(mpl.rcParams["xtick.labelsize"])
