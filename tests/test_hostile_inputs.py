@@ -84,7 +84,6 @@ def test_shell_commands_quote_what_they_interpolate():
         "params.checksums",
         "params.flags",
         "params.args",
-        "params.pairs",
         "params.configs",
         "params.then",  # a report job's table and figure commands: each through shlex.quote, each word inside too
         "params.claims",

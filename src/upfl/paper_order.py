@@ -21,3 +21,10 @@ def paper_order_label(name: str) -> str:
         return f"More: {name.replace('_', ' ')}"
     number, part = figure
     return f"Figure {number:02d}" + (f" ({part})" if part else "")
+
+
+def table_menu_label(name: str) -> str:
+    """A table's entry in the report's Tables menu, which Snakemake sorts as text: 'Table 1' and 'Table 2' for the
+    outputs named ``table<N>`` (the paper's tables), then 'Tables, more: <name>' for the others."""
+    match = re.fullmatch(r"table(\d+)", name)
+    return f"Table {int(match.group(1))}" if match else f"Tables, more: {name.replace('_', ' ')}"

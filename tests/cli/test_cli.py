@@ -3,10 +3,13 @@ by the sub-command it was given to, with the closest flag; a missing data folder
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
 from upfl.cli import build_parser, main
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_run_help_gives_meaning_key_default_and_choices(capsys):
@@ -46,11 +49,14 @@ def test_misspelt_workflow_target_gets_the_closest_one():
     from upfl.pipeline.config_errors import misspelt_targets
 
     known = ["fig5", "fig2", "table1", "time", "all"]
-    argv = ["snakemake", "--cores", "all", "-n", "fig55", "table1", "--configfile", "config/quick.yaml", "tabel1"]
+    argv = ["snakemake", "--cores", "all", "-n", "fig55", "table1", "tabel1", "--configfile", "config/quick.yaml"]
     assert misspelt_targets(argv, known) == [
         "fig55: not a target of this config; did you mean fig5?",
         "tabel1: not a target of this config; did you mean table1?",
     ]
+    # Only targets, as Snakemake's parser reads them: an option's value (`--configfile A tabel1` takes it as a config
+    # file, whose absence Snakemake names) is no target.
+    assert misspelt_targets(["snakemake", "--configfile", "config/quick.yaml", "tabel1"], known) == []
 
 
 def test_misspelt_run_config_key_gets_the_closest_one(tmp_path, capsys):
@@ -156,3 +162,29 @@ def test_synth_draws_of_one_setting_in_one_process_are_the_single_draws_byte_for
         for rel in ("train/data.json", "test/data.json", "meta.json"):
             assert (many / rel).read_bytes() == (one / rel).read_bytes(), (name, rel)
     assert json.loads((tmp_path / "many/data/generated/iid_draw3/meta.json").read_text())["data_seed"] == 3
+
+
+def test_targets_lists_each_target_its_place_in_the_paper_and_its_runs(capsys, monkeypatch):
+    """`upfl targets --configfile config/quick.yaml`: every target of the quick preset's plan, in a line with the
+    runs it needs (its experiments' runs) and its place in the paper, then claims, table2, runs and all."""
+    import yaml
+
+    from upfl.pipeline.plan import build_plan
+
+    monkeypatch.chdir(ROOT)
+    assert main(["targets", "--configfile", "config/quick.yaml"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("Targets of preset quick") and out[0].endswith("TARGET --configfile config/quick.yaml")
+    rows = {line.split()[0]: line for line in out[2:]}
+    config = {**yaml.safe_load((ROOT / "config" / "config.yaml").read_text()), "preset": "quick"}
+    plan = build_plan(config)
+    assert list(rows) == [*plan.targets, "claims", "table2", "runs", "all"]
+    for target, names in plan.targets.items():
+        runs = {r for n in names for r in plan.experiments[plan.outputs[n]["experiment"]]}
+        assert rows[target].split()[1] == str(len(runs)), rows[target]
+    assert rows["table1"].endswith("Table 1") and rows["fig5"].endswith("Figure 5")
+    assert "Figure 2 (convergence); Figure 2 (lambda)" in rows["fig2"]
+    assert "no numbered table or figure: training time" in rows["time"]
+    assert rows["all"].split()[1] == str(len(plan.runs))
+    assert main(["targets", "--configfile", "config/no_such.yaml"]) == 2
+    assert "config/no_such.yaml" in capsys.readouterr().err

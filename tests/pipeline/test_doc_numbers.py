@@ -140,3 +140,14 @@ def test_the_readme_times_come_from_quiet_machines_where_measured(tmp_path):
     (tmp_path / "quick_start.json").write_text(json.dumps({"measurements": [*older, newer]}))
     assert [r["wall"] for r in quick_start_times(tmp_path, quiet=True)] == ["72 s"]  # the latest commit's
     assert [r["wall"] for r in quick_start_times(tmp_path)] == ["72-1306 s"]
+
+
+def test_the_readme_time_table_gives_one_number_per_cell():
+    """The README's time table: one time per row (the ranges, machines and busy runs are docs/numbers.md's)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index(README_SECTION) :].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| Part")]
+    assert len(rows) == 4
+    for row in rows:
+        time = row.strip("|").split("|")[-1].strip()
+        assert re.fullmatch(r"\d+ s¹?|not yet timed|not measured yet", time), row

@@ -9,13 +9,18 @@ import yaml
 from fixtures_workflow import ROOT
 from upfl.pipeline.bundle_trainer import load_spec
 from upfl.pipeline.bundles import SpecError
+from upfl.pipeline.plan import build_plan
 from upfl.pipeline.specs import (
     CONFIG_ENV,
     clear_results,
     encode_config,
+    run_folder,
+    run_list_path,
+    run_list_texts,
     spec_digest,
     spec_path,
     workflow_specs,
+    write_run_lists,
     write_specs,
 )
 
@@ -72,3 +77,23 @@ def test_clearing_a_bundles_results_removes_each_runs_result_files_and_keeps_the
         assert sorted(p.name for p in run.rglob("*")) == [".checkpoints", "checksums.json", "state.pt"]
     assert not runs[2].exists()
     assert clear_results(spec) == []
+
+
+@pytest.mark.parametrize("preset", ["full", "quick"])
+def test_the_job_writes_the_run_lists_the_parse_planned(tmp_path, monkeypatch, preset):
+    """`upfl run-lists` with no file named writes every run list of the config, each named by its content: one per
+    experiment (its report job's) and all of them in one (results/runs.csv's), the runs each experiment plans."""
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    config["preset"] = preset
+    plan = build_plan(config)
+    texts = run_list_texts(plan)
+    monkeypatch.chdir(tmp_path)
+    written = write_run_lists([], {CONFIG_ENV: encode_config(config)})
+    assert sorted(written) == sorted(run_list_path(e, spec_digest(t)) for e, t in texts.items())
+    for experiment, ids in plan.experiments.items():
+        lines = (tmp_path / run_list_path(experiment, spec_digest(texts[experiment]))).read_text().splitlines()
+        assert lines == [f"{experiment}:{run_folder(r)}" for r in ids]
+    every = (tmp_path / run_list_path("", spec_digest(texts[""]))).read_text().splitlines()
+    assert len(every) == sum(len(ids) for ids in plan.experiments.values())
+    with pytest.raises(SpecError, match=r"results/runs-0123456789abcdef\.list: no experiment of this workflow"):
+        write_run_lists(["results/runs-0123456789abcdef.list"], {CONFIG_ENV: encode_config(config)})

@@ -3,6 +3,7 @@ privacy marks, diverged runs left out, and 'not measured here' rows with their r
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -728,3 +729,30 @@ def test_each_rows_provenance_is_that_of_its_own_runs(page):
     for r in rows:
         assert {k: r[k] for k in keys} == provenance_columns(row_runs(kept, r))
     assert {r["n_runs"] for r in rows} - {0}, "some rows read runs"
+
+
+def test_table1_gives_the_claims_pages_verdict_in_its_words(page, tmp_path):
+    """Table 1's verdict column and the claims page judge each cell by one rule and name it in the same words; with
+    fewer than 5 pairs both say 'too few seeds (n)'."""
+    prefix = tmp_path / "table1"
+    args = ["report", "table1", "--runs", str(page["csv"]), "--experiment", "table1", "--out-prefix", str(prefix)]
+    assert main(args) == 0
+    table = pd.read_csv(f"{prefix}.csv", comment="#")
+    md = Path(f"{prefix}.md").read_text()
+    claims = page["frame"]
+    judged = 0
+    for row in table[table["algorithm"] == "upcycled"].to_dict("records"):
+        for key in ("train_acc", "test_acc"):
+            claim = claims.loc[f"table1/{row['dataset']}/mu{row['mu']:g}/{key}"]
+            assert row[f"verdict_{key}"] == claim["verdict"], (row["dataset"], row["mu"], key)
+            judged += 1
+    assert judged == 6 and {"holds", "does not hold", "inconclusive"} <= set(claims["verdict"])
+    assert "| verdict (claims page) |" in md and "| holds |" in md and "| does not hold |" in md
+    assert not re.search(r"\| (yes|no|train only|test only) \|", md)
+    # Two seeds: too few for a verdict, on both pages.
+    few = read_runs(page["csv"])
+    few = few[few["seed"].isin([0, 1])]
+    few.to_csv(tmp_path / "few.csv", index=False)
+    assert main([*args[:3], str(tmp_path / "few.csv"), *args[4:]]) == 0
+    md = Path(f"{prefix}.md").read_text()
+    assert md.count("| too few seeds (2) |") == 3 and "holds" not in md.split("| verdict (claims page) |")[1]

@@ -41,6 +41,20 @@ def test_lint_is_clean(tmp_path):
     assert proc.returncode == 0 and "workflow lint: clean" in proc.stdout, proc.stdout + proc.stderr
 
 
+SCREEN = 80 * 24
+"""A terminal screen of characters: no job's command line is longer."""
+
+
+@pytest.mark.parametrize("preset", ["full", "quick"])
+def test_no_job_prints_a_command_line_longer_than_a_screen(tmp_path, preset):
+    """Long lists (runs, bundle specs) reach a job through files, not its command line."""
+    proc = snakemake(workflow_copy(tmp_path), "-n", "--printshellcmds", "--config", f"preset={preset}")
+    commands = [ln for ln in proc.stdout.splitlines() if ln.startswith("Shell command:")]
+    assert len(commands) > 10
+    longest = max(commands, key=len)
+    assert len(longest) <= SCREEN, f"{len(longest)} characters: {longest[:300]}..."
+
+
 @pytest.mark.parametrize("preset", ["full", "quick"])
 def test_dry_run_lists_every_run_of_the_paper(tmp_path, preset):
     wd = workflow_copy(tmp_path)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures_workflow import job_counts, snakemake, workflow_copy
+from fixtures_workflow import assert_nothing_to_be_done, job_counts, snakemake, workflow_copy
 
 pytestmark = pytest.mark.workflow
 
@@ -129,3 +129,19 @@ def test_an_edited_run_is_restored_before_any_table_reads_it(tmp_path):
     assert f"{victim.parent.relative_to(wd)}: restored from the store" in log
     assert "0.999" not in (wd / "results" / "runs.csv").read_text()
     assert nothing_to_do(snakemake(wd, "-n", *args))
+
+
+def test_choosing_the_preset_by_its_file_or_by_config_plans_the_same_nothing(tmp_path):
+    """The two documented ways of choosing a preset (`--configfile config/small.yaml`, `--config preset=small`) plan
+    the same jobs: after a build with one, the other has nothing to do (the report jobs' params name no config
+    file, and no path of the clone)."""
+    wd = mixed_workflow(tmp_path)
+    snakemake(wd, "--cores", "2", "--configfile", "config/small.yaml")
+    plan = snakemake(wd, "-n", "--config", "preset=small")
+    assert_nothing_to_be_done(plan)
+    snakemake(wd, "--report", "results/report.html", "--config", "preset=small")
+    report = (wd / "results" / "report.html").read_text(encoding="utf-8")
+    assert str(wd) not in report and str(wd.resolve()) not in report
+    # The provenance lines still name the config files of the build that made them, relative to the workflow folder.
+    table = (wd / "results" / "tables" / "table1.md").read_text(encoding="utf-8")
+    assert "config config/config.yaml (sha256 " in table and "config config/small.yaml (sha256 " in table, table

@@ -18,14 +18,18 @@ from upfl.data.digest import digest_path, files_signature, stat_signature
 from upfl.pipeline.bundles import bundle_priorities, check_single_runs, form_bundles
 from upfl.pipeline.specs import (
     CONFIG_ENV,
+    CONFIG_FILES_ENV,
     encode_config,
     run_folder,
+    run_list_path,
+    run_list_texts,
     spec_digest,
     spec_path,
     workflow_specs,
 )
 from upfl.pipeline.outputs import output_files, output_kind, report_command
 from upfl.pipeline.plan import ExperimentError, build_plan, names_regex, resolve_preset
+from upfl.paper_order import table_menu_label
 
 try:
     # The config with the preset's keys in place (its `datasets`, `resources_dir`): what the rules read.
@@ -347,8 +351,10 @@ def target_results(names):
     return lambda wildcards: run_results(run_ids)
 
 
-def experiment_pairs(experiment):
-    return " ".join(shlex.quote(f"{experiment}:{run_dir(r)}") for r in PLAN.experiments[experiment])
+# Each experiment's run list (EXPERIMENT:RUN_DIR lines), which its report job and the one of results/runs.csv read
+# with `--list`: written by the job run_lists and named by its content, as the bundles' specs are.
+# RUN_LISTS[""]: every experiment's, results/runs.csv's.
+RUN_LISTS = {e: run_list_path(e, spec_digest(text)) for e, text in run_list_texts(PLAN).items()}
 
 
 def output_of(name):
@@ -392,10 +398,15 @@ def all_outputs(wildcards=None):
     return [f for f in files if os.path.exists(f)] if MAKING_REPORT else files + run_results(RUNS)
 
 
+# The report jobs name this invocation's config files in their provenance lines (upfl.pipeline.specs.CONFIG_FILES_ENV):
+# relative to the folder the workflow runs in, and outside the jobs' params, so that choosing a preset by its file or
+# by `--config preset=NAME` plans the same jobs.
+os.environ[CONFIG_FILES_ENV] = "\n".join(os.path.relpath(f) for f in workflow.configfiles)
+
+
 def config_file_args():
-    """`--config-file F ...` (every config file of this invocation) and `--preset NAME` for the provenance line."""
-    files = " ".join(f"--config-file {shlex.quote(str(f))}" for f in workflow.configfiles)
-    return f"{files} --preset {shlex.quote(CONFIG.get('preset', 'full'))}"
+    """`--preset NAME` for the provenance line (`upfl report` names the config files from CONFIG_FILES_ENV)."""
+    return f"--preset {shlex.quote(CONFIG.get('preset', 'full'))}"
 
 
 def claims_command():
@@ -439,12 +450,20 @@ def report_files(name):
         if MAKING_REPORT and not os.path.exists(path):
             files.append(path)
         elif folder == "tables" and ext in (".html", ".csv"):
-            files.append(report(path, category="Tables", subcategory=name, caption=caption))
+            files.append(report(path, category="Tables", subcategory=table_menu_label(name), caption=caption))
         elif folder == "figures" and ext == ".png":
-            files.append(report(path, category="Figures", caption=caption, labels=figure_labels(name)))
+            files.append(report(path, category="Figures", caption=figure_caption(name), labels=figure_labels(name)))
         else:
             files.append(path)
     return files
+
+
+def figure_caption(name):
+    """A figure's caption file in the report: the one its job wrote beside it (``results/figures/NAME.rst``, its
+    number, data, seeds and provenance; upfl.pipeline.captions.figure_caption), named by its absolute path as
+    Snakemake reads a caption relative to the rule file; workflow/report/figure.rst where it was never written."""
+    written = os.path.abspath(f"results/figures/{name}.rst")
+    return written if MAKING_REPORT and os.path.exists(written) else "../report/figure.rst"
 
 
 def output_command(name):
@@ -523,11 +542,11 @@ def figure_labels(name):
     return labels
 
 
-# The front page's and the captions' templates read these as `snakemake.config["front_page"]` and
-# `snakemake.config["captions"]` (set after the config was checked).
+# The front page's and the tables' caption templates read these as `snakemake.config["front_page"]` and
+# `snakemake.config["captions"][<rule>/<template>]` (set after the config was checked).
 if MAKING_REPORT:
-    from upfl.pipeline.captions import output_captions
+    from upfl.pipeline.captions import table_captions
     from upfl.report.built import built_presets, built_runs
 
     config["front_page"] = front_page()
-    config["captions"] = output_captions(CONFIG, PLAN)
+    config["captions"] = table_captions(CONFIG, PLAN, rule_name)

@@ -1,6 +1,6 @@
 # Tables and figures from the runs of each experiment (upfl report ...), and one named target per table/figure.
 # Shell quoting: single values are interpolated with `:q`; the flag lists (`{params.overrides}`, `{params.options}`,
-# `{params.checksums}`, `{params.pairs}`, `{params.then}`, `{params.claims}`) are built in common.smk with every value
+# `{params.checksums}`, `{params.then}`, `{params.claims}`) are built in common.smk with every value
 # passed through `shlex.quote` (`:q` would quote the whole list as one word). tests/test_hostile_inputs.py runs names carrying `;` through them.
 
 
@@ -17,6 +17,7 @@ for _experiment in PLAN.experiments:
         input:
             runs=lambda wildcards, e=_experiment: experiment_results(e),
             reference=experiment_references(_experiment),
+            run_list=ancient(RUN_LISTS[_experiment]),
         output:
             *(f for n in experiment_outputs(_experiment) for f in report_files(n)),
             runs=experiment_table(_experiment),
@@ -25,10 +26,9 @@ for _experiment in PLAN.experiments:
         priority: REPORT_PRIORITY
         localrule: True
         params:
-            pairs=experiment_pairs(_experiment),
             then=experiment_then(_experiment),
         shell:
-            "upfl report runs --verify --out {output.runs:q} {params.pairs} {params.then} > {log:q} 2>&1"
+            "upfl report runs --verify --out {output.runs:q} --list {input.run_list:q} {params.then} > {log:q} 2>&1"
 
 
 # results/runs.csv waits for the experiments' runs tables, which wait for their runs (common.smk's
@@ -37,7 +37,8 @@ for _experiment in PLAN.experiments:
 # (--then): building either builds both.
 rule all_runs:
     input:
-        [experiment_table(e) for e in PLAN.experiments],
+        tables=[experiment_table(e) for e in PLAN.experiments],
+        run_list=ancient(RUN_LISTS[""]),
     output:
         runs="results/runs.csv",
         html=report(
@@ -50,10 +51,25 @@ rule all_runs:
     priority: REPORT_PRIORITY
     localrule: True
     params:
-        pairs=" ".join(experiment_pairs(e) for e in PLAN.experiments),
         claims=shlex.quote(claims_command()),
     shell:
-        "upfl report runs --verify --out {output.runs:q} {params.pairs} --then {params.claims} > {log:q} 2>&1"
+        "upfl report runs --verify --out {output.runs:q} --list {input.run_list:q} --then {params.claims} > {log:q} 2>&1"
+
+
+# The run lists (common.smk's RUN_LISTS): written here, at job time, named by their content (the command writes every
+# list of the config, which are this rule's outputs: a command naming them would run to thousands of characters).
+# The report jobs take theirs as `ancient` input (the file only orders the jobs; a rewrite never dates them); a
+# changed list has a new name, which reruns its report job. The lists are `temp`: removed once the jobs that read
+# them are done, so that they are made anew whenever a report job runs, never an input stamped in the future.
+rule run_lists:
+    output:
+        [temp(f) for f in sorted(RUN_LISTS.values())],
+    log:
+        "results/logs/report/run_lists.log",
+    priority: REPORT_PRIORITY
+    localrule: True
+    shell:
+        "upfl run-lists > {log:q} 2>&1"
 
 
 # `snakemake claims`: the claims page (written by all_runs, with results/runs.csv).
@@ -70,9 +86,17 @@ rule table2:
         [dataset_dir(d) for d in PLAN.datasets if CONFIG["datasets"][d].get("setting", d) == d],
     output:
         html=report(
-            "results/tables/table2.html", category="Tables", subcategory="table2", caption="../report/table2.rst"
+            "results/tables/table2.html",
+            category="Tables",
+            subcategory=table_menu_label("table2"),
+            caption="../report/table2.rst",
         ),
-        csv=report("results/tables/table2.csv", category="Tables", subcategory="table2", caption="../report/table2.rst"),
+        csv=report(
+            "results/tables/table2.csv",
+            category="Tables",
+            subcategory=table_menu_label("table2"),
+            caption="../report/table2.rst",
+        ),
         md="results/tables/table2.md",
     log:
         "results/logs/report/table2.log",

@@ -62,9 +62,11 @@ rule warm_up_kernels:
         "upfl kernels warm-up --threads 1 --out {output:q} > {log:q} 2>&1"
 
 
-# The bundles' specs (common.smk, upfl.pipeline.specs): written here, at job time, named by their content. A bundle
-# job takes its spec as `ancient` input (the file only orders the jobs; a rewrite never dates a bundle) and the
-# spec's digest as a param: it reruns when its spec's content changes, whatever the modification times.
+# The bundles' specs (common.smk, upfl.pipeline.specs): written here, at job time, named by their content (the
+# command writes every spec of the config, which are this rule's outputs: a command naming them ran to 7,700
+# characters). A bundle job takes its spec as `ancient` input (the file only orders the jobs; a rewrite never dates
+# a bundle) and the spec's digest as a param: it reruns when its spec's content changes, whatever the modification
+# times.
 if BUNDLES:
 
     rule bundle_specs:
@@ -75,7 +77,7 @@ if BUNDLES:
         priority: DATA_PRIORITY
         localrule: True
         shell:
-            "upfl bundle-specs {output:q} > {log:q} 2>&1"
+            "upfl bundle-specs > {log:q} 2>&1"
 
 
 for _bundle in BUNDLES.values():

@@ -4,6 +4,7 @@
                   [--clear-results] [--benchmark results/benchmarks/bundles/<name>.tsv]
 
     upfl bundle-specs results/bundles/<name>-<digest>.json ...   (the workflow's rule bundle_specs)
+    upfl run-lists results/experiments/<experiment>/runs-<digest>.list ...   (the workflow's rule run_lists)
 
 The spec (written by the workflow's job ``upfl bundle-specs``, :mod:`upfl.pipeline.specs`) lists runs, each with its id,
 data set folder, result folder, log file and run-config document; every run is :func:`upfl.engine.simulation.run` with
@@ -101,6 +102,18 @@ def cmd_bundle_specs(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run_lists(args: argparse.Namespace) -> int:
+    from ..pipeline.specs import SpecError, write_run_lists
+
+    try:
+        written = write_run_lists(args.files)
+    except SpecError as e:
+        print(f"upfl run-lists: error: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {len(written)} run lists")
+    return 0
+
+
 def read_data_ahead(args: argparse.Namespace) -> str:
     """The fork server's step before a bundle (:func:`upfl.pipeline.bundle_trainer.load_spec_data`)."""
     from ..pipeline.bundle_trainer import load_spec_data
@@ -140,5 +153,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_run_many, **{SERVER_AHEAD: read_data_ahead})
 
     s = sub.add_parser("bundle-specs", help="write bundle spec files from the workflow's config (rule bundle_specs)")
-    s.add_argument("files", nargs="+", help="spec files results/bundles/<bundle>-<digest>.json to write")
+    s.add_argument(
+        "files", nargs="*", help="spec files results/bundles/<bundle>-<digest>.json to write (default: every one)"
+    )
     s.set_defaults(func=cmd_bundle_specs)
+    lists = sub.add_parser(
+        "run-lists", help="write the report jobs' run lists from the workflow's config (rule run_lists)"
+    )
+    lists.add_argument(
+        "files",
+        nargs="*",
+        help="run list files results/experiments/<experiment>/runs-<digest>.list (default: every one)",
+    )
+    lists.set_defaults(func=cmd_run_lists)

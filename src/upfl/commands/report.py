@@ -101,6 +101,20 @@ def _written(prefix: str, extensions: tuple[str, ...]) -> str:
     return f"{prefix}." + ", .".join(extensions)
 
 
+def write_figure_caption(args: argparse.Namespace, kind: str, prefix: str, runs, provenance: str) -> None:
+    """``PREFIX.rst``: the figure's caption in the report (:func:`upfl.pipeline.captions.figure_caption`)."""
+    from pathlib import Path
+
+    from ..files import write_text
+    from ..pipeline.captions import experiment_description, figure_caption
+    from ..report.render import runs_origins_and_seeds
+
+    origins, seeds = runs_origins_and_seeds(runs)
+    description = experiment_description(args.config_file or [], args.experiment)
+    text = figure_caption(Path(prefix).name, kind, description, origins, seeds, args.where or [], provenance)
+    write_text(f"{prefix}.rst", text)
+
+
 def cmd_output(args: argparse.Namespace) -> int:
     """Any output kind of :data:`upfl.pipeline.outputs.OUTPUT_KINDS` from the selected runs, by its writer."""
     import inspect
@@ -139,7 +153,9 @@ def cmd_output(args: argparse.Namespace) -> int:
         write(runs, args.out_prefix, provenance=prov, **{k: v for k, v in options.items() if k in accepted})
     written = [_written(args.out_prefix, entry.tables)] if entry.tables else []
     if entry.figures:
-        written.append(_written(args.figure_prefix if entry.tables else args.out_prefix, entry.figures))
+        figure_prefix = args.figure_prefix if entry.tables else args.out_prefix
+        write_figure_caption(args, kind, figure_prefix, runs, prov)
+        written.append(_written(figure_prefix, entry.figures))
     print(f"wrote {' and '.join(written)} ({len(runs)} runs)")
     return 0
 
@@ -197,6 +213,10 @@ def _guard(func):
 
     def run(args: argparse.Namespace) -> int:
         load_modules(args)
+        if hasattr(args, "config_file") and not args.config_file:
+            from ..pipeline.specs import config_files_from_env
+
+            args.config_file = config_files_from_env() or None
         from ..report.collect import ReportError
 
         try:
@@ -227,7 +247,8 @@ def _config_file(q: argparse.ArgumentParser) -> None:
         action="append",
         default=None,
         metavar="FILE",
-        help="workflow config file, named with its sha256 in the provenance line; repeatable",
+        help="workflow config file, named with its sha256 in the provenance line; repeatable (default: those the "
+        "workflow names in $UPFL_WORKFLOW_CONFIG_FILES)",
     )
     q.add_argument(
         "--preset",

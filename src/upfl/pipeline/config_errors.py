@@ -78,14 +78,29 @@ def check_workflow_config(config: dict[str, Any], schema_path: str) -> None:
         raise ExperimentError(schema_error_text(errors[0]))
 
 
+def command_line_targets(argv: list[str]) -> list[str]:
+    """The targets of a Snakemake command line, as Snakemake's own parser reads them (``--configfile A B fig5``
+    takes fig5 as a config file); its words after the program where it cannot be parsed."""
+    import contextlib
+    import io
+
+    try:
+        from snakemake.cli import get_argument_parser  # type: ignore[import-untyped]
+
+        with contextlib.redirect_stderr(io.StringIO()):
+            return list(get_argument_parser().parse_known_args(argv[1:])[0].targets or [])
+    except (ImportError, SystemExit):
+        return argv[1:]
+
+
 def misspelt_targets(argv: list[str], known: list[str]) -> list[str]:
-    """One line per word of a Snakemake command line that looks like a misspelt target (not a known target or
-    rule, but close to one): 'fig55: not a target of this config; did you mean fig5?'."""
+    """One line per target of a Snakemake command line that looks misspelt (not a known target or rule, but close
+    to one): 'fig55: not a target of this config; did you mean fig5?'."""
     import difflib
     import re
 
     lines = []
-    for word in argv[1:]:
+    for word in command_line_targets(argv):
         if not re.fullmatch(r"[A-Za-z]\w*", word) or word in known:
             continue
         close = difflib.get_close_matches(word, known, n=1, cutoff=0.75)

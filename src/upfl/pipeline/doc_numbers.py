@@ -150,47 +150,43 @@ def numbers(config: dict[str, Any], benchmarks: Path) -> dict[str, Any]:
     }
 
 
+def longest(text: str) -> str:
+    """The upper end of a range of seconds ('40-45 s' -> '45 s'; '42 s' as it is)."""
+    return text.rsplit("-", 1)[-1] if "-" in text else text
+
+
 def readme_section(n: dict[str, Any]) -> str:
-    """The README's "Requirements and time" section."""
+    """The README's "Requirements and time" section: one number per cell (a fresh clone's `make quick`, numba's
+    cache cold; the upper end of the latest quiet measurements), the ranges, machines and busy runs in
+    docs/numbers.md."""
     full, quick, half = n["plan"]["full"], n["plan"]["quick"], n["synthetic_half"]
-    quick_times = (
-        "; ".join(
-            f"{r['wall']} wall, {r['cpu']} CPU on {r['machine']}, numba cache {r['cache']}, load average {r['load']}"
-            for r in n["quick_start_quiet"]
-        )
-        or "not measured yet"
-    )
-    qw = n.get("quick_workflow")
-    if qw:
-        quick_times += (
-            f"; the workflow alone (no report, `benchmarks/pipeline.py`): {qw['wall']} wall, {qw['cpu']} of "
-            f"busy cores on {qw['machine']}, numba cache {qw['cache']}, load average {qw['load']}"
-        )
+    quick_rows = n["quick_start_quiet"]
+    quick_row = next((r for r in quick_rows if r["cache"] == "cold"), quick_rows[0] if quick_rows else None)
+    suite = n["test_suite_quiet"][0] if n["test_suite_quiet"] else None
+    machines = {r["machine"] for r in (quick_row, suite, half or None) if r}
+    where = f"on {machines.pop()}" if len(machines) == 1 else "on 2-core machines (docs/numbers.md names each)"
+    half_time = f"{half['wall']}¹" if half else "not measured yet"
+    quick_time = longest(quick_row["wall"]) if quick_row else "not measured yet"
     lines = [
         README_SECTION,
-        "Measured with `python benchmarks/quick_start.py` and `python benchmarks/pipeline.py` (ranges over the "
-        "runs in `benchmarks/results/` of the latest commit measured that started on a quiet machine; all counts "
-        "and times, busy machines and older commits included: [docs/numbers.md](docs/numbers.md)). A machine "
-        "without AVX-512 or one that is busy takes longer: on a slower one expect a multiple.",
+        f"Wall time {where}, quiet, numba's cache cold for `make quick` (a fresh clone); measured by "
+        "`python benchmarks/quick_start.py` and `python benchmarks/pipeline.py`. Every range, machine and busy run: "
+        "[docs/numbers.md](docs/numbers.md); a busy or slower machine takes a multiple.",
         "",
         "| Part | Needs | Runs (training jobs) | Time |",
         "|---|---|---|---|",
         f"| `make quick` (synthetic, our generator) | Python >= 3.10, 2 CPU cores, no network | "
-        f"{quick['runs']} ({quick['training_jobs']}) | {quick_times} |",
+        f"{quick['runs']} ({quick['training_jobs']}) | {quick_time} |",
         f"| Synthetic half of the paper (authors' released draws) | internet once (6.6 MB) | "
-        f"{full['synthetic_runs']} ({full['synthetic_jobs']}) | "
-        + (
-            f"{half['wall']} wall, {half['cpu']} of busy cores on {half['machine']}, numba cache {half['cache']}, "
-            f"for {half['runs']} of its runs (all but the sensitivity grid's and its held-out seeds')"
-            if half
-            else "not measured yet"
-        )
-        + " |",
+        f"{full['synthetic_runs']} ({full['synthetic_jobs']}) | {half_time} |",
         f"| Real-data half (FEMNIST, Sent140) | internet (2.5 GB of LEAF archives and GloVe), a GPU | "
-        f"{full['real_runs']} ({full['real_jobs']} GPU jobs) | not yet timed on a GPU |",
-        f"| `make test` (the whole suite) | `make install`, 2 cores; see docs/testing.md | | {suite_text(n)} |",
+        f"{full['real_runs']} ({full['real_jobs']} GPU jobs) | not yet timed |",
+        f"| `make test` (the whole suite) | `make install`, 2 cores | | "
+        f"{longest(suite['wall']) if suite else 'not measured yet'} |",
         "",
     ]
+    if half:
+        lines += [f"¹ for {half['runs']} of its runs (all but the sensitivity grid's and its held-out seeds'), numba's cache warm.", ""]
     return "\n".join(lines)
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 TABLE = ("csv", "md", "html")
 TABLE_TEX = (*TABLE, "tex")
-FIGURE = ("png", "pdf", "csv")
+FIGURE = ("png", "pdf", "csv", "rst")
 
 
 @dataclass(frozen=True)

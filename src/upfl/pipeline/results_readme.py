@@ -17,7 +17,8 @@ RESULTS_LAYOUT = """\
 - `runs.csv`: one row per run with its config keys, final metrics and data source (load it with pandas).
 - `experiments/<experiment>/runs.csv`: the runs of one experiment.
 - `tables/`: each table as HTML (the formatted page), CSV, Markdown and for Table 1 and privacy LaTeX;
-  `tables/claims.*`: the paper's claims, judged. `figures/`: PNG, PDF and the CSV behind each figure.
+  `tables/claims.*`: the paper's claims, judged. `figures/`: PNG, PDF, the CSV behind each figure and its
+  caption in the report (`.rst`: what it shows, its data, seeds and provenance).
 - `bundles/`: the spec of each training job that trains many runs (`<bundle>-<digest>.json`, named by its
   content); `finished/`: the finished runs of a bundle, restored from there when a bundle job reruns.
 - `logs/`, `benchmarks/`: per-job logs and timings.

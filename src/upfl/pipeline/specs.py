@@ -27,6 +27,11 @@ CONFIG_ENV = "UPFL_WORKFLOW_CONFIG"
 """The environment variable through which the workflow's parse hands its config (zlib-compressed JSON, base64) to
 the job that writes the bundle specs: a shell command line could not carry the specs themselves (a bundle of the
 full config's is 270 kB)."""
+CONFIG_FILES_ENV = "UPFL_WORKFLOW_CONFIG_FILES"
+"""The environment variable through which the workflow's parse names its config files (relative to the folder it
+runs in, one a line) to the report jobs, for their provenance lines: in a job's params they would make the report
+jobs plan again whenever the same config is chosen another way (``--config preset=quick`` after ``--configfile
+config/quick.yaml``)."""
 SPEC_FOLDER = "results/bundles"
 
 
@@ -119,11 +124,13 @@ def decode_config(text: str | None) -> dict[str, Any]:
 
 
 def write_specs(files: list[str], environ: dict[str, str] | None = None) -> list[str]:
-    """Write the spec files ``files`` (each ``results/bundles/<bundle>-<digest>.json``) from the workflow config in
-    ``environ`` (default: this process's); a file whose bundle or digest the config does not give is an error
-    naming it (the config changed since the workflow was parsed). Returns the files written."""
+    """Write the spec files ``files`` (each ``results/bundles/<bundle>-<digest>.json``; every spec of the config when
+    none is named) from the workflow config in ``environ`` (default: this process's); a file whose bundle or digest
+    the config does not give is an error naming it (the config changed since the workflow was parsed). Returns the
+    files written."""
     config = decode_config((os.environ if environ is None else environ).get(CONFIG_ENV))
     by_path = {spec_path(name, spec_digest(text)): text for name, text in workflow_specs(config).items()}
+    files = files or sorted(by_path)
     unknown = [f for f in files if os.path.normpath(f) not in {os.path.normpath(p) for p in by_path}]
     if unknown:
         raise SpecError(
@@ -148,3 +155,45 @@ def check_spec_file(path: str | os.PathLike, text: str) -> None:
             f"{path}: its content does not match the digest in its name (the file was edited after the "
             f"workflow wrote it); delete it and run snakemake again"
         )
+
+
+def config_files_from_env(environ: dict[str, str] | None = None) -> list[str]:
+    """The workflow's config files named in :data:`CONFIG_FILES_ENV` ([] when it is not set)."""
+    text = (os.environ if environ is None else environ).get(CONFIG_FILES_ENV, "")
+    return [line for line in text.splitlines() if line]
+
+
+def run_list_texts(plan) -> dict[str, str]:
+    """Each experiment's run list (``EXPERIMENT:RUN_DIR`` lines, ``upfl report runs --list``), by experiment, and
+    under ``""`` all of them one after another (results/runs.csv's): the report jobs read them from files, as a
+    command line holding them ran to 40,000 characters."""
+    texts = {e: "".join(f"{e}:{run_folder(r)}\n" for r in ids) for e, ids in plan.experiments.items()}
+    return {**texts, "": "".join(texts.values())}
+
+
+def run_list_path(experiment: str, digest: str) -> str:
+    """``results/experiments/<experiment>/runs-<digest>.list`` (``results/runs-<digest>.list`` for every
+    experiment's, ``experiment`` ""): named by its content, as a spec is."""
+    folder = f"results/experiments/{experiment}" if experiment else "results"
+    return f"{folder}/runs-{digest}.list"
+
+
+def write_run_lists(files: list[str], environ: dict[str, str] | None = None) -> list[str]:
+    """Write the run list files ``files`` (every list of the config when none is named) from the workflow config in
+    ``environ`` (default: this process's), as :func:`write_specs` writes the specs; a file this config does not
+    give is an error naming it."""
+    from .plan import build_plan
+
+    config = decode_config((os.environ if environ is None else environ).get(CONFIG_ENV))
+    texts = run_list_texts(build_plan(config))
+    by_path = {os.path.normpath(run_list_path(e, spec_digest(t))): t for e, t in texts.items()}
+    files = files or sorted(by_path)
+    unknown = [f for f in files if os.path.normpath(f) not in by_path]
+    if unknown:
+        raise SpecError(
+            f"{unknown[0]}: no experiment of this workflow config has this run list (the config changed after the "
+            "workflow was parsed; run snakemake again)"
+        )
+    for f in files:
+        write_text(f, by_path[os.path.normpath(f)])
+    return files

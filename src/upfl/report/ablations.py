@@ -38,7 +38,7 @@ from .paper_numbers import algorithm_label, dataset_label, dataset_order
 from .render import as_number, fmt, fmt_mu, markdown_table, write_csv, write_markdown
 from .stats import LEVEL, mean_interval
 from .styles import ALGORITHM_STYLES
-from .theme import pyplot, set_theme
+from .theme import pyplot, set_theme, small_text
 
 SCHEDULES = CHOICES["algorithm.schedule"]
 
@@ -388,7 +388,7 @@ def momentum_figure(runs: pd.DataFrame, out_prefix: str, provenance: str) -> Non
                 ax.set_ylabel("Test accuracy")
                 ax.set_title(f"{dataset_label(dataset)}: {family} ± momentum")
                 if i == 0:
-                    ax.legend(fontsize=6, loc="lower right")
+                    ax.legend(fontsize=small_text(), loc="lower right")
     fig.suptitle(
         f"{figure_title(Path(out_prefix).name)}: upcycling or server momentum? Mean over seeds, bands min-max",
         fontsize=10,
@@ -495,8 +495,8 @@ def schedule_figure(runs: pd.DataFrame, out_prefix: str, provenance: str) -> Non
         axes[1, j].set_xlabel("Training round")
         axes[1, j].xaxis.set_major_locator(MaxNLocator(integer=True))
         axes[1, j].set_ylabel("Test accuracy")
-    axes[0, -1].legend(fontsize=7)
-    axes[1, -1].legend(fontsize=7)
+    axes[0, -1].legend(fontsize=small_text())
+    axes[1, -1].legend(fontsize=small_text())
     title = (
         f"{figure_title(Path(out_prefix).name)}: coefficient schedules, const c1, horizon c1/sqrt(M), "
         "inv_sqrt c1/sqrt(m)"

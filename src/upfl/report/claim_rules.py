@@ -171,6 +171,15 @@ def verdict_gain(
     return "inconclusive", "the interval contains both 0 and the paper's figure"
 
 
+TABLE1_TOLERANCE = 0.01
+"""Table 1's gains are printed to 2 decimals: the paper's difference is reached within this many points."""
+
+
+def table1_verdict(paper: float, low: float, high: float, n: int) -> tuple[str, str]:
+    """The verdict on a Table 1 gain (Upcycled-FL minus FedProx, points), on the claims page and in Table 1."""
+    return verdict_gain(paper, low, high, n, TABLE1_TOLERANCE)
+
+
 def verdict_equivalence(
     target: float, low: float, high: float, n: int, margin: float = EQUIVALENCE_MARGIN
 ) -> tuple[str, str]:

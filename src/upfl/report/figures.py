@@ -27,7 +27,7 @@ from .collect import METRIC_NAMES, ReportError, cumulative_rounds, load_metrics,
 from .paper_numbers import ALGORITHM_ORDER, algorithm_label, dataset_label, dataset_order, metric_label
 from .render import as_number, fmt_mu, write_csv
 from .styles import ALGORITHM_STYLES, PAPER_ALGORITHMS
-from .theme import colour_palette, pyplot, set_theme
+from .theme import colour_palette, pyplot, set_theme, small_text
 
 KINDS = ("convergence", "lambda_sweep")
 X_CHOICES = {"convergence": ("iteration", "round", "time"), "lambda_sweep": ("step", "lam")}
@@ -251,7 +251,8 @@ def line_algorithm(line: str) -> str:
 
 def palette_for(lines: Sequence[str]) -> dict[str, str]:
     """Each legend entry's colour (hex): its algorithm's from :data:`ALGORITHM_COLOURS`; several variants of one
-    algorithm in a figure get shades of that colour, darkest first."""
+    algorithm in a figure get shades of that colour from darker to lighter (with their own dash and marker,
+    :func:`line_styles`), darkest first."""
     from matplotlib.colors import to_hex, to_rgb
 
     pal: dict[str, str] = {}
@@ -263,14 +264,17 @@ def palette_for(lines: Sequence[str]) -> dict[str, str]:
             continue
         rgb = to_rgb(colour)
         for i, ln in enumerate(variants):
-            t = 0.55 * i / (len(variants) - 1)  # blend toward white: 0 (the colour itself) .. 0.55
-            pal[ln] = to_hex((rgb[0] + (1 - rgb[0]) * t, rgb[1] + (1 - rgb[1]) * t, rgb[2] + (1 - rgb[2]) * t))
+            # from darker (blended toward black) to lighter (toward white): far enough apart to tell at a glance
+            t = -0.5 + 1.1 * i / (len(variants) - 1)
+            target = 1.0 if t > 0 else 0.0
+            r, g, b = (c + (target - c) * abs(t) for c in rgb)
+            pal[ln] = to_hex((r, g, b))
     return pal
 
 
-def outside_legend(ax, fontsize: str = "small") -> None:
+def outside_legend(ax) -> None:
     """The legend to the right of the axes, off the data."""
-    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, frameon=False, fontsize=fontsize)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, frameon=False, fontsize=small_text())
 
 
 def draw_band(
@@ -306,10 +310,31 @@ def save_figure(fig, out_prefix: str) -> None:
     creator = f"upfl {__version__} (git {git_commit() or 'unknown'})"
     fig.set_layout_engine(None)
     bbox = fig.get_tightbbox().padded(pyplot().rcParams["savefig.pad_inches"])
+    smallest = {SMALLEST_TEXT_KEY: f"{smallest_text_pt(fig) * FIGURE_DPI / 72:.2f}"}
     for ext in ("png", "pdf"):
         with atomic_path(f"{out_prefix}.{ext}") as tmp:
-            fig.savefig(tmp, format=ext, dpi=150, bbox_inches=bbox, metadata={"Creator": creator})
+            metadata = {"Creator": creator, **(smallest if ext == "png" else {})}
+            fig.savefig(tmp, format=ext, dpi=FIGURE_DPI, bbox_inches=bbox, metadata=metadata)
     pyplot().close(fig)
+
+
+FIGURE_DPI = 150
+SMALLEST_TEXT_KEY = "Smallest text px"
+"""The PNG text chunk holding the font size of the figure's smallest text, in the PNG's pixels: a reader's viewer
+shows it at (displayed width / PNG width) times that (tests/workflow/test_report_browser.py measures it)."""
+
+
+def smallest_text_pt(fig) -> float:
+    """The font size (points) of the smallest text drawn on ``fig``: titles, labels, tick labels, legends, notes
+    (texts that are empty or on a hidden panel left out)."""
+    from matplotlib.text import Text
+
+    sizes = [
+        t.get_fontsize()
+        for t in fig.findobj(Text)
+        if t.get_visible() and t.get_text().strip() and (t.axes is None or t.axes.get_visible())
+    ]
+    return min(sizes) if sizes else 0.0
 
 
 def grid(n_rows: int, n_cols: int):
@@ -330,12 +355,29 @@ def _line_order(data: pd.DataFrame) -> list[str]:
     return sorted(firsts.index, key=key)
 
 
+MAX_PANEL_COLUMNS = 4
+"""Facet columns per row of a figure: more facets wrap onto further rows. The report's viewer shows a figure about
+1150 px wide and centres it in a 900 px window, cutting off the top of a taller one (its scroll starts at the
+middle), so a figure stays wide rather than tall: four facet columns (about 2,500 px at 150 dpi) show the smallest
+text (:func:`upfl.report.theme.small_text`) at 9 px or more, and a figure's height stays within the window."""
+
+
+def wrapped_panels(n_facets: int, n_metrics: int, max_cols: int = MAX_PANEL_COLUMNS) -> tuple[int, int, list]:
+    """Grid of facets, each a column of ``n_metrics`` panels, at most ``max_cols`` facets side by side: (rows,
+    columns, each facet's (first row, column))."""
+    n_cols = max(1, min(n_facets, max_cols))
+    blocks = math.ceil(n_facets / n_cols) if n_facets else 1
+    return blocks * n_metrics, n_cols, [((j // n_cols) * n_metrics, j % n_cols) for j in range(n_facets)]
+
+
 def panel_layout(facets: Sequence[tuple[str, float]], n_metrics: int) -> tuple[int, int, dict]:
-    """Grid positions: one facet per data set gives rows = metrics, columns = facets; several mu per data set give a
-    block of metric rows per data set and one column per mu. Returns (rows, cols, {facet: (row0, col)})."""
+    """Grid positions: one facet per data set gives a column of metric panels per facet, at most
+    :data:`MAX_PANEL_COLUMNS` side by side (:func:`wrapped_panels`); several mu per data set give a block of metric
+    rows per data set and one column per mu. Returns (rows, cols, {facet: (row0, col)})."""
     datasets = list(dict.fromkeys(d for d, _ in facets))
     if len(datasets) == len(facets):
-        return n_metrics, len(facets), {f: (0, j) for j, f in enumerate(facets)}
+        n_rows, n_cols, places = wrapped_panels(len(facets), n_metrics)
+        return n_rows, n_cols, dict(zip(facets, places, strict=True))
     mus = sorted({mu for _, mu in facets}, key=lambda m: -math.inf if math.isnan(m) else m)
     col = {mu: j for j, mu in enumerate(mus)}
     pos = {}
@@ -391,7 +433,7 @@ def figure_legend(fig, axes) -> None:
             loc="center left",
             bbox_to_anchor=(1.0, 0.5),
             frameon=False,
-            fontsize="small",
+            fontsize=small_text(),
         )
 
 
@@ -449,7 +491,7 @@ def wrapped_note(text: str, width_in: float) -> str:
 def figure_note(fig, text: str) -> None:
     """``text`` under the figure's panels, centred, in the small font and in lines that fit its width
     (:func:`wrapped_note`)."""
-    fig.text(0.5, -0.01, wrapped_note(text, fig.get_figwidth()), ha="center", va="top", fontsize="small")
+    fig.text(0.5, -0.01, wrapped_note(text, fig.get_figwidth()), ha="center", va="top", fontsize=small_text())
 
 
 def staggered_log_labels(values: list[float], min_gap: float = 0.09) -> list[str]:
@@ -625,7 +667,7 @@ def _sweep_curves(ax, d: pd.DataFrame, sweep: list[str], ramp: dict, ref_color, 
     if not ref.empty:
         draw_band(ax, ref, ref_color, label="FedProx" if legend else None, style="--")
     if legend:
-        outside_legend(ax, "x-small")
+        outside_legend(ax)
 
 
 def _sweep_final(ax, d: pd.DataFrame, ref: pd.DataFrame, ref_color, legend: bool) -> None:

@@ -240,7 +240,7 @@ def plot_draws(frame: pd.DataFrame, title: str | None = None):
     draw (black, 95% interval), each fresh draw (coloured, 95% interval, side by side); :data:`DRAWS_CAPTION` below
     the panels."""
     from .figures import figure_note, grid
-    from .theme import colour_palette
+    from .theme import colour_palette, small_text
 
     settings = list(dict.fromkeys(frame["setting"]))
     metrics = [m for m in ACC if m in set(frame["metric"])]
@@ -296,7 +296,7 @@ def plot_draws(frame: pd.DataFrame, title: str | None = None):
     figure_note(fig, DRAWS_CAPTION)
     fig.tight_layout()
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=True, fontsize="small")
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=True, fontsize=small_text())
     return fig
 
 

@@ -437,7 +437,7 @@ def plot_gain_grid(frame: pd.DataFrame):
     """One panel per knob: the gain in final training accuracy (95% interval) against the knob's value, over the
     base and the settings that vary that knob alone; colour = data set, line style = protocol."""
     from .figures import grid
-    from .theme import colour_palette
+    from .theme import colour_palette, small_text
 
     knobs = [k for k in KNOBS if (frame["varied"] == k).any()]
     if not knobs:
@@ -501,7 +501,7 @@ def plot_gain_grid(frame: pd.DataFrame):
         if log:
             ax.set_xscale("log", base=2)
             ax.minorticks_off()
-        ax.set_xticks(values, [_value_text(knob, v) for v in values], fontsize="small")
+        ax.set_xticks(values, [_value_text(knob, v) for v in values], fontsize=small_text())
         ax.set_xlabel(KNOBS[knob])
         ax.set_ylabel("gain, final train acc (pp)")
     for j in range(len(knobs), len(axes) * cols):
@@ -519,7 +519,7 @@ def plot_gain_grid(frame: pd.DataFrame):
         loc="center left",
         bbox_to_anchor=(1.0, 0.5),
         frameon=True,
-        fontsize="small",
+        fontsize=small_text(),
     )
     return fig, pd.DataFrame(points)
 

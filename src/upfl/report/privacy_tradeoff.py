@@ -4,6 +4,7 @@ per noise level, from the settings of :mod:`upfl.report.privacy_table`."""
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -88,17 +89,23 @@ def _columns(data: pd.DataFrame) -> list[tuple[str, str]]:
     return sorted(pairs, key=lambda p: (MECHANISMS.index(p[0]) if p[0] in MECHANISMS else 9, order.index(p[1])))
 
 
+LEGEND_LINE = 24
+"""Characters per line of a legend entry of the trade-off figure."""
+
+
 def plot_tradeoff(data: pd.DataFrame, metrics: Sequence[str], title: str | None, shared_noise: bool = True):
     """Rows: metrics; columns: mechanism x data set; per algorithm a line through its noise levels."""
-    from .figures import ALGORITHM_COLOURS, OTHER_COLOUR, grid
+    from .figures import ALGORITHM_COLOURS, OTHER_COLOUR, grid, wrapped_panels
+    from .theme import small_text
 
     cols = _columns(data)
-    fig, axes = grid(len(metrics), len(cols))
+    n_rows, n_cols, places = wrapped_panels(len(cols), len(metrics))
+    fig, axes = grid(n_rows, n_cols)
     cb = [OTHER_COLOUR] * 5
     colours = {a: ALGORITHM_COLOURS[algorithm_label(a)] for a in ("fedavg", "fedprox", "upcycled")}
     for j, (mech, dataset) in enumerate(cols):
         for i, metric in enumerate(metrics):
-            ax = axes[i][j]
+            ax = axes[places[j][0] + i][places[j][1]]
             d = data[(data["dataset"] == dataset) & (data["metric"] == metric)]
             pts = d[(d["panel"] == "point") & (d["mechanism"] == mech)]
             drawn = False
@@ -162,11 +169,15 @@ def plot_tradeoff(data: pd.DataFrame, metrics: Sequence[str], title: str | None,
                 log_axis(ax)
             else:
                 guarantee = "; ".join(sorted({g for g in pts["guarantee"] if g})) or "no epsilon"
-                ax.text(0.5, 0.5, guarantee, ha="center", va="center", transform=ax.transAxes, fontsize="small")
+                ax.text(0.5, 0.5, guarantee, ha="center", va="center", transform=ax.transAxes, fontsize=small_text())
             ax.set_ylabel(f"Final {metric_label(metric).lower()}")
             ax.set_xlabel("ε̄ (mean over devices); ▶ worst device" if i == len(metrics) - 1 else "")
             if i == 0:
                 ax.set_title(f"{dataset_label(dataset)}, {mech} perturbation")
+    used = {(places[j][0] + i, places[j][1]) for j in range(len(cols)) for i in range(len(metrics))}
+    for r in range(n_rows):
+        for c in range(n_cols):
+            axes[r][c].set_visible((r, c) in used)
     if title:
         fig.suptitle(title)
     wrapped_figure_text(
@@ -176,7 +187,7 @@ def plot_tradeoff(data: pd.DataFrame, metrics: Sequence[str], title: str | None,
         TRADEOFF_NOTE + (SHARED_NOISE_FIGURE_NOTE if shared_noise else ""),
         ha="center",
         va="top",
-        fontsize="small",
+        fontsize=small_text(),
     )
     fig.tight_layout()
     legend: dict[str, Any] = {}
@@ -185,11 +196,13 @@ def plot_tradeoff(data: pd.DataFrame, metrics: Sequence[str], title: str | None,
             legend.setdefault(label, handle)
     fig.legend(
         list(legend.values()),
-        list(legend),
+        # in lines of at most 24 characters: the legend beside four panel columns keeps the figure narrow enough
+        # for its text to show at 9 px in the report's viewer
+        [textwrap.fill(label, LEGEND_LINE) for label in legend],
         loc="center left",
         bbox_to_anchor=(1.0, 0.5),
         frameon=True,
-        fontsize="small",
+        fontsize=small_text(),
     )
     return fig
 

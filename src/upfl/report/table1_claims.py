@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from .claim_rules import METRIC_TEXT, Context, claim_row, not_measured, verdict_gain
+from .claim_rules import METRIC_TEXT, Context, claim_row, not_measured, table1_verdict
 from .collect import ReportError
 from .fresh_data_sets import draw_gains, spread
 from .paper_numbers import dataset_label, paper_values
@@ -77,7 +77,7 @@ def table1_claims(ctx: Context) -> list[dict[str, Any]]:
                     continue
                 r = ours.iloc[0]
                 low, high, n = r[f"{key}_gain_ci_low"], r[f"{key}_gain_ci_high"], int(r["n_pairs"])
-                verdict, why = verdict_gain(paper, low, high, n, 0.01)
+                verdict, why = table1_verdict(paper, low, high, n)
                 rows.append(
                     claim_row(
                         **base,

@@ -174,6 +174,16 @@ def set_theme(font_scale: float) -> None:
         mpl.colors.ColorConverter.colors[code] = rgb  # item by item: the mapping clears its cache on each
 
 
+def small_text() -> float:
+    """The figures' smallest text (points): the tick labels' size of the theme set, which legends, notes and
+    annotations use too (they were 'small' and 'x-small', 6 and 7 pt: 6-8 px in the report's viewer, which shows a
+    figure about 1150 px wide). A figure's panels are laid out so that this size stays at 9 px or more there
+    (:data:`upfl.report.figures.MAX_PANEL_COLUMNS`)."""
+    import matplotlib as mpl
+
+    return float(mpl.rcParams["xtick.labelsize"])
+
+
 def colour_palette(name: str, n_colors: int | None = None) -> list[tuple[float, float, float]]:
     """seaborn's ``color_palette(name, n_colors)`` for the two palettes the figures use: "colorblind" (its ten
     colours, cycled to ``n_colors``) and a matplotlib colormap such as "viridis" (``n_colors`` evenly spaced inner
