@@ -91,12 +91,12 @@ def test_dry_run_lists_every_run_of_the_paper(tmp_path, preset):
     assert counts.get("fetch_paper_set", 0) == (0 if preset == "quick" else 4)
     # One report job per experiment (its runs table, tables and figures): table1, fig2 (two), fig5, fig8, the three
     # synthetic privacy experiments, the two ablations, the straggler sensitivity and protocol gap experiments;
-    # real data: fig4, fig6, fig7, fig10, fig12; the draws and the sensitivity grid (not in quick). One job writes
-    # results/runs.csv and the claims page; one Table 2.
+    # real data: fig4, fig6, fig7, fig10, fig12; the draws, the sensitivity grid and its held-out seeds (not in
+    # quick). One job writes results/runs.csv and the claims page; one Table 2.
     real = preset == "full"
     plan = build_plan(config)
     reports = {rule: n for rule, n in counts.items() if rule.startswith("report_")}
-    assert reports == {f"report_{e}": 1 for e in plan.experiments} and len(reports) == (20 if real else 13)
+    assert reports == {f"report_{e}": 1 for e in plan.experiments} and len(reports) == (21 if real else 13)
     assert counts["all_runs"] == 1 and counts["table2"] == 1 and "claims" not in counts  # claims: all_runs writes it
     for kind in ("figure", "accuracy_table", "experiment_runs", "draws_report"):
         assert kind not in counts

@@ -322,14 +322,25 @@ def variant_family(cell: pd.DataFrame) -> str:
     return BASE_LABELS.get(base, base)
 
 
+def colour_distance(a: str, b: str) -> float:
+    """Euclidean distance of two colours in RGB."""
+    from matplotlib.colors import to_rgb
+
+    return sum((x - y) ** 2 for x, y in zip(to_rgb(a), to_rgb(b), strict=True)) ** 0.5
+
+
 def family_palette(variants: list[tuple[str, pd.DataFrame]]) -> dict[str, str]:
-    """Each variant's colour: its family's from :data:`upfl.report.figures.ALGORITHM_COLOURS`, the plain variant in
-    the full colour and the momentum variants in lighter shades of it."""
+    """Each variant's colour: its family's from :data:`upfl.report.figures.ALGORITHM_COLOURS`, the plain variant (the
+    first) in the full colour and the momentum variants in the darker and lighter shades of it that
+    :func:`upfl.report.figures.palette_for` gives, the shade nearest the full colour left to the plain one."""
     pal = {}
     for family in dict.fromkeys(variant_family(cell) for _, cell in variants):
         labels = [label for label, cell in variants if variant_family(cell) == family]
-        shades = palette_for([f"{family} ({i})" for i in range(len(labels))])
-        pal.update({label: shades[f"{family} ({i})"] for i, label in enumerate(labels)})
+        shades = list(palette_for([f"{family} ({i})" for i in range(len(labels))]).values())
+        full = palette_for([family])[family]
+        nearest_full = min(range(len(shades)), key=lambda i: colour_distance(shades[i], full))
+        others = shades[:nearest_full] + shades[nearest_full + 1 :]
+        pal.update(zip(labels, [full, *others], strict=True))
     return pal
 
 
