@@ -157,7 +157,7 @@ def time_solver_steps(model, ds, reps: int, steps: int = 4) -> dict[str, dict[st
     return {s: summary(t) for s, t in times.items()}
 
 
-def round_config(data: Path, name: str, batching: str, threads: int) -> cfgmod.RunConfig:
+def round_config(data: Path, name: str, batching: str, threads: int, epochs: int = 20) -> cfgmod.RunConfig:
     return cfgmod.from_dict(
         {
             "data": {"path": str(data)},
@@ -168,7 +168,7 @@ def round_config(data: Path, name: str, batching: str, threads: int) -> cfgmod.R
             "model": {"name": name, "options": {"batching": batching}},
             "algorithm": {"name": "fedprox", "mu": 0.1},
             "devices": {"frac": 0.3, "straggler": 0.9},
-            "solver": {"epochs": 20, "batch_size": BATCH, "lr": 0.05, "momentum": 0.5},
+            "solver": {"epochs": epochs, "batch_size": BATCH, "lr": 0.05, "momentum": 0.5},
             "checkpoint": {"every": 0},
         }
     )
@@ -210,34 +210,164 @@ def per_step(name: str, model, ds, reps: int, threads: list[int]) -> dict:
     return out
 
 
-def paper_sized_rounds(tmp: Path, threads: int) -> dict:
-    """One FedProx round of the MLP and the LSTM on stand-ins with the paper's device sizes (Table 2).
+PAPER_MODELS = (("mlp", "femnist"), ("cnn", "femnist"), ("lstm", "sent140"))
+"""The real-data models of the paper (Appendix H.2) and the data set each trains on."""
 
-    Device training sizes are the preprocessing procedures' own (:func:`upfl.data.femnist.device_sizes`,
-    :func:`upfl.data.sent140.device_sizes`: 50 devices, 16421 images; 52 devices, 32299 tweets); the
-    batching strategy is the model's CPU default (``auto``).
+
+def paper_device_sizes(resources: Path) -> dict[str, dict]:
+    """Per-device training sizes of the paper's FEMNIST and Sent140 as the preprocessing gives them.
+
+    FEMNIST: the authors' per-device counts (``sizes: paper_index``) where their device index is under ``resources``
+    (``upfl data fetch paper_femnist``), else the Table 2 shape without it (``sizes: table2_shape``: 50 devices,
+    16421 images); Sent140: :func:`upfl.data.sent140.device_sizes` (52 devices, 32299 tweets).
     """
     from upfl.data.femnist import FemnistSpec
     from upfl.data.femnist import device_sizes as femnist_sizes
+    from upfl.data.paper import PaperDataError, femnist_device_counts
     from upfl.data.sent140 import Sent140Spec
     from upfl.data.sent140 import device_sizes as sent140_sizes
 
-    torch.set_num_threads(threads)
-    out = {}
-    for name, make, sizes in (
-        ("mlp", femnist_shaped, femnist_sizes(FemnistSpec())[0]),
-        ("lstm", sent140_shaped, sent140_sizes(Sent140Spec())[0]),
-    ):
-        data = make(tmp / f"{name}_paper", devices=len(sizes), sizes=[int(n) for n in sizes])
-        load = os.getloadavg()[0]
-        out[name] = {
-            "num_devices": len(sizes),
-            "train_samples": int(sum(sizes)),
-            "threads": threads,
-            "loadavg_1min_before": load,
-            **time_round(data, name, "auto", tmp / f"{name}_paper_run", threads),
-        }
-        print(f"{name} paper-sized round: {json.dumps(out[name])}", file=sys.stderr)
+    try:
+        train, _, _ = femnist_device_counts(resources)
+        femnist = {"sizes": [int(n) for n in train], "source": f"paper_index ({resources})"}
+    except PaperDataError:
+        sizes = femnist_sizes(FemnistSpec(sizes="table2_shape"))[0]
+        femnist = {"sizes": [int(n) for n in sizes], "source": "table2_shape (no device index under resources/)"}
+    sent140 = {"sizes": [int(n) for n in sent140_sizes(Sent140Spec())[0]], "source": "sent140 spec"}
+    return {"femnist": femnist, "sent140": sent140}
+
+
+def layer_flops(model) -> list[tuple[int, bool]]:
+    """(forward FLOPs per sample, whether the layer's input needs a gradient) of each matrix product of ``model``.
+
+    Linear layers 2 * in * out; the 3x3 convolution 2 * 9 * channels * side^2; an LSTM layer per time step 2 * 4H
+    * (in + H), split into its input part (no input gradient into the frozen embeddings) and its recurrent part.
+    Biases, activations and the LSTM's gates' element-wise work are left out (under 1% at the paper's sizes).
+    """
+    from torch import nn
+
+    module = model.module
+    out: list[tuple[int, bool]] = []
+    first = True
+    for sub in module.modules():
+        if isinstance(sub, nn.Conv2d):
+            side = module.side
+            out.append((2 * sub.weight[0].numel() * sub.out_channels * side * side, not first))
+        elif isinstance(sub, nn.Linear):
+            out.append((2 * sub.in_features * sub.out_features, not first))
+        elif isinstance(sub, nn.LSTM):
+            steps = SEQ
+            for layer in range(sub.num_layers):
+                inputs = sub.input_size if layer == 0 else sub.hidden_size
+                out.append((steps * 2 * 4 * sub.hidden_size * inputs, layer > 0))
+                out.append((steps * 2 * 4 * sub.hidden_size * sub.hidden_size, True))
+        else:
+            continue
+        first = False
+    return out
+
+
+def training_flops_per_sample(model) -> int:
+    """FLOPs of one sample's gradient (:func:`layer_flops`): forward, the weights' gradient (as much again) and the
+    inputs' gradient (as much again, where the input needs one)."""
+    return sum(f * (3 if needs_input_grad else 2) for f, needs_input_grad in layer_flops(model))
+
+
+def evaluation_flops_per_sample(model) -> int:
+    """FLOPs of one sample's forward pass."""
+    return sum(f for f, _ in layer_flops(model))
+
+
+def floor_flops_per_s() -> dict:
+    """One core's float32 FMA floor, measured here as ``benchmarks/engine.py --kernels`` does
+    (:func:`fma_floor.measure_floor`, best of 3 probes)."""
+    from fma_floor import measure_floor
+
+    floors = [measure_floor() for _ in range(3)]
+    best = max(floors, key=lambda f: f["floor_gflops_measured"])
+    return {**best, "floor_flops_per_s": best["floor_gflops_measured"] * 1e9}
+
+
+def paper_round(data: Path, name: str, batching: str, threads: int, epochs: int, floor: float) -> dict:
+    """CPU-seconds, wall seconds and FLOPs of one FedProx training round of ``name`` on ``data`` (and of one
+    evaluation of the train and test sets), with each one's ratio to the floor: CPU-seconds x floor / FLOPs (1 is
+    every core's FMA units busy with the model's arithmetic for the whole time)."""
+    from upfl.engine.simulation import Simulation
+
+    cfg = round_config(data, name, batching, threads, epochs)
+    dataset = load_leaf(data)
+    sim = Simulation(cfg, dataset, torch.device("cpu"))
+    w = sim.initial_model()
+    sim.model.loss_and_grad(*step_inputs(sim.model, dataset), generator=torch.Generator())  # first-call set-up
+    sim.client_round(1)  # the round's draws and inputs (the environment's, not the model's)
+    load = os.getloadavg()[0]
+    c0, t0 = time.process_time(), time.perf_counter()
+    w, devices, steps = sim.training_round(w, 1)
+    train_cpu, train_wall = time.process_time() - c0, time.perf_counter() - t0
+    c0, t0 = time.process_time(), time.perf_counter()
+    metrics = sim.evaluate(w)
+    eval_cpu, eval_wall = time.process_time() - c0, time.perf_counter() - t0
+    per_sample = training_flops_per_sample(sim.model)
+    train_flops = per_sample * steps * sim.batch_size
+    eval_rows = sum(rows for *_, rows in sim.evaluated)
+    eval_flops = evaluation_flops_per_sample(sim.model) * eval_rows
+    return {
+        "batching": sim.model.strategy(torch.device("cpu")),
+        "threads": threads,
+        "epochs": epochs,
+        "loadavg_1min_before": load,
+        "devices": devices,
+        "local_steps_summed_over_devices": steps,
+        "train_cpu_s": train_cpu,
+        "train_wall_s": train_wall,
+        "train_flops": train_flops,
+        "train_flops_per_sample": per_sample,
+        "train_over_floor": train_cpu * floor / train_flops,
+        "eval_rows": eval_rows,
+        "eval_cpu_s": eval_cpu,
+        "eval_wall_s": eval_wall,
+        "eval_flops": eval_flops,
+        "eval_over_floor": eval_cpu * floor / eval_flops,
+        "train_acc_after": metrics["train_acc"],
+    }
+
+
+def paper_sized_rounds(
+    tmp: Path,
+    threads: int,
+    resources: Path,
+    scale: float = 1.0,
+    epochs: int = 20,
+    models: tuple[str, ...] = ("mlp", "cnn", "lstm"),
+    batchings: tuple[str, ...] = ("auto",),
+) -> dict:
+    """One FedProx round (mu 0.1, frac 0.3, stragglers 0.9, batch 32, ``epochs``) of each of ``models`` on stand-ins
+    with the paper's device sizes (:func:`paper_device_sizes`; ``scale`` < 1 shrinks every device for a quick check),
+    for each of ``batchings``, with its FLOPs and its ratio to the floor (:func:`paper_round`)."""
+    sizes = paper_device_sizes(resources)
+    floor = floor_flops_per_s()
+    out: dict = {"floor": floor, "scale": scale, "sizes": {k: v["source"] for k, v in sizes.items()}}
+    made: dict[str, Path] = {}
+    for name, dataset in PAPER_MODELS:
+        if name not in models:
+            continue
+        device_sizes = [max(1, round(n * scale)) for n in sizes[dataset]["sizes"]]
+        if dataset not in made:
+            make = femnist_shaped if dataset == "femnist" else sent140_shaped
+            made[dataset] = make(tmp / f"{dataset}_paper", devices=len(device_sizes), sizes=device_sizes)
+        row: dict = {"data": dataset, "num_devices": len(device_sizes), "train_samples": sum(device_sizes)}
+        for batching in batchings:
+            torch.set_num_threads(threads)
+            row[batching] = paper_round(made[dataset], name, batching, threads, epochs, floor["floor_flops_per_s"])
+            r = row[batching]
+            print(
+                f"{name:4s} paper-sized round ({batching} -> {r['batching']}): {r['train_cpu_s']:.2f} CPU-s "
+                f"({r['train_wall_s']:.2f} s wall, {threads} threads), {r['train_flops'] / 1e9:.1f} GFLOP, "
+                f"{r['train_over_floor']:.2f}x floor; evaluation {r['eval_cpu_s']:.2f} CPU-s, "
+                f"{r['eval_over_floor']:.2f}x floor (load {r['loadavg_1min_before']:.2f})",
+                file=sys.stderr,
+            )
+        out[name] = row
     return out
 
 
@@ -248,7 +378,19 @@ def main() -> None:
     parser.add_argument(
         "--paper-sized",
         action="store_true",
-        help="also one round of the MLP and the LSTM on stand-ins of the paper's size (minutes)",
+        help="also one round of the MLP, the CNN and the LSTM on stand-ins of the paper's size (minutes)",
+    )
+    parser.add_argument("--only-paper-sized", action="store_true", help="the paper-sized rounds alone")
+    parser.add_argument("--models", default="mlp,cnn,lstm", help="the paper-sized rounds' models")
+    parser.add_argument("--batchings", default="auto", help="the paper-sized rounds' batching (auto, vmap, loop)")
+    parser.add_argument("--scale", type=float, default=1.0, help="every device's size times this (a quick check)")
+    parser.add_argument("--epochs", type=int, default=20, help="the paper-sized rounds' local epochs")
+    parser.add_argument("--resources", default="resources", help="where the FEMNIST device index may be")
+    parser.add_argument(
+        "--cache",
+        default=None,
+        help="where the per-round costs of this machine are kept for the workflow's plan line "
+        "(default: upfl.pipeline.costs.machine_cache_path(); only a full-size auto round at 20 epochs is kept)",
     )
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "real_data.json"))
     args = parser.parse_args()
@@ -256,20 +398,52 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp())
     load_start = os.getloadavg()
     t0 = time.perf_counter()
+    out = Path(args.out)
+    results = json.loads(out.read_text()) if args.only_paper_sized and out.exists() else {}
+    results.update({"torch": torch.__version__, "threads": threads, "k": K, "batch": BATCH})
+    if not args.only_paper_sized:
+        per_step_and_rounds(results, tmp, threads, args.reps)
+    if args.paper_sized or args.only_paper_sized:
+        paper = paper_sized_rounds(
+            tmp,
+            threads[0],
+            Path(args.resources),
+            scale=args.scale,
+            epochs=args.epochs,
+            models=tuple(args.models.split(",")),
+            batchings=tuple(args.batchings.split(",")),
+        )
+        results["round_paper_sized"] = paper
+        if args.scale == 1.0 and args.epochs == 20 and "auto" in args.batchings.split(","):
+            from upfl.pipeline.costs import machine_cache_path, save_machine_costs
+
+            cache = Path(args.cache) if args.cache else machine_cache_path()
+            save_machine_costs(cache, paper_costs(paper))
+            print(f"per-round costs of this machine kept in {cache}", file=sys.stderr)
+    results["loadavg_start"], results["loadavg_end"] = list(load_start), list(os.getloadavg())
+    results["cpu_count"] = os.cpu_count()
+    results["wall_total_s"] = time.perf_counter() - t0
+    publish(results, out)
+
+
+def paper_costs(paper: dict) -> dict[str, dict[str, float]]:
+    """The CPU-seconds of one training round and of one evaluation of each model measured (auto batching)."""
+    return {
+        name: {"train_cpu_s": row["auto"]["train_cpu_s"], "eval_cpu_s": row["auto"]["eval_cpu_s"]}
+        for name, row in paper.items()
+        if isinstance(row, dict) and "auto" in row
+    }
+
+
+def per_step_and_rounds(results: dict, tmp: Path, threads: list[int], reps: int) -> None:
+    """The per-step timings and the small rounds (vmap and loop) of each model, into ``results``."""
+    t0 = time.perf_counter()
     sets = {"femnist_shaped": femnist_shaped(tmp / "femnist"), "sent140_shaped": sent140_shaped(tmp / "sent140")}
     loaded = {k: load_leaf(v) for k, v in sets.items()}
-    results = {
-        "torch": torch.__version__,
-        "threads": threads,
-        "k": K,
-        "batch": BATCH,
-        "data_generation_s": time.perf_counter() - t0,
-        "per_step": {},
-        "round": {},
-    }
+    results.update({"data_generation_s": time.perf_counter() - t0, "per_step": {}, "round": {}})
     for name, key in (("mlp", "femnist_shaped"), ("cnn", "femnist_shaped"), ("lstm", "sent140_shaped")):
         model = build_model(name, loaded[key])
-        results["per_step"][name] = per_step(name, model, loaded[key], args.reps, threads)
+        results["per_step"][name] = per_step(name, model, loaded[key], reps, threads)
         torch.set_num_threads(threads[0])
         load = os.getloadavg()[0]
         results["round"][name] = {
@@ -279,12 +453,6 @@ def main() -> None:
             **{b: time_round(sets[key], name, b, tmp / f"{name}_{b}", threads[0]) for b in ("vmap", "loop")},
         }
         print(f"{name} round: {json.dumps(results['round'][name])}", file=sys.stderr)
-    if args.paper_sized:
-        results["round_paper_sized"] = paper_sized_rounds(tmp, threads[0])
-    results["loadavg_start"], results["loadavg_end"] = list(load_start), list(os.getloadavg())
-    results["cpu_count"] = os.cpu_count()
-    results["wall_total_s"] = time.perf_counter() - t0
-    publish(results, Path(args.out))
 
 
 if __name__ == "__main__":
