@@ -210,6 +210,9 @@ def per_step(name: str, model, ds, reps: int, threads: list[int]) -> dict:
     return out
 
 
+BATCHINGS = ("vmap", "loop", "bmm")
+"""The ways to batch the per-device gradients (``model.options.batching`` besides ``auto``)."""
+
 PAPER_MODELS = (("mlp", "femnist"), ("cnn", "femnist"), ("lstm", "sent140"))
 """The real-data models of the paper (Appendix H.2) and the data set each trains on."""
 
@@ -358,7 +361,11 @@ def paper_sized_rounds(
         row: dict = {"data": dataset, "num_devices": len(device_sizes), "train_samples": sum(device_sizes)}
         for batching in batchings:
             torch.set_num_threads(threads)
-            row[batching] = paper_round(made[dataset], name, batching, threads, epochs, floor["floor_flops_per_s"])
+            try:
+                row[batching] = paper_round(made[dataset], name, batching, threads, epochs, floor["floor_flops_per_s"])
+            except cfgmod.ConfigError as e:  # bmm where the model has no backward pass of its own
+                row[f"{batching}_not_applicable"] = str(e)
+                continue
             r = row[batching]
             print(
                 f"{name:4s} paper-sized round ({batching} -> {r['batching']}): {r['train_cpu_s']:.2f} CPU-s "
@@ -382,7 +389,12 @@ def main() -> None:
     )
     parser.add_argument("--only-paper-sized", action="store_true", help="the paper-sized rounds alone")
     parser.add_argument("--models", default="mlp,cnn,lstm", help="the paper-sized rounds' models")
-    parser.add_argument("--batchings", default="auto", help="the paper-sized rounds' batching (auto, vmap, loop)")
+    parser.add_argument(
+        "--batchings",
+        default="auto",
+        help="the paper-sized rounds' batchings (auto, vmap, loop, bmm); two or more of vmap, loop, bmm: the faster "
+        "is kept for this machine, where batching auto takes it",
+    )
     parser.add_argument("--scale", type=float, default=1.0, help="every device's size times this (a quick check)")
     parser.add_argument("--epochs", type=int, default=20, help="the paper-sized rounds' local epochs")
     parser.add_argument("--resources", default="resources", help="where the FEMNIST device index may be")
@@ -414,11 +426,11 @@ def main() -> None:
             batchings=tuple(args.batchings.split(",")),
         )
         results["round_paper_sized"] = paper
-        if args.scale == 1.0 and args.epochs == 20 and "auto" in args.batchings.split(","):
-            from upfl.pipeline.costs import machine_cache_path, save_machine_costs
+        if args.scale == 1.0 and args.epochs == 20:
+            from upfl.measured import machine_cache_path, save_machine_costs
 
             cache = Path(args.cache) if args.cache else machine_cache_path()
-            save_machine_costs(cache, paper_costs(paper))
+            save_machine_costs(cache, paper_costs(paper), faster_batching(paper))
             print(f"per-round costs of this machine kept in {cache}", file=sys.stderr)
     results["loadavg_start"], results["loadavg_end"] = list(load_start), list(os.getloadavg())
     results["cpu_count"] = os.cpu_count()
@@ -427,12 +439,28 @@ def main() -> None:
 
 
 def paper_costs(paper: dict) -> dict[str, dict[str, float]]:
-    """The CPU-seconds of one training round and of one evaluation of each model measured (auto batching)."""
-    return {
-        name: {"train_cpu_s": row["auto"]["train_cpu_s"], "eval_cpu_s": row["auto"]["eval_cpu_s"]}
-        for name, row in paper.items()
-        if isinstance(row, dict) and "auto" in row
-    }
+    """The CPU-seconds of one training round and of one evaluation of each model measured: with ``auto`` batching,
+    else the faster one measured (which ``auto`` takes from then on, :func:`faster_batching`)."""
+    out = {}
+    faster = faster_batching(paper)
+    for name, row in paper.items():
+        batching = "auto" if isinstance(row, dict) and "auto" in row else faster.get(name)
+        if batching is None and isinstance(row, dict):
+            batching = next((b for b in BATCHINGS if b in row), None)
+        if batching is not None:
+            out[name] = {"train_cpu_s": row[batching]["train_cpu_s"], "eval_cpu_s": row[batching]["eval_cpu_s"]}
+    return out
+
+
+def faster_batching(paper: dict) -> dict[str, str]:
+    """Each model's batching whose round took the fewest CPU-seconds, where two or more of vmap, loop and bmm were
+    measured (what ``batching: auto`` then takes on this machine)."""
+    out = {}
+    for name, row in paper.items():
+        measured = {b: row[b]["train_cpu_s"] for b in BATCHINGS if isinstance(row, dict) and b in row}
+        if len(measured) >= 2:
+            out[name] = min(measured, key=measured.__getitem__)
+    return out
 
 
 def per_step_and_rounds(results: dict, tmp: Path, threads: list[int], reps: int) -> None:

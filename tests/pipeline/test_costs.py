@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from upfl.measured import save_machine_costs
 from upfl.pipeline import costs
 from upfl.pipeline.bundles import form_bundles
 from upfl.pipeline.plan import build_plan
@@ -94,8 +95,8 @@ def test_this_machines_cache_is_preferred_and_another_machines_ignored(tmp_path)
         "logreg": {"train_cpu_s": 0.001, "eval_cpu_s": 0.0002},
     }
     assert "project's" in source
-    costs.save_machine_costs(cache, {"lstm": {"train_cpu_s": 20.0, "eval_cpu_s": 2.0}})
-    costs.save_machine_costs(cache, {"mlp": {"train_cpu_s": 1.0, "eval_cpu_s": 0.1}})  # kept beside the lstm's
+    save_machine_costs(cache, {"lstm": {"train_cpu_s": 20.0, "eval_cpu_s": 2.0}})
+    save_machine_costs(cache, {"mlp": {"train_cpu_s": 1.0, "eval_cpu_s": 0.1}})  # kept beside the lstm's
     found, source = costs.round_costs(cache, bench)
     assert found["lstm"]["train_cpu_s"] == 20.0 and found["mlp"]["train_cpu_s"] == 1.0
     assert found["logreg"]["train_cpu_s"] == 0.001 and source.startswith("per-round costs measured on this machine")
@@ -108,7 +109,7 @@ def test_this_machines_cache_is_preferred_and_another_machines_ignored(tmp_path)
 
 
 def test_the_cache_path_follows_the_environment(monkeypatch, tmp_path):
-    monkeypatch.setenv("UPFL_ROUND_COSTS", str(tmp_path / "c.json"))
+    monkeypatch.setenv("UPFL_ROUND_COSTS", str(tmp_path / "c.json"))  # as tests/conftest.py does for every test
     assert costs.machine_cache_path() == tmp_path / "c.json"
     monkeypatch.delenv("UPFL_ROUND_COSTS")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))

@@ -13,15 +13,13 @@ measured or written there.
 from __future__ import annotations
 
 import functools
-import json
 import os
-import platform
-import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from ..draws.rounds import training_rounds_before
+from ..measured import machine, machine_cache_path, read_json
 
 MEASURED_FRAC, MEASURED_EPOCHS = 0.3, 20
 """The fraction of devices and local epochs of the measured rounds (benchmarks/real_data.py)."""
@@ -37,50 +35,6 @@ GPU_ADVICE = (
     "a GPU is advised: on a machine with CUDA, run_defaults.device auto (config/config.yaml) trains there and "
     "profiles/default runs one GPU job at a time (resources gpu=1); on SLURM --workflow-profile profiles/slurm"
 )
-
-
-def machine() -> dict[str, Any]:
-    """What the cached costs hold for: the CPU model and the number of cores."""
-    model = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.partition(":")[2].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu_model": model, "cpu_count": os.cpu_count()}
-
-
-def machine_cache_path() -> Path:
-    """Where this machine's per-round costs are kept: ``UPFL_ROUND_COSTS``, else ``round_costs.json`` in the user's
-    cache folder (``XDG_CACHE_HOME`` or ``~/.cache``) under ``upfl/``."""
-    if os.environ.get("UPFL_ROUND_COSTS"):
-        return Path(os.environ["UPFL_ROUND_COSTS"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "upfl" / "round_costs.json"
-
-
-def save_machine_costs(path: Path, costs: Mapping[str, Mapping[str, float]]) -> None:
-    """Keep ``costs`` (model -> ``train_cpu_s``, ``eval_cpu_s``) for this machine in ``path``, atomically; the models
-    already kept and not measured again stay."""
-    from ..files import write_texts
-
-    kept = read_json(path)
-    models = dict(kept.get("models", {})) if kept.get("machine") == machine() else {}
-    models.update({name: dict(cost) for name, cost in costs.items()})
-    doc = {"machine": machine(), "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "models": models}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_texts({path: json.dumps(doc, indent=2) + "\n"})
-
-
-def read_json(path: Path) -> dict[str, Any]:
-    """A JSON object from ``path``; empty where it is missing or unreadable (a cost estimate never stops a plan)."""
-    try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return doc if isinstance(doc, dict) else {}
 
 
 def reference_costs(benchmarks: Path) -> dict[str, dict[str, float]]:
