@@ -147,6 +147,7 @@ def numbers(config: dict[str, Any], benchmarks: Path) -> dict[str, Any]:
         "synthetic_half": synthetic_half_times(benchmarks),
         "quick_workflow": synthetic_half_times(benchmarks, "quick"),
         "solver_speedup": solver_speedup(benchmarks),
+        "real_half_cpu": real_half_estimate(config, benchmarks),
     }
 
 
@@ -187,11 +188,39 @@ def readme_section(n: dict[str, Any]) -> str:
         )
         + " |",
         f"| Real-data half (FEMNIST, Sent140) | internet (2.5 GB of LEAF archives and GloVe), a GPU | "
-        f"{full['real_runs']} ({full['real_jobs']} GPU jobs) | not yet timed on a GPU |",
+        f"{full['real_runs']} ({full['real_jobs']} GPU jobs) | not yet timed on a GPU (no GPU has been lent to this "
+        f"project){real_half_text(n.get('real_half_cpu'))} |",
         f"| `make test` (the whole suite) | `make install`, 2 cores; see docs/testing.md | | {suite_text(n)} |",
         "",
     ]
     return "\n".join(lines)
+
+
+def real_half_text(estimate: dict[str, Any] | None) -> str:
+    """The real-data half's CPU estimate for the README's time table, or nothing where no round was measured."""
+    if not estimate:
+        return ""
+    return (
+        f"; on the CPU an estimated {estimate['core_hours']:.0f} core-hours on {estimate['machine']} (one measured "
+        "round of each model at the paper's sizes, `python benchmarks/real_data.py --paper-sized`, times each run's "
+        "rounds; the workflow prints its own machine's estimate before it starts)"
+    )
+
+
+def real_half_estimate(config: dict[str, Any], benchmarks: Path) -> dict[str, Any]:
+    """The full config's real-data runs' estimated core-hours on the CPU
+    (:func:`upfl.pipeline.costs.real_half_core_hours`) and the machine of the measured rounds (``real_data.json``)."""
+    from .costs import real_half_core_hours
+
+    plan, resolved = build_plan({**config, "preset": "full"}), resolve_preset({**config, "preset": "full"})
+    source = {name: d["source"] for name, d in resolved["datasets"].items()}
+    real = {k: r for k, r in plan.runs.items() if source[r.dataset] in REAL_SOURCES}
+    hours = real_half_core_hours(real, benchmarks)
+    floor = load(benchmarks, "real_data.json").get("round_paper_sized", {}).get("floor", {})
+    if hours is None or not floor:
+        return {}
+    vector = floor.get("isa", "?")
+    return {"core_hours": hours, "machine": f"one core of an {floor.get('cpu_model', '?')} ({vector})"}
 
 
 def suite_text(n: dict[str, Any], rows: str = "test_suite_quiet") -> str:
