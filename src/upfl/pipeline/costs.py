@@ -5,8 +5,8 @@ The estimate is the sum over the part's runs of (training rounds x the CPU-secon
 model + evaluations x the CPU-seconds of one evaluation), a training round scaled by the run's fraction of devices and
 local epochs against the measured ones (0.3, 20). The per-round costs are the ones ``benchmarks/real_data.py
 --paper-sized`` measured on this machine (kept in :func:`machine_cache_path`, for this CPU model and core count), or
-else the benchmark figures committed in the source tree (``benchmarks/results/real_data.json`` and ``engine.json``,
-measured on the project's 2-core AVX-512 machine), named as such. Reading them is the parse's only work: nothing is
+else the benchmark figures committed in the source tree (``benchmarks/results/real_data.json`` and ``engine.json``),
+named as such, with the CPU they were measured on. Reading them is the parse's only work: nothing is
 measured or written there.
 """
 
@@ -64,9 +64,11 @@ def round_costs(cache: Path, benchmarks: Path) -> tuple[dict[str, dict[str, floa
     costs = {**reference_costs(benchmarks), **here}
     if here:
         return costs, f"per-round costs measured on this machine {kept.get('measured', '')}".rstrip()
+    floor = read_json(benchmarks / "real_data.json").get("round_paper_sized", {}).get("floor", {})
+    where = f"an {floor['cpu_model']} ({floor.get('isa', '?')})" if floor.get("cpu_model") else "the project's machine"
     return costs, (
-        "per-round costs of the project's 2-core AVX-512 machine (python benchmarks/real_data.py --paper-sized "
-        "measures this one)"
+        f"per-round costs measured on {where}, committed in benchmarks/results/ (python benchmarks/real_data.py "
+        "--paper-sized measures this one)"
     )
 
 
