@@ -83,7 +83,15 @@ def test_this_machines_cache_is_preferred_and_another_machines_ignored(tmp_path)
     bench = tmp_path / "bench"
     bench.mkdir()
     (bench / "real_data.json").write_text(
-        json.dumps({"round_paper_sized": {"lstm": {"auto": {"train_cpu_s": 50.0, "eval_cpu_s": 4.0}}}})
+        json.dumps(
+            {
+                "round_paper_sized": {
+                    "scale": 1.0,
+                    "floor": {"cpu_model": "Some CPU", "isa": "AVX2 + FMA"},
+                    "lstm": {"loop": {"train_cpu_s": 50.0, "eval_cpu_s": 4.0}, "vmap": {"train_cpu_s": 90.0}},
+                }
+            }
+        )
     )
     (bench / "engine.json").write_text(
         json.dumps({"numba": {"fedprox80": {"per_training_round_s": 0.001, "per_evaluation_s": 0.0002}}})
@@ -94,7 +102,7 @@ def test_this_machines_cache_is_preferred_and_another_machines_ignored(tmp_path)
         "lstm": {"train_cpu_s": 50.0, "eval_cpu_s": 4.0},
         "logreg": {"train_cpu_s": 0.001, "eval_cpu_s": 0.0002},
     }
-    assert "committed in benchmarks/results/" in source
+    assert "measured on an Some CPU (AVX2 + FMA), committed in benchmarks/results/" in source
     save_machine_costs(cache, {"lstm": {"train_cpu_s": 20.0, "eval_cpu_s": 2.0}})
     save_machine_costs(cache, {"mlp": {"train_cpu_s": 1.0, "eval_cpu_s": 0.1}})  # kept beside the lstm's
     found, source = costs.round_costs(cache, bench)

@@ -44,9 +44,9 @@ def reference_costs(benchmarks: Path) -> dict[str, dict[str, float]]:
     costs: dict[str, dict[str, float]] = {}
     paper = read_json(benchmarks / "real_data.json").get("round_paper_sized", {})
     for name, row in paper.items():
-        measured = (
-            {b: r for b, r in row.items() if isinstance(r, dict) and "train_cpu_s" in r} if name != "floor" else {}
-        )
+        if not isinstance(row, dict):
+            continue
+        measured = {b: r for b, r in row.items() if isinstance(r, dict) and "train_cpu_s" in r}
         if measured:
             best = measured.get("auto") or min(measured.values(), key=lambda r: r["train_cpu_s"])
             costs[name] = {"train_cpu_s": best["train_cpu_s"], "eval_cpu_s": best["eval_cpu_s"]}
