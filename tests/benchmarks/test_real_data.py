@@ -31,7 +31,8 @@ def test_paper_sized_rounds_run_for_every_model_without_the_femnist_index(tmp_pa
         assert row["num_devices"] == devices
         r = row["auto"]
         assert r["devices"] > 0 and r["local_steps_summed_over_devices"] > 0
-        assert r["train_flops"] == r["train_flops_per_sample"] * r["local_steps_summed_over_devices"] * 32
+        steps, batch = r["local_steps_summed_over_devices"], r["batch_size"]  # a batch no larger than a device
+        assert r["train_flops"] == r["train_flops_per_sample"] * steps * batch and 1 <= batch <= 32
         assert r["train_cpu_s"] > 0 and r["train_over_floor"] > 0.5  # no model beats the FMA units
         assert r["train_over_floor"] == r["train_cpu_s"] * result["floor"]["floor_flops_per_s"] / r["train_flops"]
     assert not cache.exists()  # a shrunk round is not this machine's cost

@@ -71,8 +71,9 @@ class InjectedStop(RuntimeError):
 
 
 LOG_INTERVAL_S = 1.0
-"""An evaluated iteration's progress line (``iter t/T ...``) is logged once this many seconds have passed since the
-run's start or the last line, and always at iteration T: a run of under a second logs one."""
+"""An iteration's progress line (``iter t/T kind [metrics where evaluated]; t of T iterations done, ETA ...``) is logged
+once this many seconds have passed since the run's start or the last line, and always at iteration T: a run of under a
+second logs one, a long run one per iteration or second."""
 
 PLAN_BLOCK_BYTES = 16 << 20
 """The batch plans a block of training rounds draws together at most (one round at least): the first round of a block
@@ -580,8 +581,8 @@ def _run_loop(cfg, sim, data, out, ckpt, privacy, log, stop_after) -> dict[str, 
             TRAIN_METRICS_COLUMN: status,
         }
         problem = weights_problem(w)
-        evaluated = bool(problem) or is_evaluated(cfg.evaluation, t, T)
-        if evaluated:
+        evaluated_now = bool(problem) or is_evaluated(cfg.evaluation, t, T)
+        if evaluated_now:
             e0 = time.perf_counter()
             row.update(sim.evaluate(w))
             row.update(alg.evaluate_extra(sim, w))
@@ -592,7 +593,7 @@ def _run_loop(cfg, sim, data, out, ckpt, privacy, log, stop_after) -> dict[str, 
         now = time.perf_counter()
         if t == T or now - last_log >= LOG_INTERVAL_S:
             done = progress_text(t - t0, T - t0, now - loop_start, "iterations")
-            log(f"iter {t}/{T} {kind}{' ' + metrics_text(row) if evaluated else ''}; {done}")
+            log(f"iter {t}/{T} {kind}{' ' + metrics_text(row) if evaluated_now else ''}; {done}")
             last_log = now
         row["wall_s"] = wall
         row["cum_wall_s"] = rows[-1]["cum_wall_s"] + wall

@@ -8,7 +8,7 @@ import copy
 import itertools
 import math
 from collections.abc import Callable
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -217,7 +217,8 @@ class TorchModel:
         """All k per-device gradients from the module's own backward pass in batched matrix products
         (``module.batched_grads``), written into one (k, P) tensor in flat order."""
         out = torch.empty_like(params)
-        grads = self.module.batched_grads(self.unflatten(params), x, y_onehot, weights, masks)
+        batched_grads = cast(Callable[..., dict[str, torch.Tensor]], self.module.batched_grads)
+        grads = batched_grads(self.unflatten(params), x, y_onehot, weights, masks)
         for name, view in self.unflatten(out).items():
             view.copy_(grads[name])
         return out
