@@ -97,6 +97,8 @@ def test_this_machines_cache_is_preferred_and_another_machines_ignored(tmp_path)
         json.dumps({"numba": {"fedprox80": {"per_training_round_s": 0.001, "per_evaluation_s": 0.0002}}})
     )
     cache = tmp_path / "cache" / "round_costs.json"
+    assert costs.round_costs(cache, tmp_path / "nothing") == ({}, costs.round_costs(cache, tmp_path / "none")[1])
+    assert costs.round_costs(cache, tmp_path / "nothing")[1].startswith("no measured round found")
     found, source = costs.round_costs(cache, bench)
     assert found == {
         "lstm": {"train_cpu_s": 50.0, "eval_cpu_s": 4.0},

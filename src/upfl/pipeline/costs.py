@@ -64,6 +64,8 @@ def round_costs(cache: Path, benchmarks: Path) -> tuple[dict[str, dict[str, floa
     costs = {**reference_costs(benchmarks), **here}
     if here:
         return costs, f"per-round costs measured on this machine {kept.get('measured', '')}".rstrip()
+    if not costs:
+        return costs, "no measured round found (python benchmarks/real_data.py --paper-sized measures this machine)"
     floor = read_json(benchmarks / "real_data.json").get("round_paper_sized", {}).get("floor", {})
     where = f"an {floor['cpu_model']} ({floor.get('isa', '?')})" if floor.get("cpu_model") else "the project's machine"
     return costs, (
