@@ -32,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "src"))
 
-from real_data import femnist_shaped, sent140_shaped  # noqa: E402
+from real_data import femnist_shaped, paper_device_sizes, sent140_shaped  # noqa: E402
 from upfl import config as cfgmod  # noqa: E402
 from upfl.data import generate_synthetic  # noqa: E402
 from upfl.engine.simulation import run  # noqa: E402
@@ -95,14 +95,10 @@ def stand_ins(tmp: Path, smoke: bool) -> dict[str, Path]:
         femnist = femnist_shaped(tmp / "femnist", devices=6, sizes=[24] * 6)
         sent140 = sent140_shaped(tmp / "sent140", devices=5, sizes=[24] * 5)
     else:
-        from upfl.data.femnist import FemnistSpec
-        from upfl.data.femnist import device_sizes as femnist_sizes
-        from upfl.data.sent140 import Sent140Spec
-        from upfl.data.sent140 import device_sizes as sent140_sizes
-
-        fs, ss = femnist_sizes(FemnistSpec())[0], sent140_sizes(Sent140Spec())[0]
-        femnist = femnist_shaped(tmp / "femnist", devices=len(fs), sizes=[int(n) for n in fs])
-        sent140 = sent140_shaped(tmp / "sent140", devices=len(ss), sizes=[int(n) for n in ss])
+        sizes = paper_device_sizes(Path("resources"))
+        fs, ss = sizes["femnist"]["sizes"], sizes["sent140"]["sizes"]
+        femnist = femnist_shaped(tmp / "femnist", devices=len(fs), sizes=fs)
+        sent140 = sent140_shaped(tmp / "sent140", devices=len(ss), sizes=ss)
     return {"mlp": femnist, "cnn": femnist, "lstm": sent140}
 
 

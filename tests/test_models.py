@@ -218,6 +218,33 @@ def test_gradients_match_autograd_on_the_plain_module(name, batching, image_data
         torch.testing.assert_close(got[i], ref, rtol=1e-4, atol=1e-6)
 
 
+def test_the_mlps_own_backward_pass_matches_autograd_and_the_plain_sgd_loop(image_data, text_data):
+    """``batching: bmm`` (MLPNet.batched_grads): the same gradients with dropout and padding rows, the same local
+    models as per-device torch.optim.SGD."""
+    test_gradients_match_autograd_on_the_plain_module("mlp", "bmm", image_data, text_data)
+    test_batched_solver_matches_plain_sgd_loop("mlp", "bmm", image_data, text_data)
+
+
+def test_bmm_is_refused_where_the_module_has_no_backward_pass_of_its_own(image_data, text_data):
+    with pytest.raises(cfgmod.ConfigError, match="model.options.batching: bmm is the CNNNet's own backward pass"):
+        build_model("cnn", load_leaf(image_data), {**TINY["cnn"], "batching": "bmm"})
+    with pytest.raises(cfgmod.ConfigError, match="not with model.softmax_before_loss"):
+        build_model("mlp", load_leaf(image_data), {**TINY["mlp"], "batching": "bmm"}, softmax_before_loss=True)
+
+
+def test_auto_takes_the_batching_measured_on_this_machine(image_data, tmp_path, monkeypatch):
+    from upfl.measured import save_machine_costs
+
+    monkeypatch.setenv("UPFL_ROUND_COSTS", str(tmp_path / "costs.json"))
+    model = build_model("mlp", load_leaf(image_data), TINY["mlp"])
+    cpu = torch.device("cpu")
+    assert model.strategy(cpu) == "vmap"  # nothing measured: the module's default
+    save_machine_costs(tmp_path / "costs.json", {}, {"mlp": "bmm", "cnn": "vmap"})
+    assert model.strategy(cpu) == "bmm"
+    authors = build_model("mlp", load_leaf(image_data), TINY["mlp"], softmax_before_loss=True)
+    assert authors.strategy(cpu) == "vmap"  # bmm does not apply to the authors' loss
+
+
 def test_lstm_reads_the_frozen_embeddings_and_the_last_step(text_data):
     ds = load_leaf(text_data)
     model = build_model("lstm", ds, TINY["lstm"])
@@ -412,7 +439,7 @@ def test_build_model_errors_name_the_option(image_data, text_data, tmp_path):
         build_model("cnn", ds, {"dropout": 1.0})
     with pytest.raises(cfgmod.ConfigError, match="model.options.init: must be one of torch, normal"):
         build_model("lstm", load_leaf(text_data), {"init": "xavier"})
-    with pytest.raises(cfgmod.ConfigError, match="model.options.batching: must be one of auto, vmap, loop"):
+    with pytest.raises(cfgmod.ConfigError, match="model.options.batching: must be one of auto, vmap, loop, bmm"):
         build_model("mlp", ds, {"batching": "fast"})
     with pytest.raises(cfgmod.ConfigError, match="model.options.bias: expected true or false"):
         build_model("binary_logreg", ds, {"bias": 1})

@@ -30,6 +30,7 @@ from ..integrity import RECORD, record_text
 from ..models import build_model, draws_without_torch
 from ..privacy.accounting import engine_noise_source, per_device, privacy_report
 from ..privacy.mechanisms import objective_noise_draws, output_perturbation, scale_objective_noise, standard_normal_rows
+from ..progress import progress_text
 from ..solvers.selection import CompiledSolver, PooledRound, device_type, select_local_solver
 from ..torch_build import gpu_build
 from .checkpoints import data_fingerprint, open_checkpoint
@@ -70,8 +71,9 @@ class InjectedStop(RuntimeError):
 
 
 LOG_INTERVAL_S = 1.0
-"""An evaluated iteration's progress line (``iter t/T ...``) is logged once this many seconds have passed since the
-run's start or the last line, and always at iteration T: a run of under a second logs one."""
+"""An iteration's progress line (``iter t/T kind [metrics where evaluated]; t of T iterations done, ETA ...``) is logged
+once this many seconds have passed since the run's start or the last line, and always at iteration T: a run of under a
+second logs one, a long run one per iteration or second."""
 
 PLAN_BLOCK_BYTES = 16 << 20
 """The batch plans a block of training rounds draws together at most (one round at least): the first round of a block
@@ -478,6 +480,13 @@ def run(
             ckpt.release()
 
 
+def metrics_text(row: dict[str, Any]) -> str:
+    """An evaluated iteration's metrics for its progress line: ``train_loss .. train_acc .. test_acc ..`` (the train
+    ones where released)."""
+    train = "" if row["train_loss"] is None else f"train_loss {row['train_loss']:.4f} train_acc {row['train_acc']:.4f} "
+    return f"{train}test_acc {row['test_acc']:.4f}"
+
+
 def is_evaluated(evaluation: cfgmod.EvaluationConfig, t: int, rounds: int) -> bool:
     """Whether iteration t of T is evaluated: every ``evaluation.every``-th among the last ``evaluation.last``
     (all when null), and always T. The other iterations' metrics.csv rows hold empty (NaN) metrics."""
@@ -558,7 +567,7 @@ def _run_loop(cfg, sim, data, out, ckpt, privacy, log, stop_after) -> dict[str, 
             diverged = diverged_entry(0, "init", problem)
     round_k = training_rounds_before(cfg.algorithm.name, t0)
     unevaluated = dict.fromkeys(("train_loss", "train_acc", "test_loss", "test_acc", *alg.extra_metrics), float("nan"))
-    last_checkpoint = last_log = time.perf_counter()
+    last_checkpoint = last_log = loop_start = time.perf_counter()
     for t in range(t0 + 1, T + 1):
         if diverged:
             break
@@ -584,22 +593,20 @@ def _run_loop(cfg, sim, data, out, ckpt, privacy, log, stop_after) -> dict[str, 
             TRAIN_METRICS_COLUMN: status,
         }
         problem = weights_problem(w)
-        if problem or is_evaluated(cfg.evaluation, t, T):
+        evaluated_now = bool(problem) or is_evaluated(cfg.evaluation, t, T)
+        if evaluated_now:
             e0 = time.perf_counter()
             row.update(sim.evaluate(w))
             row.update(alg.evaluate_extra(sim, w))
             times["eval_s"] += time.perf_counter() - e0
             problem = problem or loss_problem(row, has_test)
-            if t == T or e0 - last_log >= LOG_INTERVAL_S:
-                train = (
-                    ""
-                    if row["train_loss"] is None
-                    else f"train_loss {row['train_loss']:.4f} train_acc {row['train_acc']:.4f} "
-                )
-                log(f"iter {t}/{T} {kind:7s} {train}test_acc {row['test_acc']:.4f}")
-                last_log = e0
         else:
             row.update(unevaluated)
+        now = time.perf_counter()
+        if t == T or now - last_log >= LOG_INTERVAL_S:
+            done = progress_text(t - t0, T - t0, now - loop_start, "iterations")
+            log(f"iter {t}/{T} {kind}{' ' + metrics_text(row) if evaluated_now else ''}; {done}")
+            last_log = now
         row["wall_s"] = wall
         row["cum_wall_s"] = rows[-1]["cum_wall_s"] + wall
         rows.append({k: row[k] for k in columns})

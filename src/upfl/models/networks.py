@@ -8,7 +8,7 @@ import copy
 import itertools
 import math
 from collections.abc import Callable
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -110,6 +110,16 @@ class TorchModel:
     ):
         self.module, self.dropout, self.init, self.batching = module, dropout, init, batching
         self.softmax_before_loss = softmax_before_loss
+        if batching == "bmm" and not self.has_bmm():
+            raise ConfigError(
+                f"model.options.batching: bmm is the {type(module).__name__}'s own backward pass, "
+                + (
+                    "logits to the loss (not with model.softmax_before_loss)"
+                    if softmax_before_loss
+                    else "which it lacks"
+                )
+                + "; use auto, vmap or loop"
+            )
         self.buffers = dict(buffers or {})
         self.names = [n for n, _ in module.named_parameters()]
         self.shapes = [p.shape for _, p in module.named_parameters()]
@@ -155,10 +165,22 @@ class TorchModel:
         z = class_scores(self.logits(params, x, masks), self.softmax_before_loss)
         return weighted_cross_entropy(z, y_onehot, weights)
 
+    def has_bmm(self) -> bool:
+        """Whether the ``bmm`` batching applies: the module has its own backward pass, and the loss reads the logits."""
+        return hasattr(self.module, "batched_grads") and not self.softmax_before_loss
+
     def strategy(self, device: torch.device) -> str:
-        """``vmap`` or ``loop``: the configured one, or with ``auto`` the module's choice for the device type."""
+        """``vmap``, ``loop`` or ``bmm``: the configured one, or with ``auto`` on the CPU the faster one measured on
+        this machine (:func:`upfl.measured.measured_batching`, ``benchmarks/real_data.py --paper-sized``), else the
+        module's default for the device type."""
         if self.batching != "auto":
             return self.batching
+        if device.type == "cpu":
+            from ..measured import measured_batching
+
+            measured = measured_batching(self.module.model_name)
+            if measured in ("vmap", "loop") or (measured == "bmm" and self.has_bmm()):
+                return measured
         return self.module.batching.get(device.type, "vmap")
 
     def loss_and_grad(
@@ -171,8 +193,11 @@ class TorchModel:
     ) -> torch.Tensor:
         """Gradient (k, P) of each device's sum_b weights[:, b] * CE_b (dropout masks from ``generator``)."""
         masks = self.draw_masks(generator, params.shape[0], x.shape[1], x.device)
-        if self.strategy(params.device) == "vmap":
+        strategy = self.strategy(params.device)
+        if strategy == "vmap":
             return self.grad_vmap(params, x, y_onehot, weights, masks)
+        if strategy == "bmm":
+            return self.grad_bmm(params, x, y_onehot, weights, masks)
         return self.grad_loop(params, x, y_onehot, weights, masks)
 
     def draw_masks(
@@ -187,6 +212,16 @@ class TorchModel:
     def grad_vmap(self, params, x, y_onehot, weights, masks) -> torch.Tensor:
         """All k per-device gradients in one ``vmap(grad(...))`` pass."""
         return vmap(grad(self.batch_loss))(params, x, y_onehot, weights, masks)
+
+    def grad_bmm(self, params, x, y_onehot, weights, masks) -> torch.Tensor:
+        """All k per-device gradients from the module's own backward pass in batched matrix products
+        (``module.batched_grads``), written into one (k, P) tensor in flat order."""
+        out = torch.empty_like(params)
+        batched_grads = cast(Callable[..., dict[str, torch.Tensor]], self.module.batched_grads)
+        grads = batched_grads(self.unflatten(params), x, y_onehot, weights, masks)
+        for name, view in self.unflatten(out).items():
+            view.copy_(grads[name])
+        return out
 
     def grad_loop(self, params, x, y_onehot, weights, masks) -> torch.Tensor:
         """The k per-device gradients, one autograd pass each."""
@@ -225,6 +260,7 @@ class DeviceNet(nn.Module):
     """A network :class:`TorchModel` trains: its batching per device type and the per-sample dropout mask shapes."""
 
     batching: ClassVar[dict[str, str]]
+    model_name: ClassVar[str]
     mask_shapes: tuple[tuple[int, ...], ...]
 
 
@@ -237,6 +273,7 @@ class MLPNet(DeviceNet):
     """
 
     batching = {"cpu": "vmap", "cuda": "vmap"}
+    model_name = "mlp"
 
     def __init__(self, in_features: int, hidden: int, num_classes: int):
         super().__init__()
@@ -249,6 +286,36 @@ class MLPNet(DeviceNet):
         if masks:
             h = h * masks[0]
         return self.fc2(h)
+
+    @staticmethod
+    def batched_grads(
+        p: dict[str, torch.Tensor],
+        x: torch.Tensor,
+        y_onehot: torch.Tensor,
+        weights: torch.Tensor,
+        masks: tuple[torch.Tensor, ...],
+    ) -> dict[str, torch.Tensor]:
+        """The gradients of k devices' sum_b weights_b * CE_b (logits to the loss) by hand, in batched products.
+
+        a = x W1^T + b1, h = relu(a) * mask, z = h W2^T + b2; dz = weights_b (softmax(z) sum_c y_bc - y_b),
+        dW2 = dz^T h, dh = dz W2, da = dh * mask * [a > 0], dW1 = da^T x (the biases: the sums over b).
+        """
+        xk = x.reshape(x.shape[0], x.shape[1], -1)
+        a = torch.baddbmm(p["fc1.bias"].unsqueeze(1), xk, p["fc1.weight"].transpose(1, 2))
+        h = torch.relu(a)
+        if masks:
+            h = h * masks[0]
+        z = torch.baddbmm(p["fc2.bias"].unsqueeze(1), h, p["fc2.weight"].transpose(1, 2))
+        dz = (torch.softmax(z, dim=-1) * y_onehot.sum(-1, keepdim=True) - y_onehot) * weights.unsqueeze(-1)
+        da = torch.bmm(dz, p["fc2.weight"]) * (a > 0)
+        if masks:
+            da = da * masks[0]
+        return {
+            "fc1.weight": torch.bmm(da.transpose(1, 2), xk),
+            "fc1.bias": da.sum(1),
+            "fc2.weight": torch.bmm(dz.transpose(1, 2), h),
+            "fc2.bias": dz.sum(1),
+        }
 
 
 class CNNNet(DeviceNet):
@@ -263,6 +330,7 @@ class CNNNet(DeviceNet):
     """
 
     batching = {"cpu": "loop", "cuda": "vmap"}
+    model_name = "cnn"
 
     def __init__(self, side: int, channels: int, hidden: tuple[int, ...], num_classes: int):
         super().__init__()
@@ -292,6 +360,7 @@ class StackedLSTMNet(DeviceNet):
     """
 
     batching = {"cpu": "loop", "cuda": "loop"}
+    model_name = "lstm"
     embedding: torch.Tensor
 
     def __init__(self, rows: int, dim: int, hidden: int, layers: int, num_classes: int):
@@ -310,7 +379,9 @@ class StackedLSTMNet(DeviceNet):
 
 
 INIT_SCHEMES = ("torch", "normal")
-BATCHING = ("auto", "vmap", "loop")
+BATCHING = ("auto", "vmap", "loop", "bmm")
+"""``model.options.batching``: ``auto`` (this machine's measured choice, else the module's default), ``vmap``,
+``loop``, or ``bmm`` (the module's own backward pass in batched matrix products: the MLP's, logits to the loss)."""
 
 
 def on_meta(factory: Callable[[], DeviceNet]) -> DeviceNet:

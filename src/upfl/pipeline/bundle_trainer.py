@@ -22,6 +22,7 @@ from typing import Any
 from .. import config as cfgmod
 from ..engine import store as storemod
 from ..engine.store import DEFAULT_STORE
+from ..progress import progress_text
 from .bundles import BundleError, SpecError
 
 
@@ -219,7 +220,8 @@ def train_bundle(
     for i, res in enumerate(results_iter, 1):
         results.append(res)
         detail = f": {res['error']} (log: {entries[i - 1].get('log')})" if res["error"] else ""
-        echo(f"[{i}/{len(entries)}] {res['status']} {res['id']} in {res['seconds']:.2f} s{detail}")
+        done = progress_text(i, len(entries), time.perf_counter() - start, "runs")
+        echo(f"[{i}/{len(entries)}] {res['status']} {res['id']} in {res['seconds']:.2f} s{detail}; {done}")
         sys.stdout.flush()
     failed = [r for r in results if r["status"] == "failed"]
     counts = {s: sum(r["status"] == s for r in results) for s in ("trained", "restored", "failed")}

@@ -147,6 +147,7 @@ def numbers(config: dict[str, Any], benchmarks: Path) -> dict[str, Any]:
         "synthetic_half": synthetic_half_times(benchmarks),
         "quick_workflow": synthetic_half_times(benchmarks, "quick"),
         "solver_speedup": solver_speedup(benchmarks),
+        "real_half_cpu": real_half_estimate(config, benchmarks),
     }
 
 
@@ -163,6 +164,7 @@ def readme_section(n: dict[str, Any]) -> str:
     quick_rows = n["quick_start_quiet"]
     quick_row = next((r for r in quick_rows if r["cache"] == "cold"), quick_rows[0] if quick_rows else None)
     suite = n["test_suite_quiet"][0] if n["test_suite_quiet"] else None
+    real = n.get("real_half_cpu")
     machines = {r["machine"] for r in (quick_row, suite, half or None) if r}
     where = f"on {machines.pop()}" if len(machines) == 1 else "on 2-core machines (docs/numbers.md names each)"
     half_time = f"{half['wall']}¹" if half else "not measured yet"
@@ -180,14 +182,51 @@ def readme_section(n: dict[str, Any]) -> str:
         f"| Synthetic half of the paper (authors' released draws) | internet once (6.6 MB) | "
         f"{full['synthetic_runs']} ({full['synthetic_jobs']}) | {half_time} |",
         f"| Real-data half (FEMNIST, Sent140) | internet (2.5 GB of LEAF archives and GloVe), a GPU | "
-        f"{full['real_runs']} ({full['real_jobs']} GPU jobs) | not yet timed |",
+        f"{full['real_runs']} ({full['real_jobs']} GPU jobs) | not yet timed on a GPU"
+        f"{real_half_cell(real)} |",
         f"| `make test` (the whole suite) | `make install`, 2 cores | | "
         f"{longest(suite['wall']) if suite else 'not measured yet'} |",
         "",
     ]
     if half:
-        lines += [f"¹ for {half['runs']} of its runs (all but the sensitivity grid's and its held-out seeds'), numba's cache warm.", ""]
+        lines += [
+            f"¹ for {half['runs']} of its runs (all but the sensitivity grid's and its held-out seeds'), numba's cache warm.",
+            "",
+        ]
+    if real:
+        lines += [real_half_note(real), ""]
     return "\n".join(lines)
+
+
+def real_half_cell(estimate: dict[str, Any] | None) -> str:
+    """The real-data half's CPU estimate in the README's time table (one number), or nothing where no round was
+    measured."""
+    return f"; about {estimate['core_hours']:.0f} core-hours on the CPU²" if estimate else ""
+
+
+def real_half_note(estimate: dict[str, Any]) -> str:
+    """The footnote of :func:`real_half_cell`: the machine and how the estimate was made."""
+    return (
+        f"² estimated on {estimate['machine']} from one measured round of each model at the paper's sizes "
+        "(`python benchmarks/real_data.py --paper-sized`) times each run's rounds; no GPU has been lent to this "
+        "project yet. The workflow prints its own machine's estimate before it starts."
+    )
+
+
+def real_half_estimate(config: dict[str, Any], benchmarks: Path) -> dict[str, Any]:
+    """The full config's real-data runs' estimated core-hours on the CPU
+    (:func:`upfl.pipeline.costs.real_half_core_hours`) and the machine of the measured rounds (``real_data.json``)."""
+    from .costs import real_half_core_hours
+
+    plan, resolved = build_plan({**config, "preset": "full"}), resolve_preset({**config, "preset": "full"})
+    source = {name: d["source"] for name, d in resolved["datasets"].items()}
+    real = {k: r for k, r in plan.runs.items() if source[r.dataset] in REAL_SOURCES}
+    hours = real_half_core_hours(real, benchmarks)
+    floor = load(benchmarks, "real_data.json").get("round_paper_sized", {}).get("floor", {})
+    if hours is None or not floor:
+        return {}
+    vector = floor.get("isa", "?")
+    return {"core_hours": hours, "machine": f"one core of an {floor.get('cpu_model', '?')} ({vector})"}
 
 
 def suite_text(n: dict[str, Any], rows: str = "test_suite_quiet") -> str:

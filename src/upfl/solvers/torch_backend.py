@@ -65,7 +65,11 @@ def local_solve(
     active = k
     for s0 in range(0, s_max, CHUNK_STEPS):
         s1 = min(s0 + CHUNK_STEPS, s_max)
-        xc, yc, mc = x_pad[rows, idx[:, s0:s1]], y_pad[rows, idx[:, s0:s1]], mask_all[:, s0:s1]
+        while sorted_steps[active - 1] <= s0:
+            active -= 1
+        # Only the devices still training gather their batches (the sizes' long tail leaves one or two).
+        rc, ic = rows[:active], idx[:active, s0:s1]
+        xc, yc, mc = x_pad[rc, ic], y_pad[rc, ic], mask_all[:active, s0:s1]
         mc = mc / mc.sum(-1, keepdim=True).clamp_min(1)
         for s in range(s0, s1):
             while sorted_steps[active - 1] <= s:
