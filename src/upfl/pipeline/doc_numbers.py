@@ -189,10 +189,8 @@ def readme_section(n: dict[str, Any]) -> str:
         "",
     ]
     if half:
-        lines += [
-            f"¹ for {half['runs']} of its runs (all but the sensitivity grid's and its held-out seeds'), numba's cache warm.",
-            "",
-        ]
+        grid = "all but the sensitivity grid's and its held-out seeds'"
+        lines += [f"¹ for {half['runs']} of its runs ({grid}), numba's cache warm.", ""]
     if real:
         lines += [real_half_note(real), ""]
     return "\n".join(lines)
