@@ -333,7 +333,7 @@ def family_palette(variants: list[tuple[str, pd.DataFrame]]) -> dict[str, str]:
     """Each variant's colour: its family's from :data:`upfl.report.figures.ALGORITHM_COLOURS`, the plain variant (the
     first) in the full colour and the momentum variants in the darker and lighter shades of it that
     :func:`upfl.report.figures.palette_for` gives, the shade nearest the full colour left to the plain one."""
-    pal = {}
+    pal: dict[str, str] = {}
     for family in dict.fromkeys(variant_family(cell) for _, cell in variants):
         labels = [label for label, cell in variants if variant_family(cell) == family]
         shades = list(palette_for([f"{family} ({i})" for i in range(len(labels))]).values())
