@@ -12,6 +12,7 @@ import io
 import math
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import repeat
 from pathlib import Path
@@ -356,6 +357,13 @@ class Simulation:
             return entropy_generator()
         return generator(self.cfg.seed, "noise", round_k, device_index)
 
+    def noise_draws(self, key: tuple, draw: Callable[[], Any]) -> Any:
+        """``draw()``'s noise, shared through :data:`DRAW_CACHE` under ``key`` by the runs of one seed (seeded noise);
+        drawn afresh every time from the operating system's entropy (``privacy.noise_source: os``)."""
+        if self.cfg.privacy.noise_source == "os":
+            return draw()
+        return DRAW_CACHE.get(key, draw)
+
     def objective_noise(self, round_k: int, chosen: list[int]) -> torch.Tensor:
         """Objective perturbation (Section 5): n_i ~ exp(-alpha_i ||n||) over the model's parameters, one per
         device and training round from the ``noise`` stream keyed (seed, round, device); added as <n_i, w>.
@@ -370,10 +378,7 @@ class Simulation:
             rows = [objective_noise_draws(1, P, self.noise_generator(round_k, i)) for i in chosen]
             return torch.cat([r[0] for r in rows]), torch.cat([r[1] for r in rows])
 
-        if c.privacy.noise_source == "os":
-            gamma, direction = draw()
-        else:
-            gamma, direction = DRAW_CACHE.get(("objective_noise", c.seed, round_k, tuple(chosen), P), draw)
+        gamma, direction = self.noise_draws(("objective_noise", c.seed, round_k, tuple(chosen), P), draw)
         return scale_objective_noise(gamma, direction, torch.from_numpy(self.noise_scales[chosen])).to(self.device)
 
     def output_noise(self, local: torch.Tensor, round_k: int, chosen: list[int]) -> torch.Tensor:
@@ -385,10 +390,7 @@ class Simulation:
         def draw():
             return standard_normal_rows(W.shape[1:], [self.noise_generator(round_k, i) for i in chosen], W.dtype)
 
-        if c.privacy.noise_source == "os":
-            noise = draw()
-        else:
-            noise = DRAW_CACHE.get(("output_noise", c.seed, round_k, tuple(chosen), tuple(W.shape[1:]), W.dtype), draw)
+        noise = self.noise_draws(("output_noise", c.seed, round_k, tuple(chosen), tuple(W.shape[1:]), W.dtype), draw)
         if c.privacy.tau is None:
             raise cfgmod.ConfigError("privacy.tau: output perturbation clips each released model to tau; give it")
         return output_perturbation(W, c.privacy.tau, self.noise_scales[chosen], noise=noise).to(local.device)
