@@ -90,28 +90,29 @@ def cmd_run_many(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_bundle_specs(args: argparse.Namespace) -> int:
-    from ..pipeline.specs import SpecError, write_specs
+def write_planned_files(command: str, what: str, write, files) -> int:
+    """``write(files)`` (a writer of :mod:`upfl.pipeline.specs`) and its count; a SpecError is one line, status 2."""
+    from ..pipeline.specs import SpecError
 
     try:
-        written = write_specs(args.files)
+        written = write(files)
     except SpecError as e:
-        print(f"upfl bundle-specs: error: {e}", file=sys.stderr)
+        print(f"upfl {command}: error: {e}", file=sys.stderr)
         return 2
-    print(f"wrote {len(written)} bundle specs")
+    print(f"wrote {len(written)} {what}")
     return 0
+
+
+def cmd_bundle_specs(args: argparse.Namespace) -> int:
+    from ..pipeline.specs import write_specs
+
+    return write_planned_files("bundle-specs", "bundle specs", write_specs, args.files)
 
 
 def cmd_run_lists(args: argparse.Namespace) -> int:
-    from ..pipeline.specs import SpecError, write_run_lists
+    from ..pipeline.specs import write_run_lists
 
-    try:
-        written = write_run_lists(args.files)
-    except SpecError as e:
-        print(f"upfl run-lists: error: {e}", file=sys.stderr)
-        return 2
-    print(f"wrote {len(written)} run lists")
-    return 0
+    return write_planned_files("run-lists", "run lists", write_run_lists, args.files)
 
 
 def read_data_ahead(args: argparse.Namespace) -> str:
